@@ -1,0 +1,18 @@
+# Low-temperature mean-field transformer dynamics: the whole pipeline (SPEC §2).
+# This file only includes the rule files and names the final targets.
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/matrices.smk"
+include: "workflow/rules/initial_tokens.smk"
+include: "workflow/rules/simulate.smk"
+include: "workflow/rules/distances.smk"
+include: "workflow/rules/fit.smk"
+include: "workflow/rules/figures.smk"
+
+
+rule all:
+    input:
+        all_targets(),

@@ -1,0 +1,223 @@
+"""Figures (SPEC §2.7). They read the NetCDF outputs and never recompute physics.
+
+Every curve is the mean over replicas with a band spanning the replicas
+(min to max). Curves of a β whose median effective sample size drops below the
+experiment's ``ess_threshold`` are drawn dashed and marked "ESS<thr" in the
+legend: there the particle system does not stand for the mean field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from . import fitting, io  # noqa: E402
+from .pipeline import snapshot_times  # noqa: E402
+
+
+def _palette(n):
+    return sns.color_palette("viridis", n_colors=max(n, 1))
+
+
+def _band(ax, t, values, color, label, dashed=False):
+    """Mean over replicas (axis 0) with a min–max band."""
+    ax.fill_between(t, values.min(axis=0), values.max(axis=0), color=color, alpha=0.2, lw=0)
+    ax.plot(t, values.mean(axis=0), color=color, lw=1.6, ls="--" if dashed else "-", label=label)
+
+
+def _low_ess(dist, beta, threshold):
+    return bool(dist["ess_median"].sel(beta=beta).median("replica").min() < threshold)
+
+
+def _beta_label(dist, beta, threshold):
+    return f"β = {beta:g}" + (f" (ESS<{threshold:g})" if _low_ess(dist, beta, threshold) else "")
+
+
+def _bound_constants(fit):
+    a = float(np.exp(np.nanmean(fit["log_a"].values)))
+    b = float(np.exp(np.mean(fit["log_b"].values)))
+    return a, float(fit["C1_mean"]), b, float(fit["c_mean"])
+
+
+def crossover_time(fit, beta):
+    """Time at which the two terms of the fitted bound are equal (∝ log β): the regime boundary."""
+    a, C1, b, c = _bound_constants(fit)
+    return (np.log(b) - np.log(a) - np.log(fitting.temperature_scale(beta))) / (C1 + c)
+
+
+def plot_w2_projection(data, experiment):
+    dist, fit = data["distances"], data["fit"]
+    t = dist.time.values
+    thr = experiment["ess_threshold"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    colors = _palette(dist.beta.size)
+    a, C1, b, c = _bound_constants(fit)
+    for color, beta in zip(colors, dist.beta.values):
+        _band(ax, t, dist["w2_projection"].sel(beta=beta).values, color, _beta_label(dist, beta, thr),
+              dashed=_low_ess(dist, beta, thr))
+        ax.plot(t, fitting.bound_curve(t, beta, a, C1, b, c), color=color, lw=0.9, ls=":")
+    _band(ax, t, dist["w2_zero_to_projection"].values, "black", "zero temperature (β = ∞)")
+    ax.plot([], [], color="gray", ls=":", label=f"fitted bound, C1 = {C1:.2f}, c = {c:.2f}")
+    ax.set_yscale("log")
+    ax.set_ylim(max(1e-4, float(dist["w2_zero_to_projection"].min()) / 2), 3)
+    ax.set_xlabel("time t")
+    ax.set_ylabel(r"$W_2(\rho^\beta_t, \Pi_\sharp\rho_0)$")
+    ax.set_title("Concentration onto Π♯ρ0 and departure (Theorem 1)")
+    ax.legend(fontsize=7, loc="lower left")
+    return fig
+
+
+def plot_collapse(data, experiment):
+    dist, fit = data["distances"], data["fit"]
+    t = dist.time.values
+    thr = experiment["ess_threshold"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    colors = _palette(dist.beta.size)
+    for i, (color, beta) in enumerate(zip(colors, dist.beta.values)):
+        scaled = dist["w2_zero_temperature"].sel(beta=beta).values / fitting.temperature_scale(beta)
+        _band(ax, t[1:], scaled[:, 1:], color, _beta_label(dist, beta, thr), dashed=_low_ess(dist, beta, thr))
+        lo, hi = fit["C1_window"].values[i]
+        if np.isfinite(lo):
+            tt = np.linspace(lo, hi, 20)
+            log_a = float(np.mean(fit["log_a"].values[i]))
+            ax.plot(tt, np.exp(log_a + float(fit["C1_mean"]) * tt), color=color, lw=3, alpha=0.5)
+    ax.plot([], [], color="gray", lw=3, alpha=0.5,
+            label=f"fit a·e^(C1 t), C1 = {float(fit['C1_mean']):.2f} ± {float(fit['C1_sem']):.2f}")
+    ax.set_yscale("log")
+    ax.set_xlabel("time t")
+    ax.set_ylabel(r"$W_2(\rho^\beta_t, \rho^\infty_t)\,/\,\sqrt{\log(\beta+1)/\beta}$")
+    ax.set_title("Finite-temperature error, scaled (data collapse)")
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def plot_end_phase(data, experiment):
+    dist, fit, mats = data["distances"], data["fit"], data["matrices"]
+    t = dist.time.values
+    thr = experiment["ess_threshold"]
+    show_modulus = bool(mats.attrs.get("V_leading_differs", 0))
+    panels = [("dist_leading_A", "distance to E1(A) ∩ S"),
+              ("dist_leading_V", "distance to V's leading eigenspace (Re λ max) ∩ S")]
+    if show_modulus:
+        panels.append(("dist_leading_V_modulus", "distance to V's leading eigenspace (|λ| max) ∩ S"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.2), sharey=True)
+    colors = _palette(dist.beta.size)
+    for ax, (var, title) in zip(axes, panels):
+        for color, beta in zip(colors, dist.beta.values):
+            _band(ax, t, dist[var].sel(beta=beta).values, color, _beta_label(dist, beta, thr),
+                  dashed=_low_ess(dist, beta, thr))
+            tc = crossover_time(fit, beta)
+            if 0 < tc < t[-1]:
+                ax.axvline(tc, color=color, lw=0.8, ls=":")
+        _band(ax, t, dist[f"{var}_zero_temperature"].values, "black", "zero temperature")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("time t")
+    axes[0].set_ylabel("sqrt(mean(2 − 2|P x|))")
+    axes[0].plot([], [], color="gray", ls=":", label="t*(β): bound terms cross (∝ log β)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("End phase (Conjecture 1): from E1(A) to the leading eigenspace of V")
+    fig.tight_layout()
+    return fig
+
+
+def plot_time_scale(data, experiment):
+    fit = data["fit"]
+    beta = fit.beta.values
+    dep = fit["departure_time"].values
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    for r in range(dep.shape[1]):
+        ax.scatter(np.log(beta), dep[:, r], color="gray", s=12, alpha=0.6,
+                   label="replicas" if r == 0 else None)
+    mean = np.nanmean(np.where(np.isfinite(dep), dep, np.nan), axis=1) if np.isfinite(dep).any() else dep[:, 0]
+    ax.plot(np.log(beta), mean, "o-", color="C0", label="mean over replicas")
+    slope, intercept = float(fit["metastable_slope"]), float(fit["metastable_intercept"])
+    if np.isfinite(slope):
+        xx = np.linspace(np.log(beta).min(), np.log(beta).max(), 20)
+        ax.plot(xx, intercept + slope * xx, "--", color="C3", label=f"fit: slope {slope:.2f}")
+    ax.set_xlabel("log β")
+    ax.set_ylabel(f"departure time (W2 > {experiment['fit']['departure_factor']:g} × its minimum)")
+    ax.set_title("Metastable time scale against log β")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_snapshots(data, experiment):
+    mats = data["matrices"]
+    zero = data["zero"]
+    finite = sorted(data["finite"], key=lambda ds: float(ds.beta))
+    rows = [("zero temperature", zero)] + [(f"β = {float(ds.beta):g}", ds) for ds in (finite[0], finite[-1])]
+    if len(finite) == 1:
+        rows = rows[:2]
+    times = snapshot_times(experiment)
+    fig = plt.figure(figsize=(3.2 * len(times), 3.0 * len(rows)))
+    u = mats["E1"].values[:, 0]
+    v = mats["E1_V_real"].values[:, 0]
+    for i, (label, ds) in enumerate(rows):
+        for j, tsel in enumerate(times):
+            ax = fig.add_subplot(len(rows), len(times), i * len(times) + j + 1, projection="3d")
+            X = ds["positions"].sel(time=tsel, method="nearest").isel(replica=0).values
+            ax.scatter(X[:, 0], X[:, 1], X[:, 2], s=2, alpha=0.6, color="C0")
+            for vec, col, name in ((u, "C3", "±E1(A)"), (v, "C2", "±E1(V)")):
+                ax.scatter(*np.stack([vec, -vec]).T, s=60, color=col, marker="*", label=name)
+            ax.set_xlim(-1, 1), ax.set_ylim(-1, 1), ax.set_zlim(-1, 1)
+            ax.set_box_aspect((1, 1, 1))
+            ax.set_xticks([]), ax.set_yticks([]), ax.set_zticks([])
+            t_actual = float(ds.time.sel(time=tsel, method="nearest"))
+            ax.set_title(f"{label}, t = {t_actual:g}", fontsize=8)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle("Tokens on the sphere (replica 0)")
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {
+    "w2_projection": plot_w2_projection,
+    "collapse": plot_collapse,
+    "end_phase": plot_end_phase,
+    "time_scale": plot_time_scale,
+    "snapshots": plot_snapshots,
+}
+
+
+def _save_atomic(fig, path):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
+    try:
+        fig.savefig(tmp, format=path.suffix.lstrip("."), dpi=150, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def render(figure, name, experiment, *, matrices_path, distances_path, fit_path, zero_path, finite_paths,
+           pdf, png):
+    """Draw the named figure of one experiment from its NetCDF files, save PDF and PNG."""
+    try:
+        plot = FIGURES[figure]
+    except KeyError:
+        raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}") from None
+    sns.set_theme(style="ticks", context="paper")
+    data = {
+        "matrices": io.read_netcdf(matrices_path, "matrices"),
+        "distances": io.read_netcdf(distances_path, "distances"),
+        "fit": io.read_netcdf(fit_path, "fit"),
+    }
+    if figure == "snapshots":
+        data["zero"] = io.read_netcdf(zero_path, "zero_temperature")
+        data["finite"] = [io.read_netcdf(p, "finite_temperature") for p in finite_paths]
+    fig = plot(data, experiment)
+    try:
+        _save_atomic(fig, pdf)
+        _save_atomic(fig, png)
+    finally:
+        plt.close(fig)

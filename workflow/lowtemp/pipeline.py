@@ -1,0 +1,373 @@
+"""The pipeline's stages as functions of plain parameters and paths (SPEC §2).
+
+Each stage reads its inputs with ``lowtemp.io``, calls the numerics and writes one
+NetCDF. Snakemake scripts are thin adapters onto these functions; they can also be
+called from a notebook. ``experiment`` is one entry of the validated config's
+``experiments`` mapping (schema defaults applied).
+"""
+
+from __future__ import annotations
+
+import logging
+import time as _time
+
+import numpy as np
+import xarray as xr
+
+from . import dynamics, exact, fitting, integrate, io, matrices, measures, projection, transport
+from .seeding import generator
+
+log = logging.getLogger("lowtemp")
+
+
+class ConfigError(ValueError):
+    """The config is inconsistent; the message names the key."""
+
+
+# ---------------------------------------------------------------- config checks
+def time_grid(experiment: dict) -> integrate.TimeGrid:
+    t = experiment["time"]
+    return integrate.TimeGrid(horizon=float(t["horizon"]), snapshots=int(t["snapshots"]), dt=float(t["dt"]))
+
+
+def snapshot_times(experiment: dict) -> list[float]:
+    """The three times of the sphere snapshots (default 0, horizon/3, horizon)."""
+    horizon = float(experiment["time"]["horizon"])
+    return list(experiment["figures"].get("snapshot_times") or [0.0, horizon / 3, horizon])
+
+
+def build_matrices(name: str, experiment: dict, root_seed: int) -> matrices.AttentionMatrices:
+    """Generate the experiment's K, Q, V (stream ``(name, "matrices")``) and check Assumption 1."""
+    params = dict(experiment["matrices"])
+    family = params.pop("family")
+    return matrices.generate_matrices(family, int(experiment["dim"]), generator(root_seed, name, "matrices"),
+                                      **params)
+
+
+def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices.AttentionMatrices:
+    """Checks the schema cannot express; raises ConfigError naming the key. Cheap (d×d work)."""
+    where = f"experiments.{name}"
+    d = int(experiment["dim"])
+    betas = [float(b) for b in experiment["betas"]]
+    if len(set(betas)) != len(betas):
+        raise ConfigError(f"{where}.betas has duplicate values: {betas}")
+    if any(not np.isfinite(b) or b <= 0 for b in betas):
+        raise ConfigError(f"{where}.betas must be positive and finite, got {betas}")
+    try:
+        grid = time_grid(experiment)
+    except ValueError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    for t in snapshot_times(experiment):
+        if not 0 <= t <= grid.horizon:
+            raise ConfigError(f"{where}.figures.snapshot_times: {t} is outside [0, time.horizon = {grid.horizon}]")
+    m = experiment["matrices"]
+    for key in ("eigenvalues", "eigenvalues_V"):
+        if key in m and len(m[key]) != d:
+            raise ConfigError(f"{where}.matrices.{key} must have length dim = {d}, got {len(m[key])}")
+    if m["family"] == "explicit":
+        for key in ("K", "Q", "V"):
+            shape = np.shape(np.asarray(m[key], dtype=float))
+            if shape != (d, d):
+                raise ConfigError(f"{where}.matrices.{key} must be a {d}x{d} matrix (dim = {d}), got shape {shape}")
+    mu = experiment["initial_measure"]
+    for key in ("mean",):
+        if key in mu and len(mu[key]) != d:
+            raise ConfigError(f"{where}.initial_measure.{key} must have length dim = {d}")
+    if "means" in mu and any(len(v) != d for v in mu["means"]):
+        raise ConfigError(f"{where}.initial_measure.means: every mean must have length dim = {d}")
+    if "means" in mu and len(mu["means"]) != len(mu.get("kappas", [])):
+        raise ConfigError(f"{where}.initial_measure.means and kappas must have the same length")
+    try:
+        return build_matrices(name, experiment, root_seed)
+    except matrices.AssumptionViolation as exc:
+        raise matrices.AssumptionViolation(f"{where}.matrices: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{where}.matrices: {exc}") from None
+
+
+# ---------------------------------------------------------------- stage 1: matrices
+def matrices_dataset(M: matrices.AttentionMatrices) -> xr.Dataset:
+    sq = ("row", "col")
+    ds = xr.Dataset(
+        {
+            "K": (sq, M.K, io.attrs("key matrix K")),
+            "Q": (sq, M.Q, io.attrs("query matrix Q")),
+            "V": (sq, M.V, io.attrs("value matrix V")),
+            "B": (sq, M.B, io.attrs("B = Q^T K")),
+            "A": (sq, M.A, io.attrs("A = V B^T (symmetrised)")),
+            "mu": (("eigen",), M.mu, io.attrs("eigenvalues of A, descending")),
+            "E1": (("dim", "e1"), M.E1, io.attrs("orthonormal basis of E1, the leading eigenspace of A")),
+            "E1_V_real": (("dim", "e1_v_real"), M.E1_V_real,
+                          io.attrs("orthonormal basis of the leading eigenspace of V (largest real part)")),
+            "E1_V_modulus": (("dim", "e1_v_modulus"), M.E1_V_modulus,
+                             io.attrs("orthonormal basis of the leading eigenspace of V (largest modulus)")),
+            "V_eigenvalues_real": (("eigen",), M.V_eigenvalues.real, io.attrs("real part of V's eigenvalues")),
+            "V_eigenvalues_imag": (("eigen",), M.V_eigenvalues.imag, io.attrs("imaginary part of V's eigenvalues")),
+            "gamma": ((), M.gamma, io.attrs("spectral gap mu1 - mu2 of A")),
+            "sigma_min": ((), M.sigma_min, io.attrs("smallest singular value of B")),
+            "sigma_max": ((), M.sigma_max, io.attrs("largest singular value of B")),
+            "rate_lower": ((), M.rate_bounds[0], io.attrs("gamma / sigma_max(B)", "1/time")),
+            "rate_upper": ((), M.rate_bounds[1], io.attrs("gamma / sigma_min(B)", "1/time")),
+        }
+    )
+    ds.attrs["dim_E1"] = M.E1.shape[1]
+    ds.attrs["V_leading_differs"] = int(M.E1_V_real.shape != M.E1_V_modulus.shape
+                                        or not np.allclose(M.E1_V_real @ M.E1_V_real.T,
+                                                           M.E1_V_modulus @ M.E1_V_modulus.T))
+    return ds
+
+
+def load_matrices(path) -> matrices.AttentionMatrices:
+    """Matrices from matrices.nc, re-checked against Assumption 1."""
+    ds = io.read_netcdf(path, "matrices")
+    return matrices.check_assumption_1(ds["K"].values, ds["Q"].values, ds["V"].values)
+
+
+def stage_matrices(name, experiment, root_seed, output):
+    M = build_matrices(name, experiment, root_seed)
+    log.info("%s: matrices (%s) gamma=%.4g sigma(B) in [%.4g, %.4g], dim E1=%d, rate bounds [%.4g, %.4g]",
+             name, experiment["matrices"]["family"], M.gamma, M.sigma_min, M.sigma_max, M.E1.shape[1],
+             *M.rate_bounds)
+    io.write_netcdf(matrices_dataset(M), output, "matrices", io.provenance(name, experiment, root_seed))
+
+
+# ---------------------------------------------------------------- stage 2: initial tokens
+def stage_initial_tokens(name, experiment, root_seed, matrices_path, output):
+    M = load_matrices(matrices_path)
+    params = dict(experiment["initial_measure"])
+    measure = params.pop("name")
+    rng = generator(root_seed, name, "initial_tokens")
+    X0 = measures.sample_initial_tokens(measure, rng, experiment["replicas"], experiment["tokens"],
+                                        experiment["dim"], **params)
+    moment = measures.assumption_2_moment(X0, M.E1, p=0.5)
+    ds = xr.Dataset(
+        {
+            "tokens": (("replica", "token", "dim"), X0, io.attrs("initial token positions x_i(0) on the sphere")),
+            "assumption_2_moment": (("replica",), moment,
+                                    io.attrs("empirical moment mean_i |P1 x_i|^(-1/2) (Assumption 2)")),
+        },
+        coords={"replica": np.arange(X0.shape[0])},
+    )
+    if M.E1.shape[1] == 1:
+        ds["projection_masses"] = (("replica", "atom"), projection.two_atom_masses(X0, M.E1[:, 0]),
+                                   io.attrs("masses of Pi_# rho0 at +u and -u"))
+        ds = ds.assign_coords(atom=["+u", "-u"])
+    log.info("%s: %d replicas x %d tokens from %s; Assumption 2 moment (p=1/2) %s", name, X0.shape[0],
+             X0.shape[1], measure, np.array2string(moment, precision=3))
+    io.write_netcdf(ds, output, "initial_tokens", io.provenance(name, experiment, root_seed))
+
+
+# ---------------------------------------------------------------- stages 3–4: simulations
+def _progress_logger(label: str, grid: integrate.TimeGrid, n_tokens: int, n_replicas: int):
+    start = _time.perf_counter()
+    every = max(1, grid.snapshots // 20)
+
+    def progress(t: float, step: int):
+        k = step // grid.steps_per_snapshot
+        if k % every == 0 or k == grid.snapshots:
+            elapsed = _time.perf_counter() - start
+            log.info("%s: t = %.3f / %.3f (step %d / %d, %d tokens x %d replicas), %.1f s elapsed",
+                     label, t, grid.horizon, step, grid.total_steps, n_tokens, n_replicas, elapsed)
+
+    return progress
+
+
+def _positions_dataset(positions, grid, description):
+    return xr.Dataset(
+        {"positions": (("time", "replica", "token", "dim"), positions, io.attrs(description))},
+        coords={"time": ("time", grid.times, io.attrs("time t (depth of the infinite-depth transformer)", "1")),
+                "replica": np.arange(positions.shape[1])},
+    )
+
+
+def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, tokens_path, output):
+    M = load_matrices(matrices_path)
+    X0 = io.read_netcdf(tokens_path, "initial_tokens")["tokens"].values
+    grid = time_grid(experiment)
+    beta = float(beta)
+    method = experiment["integrator"]
+    field = lambda X: dynamics.attention_field(X, M.B, M.V, beta)  # noqa: E731
+    log.info("%s: finite temperature beta = %g, %s, step %.4g, %d steps", name, beta, method, grid.step,
+             grid.total_steps)
+    positions = integrate.simulate(field, X0, grid, method,
+                                   _progress_logger(f"{name} beta={beta:g}", grid, X0.shape[1], X0.shape[0]))
+    ess = np.stack([dynamics.effective_sample_size(X, M.B, beta) for X in positions])  # (time, replica, token)
+    ds = _positions_dataset(positions, grid, "token positions at finite temperature")
+    ds["ess_median"] = (("time", "replica"), np.median(ess, axis=-1),
+                        io.attrs("median over tokens of the effective sample size 1/sum_j w_ij^2"))
+    ds["ess_p05"] = (("time", "replica"), np.percentile(ess, 5, axis=-1),
+                     io.attrs("5th percentile over tokens of the effective sample size"))
+    ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
+    ds.attrs.update(integrator=method, step=grid.step)
+    low = float(np.min(np.median(ds["ess_median"].values, axis=1)))
+    if low < experiment["ess_threshold"]:
+        log.warning("%s: beta = %g, N = %d: median effective sample size falls to %.1f < %g; the particle "
+                    "system does not stand for the mean field there (N must grow like beta^((d-1)/2))",
+                    name, beta, X0.shape[1], low, experiment["ess_threshold"])
+    io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
+
+
+def stage_zero_temperature(name, experiment, root_seed, matrices_path, tokens_path, output):
+    M = load_matrices(matrices_path)
+    X0 = io.read_netcdf(tokens_path, "initial_tokens")["tokens"].values
+    grid = time_grid(experiment)
+    method = experiment["integrator"]
+    field = lambda X: dynamics.zero_temperature_field(X, M.A, M.B)  # noqa: E731
+    positions = integrate.simulate(field, X0, grid, method,
+                                   _progress_logger(f"{name} zero temperature", grid, X0.shape[1], X0.shape[0]))
+    reference = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
+    error = np.max(np.abs(positions - reference), axis=(1, 2, 3))
+    ds = _positions_dataset(positions, grid, "token positions at zero temperature (Eq. 3, integrated)")
+    ds["positions_exact"] = (("time", "replica", "token", "dim"), reference,
+                             io.attrs("exact time-changed solution e^{s(t)A}x0/|e^{s(t)A}x0|"))
+    ds["max_error_vs_exact"] = (("time",), error, io.attrs("max |x_integrated - x_exact| over all tokens"))
+    ds.attrs.update(integrator=method, step=grid.step)
+    log.info("%s: zero temperature: max deviation from the exact solution %.3e (at t = %g)", name,
+             error.max(), grid.horizon)
+    io.write_netcdf(ds, output, "zero_temperature", io.provenance(name, experiment, root_seed))
+
+
+# ---------------------------------------------------------------- stage 5: distances
+def _eigenspace_distances(X, M, prefix=""):
+    return {
+        f"dist_leading_A{prefix}": projection.distance_to_eigenspace(X, M.E1),
+        f"dist_leading_V{prefix}": projection.distance_to_eigenspace(X, M.E1_V_real),
+        f"dist_leading_V_modulus{prefix}": projection.distance_to_eigenspace(X, M.E1_V_modulus),
+    }
+
+
+_DIST_ATTRS = {
+    "w2_projection": io.attrs("W2(rho^beta_t, Pi_# rho0), chordal cost"),
+    "w2_zero_temperature": io.attrs("W2(rho^beta_t, rho^inf_t), chordal cost, exact (POT)"),
+    "coupling_zero_temperature": io.attrs(
+        "sqrt(mean_i |x_i^beta(t) - x_i^inf(t)|^2), synchronous-coupling upper bound on w2_zero_temperature"),
+    "w2_zero_to_projection": io.attrs("W2(rho^inf_t, Pi_# rho0), chordal cost"),
+    "dist_leading_A": io.attrs("distance to measures on E1(A) ∩ S: sqrt(mean(2 - 2|P1 x|))"),
+    "dist_leading_V": io.attrs("distance to measures on V's leading eigenspace (largest real part) ∩ S"),
+    "dist_leading_V_modulus": io.attrs("distance to measures on V's leading eigenspace (largest modulus) ∩ S"),
+}
+
+
+def stage_distances_beta(name, experiment, root_seed, matrices_path, tokens_path, finite_path, zero_path, output):
+    """Distances for one β: (replica, time) arrays."""
+    M = load_matrices(matrices_path)
+    X0 = io.read_netcdf(tokens_path, "initial_tokens")["tokens"].values
+    fin = io.read_netcdf(finite_path, "finite_temperature")
+    Y = fin["positions"].values
+    Z = io.read_netcdf(zero_path, "zero_temperature")["positions"].values
+    nt, nr = Y.shape[:2]
+    out = {k: np.empty((nr, nt)) for k in ("w2_projection", "w2_zero_temperature", "coupling_zero_temperature")}
+    start = _time.perf_counter()
+    for r in range(nr):
+        for k in range(nt):
+            out["w2_projection"][r, k] = transport.w2_to_projection(Y[k, r], X0[r], M.E1)
+            out["w2_zero_temperature"][r, k] = transport.w2(Y[k, r], Z[k, r])
+            out["coupling_zero_temperature"][r, k] = transport.synchronous_coupling(Y[k, r], Z[k, r])
+        log.info("%s beta=%g: distances for replica %d / %d done, %.1f s elapsed", name, float(fin.beta),
+                 r + 1, nr, _time.perf_counter() - start)
+    for key, val in _eigenspace_distances(np.swapaxes(Y, 0, 1), M).items():
+        out[key] = val
+    ds = xr.Dataset({k: (("replica", "time"), v, _DIST_ATTRS[k]) for k, v in out.items()},
+                    coords={"time": fin["time"], "replica": fin["replica"], "beta": fin["beta"]})
+    ds["ess_median"] = (("replica", "time"), fin["ess_median"].values.T, fin["ess_median"].attrs)
+    ds["ess_p05"] = (("replica", "time"), fin["ess_p05"].values.T, fin["ess_p05"].attrs)
+    io.write_netcdf(ds, output, "distances_beta", io.provenance(name, experiment, root_seed, beta=float(fin.beta)))
+
+
+def stage_collect_distances(name, experiment, root_seed, matrices_path, tokens_path, zero_path, parts, output):
+    """Stack the per-β distances along ``beta`` and add the zero-temperature curves."""
+    M = load_matrices(matrices_path)
+    X0 = io.read_netcdf(tokens_path, "initial_tokens")["tokens"].values
+    zero = io.read_netcdf(zero_path, "zero_temperature")
+    Z = zero["positions"].values
+    ds = xr.concat([io.read_netcdf(p, "distances_beta") for p in parts], dim="beta").sortby("beta")
+    ds = ds.drop_attrs()
+    nt, nr = Z.shape[:2]
+    w0 = np.array([[transport.w2_to_projection(Z[k, r], X0[r], M.E1) for k in range(nt)] for r in range(nr)])
+    ds["w2_zero_to_projection"] = (("replica", "time"), w0, _DIST_ATTRS["w2_zero_to_projection"])
+    for key, val in _eigenspace_distances(np.swapaxes(Z, 0, 1), M, "_zero_temperature").items():
+        ds[key] = (("replica", "time"), val, io.attrs(_DIST_ATTRS[key.replace("_zero_temperature", "")]
+                                                        ["long_name"] + ", zero temperature"))
+    for key in list(_DIST_ATTRS):
+        if key in ds:
+            ds[key].attrs = _DIST_ATTRS[key]
+    ds["beta"].attrs = io.attrs("inverse temperature beta")
+    ds["time"].attrs = io.attrs("time t", "1")
+    for v in ds.data_vars:
+        ds[v] = ds[v].astype("float64")
+    log.info("%s: distances collected for beta = %s", name, ds.beta.values.tolist())
+    io.write_netcdf(ds, output, "distances", io.provenance(name, experiment, root_seed))
+
+
+# ---------------------------------------------------------------- stage 6: fit
+def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output):
+    M = load_matrices(matrices_path)
+    ds = io.read_netcdf(distances_path, "distances")
+    t = ds.time.values
+    beta = ds.beta.values
+    cfg = experiment["fit"]
+    rate = fitting.fit_decay_rate(t, ds["w2_zero_to_projection"].values, max_residual=cfg["max_residual"],
+                                  min_points=cfg["min_points"])
+    growth = fitting.fit_growth_rate(t, beta, ds["w2_zero_temperature"].values, saturation=cfg["saturation"],
+                                     max_residual=cfg["max_residual"], min_points=cfg["min_points"])
+    depart = fitting.departure_time(t, ds["w2_projection"].values, factor=cfg["departure_factor"])
+    mean_depart = np.nanmean(depart, axis=1) if np.any(np.isfinite(depart)) else np.full(beta.size, np.nan)
+    ok = np.isfinite(mean_depart)
+    if ok.sum() >= 2:
+        slope, intercept = fitting.line_fit(np.log(beta[ok]), mean_depart[ok])
+    else:
+        slope = intercept = np.nan
+    lo, hi = M.rate_bounds
+    out = xr.Dataset(
+        {
+            "c": (("replica",), rate.slope, io.attrs("zero-temperature decay rate c of W2(rho^inf_t, Pi_# rho0)", "1/time")),
+            "c_mean": ((), rate.mean, io.attrs("c, mean over replicas", "1/time")),
+            "c_sem": ((), rate.sem, io.attrs("c, standard error over replicas", "1/time")),
+            "log_b": (("replica",), rate.intercept, io.attrs("intercept log b of log W2 = log b - c t")),
+            "c_window": (("bound",), np.array(rate.window), io.attrs("time window of the c fit", "1")),
+            "rate_lower": ((), lo, io.attrs("gamma / sigma_max(B)", "1/time")),
+            "rate_upper": ((), hi, io.attrs("gamma / sigma_min(B)", "1/time")),
+            "C1": (("replica",), growth.C1, io.attrs("growth rate C1 of W2(rho^beta_t, rho^inf_t)/sqrt(log(beta+1)/beta), shared over beta", "1/time")),
+            "C1_mean": ((), growth.mean, io.attrs("C1, mean over replicas", "1/time")),
+            "C1_sem": ((), growth.sem, io.attrs("C1, standard error over replicas", "1/time")),
+            "C1_per_beta": (("beta", "replica"), growth.C1_per_beta, io.attrs("growth rate fitted for each beta alone", "1/time")),
+            "log_a": (("beta", "replica"), growth.log_a, io.attrs("intercept log a per beta of the C1 fit")),
+            "C1_window": (("beta", "bound"), growth.windows, io.attrs("time window of the C1 fit per beta", "1")),
+            "departure_time": (("beta", "replica"), depart,
+                               io.attrs("first time after the minimum at which W2(rho^beta_t, Pi_# rho0) exceeds "
+                                        f"{cfg['departure_factor']:g} x its minimum", "1")),
+            "metastable_slope": ((), slope, io.attrs("slope of the mean departure time against log beta", "1")),
+            "metastable_intercept": ((), intercept, io.attrs("intercept of the mean departure time against log beta", "1")),
+        },
+        coords={"beta": beta, "replica": ds.replica.values, "bound": ["start", "stop"]},
+    )
+    log.info("%s: c = %.4f ± %.4f on t in [%g, %g]; bounds [gamma/sigma_max, gamma/sigma_min] = [%.4f, %.4f]",
+             name, rate.mean, rate.sem, *rate.window, lo, hi)
+    log.info("%s: C1 = %.4f ± %.4f; departure-time slope against log beta = %.4g", name, growth.mean, growth.sem,
+             slope)
+    io.write_netcdf(out, output, "fit", io.provenance(name, experiment, root_seed))
+
+
+# ---------------------------------------------------------------- logging for scripts
+class logged:
+    """Context manager: send the package's log to ``path`` (and stderr); log any exception before it propagates."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+        self.handlers = [logging.FileHandler(self.path, mode="w"), logging.StreamHandler()]
+        for h in self.handlers:
+            h.setFormatter(fmt)
+            log.addHandler(h)
+        log.setLevel(logging.INFO)
+        return log
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None:
+            log.error("stage failed: %s: %s", exc_type.__name__, exc, exc_info=(exc_type, exc, tb))
+        for h in self.handlers:
+            log.removeHandler(h)
+            h.close()
+        return False

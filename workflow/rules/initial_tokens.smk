@@ -1,0 +1,16 @@
+# Step 2 (SPEC §2.2): N tokens x R replicas from the initial measure, seeded.
+
+
+rule initial_tokens:
+    input:
+        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
+    output:
+        f"{RESULTS}/{{experiment}}/initial_tokens.nc",
+    params:
+        stage=stage_params,
+    log:
+        f"{RESULTS}/{{experiment}}/logs/initial_tokens.log",
+    benchmark:
+        f"{RESULTS}/{{experiment}}/benchmarks/initial_tokens.tsv"
+    script:
+        "../scripts/initial_tokens.py"

@@ -1,0 +1,34 @@
+# Steps 3-4 (SPEC §2.3-2.4): finite temperature per beta, zero temperature once.
+
+
+rule finite_temperature:
+    input:
+        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
+        tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
+    output:
+        f"{RESULTS}/{{experiment}}/finite_temperature/beta{{beta}}.nc",
+    params:
+        stage=stage_params,
+        beta=lambda w: BETAS[w.experiment][w.beta],
+    log:
+        f"{RESULTS}/{{experiment}}/logs/finite_temperature_beta{{beta}}.log",
+    benchmark:
+        f"{RESULTS}/{{experiment}}/benchmarks/finite_temperature_beta{{beta}}.tsv"
+    script:
+        "../scripts/finite_temperature.py"
+
+
+rule zero_temperature:
+    input:
+        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
+        tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
+    output:
+        f"{RESULTS}/{{experiment}}/zero_temperature.nc",
+    params:
+        stage=stage_params,
+    log:
+        f"{RESULTS}/{{experiment}}/logs/zero_temperature.log",
+    benchmark:
+        f"{RESULTS}/{{experiment}}/benchmarks/zero_temperature.tsv"
+    script:
+        "../scripts/zero_temperature.py"

@@ -1,0 +1,9 @@
+"""Snakemake adapter: rule finite_temperature -> lowtemp.pipeline.stage_finite_temperature."""
+from lowtemp import pipeline
+
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+p = sm.params.stage
+with pipeline.logged(sm.log[0]):
+    pipeline.stage_finite_temperature(p["name"], p["experiment"], p["root_seed"], beta=sm.params.beta,
+                                      matrices_path=sm.input.matrices, tokens_path=sm.input.tokens,
+                                      output=sm.output[0])
