@@ -1,7 +1,11 @@
 # Low-temperature mean-field transformer dynamics: the whole pipeline (SPEC §2).
 # This file only includes the rule files and names the final targets.
 
-configfile: "config/config.yaml"
+# The default experiments, unless a config with experiments was given
+# (`--configfile other.yaml` replaces them instead of being merged into them).
+if "experiments" not in config:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

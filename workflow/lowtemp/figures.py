@@ -41,8 +41,9 @@ def _beta_label(dist, beta, threshold):
 
 
 def _bound_constants(fit):
-    a = float(np.exp(np.nanmean(fit["log_a"].values)))
-    b = float(np.exp(np.mean(fit["log_b"].values)))
+    """a, C1, b, c of the drawn bound: fitted rates, the largest fitted prefactors (an envelope over β and replicas)."""
+    a = float(np.exp(np.nanmax(np.nanmean(fit["log_a"].values, axis=1))))
+    b = float(np.exp(np.max(fit["log_b"].values)))
     return a, float(fit["C1_mean"]), b, float(fit["c_mean"])
 
 

@@ -53,6 +53,8 @@ def log_linear_window(t: np.ndarray, logy: np.ndarray, *, sign: int,
     for start in range(n):
         if not ok[start]:
             continue
+        if not ok[start:start + min_points].all():
+            continue
         for stop in range(start + min_points, n + 1):
             if not ok[stop - 1]:
                 break

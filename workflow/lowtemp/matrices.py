@@ -8,13 +8,17 @@ A = VBᵀ symmetric, and a spectral gap γ = μ1 − μ2 > 0. A violation raises
 Families (``generate_matrices``):
 
 * ``spectral``: A = U diag(μ) Uᵀ with a random orthogonal frame U and the
-  prescribed spectrum μ; B = W diag(σ) Zᵀ with random frames and singular
-  values log-spaced between σmin and σmax (prescribed conditioning);
-  V = A B^{-T}; Q a random orthogonal matrix and K = Q B, so QᵀK = B.
+  prescribed spectrum μ; B with singular values log-spaced between σmin and
+  σmax (prescribed conditioning), either symmetric positive definite,
+  B = W diag(σ) Wᵀ (``B_frames="symmetric"``, the default: xᵀBx > 0, a token
+  attends most to tokens near itself), or B = W diag(σ) Zᵀ with independent
+  random frames (``B_frames="independent"``); V = A B^{-T}; Q a random
+  orthogonal matrix and K = Q B, so QᵀK = B.
 * ``end_phase``: A = U diag(μ) Uᵀ and a symmetric V = W diag(ν) Wᵀ whose
-  leading eigenvector is orthogonal to E1(A) (the other columns of W are
-  random), B = A V^{-1} so that VBᵀ = A. The finite-temperature end phase
-  (Conjecture 1) then moves tokens away from E1(A).
+  leading eigenvector makes the angle ``angle_V`` (degrees, default 90:
+  orthogonal) with E1(A) (the other columns of W are random), B = A V^{-1}
+  so that VBᵀ = A. The finite-temperature end phase (Conjecture 1) then moves
+  tokens away from E1(A).
 * ``explicit``: K, Q, V given as nested lists.
 """
 
@@ -170,8 +174,10 @@ def _log_spaced(lo: float, hi: float, d: int) -> np.ndarray:
 
 
 def spectral_family(d: int, rng: np.random.Generator, *, eigenvalues, sigma_min: float,
-                    sigma_max: float):
+                    sigma_max: float, B_frames: str = "symmetric"):
     """K, Q, V with A = VBᵀ of spectrum ``eigenvalues`` and σ(B) in [sigma_min, sigma_max]."""
+    if B_frames not in ("symmetric", "independent"):
+        raise ValueError(f"B_frames must be 'symmetric' or 'independent', got {B_frames!r}")
     mu = np.asarray(eigenvalues, dtype=float)
     if mu.shape != (d,):
         raise ValueError(f"eigenvalues must have length d = {d}, got {mu.size}")
@@ -179,15 +185,20 @@ def spectral_family(d: int, rng: np.random.Generator, *, eigenvalues, sigma_min:
         raise ValueError(f"need 0 < sigma_min <= sigma_max, got {sigma_min}, {sigma_max}")
     U = random_orthogonal(d, rng)
     A = U @ np.diag(mu) @ U.T
-    B = random_orthogonal(d, rng) @ np.diag(_log_spaced(sigma_min, sigma_max, d)) @ random_orthogonal(d, rng).T
+    W = random_orthogonal(d, rng)
+    Z = W if B_frames == "symmetric" else random_orthogonal(d, rng)
+    B = W @ np.diag(_log_spaced(sigma_min, sigma_max, d)) @ Z.T
     V = A @ np.linalg.inv(B.T)
     Q = random_orthogonal(d, rng)
     K = Q @ B
     return K, Q, V
 
 
-def end_phase_family(d: int, rng: np.random.Generator, *, eigenvalues, eigenvalues_V):
-    """K, Q, V with V symmetric and V's leading eigenvector orthogonal to E1(A)."""
+def end_phase_family(d: int, rng: np.random.Generator, *, eigenvalues, eigenvalues_V,
+                     angle_V: float = 90.0):
+    """K, Q, V with V symmetric and V's leading eigenvector at ``angle_V`` degrees to E1(A)."""
+    if not 0.0 <= angle_V <= 90.0:
+        raise ValueError(f"angle_V must be in [0, 90] degrees, got {angle_V}")
     mu = np.asarray(eigenvalues, dtype=float)
     nu = np.asarray(eigenvalues_V, dtype=float)
     if mu.shape != (d,) or nu.shape != (d,):
@@ -198,10 +209,12 @@ def end_phase_family(d: int, rng: np.random.Generator, *, eigenvalues, eigenvalu
     nu = np.sort(nu)[::-1]
     U = random_orthogonal(d, rng)
     A = U @ np.diag(mu) @ U.T
-    # V's frame: its first column is a random unit vector orthogonal to u1 = U[:, 0],
-    # the remaining columns complete it to a random orthonormal frame.
+    # V's frame: its first column is cos θ u1 + sin θ w, w a random unit vector
+    # orthogonal to u1 = U[:, 0]; the remaining columns complete a random frame.
     g = rng.standard_normal((d, d))
-    g[:, 0] -= U[:, 0] * (U[:, 0] @ g[:, 0])
+    w = g[:, 0] - U[:, 0] * (U[:, 0] @ g[:, 0])
+    theta = np.deg2rad(angle_V)
+    g[:, 0] = np.cos(theta) * U[:, 0] + np.sin(theta) * w / np.linalg.norm(w)
     W, r = np.linalg.qr(g)
     W = W * np.sign(np.diag(r))
     V = W @ np.diag(nu) @ W.T

@@ -77,6 +77,13 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
         raise ConfigError(f"{where}.initial_measure.means: every mean must have length dim = {d}")
     if "means" in mu and len(mu["means"]) != len(mu.get("kappas", [])):
         raise ConfigError(f"{where}.initial_measure.means and kappas must have the same length")
+    if "weights" in mu:
+        weights = np.asarray(mu["weights"], dtype=float)
+        if weights.size != len(mu.get("kappas", [])):
+            raise ConfigError(f"{where}.initial_measure.weights must have one entry per kappa "
+                              f"({len(mu.get('kappas', []))}), got {weights.size}")
+        if not np.isclose(weights.sum(), 1.0):
+            raise ConfigError(f"{where}.initial_measure.weights must sum to 1, got {weights.sum():.6g}")
     try:
         return build_matrices(name, experiment, root_seed)
     except matrices.AssumptionViolation as exc:

@@ -1,0 +1,171 @@
+"""Config validation: the JSON schema (defaults, named errors), the pipeline's own checks,
+and the Snakemake CLI refusing a bad config before any job runs (SPEC §2)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from lowtemp import matrices, pipeline
+from conftest import ROOT, SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
+
+
+def _set(path, value):
+    def mutate(cfg):
+        node = cfg
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return mutate
+
+
+def _delete(path):
+    def mutate(cfg):
+        node = cfg
+        for key in path[:-1]:
+            node = node[key]
+        del node[path[-1]]
+    return mutate
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (_set(["bogus_top_level"], 1), ["bogus_top_level"]),
+    (_set(["experiments", "tiny", "tokenz"], 64), ["tokenz"]),
+    (_set(["experiments", "tiny", "tokens"], "many"), ["tokens", "'many'", "integer"]),
+    (_set(["experiments", "tiny", "tokens"], 64.5), ["tokens", "64.5"]),
+    (_set(["experiments", "tiny", "betas"], [5, -1]), ["betas", "-1"]),
+    (_set(["experiments", "tiny", "betas"], [0]), ["betas"]),
+    (_set(["experiments", "tiny", "dim"], 0), ["dim", "0"]),
+    (_set(["experiments", "tiny", "matrices", "family"], "hilbert"), ["family", "'hilbert'"]),
+    (_set(["experiments", "tiny", "matrices", "sigma_mn"], 0.8), ["sigma_mn"]),
+    (_delete(["experiments", "tiny", "time", "horizon"]), ["'horizon' is a required property"]),
+    (_set(["experiments", "tiny", "time", "dt"], -0.1), ["dt", "-0.1"]),
+    (_set(["experiments", "tiny", "integrator"], "leapfrog"), ["integrator", "'leapfrog'"]),
+    (_set(["experiments", "tiny", "initial_measure"], {"name": "vmf_mixture"}), ["'kappas' is a required"]),
+    (_set(["root_seed"], -3), ["root_seed", "-3"]),
+], ids=["top-level-key", "experiment-key", "tokens-type", "tokens-float", "negative-beta", "zero-beta",
+        "zero-dim", "unknown-family", "matrices-key", "missing-horizon", "negative-dt", "integrator",
+        "vmf-needs-kappas", "negative-seed"])
+def test_schema_violation_names_the_key(test_config, mutate, expected):
+    mutate(test_config)
+    with pytest.raises(WorkflowError) as info:
+        validate(test_config, str(SCHEMA))
+    message = str(info.value)
+    for fragment in expected:
+        assert fragment in message, (fragment, message[:500])
+
+
+def test_schema_fills_defaults(test_config):
+    exp = test_config["experiments"]["tiny"]
+    exp["time"] = {"horizon": 5.0}
+    for key in ("integrator", "ess_threshold", "fit", "figures", "initial_measure"):
+        exp.pop(key, None)
+    test_config.pop("root_seed")
+    validated(test_config)
+    assert test_config["root_seed"] == 20260530
+    assert exp["integrator"] == "rk4"
+    assert exp["time"] == {"horizon": 5.0, "dt": 0.05, "snapshots": 80}
+    assert exp["ess_threshold"] == 30
+    assert exp["fit"] == {"max_residual": 0.05, "min_points": 5, "saturation": 0.5, "departure_factor": 2.0}
+    assert exp["initial_measure"] == {"name": "uniform"}
+    assert exp["figures"] == {}
+    # the package's own defaults agree with the schema's
+    from lowtemp import fitting
+    assert exp["fit"]["max_residual"] == fitting.DEFAULT_MAX_RESIDUAL
+    assert exp["fit"]["min_points"] == fitting.DEFAULT_MIN_POINTS
+
+
+def test_test_config_is_valid_and_consistent(test_config):
+    validated(test_config)
+    for name, exp in test_config["experiments"].items():
+        M = pipeline.validate_experiment(name, exp, test_config["root_seed"])
+        assert isinstance(M, matrices.AttentionMatrices)
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (_set(["betas"], [5, 50, 5.0]), r"experiments\.tiny\.betas has duplicate"),
+    (_set(["time"], {"horizon": 1.0, "dt": 2.0, "snapshots": 4}), r"experiments\.tiny\.time\.dt"),
+    (_set(["matrices", "eigenvalues"], [1.5, 0.5]), r"experiments\.tiny\.matrices\.eigenvalues must have length"),
+    (_set(["figures"], {"snapshot_times": [0.0, 7.0]}), r"experiments\.tiny\.figures\.snapshot_times"),
+    (_set(["initial_measure"], {"name": "projected_gaussian", "mean": [1, 0], "scale": 1.0}),
+     r"experiments\.tiny\.initial_measure\.mean"),
+    (_set(["initial_measure"], {"name": "vmf_mixture", "kappas": [1.0, 2.0], "means": [[1, 0, 0]]}),
+     r"experiments\.tiny\.initial_measure\.means"),
+    (_set(["matrices"], {"family": "explicit", "K": [[1, 0], [0, 1]], "Q": [[1, 0], [0, 1]],
+                         "V": [[2, 0], [0, 1]]}), r"experiments\.tiny\.matrices\.K must be a 3x3"),
+    (_set(["matrices"], {"family": "spectral", "eigenvalues": [1, 0.5, 0.2], "sigma_min": 2.0,
+                         "sigma_max": 1.0}), r"experiments\.tiny\.matrices: need 0 < sigma_min"),
+])
+def test_validate_experiment_raises_config_error(test_config, mutate, match):
+    exp = test_config["experiments"]["tiny"]
+    mutate(exp)
+    validated(test_config)  # the schema accepts it; only the pipeline's checks can catch it
+    with pytest.raises(pipeline.ConfigError, match=match):
+        pipeline.validate_experiment("tiny", exp, test_config["root_seed"])
+
+
+@pytest.mark.parametrize("weights", [[0.5, 0.3, 0.2], [0.9, 0.9]], ids=["wrong-length", "not-summing-to-1"])
+def test_validate_experiment_rejects_bad_vmf_weights(test_config, weights):
+    """Mixture weights that the sampler will refuse must be caught at config time, naming the key,
+    not only when the initial_tokens job runs."""
+    exp = test_config["experiments"]["tiny"]
+    exp["initial_measure"] = {"name": "vmf_mixture", "kappas": [1.0, 2.0], "weights": weights}
+    validated(test_config)
+    with pytest.raises(pipeline.ConfigError, match=r"experiments\.tiny\.initial_measure\.weights"):
+        pipeline.validate_experiment("tiny", exp, test_config["root_seed"])
+
+
+def test_validate_experiment_reports_assumption_violation_with_location(test_config):
+    exp = test_config["experiments"]["tiny"]
+    exp["matrices"] = {"family": "explicit", "K": [[1, 0, 0], [0, 1, 0], [0, 0, 0]],
+                       "Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]], "V": [[2, 0, 0], [0, 1, 0], [0, 0, 1]]}
+    validated(test_config)
+    with pytest.raises(matrices.AssumptionViolation, match=r"experiments\.tiny\.matrices: .*singular"):
+        pipeline.validate_experiment("tiny", exp, test_config["root_seed"])
+
+
+# ------------------------------------------------------------------ through the Snakemake CLI
+@pytest.mark.parametrize("mutate, expected", [
+    (_set(["experiments", "tiny", "tokenz"], 64), "tokenz"),
+    (_set(["experiments", "tiny", "betas"], [5, 5]), "experiments.tiny.betas"),
+    (_set(["experiments", "tiny", "matrices"], {"family": "explicit", "K": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+                                                 "Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+                                                 "V": [[2, 0, 0], [0, 2, 0], [0, 0, 2]]}), "no spectral gap"),
+], ids=["schema", "pipeline-check", "assumption-1"])
+def test_snakemake_refuses_bad_config_before_running(tmp_path, test_config, mutate, expected):
+    mutate(test_config)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(test_config))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(work),
+                           "--configfile", str(bad), "--cores", "1", "-n"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert expected in proc.stdout + proc.stderr
+    assert not (work / "results").exists()
+
+
+def test_configfile_option_runs_only_the_given_experiments(tmp_path):
+    """`snakemake --configfile config/test.yaml` from a directory holding the default
+    config/config.yaml must plan the test config's experiments only. (Snakemake merges the
+    Snakefile's `configfile:` with --configfile, so the default experiments would be added.)"""
+    default = ROOT / "config" / "config.yaml"
+    if not default.is_file():
+        pytest.skip("config/config.yaml is absent: nothing can be merged")
+    (tmp_path / "config").mkdir()
+    shutil.copy(default, tmp_path / "config" / "config.yaml")
+    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
+                           "--configfile", str(TEST_CONFIG), "--cores", "1", "-n"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    planned = set(re.findall(r"results/([A-Za-z0-9_-]+)/matrices\.nc", proc.stdout + proc.stderr))
+    with open(TEST_CONFIG) as fh:
+        wanted = set(yaml.safe_load(fh)["experiments"])
+    assert planned == wanted

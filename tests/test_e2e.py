@@ -1,0 +1,240 @@
+"""End to end: the tiny config through Snakemake, then the output contract (SPEC §4, §5).
+
+The workflow runs once per module (about 40 s on 2 cores) in a temporary working
+directory (``--directory``), so nothing is written into the repository. The
+Snakefile's ``configfile: "config/config.yaml"`` is relative to that directory;
+Snakemake skips a missing directive config file when ``--configfile`` is given,
+so no copy of the config is needed there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+import xarray as xr
+import yaml
+from scipy.optimize import linear_sum_assignment
+
+from lowtemp import dynamics, exact, integrate, io, matrices, measures, projection, seeding
+from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
+
+pytestmark = pytest.mark.e2e
+
+FIGURES = ["w2_projection", "collapse", "end_phase", "time_scale", "snapshots"]
+
+
+def _run_workflow(workdir: Path) -> subprocess.CompletedProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
+                           "--configfile", str(TEST_CONFIG), "--cores", "2"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    with open(TEST_CONFIG) as fh:
+        return validated(yaml.safe_load(fh))
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("e2e")
+    _run_workflow(work)
+    return work / "results"
+
+
+def _open(path: Path) -> xr.Dataset:
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        return ds.load()
+
+
+def _beta_label(beta) -> str:
+    return f"{float(beta):g}"
+
+
+# ------------------------------------------------------------------ file contract
+def test_distances_contract(results, config):
+    for name, exp in config["experiments"].items():
+        ds = _open(results / name / "distances.nc")
+        nb, nr, nt = len(exp["betas"]), exp["replicas"], exp["time"]["snapshots"] + 1
+        np.testing.assert_allclose(ds["beta"].values, sorted(float(b) for b in exp["betas"]))
+        np.testing.assert_allclose(ds["time"].values, np.linspace(0, exp["time"]["horizon"], nt))
+        assert ds.sizes["replica"] == nr
+        for var in ("w2_projection", "w2_zero_temperature", "dist_leading_A", "dist_leading_V"):
+            assert ds[var].dims == ("beta", "replica", "time"), var
+            assert ds[var].shape == (nb, nr, nt)
+        assert ds["w2_zero_to_projection"].dims == ("replica", "time")
+        for var in ("w2_projection", "w2_zero_temperature", "w2_zero_to_projection", "dist_leading_A",
+                    "dist_leading_V"):
+            assert ds[var].dtype == np.float64, var
+            assert np.all(np.isfinite(ds[var].values)), var
+            assert np.all(ds[var].values >= 0) and np.all(ds[var].values <= 2.0 + 1e-12), var
+        # at t = 0 every cloud is the initial cloud: finite and zero temperature coincide
+        np.testing.assert_allclose(ds["w2_zero_temperature"].isel(time=0).values, 0.0, atol=1e-7)
+        np.testing.assert_allclose(ds["w2_projection"].isel(time=0).values,
+                                   np.broadcast_to(ds["w2_zero_to_projection"].isel(time=0).values, (nb, nr)),
+                                   rtol=1e-10)
+        # W2 is bounded by the synchronous coupling stored beside it (up to the ~1e-8 rounding
+        # floor of the square root of a cost computed as |x|² + |y|² − 2⟨x, y⟩)
+        assert np.all(ds["w2_zero_temperature"].values <= ds["coupling_zero_temperature"].values + 1e-7)
+
+
+def _all_netcdf(results):
+    files = sorted(results.rglob("*.nc"))
+    assert files
+    return files
+
+
+def test_every_netcdf_has_schema_and_provenance(results, config):
+    for path in _all_netcdf(results):
+        ds = _open(path)
+        assert ds.attrs["lowtemp_schema"] == io.SCHEMA_VERSION, path
+        prov = json.loads(ds.attrs["provenance"])
+        experiment = path.relative_to(results).parts[0]
+        assert prov["experiment"] == experiment
+        assert prov["root_seed"] == config["root_seed"]
+        assert prov["config"]["dim"] == config["experiments"][experiment]["dim"]
+        io.read_netcdf(path)  # the package's own reader accepts it
+    assert not [p for p in results.rglob("*") if ".tmp-" in p.name]  # no leftovers of atomic writes
+
+
+def test_positions_layout(results, config):
+    for name, exp in config["experiments"].items():
+        files = sorted((results / name / "finite_temperature").glob("*.nc"))
+        assert [p.name for p in files] == sorted(f"beta{_beta_label(b)}.nc" for b in exp["betas"])
+        for path in files + [results / name / "zero_temperature.nc"]:
+            ds = _open(path)
+            pos = ds["positions"]
+            assert pos.dims[-3:] == ("replica", "token", "dim"), path
+            assert "time" in pos.dims and "time" in ds.coords
+            assert pos.shape[-3:] == (exp["replicas"], exp["tokens"], exp["dim"])
+            np.testing.assert_allclose(np.linalg.norm(pos.values, axis=-1), 1.0, atol=1e-12)
+
+
+def test_figures_exist_and_open(results, config):
+    for name, exp in config["experiments"].items():
+        expected = [f for f in FIGURES if f != "snapshots" or exp["dim"] == 3]
+        for fig in expected:
+            pdf = results / name / "figures" / f"{fig}.pdf"
+            png = results / name / "figures" / f"{fig}.png"
+            assert pdf.stat().st_size > 0 and pdf.read_bytes()[:5] == b"%PDF-", pdf
+            assert png.stat().st_size > 0, png
+            img = matplotlib.image.imread(png)
+            assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50
+
+
+def test_every_rule_has_a_log(results, config):
+    for name, exp in config["experiments"].items():
+        logs = results / name / "logs"
+        labels = [_beta_label(b) for b in exp["betas"]]
+        figs = [f for f in FIGURES if f != "snapshots" or exp["dim"] == 3]
+        expected = (["matrices", "initial_tokens", "zero_temperature", "distances", "fit"]
+                    + [f"finite_temperature_beta{b}" for b in labels] + [f"distances_beta{b}" for b in labels]
+                    + [f"figure_{f}" for f in figs])
+        for stem in expected:
+            assert (logs / f"{stem}.log").is_file(), stem
+        # the computing stages write their progress there (the figure rules may stay silent)
+        for stem in expected:
+            if not stem.startswith("figure_"):
+                assert "INFO" in (logs / f"{stem}.log").read_text(), stem
+
+
+# ------------------------------------------------------------------ numbers recomputed from stored inputs
+def _lsa_w2(X, Y):
+    C = np.sum((X[:, None, :] - Y[None, :, :]) ** 2, axis=-1)
+    r, c = linear_sum_assignment(C)
+    return np.sqrt(np.mean(C[r, c]))
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_circle"])
+def test_stored_inputs_are_reproducible_from_the_seed(results, config, name):
+    exp = config["experiments"][name]
+    seed = config["root_seed"]
+    mats = _open(results / name / "matrices.nc")
+    params = dict(exp["matrices"])
+    family = params.pop("family")
+    M = matrices.generate_matrices(family, exp["dim"], seeding.generator(seed, name, "matrices"), **params)
+    for key in ("K", "Q", "V"):
+        np.testing.assert_array_equal(mats[key].values, getattr(M, key))
+    np.testing.assert_allclose(mats["B"].values, mats["Q"].values.T @ mats["K"].values, atol=1e-14)
+    assert float(mats["gamma"]) == pytest.approx(M.gamma)
+    assert (float(mats["rate_lower"]), float(mats["rate_upper"])) == pytest.approx(M.rate_bounds)
+    tok = _open(results / name / "initial_tokens.nc")
+    im = dict(exp["initial_measure"])
+    X0 = measures.sample_initial_tokens(im.pop("name"), seeding.generator(seed, name, "initial_tokens"),
+                                        exp["replicas"], exp["tokens"], exp["dim"], **im)
+    np.testing.assert_array_equal(tok["tokens"].values, X0)
+    fit = _open(results / name / "fit.nc")
+    assert (float(fit["rate_lower"]), float(fit["rate_upper"])) == pytest.approx(M.rate_bounds)
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_circle"])
+def test_simulations_recomputed_from_stored_inputs(results, config, name):
+    exp = config["experiments"][name]
+    mats = _open(results / name / "matrices.nc")
+    M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
+    X0 = _open(results / name / "initial_tokens.nc")["tokens"].values
+    zero = _open(results / name / "zero_temperature.nc")
+    times = zero["time"].values
+    # zero temperature: against the exact time-changed solution, computed here
+    ref = exact.exact_zero_temperature(X0, M.A, M.B, times)
+    assert np.max(np.abs(zero["positions"].values - ref)) < 1e-5
+    # finite temperature: the stored run is the particle system at its β from the stored X0
+    grid = integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"], exp["time"]["dt"])
+    beta = float(exp["betas"][0])
+    fin = _open(results / name / "finite_temperature" / f"beta{_beta_label(beta)}.nc")
+    assert float(fin["beta"]) == beta
+    sim = integrate.simulate(lambda X: dynamics.attention_field(X, M.B, M.V, beta), X0, grid, exp["integrator"])
+    np.testing.assert_allclose(fin["positions"].values, sim, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_circle"])
+def test_distances_recomputed_from_stored_positions(results, config, name):
+    exp = config["experiments"][name]
+    mats = _open(results / name / "matrices.nc")
+    M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
+    X0 = _open(results / name / "initial_tokens.nc")["tokens"].values
+    Z = _open(results / name / "zero_temperature.nc")["positions"].values
+    ds = _open(results / name / "distances.nc")
+    r = 0
+    target = projection.projection_map(X0[r], M.E1)  # Π(x0_i), one atom per initial token
+    for k in range(0, Z.shape[0], 5):
+        assert ds["w2_zero_to_projection"].values[r, k] == pytest.approx(_lsa_w2(Z[k, r], target), rel=1e-8,
+                                                                          abs=1e-8)
+    for b in exp["betas"]:
+        Y = _open(results / name / "finite_temperature" / f"beta{_beta_label(b)}.nc")["positions"].values
+        row = ds.sel(beta=float(b))
+        for k in range(0, Y.shape[0], 5):
+            assert row["w2_projection"].values[r, k] == pytest.approx(_lsa_w2(Y[k, r], target), rel=1e-8, abs=1e-8)
+            assert row["w2_zero_temperature"].values[r, k] == pytest.approx(_lsa_w2(Y[k, r], Z[k, r]), rel=1e-8,
+                                                                            abs=1e-7)
+            for var, E in (("dist_leading_A", M.E1), ("dist_leading_V", M.E1_V_real)):
+                d = np.sqrt(np.mean([np.sum((x - E @ E.T @ x / np.linalg.norm(E @ E.T @ x)) ** 2) for x in Y[k, r]]))
+                assert row[var].values[r, k] == pytest.approx(d, rel=1e-8, abs=1e-7), var
+
+
+def test_zero_temperature_log_reports_progress_and_error(results):
+    text = (results / "tiny" / "logs" / "zero_temperature.log").read_text()
+    assert "t = 6.000 / 6.000" in text
+    assert "max deviation from the exact solution" in text
+
+
+# ------------------------------------------------------------------ determinism
+def test_second_run_in_another_directory_gives_identical_distances(results, tmp_path):
+    _run_workflow(tmp_path / "again")
+    for name in ("tiny", "tiny_circle"):
+        a = _open(results / name / "distances.nc")
+        b = _open(tmp_path / "again" / "results" / name / "distances.nc")
+        assert set(a.data_vars) == set(b.data_vars)
+        for var in a.data_vars:
+            np.testing.assert_array_equal(a[var].values, b[var].values, err_msg=var)
+        fa, fb = _open(results / name / "fit.nc"), _open(tmp_path / "again" / "results" / name / "fit.nc")
+        for var in fa.data_vars:
+            np.testing.assert_array_equal(fa[var].values, fb[var].values, err_msg=var)

@@ -1,0 +1,199 @@
+"""Fitting Theorem 1's constants on synthetic curves with known answers (SPEC §2.6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lowtemp import fitting
+
+HYP = settings(max_examples=25, deadline=None)
+
+
+@HYP
+@given(c=st.floats(0.2, 2.0), b=st.floats(0.05, 2.0), seed=st.integers(0, 2**32 - 1))
+def test_fit_decay_rate_recovers_rate_despite_transient_and_noise(c, b, seed):
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0.0, 10.0, 51)
+    # curved initial transient (decays like e^{-4t} on top of the exponential) and 0.5 % noise
+    w2 = b * np.exp(-c * t) * (1.0 + 2.0 * np.exp(-4.0 * t)) * np.exp(0.005 * rng.standard_normal((4, t.size)))
+    fit = fitting.fit_decay_rate(t, w2)
+    assert fit.slope.shape == (4,)
+    assert fit.mean == pytest.approx(c, rel=0.02, abs=0.005)
+    assert np.exp(fit.intercept) == pytest.approx(np.full(4, b), rel=0.05)
+    assert fit.window[0] >= 0.6  # the transient (log deviation > 0.05 before t ≈ 0.9) is excluded
+    assert 0 < fit.sem < 0.05
+    lo, hi = fit.window_index
+    assert (fit.window[0], fit.window[1]) == (t[lo], t[hi - 1])
+
+
+def test_fit_decay_rate_exact_curve_and_floor():
+    t = np.linspace(0, 20, 41)
+    w2 = np.exp(-1.3 * t)[None, :] * np.array([[1.0], [0.5]])
+    fit = fitting.fit_decay_rate(t, w2)
+    np.testing.assert_allclose(fit.slope, 1.3, rtol=1e-10)
+    assert fit.sem == pytest.approx(0.0, abs=1e-10)
+    # values below the floor (1e-7 by default) are not admissible
+    assert np.exp(-1.3 * fit.window[1]) > 1e-7
+    assert np.exp(-1.3 * t[fit.window_index[1]]) * 0.5 <= 1e-7 or fit.window_index[1] == t.size
+
+
+def test_fit_decay_rate_without_window_raises():
+    t = np.linspace(0, 5, 11)
+    with pytest.raises(ValueError, match="no log-linear decay window"):
+        fitting.fit_decay_rate(t, np.exp(+0.5 * t)[None, :])
+
+
+@HYP
+@given(C1=st.floats(0.2, 1.5), a=st.floats(0.01, 0.3), seed=st.integers(0, 2**32 - 1))
+def test_fit_growth_rate_recovers_c1_across_betas(C1, a, seed):
+    rng = np.random.default_rng(seed)
+    betas = np.array([10.0, 100.0, 1000.0])
+    t = np.linspace(0.0, 12.0, 61)
+    scale = np.sqrt(np.log(betas + 1.0) / betas)
+    w2 = a * scale[:, None, None] * np.exp(C1 * t)[None, None, :]
+    w2 = w2 * np.exp(0.005 * rng.standard_normal((3, 4, t.size)))
+    w2 = np.minimum(w2, 2.0)  # W2 is bounded by the sphere's diameter: growth saturates
+    fit = fitting.fit_growth_rate(t, betas, w2)
+    assert fit.C1.shape == (4,)
+    assert fit.mean == pytest.approx(C1, rel=0.03)
+    np.testing.assert_allclose(np.exp(fit.log_a[np.isfinite(fit.log_a)]), a, rtol=0.1)
+    ok = np.isfinite(fit.windows[:, 0])
+    assert ok.any()
+    # windows start after t = 0 and end below the saturation level 0.5
+    for i in np.nonzero(ok)[0]:
+        t0, t1 = fit.windows[i]
+        assert t0 > 0
+        assert np.all(w2[i][:, (t >= t0) & (t <= t1)] < 0.5)
+    per_beta = fit.C1_per_beta[ok]
+    np.testing.assert_allclose(per_beta, C1, rtol=0.1)
+
+
+def test_fit_growth_rate_pooled_slope_is_fixed_effects_regression():
+    """Different slopes per β: C1 is the pooled within-β slope Σ(t-t̄)(y-ȳ)/Σ(t-t̄)²."""
+    betas = np.array([10.0, 100.0])
+    t = np.linspace(0, 4, 21)
+    scale = fitting.temperature_scale(betas)
+    slopes = np.array([0.4, 0.6])
+    w2 = 0.01 * scale[:, None, None] * np.exp(slopes[:, None, None] * t[None, None, :])
+    fit = fitting.fit_growth_rate(t, betas, w2, saturation=10.0)
+    num = den = 0.0
+    for i in range(2):
+        lo, hi = fit.windows[i]
+        s = (t >= lo) & (t <= hi)
+        y = np.log(w2[i, 0, s] / scale[i])
+        tt = t[s]
+        num += np.sum((tt - tt.mean()) * (y - y.mean()))
+        den += np.sum((tt - tt.mean()) ** 2)
+    assert fit.C1[0] == pytest.approx(num / den, rel=1e-10)
+    np.testing.assert_allclose(fit.C1_per_beta[:, 0], slopes, rtol=1e-9)
+
+
+def test_fit_growth_rate_without_window_raises():
+    t = np.linspace(0, 5, 11)
+    w2 = np.full((2, 1, t.size), 1.0)  # above the saturation level everywhere
+    with pytest.raises(ValueError, match="no log-linear growth window"):
+        fitting.fit_growth_rate(t, np.array([1.0, 2.0]), w2)
+
+
+@HYP
+@given(t_min=st.floats(1.0, 6.0), k=st.floats(0.3, 3.0), m=st.floats(1e-4, 0.1), factor=st.floats(1.2, 5.0))
+def test_departure_time_on_v_shaped_curve(t_min, k, m, factor):
+    t = np.linspace(0.0, 10.0, 201)
+    curve = m * np.exp(k * np.abs(t - t_min))
+    got = fitting.departure_time(t, curve[None, None, :], factor=factor)
+    assert got.shape == (1, 1)
+    i_min = int(np.argmin(curve))
+    later = [tt for tt, w in zip(t[i_min:], curve[i_min:]) if w > factor * curve[i_min]]
+    if later:
+        assert got[0, 0] == later[0]
+        # and it is within one grid step of the continuous answer t_min + log(factor)/k
+        assert abs(got[0, 0] - (t_min + np.log(factor) / k)) <= 2 * (t[1] - t[0])
+    else:
+        assert np.isnan(got[0, 0])
+
+
+def test_departure_time_shapes_and_nan():
+    t = np.linspace(0, 4, 5)
+    curves = np.array([[[4.0, 2.0, 1.0, 1.5, 3.0], [4.0, 2.0, 1.0, 1.2, 1.1]]])  # (beta=1, replica=2, time)
+    got = fitting.departure_time(t, curves, factor=2.0)
+    assert got.shape == (1, 2)
+    assert got[0, 0] == 4.0 and np.isnan(got[0, 1])
+
+
+def test_log_linear_window_returns_none_when_nothing_is_linear():
+    t = np.linspace(0, 10, 41)
+    assert fitting.log_linear_window(t, np.sin(3 * t), sign=-1) is None  # wiggles
+    assert fitting.log_linear_window(t, 0.5 * t, sign=-1) is None  # linear, but wrong sign
+    assert fitting.log_linear_window(t, -t, sign=-1, admissible=np.zeros(t.size, bool)) is None
+    assert fitting.log_linear_window(t[:4], -t[:4], sign=-1) is None  # fewer than min_points
+
+
+def test_log_linear_window_finds_the_linear_part():
+    t = np.linspace(0, 10, 41)
+    logy = np.where(t <= 6.0, -t, -6.0 + 3.0 * (t - 6.0) ** 2)  # linear, then curved
+    start, stop = fitting.log_linear_window(t, logy, sign=-1)
+    assert start == 0
+    assert 6.0 <= t[stop - 1] <= 6.5
+
+
+def test_log_linear_window_stays_inside_one_admissible_run():
+    """An inadmissible point splits the run; the window must lie inside one admissible run."""
+    t = np.linspace(0, 10, 41)
+    logy = np.where(t <= 6.0, -t, -6.0 + 3.0 * (t - 6.0) ** 2)  # linear, then curved
+    adm = np.ones(t.size, bool)
+    adm[8] = False
+    start, stop = fitting.log_linear_window(t, logy, sign=-1, admissible=adm)
+    assert adm[start:stop].all(), (start, stop)
+    assert start == 9 and 6.0 <= t[stop - 1] <= 6.5
+
+
+def _longest_run(ok, min_points):
+    """Naive: the longest run of True of length >= min_points, earliest on ties, as [start, stop)."""
+    best, start = None, None
+    for i, flag in enumerate(list(ok) + [False]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            if i - start >= min_points and (best is None or i - start > best[1] - best[0]):
+                best = (start, i)
+            start = None
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(mask=st.lists(st.booleans(), min_size=1, max_size=30), min_points=st.integers(3, 6),
+       slope=st.sampled_from([-1.0, 1.0]))
+def test_log_linear_window_on_exact_line_is_longest_admissible_run(mask, min_points, slope):
+    """On an exactly linear log curve every admissible run qualifies, so the window is the longest
+    admissible run (earliest on ties) and never contains an inadmissible point."""
+    ok = np.array(mask)
+    t = np.arange(ok.size, dtype=float)
+    got = fitting.log_linear_window(t, slope * t + 0.3, sign=int(slope), min_points=min_points, admissible=ok)
+    assert got == _longest_run(ok, min_points)
+
+
+def test_fit_decay_rate_window_excludes_points_below_floor():
+    """A replica that dips below the floor at one snapshot must not be fitted across that snapshot."""
+    t = np.linspace(0, 10, 41)
+    w2 = np.exp(-t)[None, :].repeat(2, axis=0)
+    w2[1, 8] = 1e-9  # below the default floor 1e-7 (rounding level), then back up
+    fit = fitting.fit_decay_rate(t, w2)
+    lo, hi = fit.window_index
+    assert not (lo <= 8 < hi), fit.window_index
+    np.testing.assert_allclose(fit.slope, 1.0, rtol=1e-9)
+
+
+def test_temperature_scale_and_bound_curve_formulas():
+    beta = np.array([1.0, 10.0, 1e4])
+    np.testing.assert_allclose(fitting.temperature_scale(beta), [np.sqrt(np.log(b + 1) / b) for b in beta])
+    t = np.linspace(0, 3, 7)
+    expected = 0.5 * np.sqrt(np.log(11) / 10) * np.exp(0.7 * t) + 2.0 * np.exp(-1.1 * t)
+    np.testing.assert_allclose(fitting.bound_curve(t, 10.0, 0.5, 0.7, 2.0, 1.1), expected)
+
+
+def test_line_fit():
+    t = np.linspace(-1, 3, 9)
+    assert fitting.line_fit(t, 2.5 * t - 0.75) == pytest.approx((2.5, -0.75))

@@ -1,0 +1,154 @@
+"""Time integration on the sphere against the exact zero-temperature solution (SPEC §1, §2.4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lowtemp import dynamics, exact, integrate, matrices, measures, projection, seeding
+from conftest import SIGMA_MAX, SIGMA_MIN, SPECTRAL_EIGENVALUES, random_unit
+
+SCHEMA_DEFAULT_DT = 0.05
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = seeding.generator(123, "tests", "integrate")
+    M = matrices.generate_matrices("spectral", 3, rng, eigenvalues=SPECTRAL_EIGENVALUES,
+                                   sigma_min=SIGMA_MIN, sigma_max=SIGMA_MAX)
+    X0 = measures.uniform(rng, 2, 60, 3)
+    return M, X0
+
+
+def _zero_field(M):
+    return lambda X: dynamics.zero_temperature_field(X, M.A, M.B)
+
+
+def test_rk4_matches_exact_zero_temperature_solution(problem):
+    M, X0 = problem
+    grid = integrate.TimeGrid(horizon=10, snapshots=20, dt=SCHEMA_DEFAULT_DT)
+    assert grid.step == pytest.approx(0.05)
+    sim = integrate.simulate(_zero_field(M), X0, grid, "rk4")
+    ref = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
+    assert sim.shape == ref.shape == (21,) + X0.shape
+    assert np.max(np.abs(sim[-1] - ref[-1])) < 1e-6
+    assert np.max(np.abs(sim - ref)) < 1e-6  # every snapshot, not only the end
+
+
+def _max_error(M, X0, method, dt, horizon=3.0):
+    grid = integrate.TimeGrid(horizon=horizon, snapshots=6, dt=dt)
+    assert grid.step == pytest.approx(dt)
+    sim = integrate.simulate(_zero_field(M), X0, grid, method)
+    ref = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
+    return np.max(np.abs(sim - ref))
+
+
+@pytest.mark.parametrize("method, dts, order", [("rk4", [0.25, 0.125, 0.0625], 4), ("euler", [0.1, 0.05, 0.025], 1)])
+def test_observed_order_by_step_halving(problem, method, dts, order):
+    M, X0 = problem
+    errs = [_max_error(M, X0, method, dt) for dt in dts]
+    observed = np.log2(np.array(errs[:-1]) / np.array(errs[1:]))
+    assert np.all(np.abs(observed - order) < 0.35), (errs, observed)
+
+
+def test_exact_solution_converges_to_projection(problem):
+    M, X0 = problem
+    # tokens bounded away from E1⊥ so that the limit is reached by t = 40
+    u = M.E1[:, 0]
+    keep = np.abs(X0 @ u) > 0.2
+    Xk = X0[0][keep[0]][None]
+    ref = exact.exact_zero_temperature(Xk, M.A, M.B, np.array([0.0, 40.0]))
+    np.testing.assert_allclose(ref[0], Xk, atol=1e-14)
+    np.testing.assert_allclose(ref[-1], projection.projection_map(Xk, M.E1), atol=1e-9)
+
+
+def test_exact_time_change_is_bounded_by_singular_values(problem):
+    """ds/dt = 1/|Bᵀx| ∈ [1/σmax, 1/σmin], so s(t) lies in [t/σmax, t/σmin]."""
+    M, X0 = problem
+    t = np.linspace(0, 5, 11)
+    s = exact.exact_time_change(X0, M.A, M.B, t)
+    assert np.all(s >= t[:, None, None] / M.sigma_max - 1e-10)
+    assert np.all(s <= t[:, None, None] / M.sigma_min + 1e-10)
+    assert np.all(np.diff(s, axis=0) > 0)
+
+
+def test_normalised_linear_flow_against_expm():
+    from scipy.linalg import expm
+
+    rng = np.random.default_rng(8)
+    S = rng.standard_normal((4, 4))
+    A = S + S.T
+    X0 = random_unit(rng, 5, 4)
+    s = rng.uniform(0, 3, size=5)
+    got = exact.normalised_linear_flow(X0, A, s)
+    for x, si, g in zip(X0, s, got):
+        y = expm(si * A) @ x
+        np.testing.assert_allclose(g, y / np.linalg.norm(y), atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["rk4", "euler"])
+@pytest.mark.parametrize("which", ["finite", "zero"])
+def test_tokens_stay_on_the_sphere(problem, method, which):
+    M, X0 = problem
+    field = (lambda X: dynamics.attention_field(X, M.B, M.V, 5.0)) if which == "finite" else _zero_field(M)
+    grid = integrate.TimeGrid(horizon=4.0, snapshots=8, dt=0.1)
+    out = integrate.simulate(field, X0, grid, method)
+    assert out.shape == (9,) + X0.shape
+    assert np.max(np.abs(np.linalg.norm(out, axis=-1) - 1.0)) < 1e-12
+    np.testing.assert_array_equal(out[0], measures.normalise(X0))
+
+
+def test_simulate_reports_progress_and_rejects_unknown_method(problem):
+    M, X0 = problem
+    grid = integrate.TimeGrid(horizon=1.0, snapshots=4, dt=0.1)
+    seen = []
+    integrate.simulate(_zero_field(M), X0, grid, "rk4", progress=lambda t, k: seen.append((t, k)))
+    assert [t for t, _ in seen] == pytest.approx(grid.times[1:].tolist())
+    assert [k for _, k in seen] == [grid.steps_per_snapshot * i for i in range(1, 5)]
+    with pytest.raises(ValueError, match="unknown integrator"):
+        integrate.simulate(_zero_field(M), X0, grid, "leapfrog")
+
+
+def test_simulate_stops_on_non_finite_positions_naming_the_time():
+    X0 = random_unit(np.random.default_rng(0), 1, 4, 3)
+    grid = integrate.TimeGrid(horizon=1.0, snapshots=4, dt=0.25)
+    with pytest.raises(FloatingPointError, match=r"non-finite at t = 0\.25"):
+        integrate.simulate(lambda X: np.full_like(X, np.nan), X0, grid, "euler")
+
+
+def test_check_on_sphere_detects_drift():
+    X = random_unit(np.random.default_rng(1), 2, 3, 3)
+    integrate.check_on_sphere(X, 0.0)
+    X[1, 2] *= 1 + 1e-9
+    with pytest.raises(FloatingPointError, match=r"left the sphere at t = 2\.5.*replica 1, token 2"):
+        integrate.check_on_sphere(X, 2.5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(horizon=st.floats(0.1, 100.0), snapshots=st.integers(1, 200), frac=st.floats(0.001, 1.0))
+def test_time_grid_invariants(horizon, snapshots, frac):
+    dt = frac * horizon
+    g = integrate.TimeGrid(horizon=horizon, snapshots=snapshots, dt=dt)
+    assert g.times[0] == 0.0 and g.times[-1] == pytest.approx(horizon)
+    assert g.times.size == snapshots + 1
+    assert g.step <= dt * (1 + 1e-8)
+    assert g.step * g.steps_per_snapshot * snapshots == pytest.approx(horizon)
+    assert g.total_steps == g.steps_per_snapshot * snapshots
+    # the step is the largest admissible uniform one: one fewer sub-step would exceed dt
+    if g.steps_per_snapshot > 1:
+        assert horizon / snapshots / (g.steps_per_snapshot - 1) > dt * (1 - 1e-8)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(horizon=0.0, snapshots=3, dt=0.1), "horizon"),
+    (dict(horizon=np.inf, snapshots=3, dt=0.1), "horizon"),
+    (dict(horizon=1.0, snapshots=3, dt=0.0), "dt"),
+    (dict(horizon=1.0, snapshots=3, dt=2.0), "larger than time.horizon"),
+    (dict(horizon=1.0, snapshots=0, dt=0.1), "snapshots"),
+    (dict(horizon=1.0, snapshots=2.5, dt=0.1), "snapshots"),
+])
+def test_time_grid_rejects_bad_parameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        integrate.TimeGrid(**kwargs)

@@ -1,0 +1,107 @@
+"""NetCDF reading and writing: round trip, provenance, schema checks, atomic writes (SPEC §3, §5)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from lowtemp import __version__, io
+
+
+def _dataset():
+    rng = np.random.default_rng(0)
+    return xr.Dataset(
+        {
+            "positions": (("time", "replica", "token", "dim"), rng.standard_normal((3, 2, 5, 3)),
+                          io.attrs("positions", flag=True, meta={"a": 1})),
+            "gamma": ((), 1.25, io.attrs("gap")),
+        },
+        coords={"time": ("time", np.linspace(0, 1, 3), io.attrs("time", "1")), "replica": np.arange(2)},
+        attrs={"integrator": "rk4", "optional": None},
+    )
+
+
+def test_round_trip_with_provenance(tmp_path):
+    ds = _dataset()
+    prov = io.provenance("tiny", {"dim": 3, "betas": [5.0, 50.0]}, 7, beta=np.float64(5.0))
+    path = io.write_netcdf(ds, tmp_path / "sub" / "out.nc", "demo", prov)
+    assert path == tmp_path / "sub" / "out.nc"
+    back = io.read_netcdf(path, "demo")
+    xr.testing.assert_identical(back[["positions", "gamma"]].drop_attrs(), ds[["positions", "gamma"]].drop_attrs())
+    assert back["positions"].dtype == np.float64
+    assert back.attrs["lowtemp_schema"] == io.SCHEMA_VERSION
+    assert back.attrs["lowtemp_kind"] == "demo"
+    assert back.attrs["integrator"] == "rk4"
+    record = io.read_provenance(back)
+    assert record == json.loads(json.dumps(prov, default=float))
+    assert record["version"] == __version__ and record["root_seed"] == 7 and record["beta"] == 5.0
+    assert record["config"] == {"dim": 3, "betas": [5.0, 50.0]}
+    # attributes that NetCDF cannot hold natively are stored in a readable form
+    assert back["positions"].attrs["flag"] == 1
+    assert json.loads(back["positions"].attrs["meta"]) == {"a": 1}
+    # the caller's dataset is not modified
+    assert "lowtemp_schema" not in ds.attrs and ds["positions"].attrs["flag"] is True
+
+
+def test_no_temporary_files_left(tmp_path):
+    for k in range(3):
+        io.write_netcdf(_dataset(), tmp_path / f"f{k}.nc", "demo", {})
+    io.write_netcdf(_dataset(), tmp_path / "f0.nc", "demo", {"again": True})  # overwrite
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f0.nc", "f1.nc", "f2.nc"]
+
+
+def test_failed_write_leaves_previous_file_and_no_temporary(tmp_path):
+    path = tmp_path / "out.nc"
+    io.write_netcdf(_dataset(), path, "demo", {"first": 1})
+    bad = xr.Dataset({"x": (("a",), np.array([{"k": 1}, None, 3], dtype=object))})
+    with pytest.raises(Exception):
+        io.write_netcdf(bad, path, "demo", {"second": 2})
+    assert [p.name for p in tmp_path.iterdir()] == ["out.nc"]
+    assert io.read_provenance(io.read_netcdf(path, "demo")) == {"first": 1}
+
+
+def test_wrong_kind_is_refused(tmp_path):
+    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "matrices", {})
+    with pytest.raises(io.NetCDFSchemaError, match="expected 'distances'"):
+        io.read_netcdf(path, "distances")
+    io.read_netcdf(path)  # no kind requested: accepted
+
+
+@pytest.mark.parametrize("version", [0, 2, "1", None])
+def test_wrong_or_missing_schema_version_is_refused(tmp_path, version):
+    ds = _dataset().drop_attrs()
+    ds.attrs["lowtemp_kind"] = "demo"
+    if version is not None:
+        ds.attrs["lowtemp_schema"] = version
+    path = tmp_path / "old.nc"
+    ds.to_netcdf(path, engine=io.ENGINE)
+    with pytest.raises(io.NetCDFSchemaError, match="schema version"):
+        io.read_netcdf(path, "demo")
+
+
+def test_truncated_file_is_refused(tmp_path):
+    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(io.NetCDFSchemaError, match="cannot be read"):
+        io.read_netcdf(path, "demo")
+
+
+def test_garbage_file_is_refused_and_missing_file_is_not_found(tmp_path):
+    path = tmp_path / "garbage.nc"
+    path.write_bytes(b"this is not HDF5 at all" * 10)
+    with pytest.raises(io.NetCDFSchemaError):
+        io.read_netcdf(path)
+    with pytest.raises(FileNotFoundError):
+        io.read_netcdf(tmp_path / "missing.nc")
+
+
+def test_read_loads_into_memory(tmp_path):
+    """The file handle is closed on return: the file can be replaced while the data are in use."""
+    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
+    ds = io.read_netcdf(path, "demo")
+    path.unlink()
+    assert np.all(np.isfinite(ds["positions"].values))

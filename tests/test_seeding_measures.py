@@ -1,0 +1,136 @@
+"""Seeded random streams and initial measures (SPEC §2.2)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import special
+
+from lowtemp import measures, seeding
+from conftest import random_unit
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**63 - 1), stream=st.lists(names, min_size=0, max_size=3))
+def test_generator_same_seed_and_stream_gives_same_numbers(seed, stream):
+    a = seeding.generator(seed, *stream).standard_normal(16)
+    b = seeding.generator(seed, *stream).standard_normal(16)
+    np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), s1=names, s2=names)
+def test_generator_different_streams_differ(seed, s1, s2):
+    if s1 == s2:
+        s2 = s2 + "x"
+    a = seeding.generator(seed, "exp", s1).integers(0, 2**62, size=4)
+    b = seeding.generator(seed, "exp", s2).integers(0, 2**62, size=4)
+    assert not np.array_equal(a, b)
+
+
+def test_generator_seed_and_order_matter():
+    draw = lambda *args: seeding.generator(*args).integers(0, 2**62, size=4)  # noqa: E731
+    assert not np.array_equal(draw(1, "a"), draw(2, "a"))
+    assert not np.array_equal(draw(1, "a", "b"), draw(1, "b", "a"))
+    assert not np.array_equal(draw(1, "a"), draw(1, "a", "b"))
+
+
+def test_generator_is_stable_across_processes():
+    """The stream name is hashed with SHA-256 (not Python's salted hash): rebuild it independently."""
+    key = tuple(int.from_bytes(hashlib.sha256(s.encode()).digest()[:4], "little") for s in ("tiny", "matrices"))
+    expected = np.random.default_rng(np.random.SeedSequence(7, spawn_key=key)).standard_normal(8)
+    np.testing.assert_array_equal(seeding.generator(7, "tiny", "matrices").standard_normal(8), expected)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", None])
+def test_generator_rejects_bad_seed(bad):
+    with pytest.raises(ValueError, match="root_seed"):
+        seeding.generator(bad, "x")
+
+
+@pytest.mark.parametrize("name, params", [
+    ("uniform", {}),
+    ("vmf_mixture", {"kappas": [5.0, 1.0]}),
+    ("vmf_mixture", {"kappas": [3.0], "means": [[0.0, 0.0, 2.0]]}),
+    ("projected_gaussian", {"mean": [1.0, 0.0, 0.0], "scale": 0.7}),
+])
+def test_sample_initial_tokens_reproducible_and_on_sphere(name, params):
+    a = measures.sample_initial_tokens(name, seeding.generator(5, "x"), 3, 40, 3, **params)
+    b = measures.sample_initial_tokens(name, seeding.generator(5, "x"), 3, 40, 3, **params)
+    c = measures.sample_initial_tokens(name, seeding.generator(6, "x"), 3, 40, 3, **params)
+    assert a.shape == (3, 40, 3)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    np.testing.assert_allclose(np.linalg.norm(a, axis=-1), 1.0, atol=1e-14)
+    # replicas are independent draws, not copies
+    assert not np.array_equal(a[0], a[1])
+
+
+@pytest.mark.parametrize("name, replicas, tokens, dim, params, match", [
+    ("gaussian", 1, 2, 3, {}, "unknown initial measure"),
+    ("uniform", 0, 2, 3, {}, "replicas"),
+    ("uniform", 1, 2.5, 3, {}, "tokens"),
+    ("vmf_mixture", 1, 4, 3, {"kappas": [-1.0]}, "kappas"),
+    ("vmf_mixture", 1, 4, 3, {"kappas": [1.0, 2.0], "means": [[1, 0, 0]]}, "means"),
+    ("vmf_mixture", 1, 4, 3, {"kappas": [1.0, 2.0], "weights": [0.9, 0.9]}, "weights"),
+    ("projected_gaussian", 1, 4, 3, {"mean": [1, 0], "scale": 1.0}, "mean"),
+    ("projected_gaussian", 1, 4, 3, {"mean": [1, 0, 0], "scale": 0.0}, "scale"),
+])
+def test_sample_initial_tokens_rejects_bad_parameters(name, replicas, tokens, dim, params, match):
+    with pytest.raises(ValueError, match=match):
+        measures.sample_initial_tokens(name, np.random.default_rng(0), replicas, tokens, dim, **params)
+
+
+def _mean_resultant_length(kappa, d):
+    """A_d(κ) = I_{d/2}(κ) / I_{d/2-1}(κ) = E⟨μ, x⟩ under vMF(μ, κ) on S^{d-1}."""
+    return special.ive(d / 2, kappa) / special.ive(d / 2 - 1, kappa)
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+@pytest.mark.parametrize("kappa", [0.5, 4.0, 40.0])
+def test_von_mises_fisher_mean_matches_bessel_ratio(d, kappa):
+    rng = np.random.default_rng(100 + d)
+    mu = random_unit(rng, d)
+    n = 40_000
+    X = measures.von_mises_fisher(rng, mu, kappa, n)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, atol=1e-12)
+    w = X @ mu
+    se = w.std() / np.sqrt(n)
+    assert abs(w.mean() - _mean_resultant_length(kappa, d)) < 5 * se + 1e-12
+    # the tangential part has no preferred direction: the mean vector is A_d(κ) μ
+    mean_vec = X.mean(axis=0)
+    se_vec = X.std(axis=0) / np.sqrt(n)
+    assert np.all(np.abs(mean_vec - _mean_resultant_length(kappa, d) * mu) < 5 * se_vec + 1e-12)
+
+
+@pytest.mark.parametrize("d", [2, 3, 4])
+def test_uniform_and_kappa_zero_have_isotropic_second_moment(d):
+    """E[x xᵀ] = I/d and E[x] = 0 on the uniform sphere; vMF with κ = 0 is uniform too."""
+    n = 40_000
+    for X in (measures.uniform(np.random.default_rng(d), 1, n, d)[0],
+              measures.von_mises_fisher(np.random.default_rng(d + 10), np.eye(d)[0], 0.0, n)):
+        np.testing.assert_allclose(X.mean(axis=0), 0.0, atol=5 / np.sqrt(n))
+        np.testing.assert_allclose(X.T @ X / n, np.eye(d) / d, atol=5 / np.sqrt(n))
+
+
+def test_vmf_mixture_weights_and_means():
+    means = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]])
+    X = measures.vmf_mixture(np.random.default_rng(3), 2, 20_000, 3, kappas=[50.0, 50.0], means=means,
+                             weights=[0.25, 0.75])
+    frac_up = np.mean(X[..., 2] > 0, axis=1)
+    np.testing.assert_allclose(frac_up, 0.25, atol=0.015)
+
+
+def test_assumption_2_moment_matches_naive():
+    rng = np.random.default_rng(7)
+    X = random_unit(rng, 2, 50, 3)
+    E1 = np.eye(3)[:, :1]
+    got = measures.assumption_2_moment(X, E1, p=0.5)
+    naive = [np.mean([abs(x[0]) ** -0.5 for x in Xr]) for Xr in X]
+    np.testing.assert_allclose(got, naive, rtol=1e-12)
