@@ -12,7 +12,7 @@ rule figure:
         pdf=f"{RESULTS}/{{experiment}}/figures/{{figure}}.pdf",
         png=report(
             f"{RESULTS}/{{experiment}}/figures/{{figure}}.png",
-            caption="../report/{figure}.rst",
+            caption="../report/figure.rst",
             category="{experiment}",
         ),
     params:
