@@ -238,3 +238,18 @@ def test_second_run_in_another_directory_gives_identical_distances(results, tmp_
         fa, fb = _open(results / name / "fit.nc"), _open(tmp_path / "again" / "results" / name / "fit.nc")
         for var in fa.data_vars:
             np.testing.assert_array_equal(fa[var].values, fb[var].values, err_msg=var)
+
+
+# ------------------------------------------------------------------ report
+def test_snakemake_report_holds_every_figure(results):
+    """The Snakemake report of the finished run builds and embeds every figure with its caption."""
+    work = results.parent
+    report = work / "report.html"
+    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(work),
+                           "--configfile", str(TEST_CONFIG), "--report", str(report)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = report.read_text(errors="replace")
+    for fig in FIGURES:
+        assert f"{fig}.png" in html, fig
+    assert "data collapse" in html.lower()

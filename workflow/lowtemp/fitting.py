@@ -140,9 +140,10 @@ def fit_growth_rate(t: np.ndarray, beta: np.ndarray, w2_zero: np.ndarray, *,
     """C1 from W2(ρ^β_t, ρ^∞_t) with shape (beta, replica, time).
 
     y = log(W2/sqrt(log(β+1)/β)) ≈ log a + C1 t; for each β the window is the
-    longest increasing log-linear run with t > 0 and W2 < ``saturation`` (W2 is
-    bounded by 2 on the sphere, so growth stops well before). C1 is the common
-    slope of all windows (an intercept per β), fitted per replica.
+    longest increasing log-linear run with t > 0 and W2 below ``saturation`` times
+    the largest W2 of that β (the growth stops where the clusters have left,
+    wherever that is). C1 is the common slope of all windows (an intercept per β),
+    fitted per replica.
     """
     beta = np.asarray(beta, float)
     y = _log(w2_zero) - _log(temperature_scale(beta))[:, None, None]
@@ -150,8 +151,9 @@ def fit_growth_rate(t: np.ndarray, beta: np.ndarray, w2_zero: np.ndarray, *,
     windows = np.full((nb, 2), np.nan)
     slices = []
     for i in range(nb):
-        admissible = (t > 0) & np.all(np.asarray(w2_zero[i]) < saturation, axis=0) \
-            & np.all(np.asarray(w2_zero[i]) > 0, axis=0)
+        w = np.asarray(w2_zero[i])
+        admissible = (t > 0) & np.all(w < saturation * w.max(axis=-1, keepdims=True), axis=0) \
+            & np.all(w > 0, axis=0)
         win = log_linear_window(t, np.mean(y[i], axis=0), sign=+1, max_residual=max_residual,
                                 min_points=min_points, admissible=admissible)
         slices.append(None if win is None else slice(*win))
