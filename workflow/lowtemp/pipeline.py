@@ -14,7 +14,7 @@ import time as _time
 import numpy as np
 import xarray as xr
 
-from . import dynamics, exact, fitting, integrate, io, matrices, measures, projection, transport
+from . import dynamics, exact, fitting, integrate, io, kernels, matrices, measures, projection, transport
 from .seeding import generator
 
 log = logging.getLogger("lowtemp")
@@ -187,25 +187,34 @@ def _positions_dataset(positions, grid, description):
     )
 
 
+def field_kernel(experiment: dict, beta: float, M: matrices.AttentionMatrices) -> str:
+    """The kernel of the finite-temperature field: the config's ``kernel``, or the automatic rule."""
+    kernel = experiment.get("kernel", "auto")
+    if kernel == "auto":
+        return kernels.choose_kernel(beta, int(experiment["tokens"]), int(experiment["dim"]), M.sigma_min)
+    return kernel
+
+
 def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, tokens_path, output):
     M = load_matrices(matrices_path)
     X0 = io.read_netcdf(tokens_path, "initial_tokens")["tokens"].values
     grid = time_grid(experiment)
     beta = float(beta)
     method = experiment["integrator"]
-    field = lambda X: dynamics.attention_field(X, M.B, M.V, beta)  # noqa: E731
-    log.info("%s: finite temperature beta = %g, %s, step %.4g, %d steps", name, beta, method, grid.step,
-             grid.total_steps)
+    kernel = field_kernel(experiment, beta, M)
+    field = lambda X: kernels.attention_field(X, M.B, M.V, beta, kernel)  # noqa: E731
+    log.info("%s: finite temperature beta = %g, %s, step %.4g, %d steps, kernel %s", name, beta, method,
+             grid.step, grid.total_steps, kernel)
     positions = integrate.simulate(field, X0, grid, method,
                                    _progress_logger(f"{name} beta={beta:g}", grid, X0.shape[1], X0.shape[0]))
-    ess = np.stack([dynamics.effective_sample_size(X, M.B, beta) for X in positions])  # (time, replica, token)
+    ess = np.stack([kernels.effective_sample_size(X, M.B, M.V, beta, kernel) for X in positions])
     ds = _positions_dataset(positions, grid, "token positions at finite temperature")
     ds["ess_median"] = (("time", "replica"), np.median(ess, axis=-1),
                         io.attrs("median over tokens of the effective sample size 1/sum_j w_ij^2"))
     ds["ess_p05"] = (("time", "replica"), np.percentile(ess, 5, axis=-1),
                      io.attrs("5th percentile over tokens of the effective sample size"))
     ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
-    ds.attrs.update(integrator=method, step=grid.step)
+    ds.attrs.update(integrator=method, step=grid.step, kernel=kernel)
     low = float(np.min(np.median(ds["ess_median"].values, axis=1)))
     if low < experiment["ess_threshold"]:
         log.warning("%s: beta = %g, N = %d: median effective sample size falls to %.1f < %g; the particle "

@@ -10,6 +10,7 @@ rule finite_temperature:
     params:
         stage=stage_params,
         beta=lambda w: BETAS[w.experiment][w.beta],
+    threads: 2
     log:
         f"{RESULTS}/{{experiment}}/logs/finite_temperature_beta{{beta}}.log",
     benchmark:
