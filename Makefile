@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test venv report clean
+.PHONY: reproduce test bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ reproduce: $(STAMP)
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## bench: kernel and W2 benchmark (table on stdout, results/bench/bench.nc)
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_kernels.py --out results/bench/bench.nc
 
 clean:
 	rm -rf results .snakemake

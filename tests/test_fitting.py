@@ -197,3 +197,26 @@ def test_temperature_scale_and_bound_curve_formulas():
 def test_line_fit():
     t = np.linspace(-1, 3, 9)
     assert fitting.line_fit(t, 2.5 * t - 0.75) == pytest.approx((2.5, -0.75))
+
+
+def test_exact_w2_snapshots_every_kth_and_the_last():
+    from lowtemp import pipeline
+
+    mask = pipeline.exact_w2_snapshots({"distances": {"exact_every": 4}}, 11)
+    assert np.flatnonzero(mask).tolist() == [0, 4, 8, 10]
+    assert pipeline.exact_w2_snapshots({}, 5).all()
+
+
+def test_fit_growth_rate_skips_snapshots_without_exact_distance():
+    """NaN marks snapshots where the exact W2 was not solved: the fit uses the others only."""
+    betas = np.array([10.0, 100.0])
+    t = np.linspace(0.0, 8.0, 41)
+    scale = fitting.temperature_scale(betas)
+    w2 = 0.02 * scale[:, None, None] * np.exp(0.7 * t)[None, None, :] * np.ones((2, 3, 1))
+    full = fitting.fit_growth_rate(t, betas, w2, saturation=1.0)
+    sparse = w2.copy()
+    sparse[..., 1::3] = np.nan
+    fit = fitting.fit_growth_rate(t, betas, sparse, saturation=1.0)
+    np.testing.assert_allclose(fit.C1, 0.7, rtol=1e-9)
+    np.testing.assert_allclose(full.C1, 0.7, rtol=1e-9)
+    assert np.all(np.isfinite(fit.windows))

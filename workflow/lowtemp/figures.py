@@ -83,7 +83,8 @@ def plot_collapse(data, experiment):
     colors = _palette(dist.beta.size)
     for i, (color, beta) in enumerate(zip(colors, dist.beta.values)):
         scaled = dist["w2_zero_temperature"].sel(beta=beta).values / fitting.temperature_scale(beta)
-        _band(ax, t[1:], scaled[:, 1:], color, _beta_label(dist, beta, thr), dashed=_low_ess(dist, beta, thr))
+        shown = (t > 0) & np.all(np.isfinite(scaled), axis=0)  # exact W2 solved at these snapshots
+        _band(ax, t[shown], scaled[:, shown], color, _beta_label(dist, beta, thr), dashed=_low_ess(dist, beta, thr))
         lo, hi = fit["C1_window"].values[i]
         if np.isfinite(lo):
             tt = np.linspace(lo, hi, 20)

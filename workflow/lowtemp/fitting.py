@@ -137,7 +137,7 @@ class GrowthFit:
 def fit_growth_rate(t: np.ndarray, beta: np.ndarray, w2_zero: np.ndarray, *,
                     saturation: float = 0.5, max_residual: float = DEFAULT_MAX_RESIDUAL,
                     min_points: int = DEFAULT_MIN_POINTS) -> GrowthFit:
-    """C1 from W2(ρ^β_t, ρ^∞_t) with shape (beta, replica, time).
+    """C1 from W2(ρ^β_t, ρ^∞_t) with shape (beta, replica, time); NaN snapshots are skipped.
 
     y = log(W2/sqrt(log(β+1)/β)) ≈ log a + C1 t; for each β the window is the
     longest increasing log-linear run with t > 0 and W2 below ``saturation`` times
@@ -146,6 +146,9 @@ def fit_growth_rate(t: np.ndarray, beta: np.ndarray, w2_zero: np.ndarray, *,
     fitted per replica.
     """
     beta = np.asarray(beta, float)
+    # snapshots where the exact distance was not computed (NaN) are left out
+    keep = np.all(np.isfinite(w2_zero), axis=(0, 1))
+    t, w2_zero = np.asarray(t)[keep], np.asarray(w2_zero)[..., keep]
     y = _log(w2_zero) - _log(temperature_scale(beta))[:, None, None]
     nb, nr, _ = y.shape
     windows = np.full((nb, 2), np.nan)

@@ -295,13 +295,15 @@ def expected_cap_fraction(beta: float, d: int, sigma_min: float, n_tokens: int,
 
 
 def choose_kernel(beta: float, n_tokens: int, d: int, sigma_min: float) -> str:
-    """The automatic rule: ``cap`` when N ≥ 2048 and a cap holds at most 3% of a
-    spread-out cloud (measured break-even: d = 3, β = 1000 gives 2% and a 3× gain
-    over ``dense`` at N = 32768; d = 2, β = 1000 gives 9% and no gain); else
-    ``dense`` (d = 2, 3); else ``numpy``."""
+    """The automatic rule: ``cap`` when N ≥ 16384 and a cap holds at most 3% of a
+    spread-out cloud (measured: d = 3, β = 1000 gives 2% and a 3× gain over
+    ``dense`` at N = 32768; d = 2, β = 1000 gives 9% and no gain; below 16384
+    tokens a dense step is cheap and, once tokens cluster, a cap holds a whole
+    cluster and the cap kernel loses its advantage); else ``dense`` (d = 2, 3);
+    else ``numpy``."""
     if d not in (2, 3):
         return "numpy"
-    if n_tokens >= 2048 and expected_cap_fraction(beta, d, sigma_min, n_tokens) <= 0.03:
+    if n_tokens >= 16384 and expected_cap_fraction(beta, d, sigma_min, n_tokens) <= 0.03:
         return "cap"
     return "dense"
 

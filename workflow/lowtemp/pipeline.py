@@ -254,7 +254,8 @@ def _eigenspace_distances(X, M, prefix=""):
 
 _DIST_ATTRS = {
     "w2_projection": io.attrs("W2(rho^beta_t, Pi_# rho0), chordal cost"),
-    "w2_zero_temperature": io.attrs("W2(rho^beta_t, rho^inf_t), chordal cost, exact (POT)"),
+    "w2_zero_temperature": io.attrs("W2(rho^beta_t, rho^inf_t), chordal cost, exact (POT); NaN at snapshots "
+                                    "skipped by distances.exact_every"),
     "coupling_zero_temperature": io.attrs(
         "sqrt(mean_i |x_i^beta(t) - x_i^inf(t)|^2), synchronous-coupling upper bound on w2_zero_temperature"),
     "w2_zero_to_projection": io.attrs("W2(rho^inf_t, Pi_# rho0), chordal cost"),
@@ -262,6 +263,14 @@ _DIST_ATTRS = {
     "dist_leading_V": io.attrs("distance to measures on V's leading eigenspace (largest real part) ∩ S"),
     "dist_leading_V_modulus": io.attrs("distance to measures on V's leading eigenspace (largest modulus) ∩ S"),
 }
+
+
+def exact_w2_snapshots(experiment: dict, n_times: int) -> np.ndarray:
+    """Snapshots at which the exact N×N W2(ρ^β_t, ρ^∞_t) is solved: every ``distances.exact_every``-th and the last."""
+    every = int(experiment.get("distances", {}).get("exact_every", 1))
+    mask = np.arange(n_times) % every == 0
+    mask[-1] = True
+    return mask
 
 
 def stage_distances_beta(name, experiment, root_seed, matrices_path, tokens_path, finite_path, zero_path, output):
@@ -272,13 +281,16 @@ def stage_distances_beta(name, experiment, root_seed, matrices_path, tokens_path
     Y = fin["positions"].values
     Z = io.read_netcdf(zero_path, "zero_temperature")["positions"].values
     nt, nr = Y.shape[:2]
-    out = {k: np.empty((nr, nt)) for k in ("w2_projection", "w2_zero_temperature", "coupling_zero_temperature")}
+    out = {k: np.full((nr, nt), np.nan)
+           for k in ("w2_projection", "w2_zero_temperature", "coupling_zero_temperature")}
+    exact = exact_w2_snapshots(experiment, nt)
     start = _time.perf_counter()
     for r in range(nr):
         for k in range(nt):
             out["w2_projection"][r, k] = transport.w2_to_projection(Y[k, r], X0[r], M.E1)
-            out["w2_zero_temperature"][r, k] = transport.w2(Y[k, r], Z[k, r])
             out["coupling_zero_temperature"][r, k] = transport.synchronous_coupling(Y[k, r], Z[k, r])
+            if exact[k]:  # the N×N exact solve, at the configured snapshots only
+                out["w2_zero_temperature"][r, k] = transport.w2(Y[k, r], Z[k, r])
         log.info("%s beta=%g: distances for replica %d / %d done, %.1f s elapsed", name, float(fin.beta),
                  r + 1, nr, _time.perf_counter() - start)
     for key, val in _eigenspace_distances(np.swapaxes(Y, 0, 1), M).items():
