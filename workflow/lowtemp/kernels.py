@@ -18,8 +18,9 @@
   1e-12), and the field moves by at most 2·tail·‖V‖ relative to its scale.
   (c must stay below the exponential's clamp, 64: tail ≥ N·e^{−64}.)
   The cap is found with a uniform grid of cells (cell lists, built per replica
-  by a counting sort) and the exact nearest token to q_i (scipy cKDTree) gives
-  m_i. d = 2 and d = 3.
+  by a sort); the nearest token to q_i (scipy cKDTree) gives a lower bound on
+  m_i that fixes a cap which provably holds every token that can matter, and
+  m_i itself is the max over that cap. d = 2 and d = 3.
 
 ``attention_field(X, B, V, beta, kernel="auto")`` dispatches; ``choose_kernel``
 is the documented automatic rule.
@@ -178,10 +179,10 @@ def truncation_constant(n_tokens: int, tail: float = DEFAULT_TAIL) -> float:
     return c
 
 
-def _cell_lists(X, h, G):
+def _cell_lists(X, h, G, origin):
     """Cell index of every token and the tokens sorted by cell (CSR: start, order)."""
     d = X.shape[-1]
-    idx = np.clip(np.floor((X + 1.0) / h).astype(np.int64), 0, G - 1)
+    idx = np.clip(np.floor((X - origin) / h).astype(np.int64), 0, G - 1)
     flat = idx[:, 0]
     for k in range(1, d):
         flat = flat * G + idx[:, k]
@@ -192,9 +193,50 @@ def _cell_lists(X, h, G):
     return start, order.astype(np.int64)
 
 
+@njit(fastmath=False, cache=True)
+def _cap_pass(X, a, i, m, c, lo, hi, G, start, order, acc, total):
+    """One sweep over the tokens of the cell box lo..hi.
+
+    ``total`` False: return the largest score ⟨a, x_j⟩ in the box. ``total`` True:
+    accumulate, over tokens with score ≥ m − c, Z, Z2 and Σ w x_j into ``acc``
+    (acc[0] = Z, acc[1] = Z2, acc[2:] = Σ w x_j); return Z.
+    """
+    d = X.shape[1]
+    best = -np.inf
+    cell = lo.copy()
+    while True:
+        flat = 0
+        for k in range(d):
+            flat = flat * G + cell[k]
+        for t in range(start[flat], start[flat + 1]):
+            j = order[t]
+            s = 0.0
+            for k in range(d):
+                s += a[k] * X[j, k]
+            if not total:
+                best = max(best, s)
+            elif s - m >= -c:
+                w = _exp_nonpositive(s - m)
+                acc[0] += w
+                acc[1] += w * w
+                for k in range(d):
+                    acc[2 + k] += w * X[j, k]
+        k = d - 1  # next cell of the box (odometer)
+        while k >= 0:
+            cell[k] += 1
+            if cell[k] <= hi[k]:
+                break
+            cell[k] = lo[k]
+            k -= 1
+        if k < 0:
+            break
+    return best if not total else acc[0]
+
+
 @njit(parallel=True, fastmath=False, cache=True)
-def _cap_sum(X, At, V, m, c, h, G, start, order, out, ess):
-    """For each query i: sum over tokens with ⟨a_i, x_j⟩ ≥ m_i − c, found through the cell lists."""
+def _cap_sum(X, At, V, m_lower, rho_max, c, origin, h, G, start, order, out, ess):
+    """For each query i: the exact max score over a cell box that provably holds every token
+    with score ≥ m_lower_i − c, then the sum over tokens with score ≥ max − c."""
     N, d = X.shape
     for i in prange(N):
         a = np.zeros(d)
@@ -204,62 +246,39 @@ def _cap_sum(X, At, V, m, c, h, G, start, order, out, ess):
                 s += At[k, l] * X[i, l]
             a[k] = s
         na = np.sqrt(np.sum(a * a))
-        # cap |x − q|² ≤ 2 − 2(m − c)/|a|, q = a/|a|
-        r2 = 2.0 - 2.0 * (m[i] - c) / na
-        rad = np.sqrt(max(r2, 0.0)) if r2 < 4.0 else 2.0
+        # ⟨a, x⟩ ≥ L with |x| ≤ ρmax implies |x − q|² ≤ ρmax² + 1 − 2L/|a|, q = a/|a|
+        r2 = rho_max * rho_max + 1.0 - 2.0 * (m_lower[i] - c) / na
+        rad = np.sqrt(max(r2, 0.0))
         lo = np.empty(d, dtype=np.int64)
         hi = np.empty(d, dtype=np.int64)
         for k in range(d):
             qk = a[k] / na
-            lo[k] = max(0, int(np.floor((qk - rad + 1.0) / h)))
-            hi[k] = min(G - 1, int(np.floor((qk + rad + 1.0) / h)))
-        Z = 0.0
-        Z2 = 0.0
-        acc = np.zeros(d)
-        cell = np.empty(d, dtype=np.int64)
-        for k in range(d):
-            cell[k] = lo[k]
-        while True:
-            flat = 0
-            for k in range(d):
-                flat = flat * G + cell[k]
-            for t in range(start[flat], start[flat + 1]):
-                j = order[t]
-                s = 0.0
-                for k in range(d):
-                    s += a[k] * X[j, k]
-                s -= m[i]
-                if s >= -c:
-                    w = _exp_nonpositive(s)
-                    Z += w
-                    Z2 += w * w
-                    for k in range(d):
-                        acc[k] += w * X[j, k]
-            # next cell of the box lo..hi (odometer)
-            k = d - 1
-            while k >= 0:
-                cell[k] += 1
-                if cell[k] <= hi[k]:
-                    break
-                cell[k] = lo[k]
-                k -= 1
-            if k < 0:
-                break
+            lo[k] = min(G - 1, max(0, int(np.floor((qk - rad - origin) / h))))
+            hi[k] = min(G - 1, max(0, int(np.floor((qk + rad - origin) / h))))
+        acc = np.zeros(2 + d)
+        m = _cap_pass(X, a, i, 0.0, c, lo, hi, G, start, order, acc, False)
+        Z = _cap_pass(X, a, i, m, c, lo, hi, G, start, order, acc, True)
         dot = 0.0
         f = np.zeros(d)
         for k in range(d):
             v = 0.0
             for l in range(d):
-                v += V[k, l] * acc[l]
+                v += V[k, l] * acc[2 + l]
             f[k] = v / Z
             dot += f[k] * X[i, k]
         for k in range(d):
             out[i, k] = f[k] - dot * X[i, k]
-        ess[i] = Z * Z / Z2
+        ess[i] = Z * Z / acc[1]
 
 
 def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False):
-    """Finite-temperature field summing only the tokens whose weight can matter (see module doc)."""
+    """Finite-temperature field summing only the tokens whose weight can matter (see module doc).
+
+    Exact for tokens of any length (Runge–Kutta stages leave the sphere slightly):
+    a lower bound on each row's max score comes from the nearest token to q_i
+    (cKDTree), the cap is widened by the largest token length, and the exact max
+    is taken over the cap before summing.
+    """
     X = np.asarray(X, dtype=float)
     d = _check_dim(X, "cap")
     At = float(beta) * np.asarray(B, dtype=float).T
@@ -272,13 +291,16 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
         Xr = np.ascontiguousarray(X[r])
         A = Xr @ At.T  # a_i = β Bᵀ x_i
         na = np.linalg.norm(A, axis=1)
-        dist, _ = cKDTree(Xr).query(A / na[:, None], k=1)
-        m = na * (1.0 - 0.5 * dist**2)  # max_j ⟨a_i, x_j⟩ = |a_i| max_j ⟨q_i, x_j⟩
-        rad = np.sqrt(np.clip(2.0 - 2.0 * (m - c) / na, 0.0, 4.0))
-        h = float(np.clip(0.5 * np.median(rad), 2.0 / 64, 2.0))  # cells of half a cap radius
-        G = int(np.ceil(2.0 / h))
-        start, order = _cell_lists(Xr, h, G)
-        _cap_sum(Xr, np.ascontiguousarray(At), V, m, c, h, G, start, order, out[r], ess[r])
+        _, nearest = cKDTree(Xr).query(A / na[:, None], k=1)
+        m_lower = np.sum(A * Xr[nearest], axis=1)  # a real token's score: ≤ the row max
+        rho_max = float(np.max(np.linalg.norm(Xr, axis=1)))
+        rad = np.sqrt(np.clip(rho_max**2 + 1.0 - 2.0 * (m_lower - c) / na, 0.0, None))
+        origin = -rho_max
+        h = float(np.clip(0.5 * np.median(rad), 2.0 * rho_max / 64, 2.0 * rho_max))  # half a cap radius
+        G = int(np.ceil(2.0 * rho_max / h))
+        start, order = _cell_lists(Xr, h, G, origin)
+        _cap_sum(Xr, np.ascontiguousarray(At), V, m_lower, rho_max, c, origin, h, G, start, order,
+                 out[r], ess[r])
     return (out, ess) if with_ess else out
 
 

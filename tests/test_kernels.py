@@ -1,0 +1,425 @@
+"""Fast field kernels (lowtemp.kernels): the numba ``dense`` and low-temperature ``cap``
+kernels against the float64 numpy reference ``dynamics.attention_field``, the truncation
+bound of the cap kernel, the polynomial exponential, the ESS, the automatic kernel rule,
+determinism across thread counts, and the pipeline/config wiring of the ``kernel`` key.
+
+No timing assertions: speed is measured elsewhere.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from lowtemp import dynamics, kernels, matrices, pipeline
+from conftest import SCHEMA, random_unit, validated
+
+HYP = settings(max_examples=25, deadline=None)
+
+CLOUDS = ("gaussian", "vmf", "duplicates")
+CAP_CLOUDS = CLOUDS + ("far",)
+
+
+# ------------------------------------------------------------------ helpers
+def _unit(G: np.ndarray) -> np.ndarray:
+    return G / np.linalg.norm(G, axis=-1, keepdims=True)
+
+
+def _cloud(rng: np.random.Generator, kind: str, R: int, N: int, d: int) -> np.ndarray:
+    """Token clouds (R, N, d) on the sphere.
+
+    gaussian: normalised Gaussians (uniform). vmf: one tight cluster per replica
+    (concentration κ log-uniform in [1e2, 1e8]: the regime where one weight dominates
+    or a handful share the mass). duplicates: a few base points, each copied with
+    noise 1e-12..1e-6. far: a moderately tight cluster (used with B = −I so that Bᵀx
+    points away from the query's own cluster).
+    """
+    if kind == "gaussian":
+        return random_unit(rng, R, N, d)
+    if kind == "vmf":
+        sigma = 10.0 ** rng.uniform(-4.0, -1.0)  # 1/sqrt(κ)
+        mu = random_unit(rng, R, 1, d)
+        return _unit(mu + sigma * rng.standard_normal((R, N, d)))
+    if kind == "duplicates":
+        k = int(rng.integers(1, 6))
+        base = random_unit(rng, R, k, d)
+        X = base[:, rng.integers(0, k, size=N), :]
+        return _unit(X + 10.0 ** rng.uniform(-12.0, -6.0) * rng.standard_normal((R, N, d)))
+    if kind == "far":
+        sigma = 10.0 ** rng.uniform(-2.0, -0.5)
+        mu = random_unit(rng, R, 1, d)
+        return _unit(mu + sigma * rng.standard_normal((R, N, d)))
+    raise AssertionError(kind)
+
+
+def _well_conditioned(rng: np.random.Generator, d: int) -> np.ndarray:
+    """U diag(s) Wᵀ with random orthogonal U, W and singular values s in [0.5, 2]."""
+    U, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    W, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    return U @ np.diag(rng.uniform(0.5, 2.0, size=d)) @ W.T
+
+
+def _problem(seed: int, kind: str, R: int, N: int, d: int):
+    rng = np.random.default_rng(seed)
+    X = _cloud(rng, kind, R, N, d)
+    B = -np.eye(d) if kind == "far" else _well_conditioned(rng, d)
+    V = rng.standard_normal((d, d))
+    return X, B, V
+
+
+def _rel_err(got: np.ndarray, ref: np.ndarray) -> float:
+    """max |got − ref| relative to max |ref|."""
+    assert got.shape == ref.shape
+    assert np.all(np.isfinite(got)), "non-finite entries"
+    scale = np.max(np.abs(ref))
+    assert scale > 0
+    return float(np.max(np.abs(got - ref)) / scale)
+
+
+def _naive_weights(x: np.ndarray, X: np.ndarray, B: np.ndarray, beta: float):
+    """Shifted scores s_j = β xᵀBx_j − max and the unnormalised softmax weights e^{s_j} (one query)."""
+    s = beta * np.array([float(x @ B @ xj) for xj in X])
+    s -= s.max()
+    return s, np.exp(s)
+
+
+def _M():
+    return matrices.generate_matrices("spectral", 3, np.random.default_rng(0), eigenvalues=[1.5, 0.5, 0.25],
+                                      sigma_min=0.8, sigma_max=1.25)
+
+
+log_beta = st.floats(-2.0, 4.0)  # β = 10**log_beta, log-uniform in [1e-2, 1e4]
+
+
+# ------------------------------------------------------------------ 1. dense kernel
+@HYP
+@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(CLOUDS), R=st.integers(1, 3),
+       N=st.integers(2, 300), d=st.sampled_from([2, 3]), lb=log_beta)
+def test_dense_field_equals_reference(seed, kind, R, N, d, lb):
+    beta = 10.0**lb
+    X, B, V = _problem(seed, kind, R, N, d)
+    ref = dynamics.attention_field(X, B, V, beta)
+    got = kernels.dense_field(X, B, V, beta)
+    assert _rel_err(got, ref) <= 1e-12
+
+
+def test_dense_field_low_temperature_single_dominant_weight():
+    """β = 1e4 on a vMF cluster and on near-duplicates: the regime where one weight dominates."""
+    rng = np.random.default_rng(11)
+    for d in (2, 3):
+        for X in (_unit(random_unit(rng, 1, 1, d) + 1e-3 * rng.standard_normal((2, 257, d))),
+                  _unit(np.repeat(random_unit(rng, 2, 3, d), 40, axis=1)
+                        + 1e-9 * rng.standard_normal((2, 120, d)))):
+            B, V = _well_conditioned(rng, d), rng.standard_normal((d, d))
+            ref = dynamics.attention_field(X, B, V, 1e4)
+            assert _rel_err(kernels.dense_field(X, B, V, 1e4), ref) <= 1e-12
+
+
+# ------------------------------------------------------------------ 2. cap kernel
+@HYP
+@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(CAP_CLOUDS), R=st.integers(1, 2),
+       N=st.integers(50, 2000), d=st.sampled_from([2, 3]), lb=st.floats(1.0, 4.0))
+def test_cap_field_equals_dense_reference(seed, kind, R, N, d, lb):
+    beta = 10.0**lb
+    X, B, V = _problem(seed, kind, R, N, d)
+    ref = dynamics.attention_field(X, B, V, beta)
+    got, ess = kernels.cap_field(X, B, V, beta, with_ess=True)
+    assert _rel_err(got, ref) <= 1e-9
+    ess_ref = dynamics.effective_sample_size(X, B, beta)
+    assert ess.shape == ess_ref.shape
+    assert np.all(np.isfinite(ess))
+    np.testing.assert_allclose(ess, ess_ref, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("beta", [10.0, 1e3, 1e4])
+def test_cap_field_cloud_far_from_query_direction(d, beta):
+    """B = −I: q_i = −x_i points away from the token's own (tight) cluster, so the row maximum
+    is attained on the far side of the cluster and the cap is a large one."""
+    rng = np.random.default_rng(5)
+    X = _unit(random_unit(rng, 2, 1, d) + 0.02 * rng.standard_normal((2, 1500, d)))
+    B, V = -np.eye(d), rng.standard_normal((d, d))
+    ref = dynamics.attention_field(X, B, V, beta)
+    got, ess = kernels.cap_field(X, B, V, beta, with_ess=True)
+    assert _rel_err(got, ref) <= 1e-9
+    np.testing.assert_allclose(ess, dynamics.effective_sample_size(X, B, beta), rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("rho", [1.003, 1.02, 0.99])
+def test_cap_field_off_the_sphere_matches_dense(rho):
+    """Inside a Runge–Kutta stage the field is evaluated off the sphere (X + h k has |x| > 1;
+    dynamics' docstring: the same formula as a smooth extension), and the pipeline passes the
+    cap kernel to the integrator. The cap kernel must stay interchangeable with the reference
+    there: finite, and within its accuracy contract."""
+    M = _M()
+    rng = np.random.default_rng(3)
+    X = rho * random_unit(rng, 1, 2048, 3)
+    beta = 1e4
+    ref = dynamics.attention_field(X, M.B, M.V, beta)
+    assert _rel_err(kernels.dense_field(X, M.B, M.V, beta), ref) <= 1e-12
+    assert _rel_err(kernels.cap_field(X, M.B, M.V, beta), ref) <= 1e-9
+
+
+# ------------------------------------------------------------------ 3. truncation bound
+@HYP
+@given(N=st.integers(2, 10**9), log_tail=st.floats(-25.0, -1.0))
+def test_truncation_constant_bound(N, log_tail):
+    tail = 10.0**log_tail
+    needed = np.log(N) - np.log(tail)  # the smallest c with N·e^{−c} ≤ tail
+    assume(abs(needed - 64.0) > 1e-6)
+    if needed > 64.0:
+        with pytest.raises(ValueError, match="64"):
+            kernels.truncation_constant(N, tail)
+        return
+    c = kernels.truncation_constant(N, tail)
+    assert 0.0 < c <= 64.0
+    assert (N - 1) * np.exp(-c) <= tail * (1 + 1e-12)
+    # not wastefully large: the bound is within a factor 2 of tight
+    assert (N - 1) * np.exp(-c) >= 0.5 * tail * (1 - 1e-12)
+
+
+def test_truncation_constant_raises_beyond_clamp():
+    with pytest.raises(ValueError):
+        kernels.truncation_constant(10**6, 1e-25)  # log 1e6 + log 1e25 ≈ 71 > 64
+    X = random_unit(np.random.default_rng(0), 1, 64, 3)
+    with pytest.raises(ValueError):
+        kernels.cap_field(X, np.eye(3), np.eye(3), 100.0, tail=1e-30)  # log 64 + 69 > 64
+    assert kernels.truncation_constant(10**6, 1e-12) <= 64.0
+
+
+@pytest.mark.parametrize("d, beta, tail", [(3, 50.0, 1e-3), (3, 200.0, 1e-6), (2, 30.0, 1e-3), (2, 400.0, 1e-4)])
+def test_cap_neglected_mass_below_tail_and_field_error_bounded(d, beta, tail):
+    """With a large ``tail`` the truncation is visible: the mass of the tokens with shifted
+    score < −c (computed from naive softmax weights) is ≤ tail·Z, cap_field equals the naive
+    truncated sum, and |F_cap − F_dense| ≤ 2·tail·‖V‖₂ per token."""
+    rng = np.random.default_rng(int(beta) + d)
+    N = 400
+    X = random_unit(rng, 1, N, d)
+    B, V = _well_conditioned(rng, d), rng.standard_normal((d, d))
+    c = kernels.truncation_constant(N, tail)
+    normV = np.linalg.norm(V, 2)
+
+    F_cap = kernels.cap_field(X, B, V, beta, tail=tail)[0]
+    F_dense = dynamics.attention_field(X, B, V, beta)[0]
+    F_trunc = np.empty_like(F_dense)
+    neglected_any = 0
+    for i in range(N):
+        x = X[0, i]
+        s, w = _naive_weights(x, X[0], B, beta)
+        Z = w.sum()
+        out = s < -c
+        neglected_any += int(out.sum())
+        eps = w[out].sum() / Z
+        assert eps <= tail
+        assert eps <= (N - 1) * np.exp(-c) * (1 + 1e-12)
+        keep = ~out
+        f = (w[keep][:, None] * (X[0, keep] @ V.T)).sum(axis=0) / w[keep].sum()
+        F_trunc[i] = f - (f @ x) * x
+        err = np.linalg.norm(F_cap[i] - F_dense[i])
+        assert err <= 2 * tail * normV + 1e-12
+        assert err <= 2 * normV * eps / (1 - eps) + 1e-12  # the sharper, per-token bound
+    assert neglected_any > 0, "the truncation should be visible in this setting"
+    assert np.max(np.abs(F_cap - F_dense)) > 0
+    np.testing.assert_allclose(F_cap, F_trunc, rtol=0, atol=1e-12 * np.max(np.abs(F_dense)))
+
+
+# ------------------------------------------------------------------ 4. polynomial exponential
+def test_exp_nonpositive_accuracy_on_grid():
+    f = kernels._exp_nonpositive
+    s = np.concatenate([np.linspace(-64.0, 0.0, 2**17 + 1), -np.logspace(-300, np.log10(64.0), 2000)])
+    got = np.array([f(float(v)) for v in s])
+    rel = np.abs(got / np.exp(s) - 1.0)
+    assert np.max(rel) <= 1e-13, f"worst s = {s[np.argmax(rel)]}"
+
+
+def test_exp_nonpositive_clamp_and_one():
+    f = kernels._exp_nonpositive
+    e64 = np.exp(-64.0)
+    for s in (-64.0, -64.0 - 1e-9, -65.0, -100.0, -1e6, -1e300, -np.inf):
+        assert abs(f(s) / e64 - 1.0) <= 1e-13, s
+    assert f(-1e6) == f(-64.0)
+    assert abs(f(0.0) - 1.0) <= 1e-15
+    assert abs(f(-0.0) - 1.0) <= 1e-15
+
+
+# ------------------------------------------------------------------ 5. effective sample size
+@HYP
+@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(CLOUDS), N=st.integers(2, 300),
+       d=st.sampled_from([2, 3]), lb=st.floats(-1.0, 4.0))
+def test_ess_kernels_agree(seed, kind, N, d, lb):
+    beta = 10.0**lb
+    X, B, V = _problem(seed, kind, 2, N, d)
+    ref = kernels.effective_sample_size(X, B, V, beta, "numpy")
+    np.testing.assert_allclose(ref, dynamics.effective_sample_size(X, B, beta), rtol=0, atol=0)
+    for kernel in ("dense", "cap"):
+        got = kernels.effective_sample_size(X, B, V, beta, kernel)
+        assert got.shape == (2, N)
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=0, err_msg=kernel)
+
+
+@pytest.mark.parametrize("kernel", kernels.KERNELS)
+@pytest.mark.parametrize("d", [2, 3])
+def test_ess_limits(kernel, d):
+    M = _M()
+    rng = np.random.default_rng(4)
+    X = random_unit(rng, 2, 200, d)
+    B = M.B if d == 3 else _well_conditioned(rng, d)
+    V = M.V if d == 3 else rng.standard_normal((d, d))
+    hot = kernels.effective_sample_size(X, B, V, 1e-9, kernel)
+    np.testing.assert_allclose(hot, 200.0, rtol=1e-9)
+    # distinct tokens: β large enough that every row's best score leads the runner-up by ≥ 60,
+    # so one weight takes all (ESS = 1 + O(N e^{-60}))
+    top2 = np.sort(np.einsum("rid,de,rje->rij", X, B, X), axis=-1)[..., -2:]
+    gap = float(np.min(top2[..., 1] - top2[..., 0]))
+    assert gap > 0
+    cold = kernels.effective_sample_size(X, B, V, 60.0 / gap, kernel)
+    assert np.all(cold >= 1.0 - 1e-12)
+    assert np.all(cold <= 1.0 + 1e-9)
+
+
+# ------------------------------------------------------------------ 6. dispatch and the automatic rule
+#: smallest N at which choose_kernel may pick ``cap`` (its docstring: "cap when N ≥ 16384 and ...")
+CAP_MIN_TOKENS = 16384
+
+
+def test_choose_kernel_documented_cases():
+    assert kernels.choose_kernel(1000.0, 1024, 4, 0.8) == "numpy"
+    assert kernels.choose_kernel(1000.0, 32768, 5, 0.8) == "numpy"
+    for beta in (1e-2, 1.0, 1e3, 1e6, 1e9):
+        assert kernels.choose_kernel(beta, 1024, 3, 0.8) == "dense"
+        assert kernels.choose_kernel(beta, 2048, 3, 0.8) == "dense"
+        assert kernels.choose_kernel(beta, CAP_MIN_TOKENS - 1, 3, 0.8) == "dense"
+    assert kernels.choose_kernel(1e5, CAP_MIN_TOKENS, 3, 0.8) == "cap"
+    assert kernels.choose_kernel(1000.0, 32768, 3, 0.8) == "cap"
+    assert kernels.expected_cap_fraction(1000.0, 3, 0.8, 32768) == pytest.approx(0.024, abs=0.002)
+    assert kernels.choose_kernel(1000.0, 32768, 2, 0.8) == "dense"
+    assert kernels.expected_cap_fraction(1000.0, 2, 0.8, 32768) == pytest.approx(0.098, abs=0.005)
+    assert kernels.expected_cap_fraction(1000.0, 2, 0.8, 32768) > 0.03
+
+
+@HYP
+@given(lb=st.floats(-2.0, 7.0), N=st.integers(2, 10**7), d=st.integers(2, 5), sigma=st.floats(0.05, 3.0))
+def test_choose_kernel_consistent_with_cap_fraction(lb, N, d, sigma):
+    beta = 10.0**lb
+    got = kernels.choose_kernel(beta, N, d, sigma)
+    if d not in (2, 3):
+        assert got == "numpy"
+        return
+    frac = kernels.expected_cap_fraction(beta, d, sigma, N)
+    assert 0.0 < frac <= 1.0
+    assert got == ("cap" if N >= CAP_MIN_TOKENS and frac <= 0.03 else "dense")
+    if got == "cap":  # colder, or a better-conditioned B, only shrinks the cap
+        assert kernels.choose_kernel(2 * beta, N, d, sigma) == "cap"
+        assert kernels.choose_kernel(beta, N, d, 2 * sigma) == "cap"
+
+
+@pytest.mark.parametrize("d, beta", [(3, 300.0), (3, 1000.0), (2, 1000.0), (2, 3000.0)])
+def test_expected_cap_fraction_bounds_measured_fraction(d, beta):
+    """The rule's model: on a spread-out cloud the mean fraction of tokens inside a query's cap
+    (shifted score ≥ −c) is at most expected_cap_fraction (up to sampling noise)."""
+    N = 2048
+    rng = np.random.default_rng(8)
+    X = random_unit(rng, 1, N, d)[0]
+    M = _M()
+    B = M.B if d == 3 else np.diag([1.25, 0.8])
+    sigma_min = float(np.linalg.svd(B, compute_uv=False).min())
+    c = kernels.truncation_constant(N)
+    S = beta * (X @ B) @ X.T
+    inside = (S - S.max(axis=1, keepdims=True) >= -c).mean(axis=1)
+    assert inside.mean() <= 1.05 * kernels.expected_cap_fraction(beta, d, sigma_min, N) + 2.0 / N
+
+
+def test_attention_field_dispatch_and_errors():
+    M = _M()
+    X = random_unit(np.random.default_rng(1), 2, 300, 3)
+    ref = dynamics.attention_field(X, M.B, M.V, 200.0)
+    for kernel in kernels.KERNELS:
+        assert _rel_err(kernels.attention_field(X, M.B, M.V, 200.0, kernel), ref) <= 1e-9
+    with pytest.raises(ValueError, match="bogus"):
+        kernels.attention_field(X, M.B, M.V, 200.0, kernel="bogus")
+    with pytest.raises(ValueError, match="bogus"):
+        kernels.effective_sample_size(X, M.B, M.V, 200.0, kernel="bogus")
+    X4 = random_unit(np.random.default_rng(2), 1, 50, 4)
+    B4, V4 = np.eye(4), np.eye(4)
+    assert kernels.attention_field(X4, B4, V4, 10.0, "numpy").shape == X4.shape
+    for kernel in ("dense", "cap"):
+        with pytest.raises(ValueError, match="numpy"):
+            kernels.attention_field(X4, B4, V4, 10.0, kernel)
+        with pytest.raises(ValueError, match="numpy"):
+            kernels.effective_sample_size(X4, B4, V4, 10.0, kernel)
+    with pytest.raises(ValueError, match="numpy"):
+        kernels.dense_field(X4, B4, V4, 10.0)
+    with pytest.raises(ValueError, match="numpy"):
+        kernels.cap_field(X4, B4, V4, 10.0)
+
+
+# ------------------------------------------------------------------ 7. determinism
+@pytest.fixture
+def restore_threads():
+    before = numba.get_num_threads()
+    yield
+    numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_kernels_bit_identical_across_calls_and_threads(d, restore_threads):
+    rng = np.random.default_rng(9)
+    X = random_unit(rng, 2, 1500, d)
+    B, V, beta = _well_conditioned(rng, d), rng.standard_normal((d, d)), 500.0
+    runs = {}
+    for threads in (1, 2, None):
+        if threads is not None:
+            kernels.set_threads(threads)
+        for name, fn in (("dense", kernels.dense_field), ("cap", kernels.cap_field)):
+            for _ in range(2):
+                runs.setdefault(name, []).append(fn(X, B, V, beta, with_ess=True))
+    for name, results in runs.items():
+        F0, E0 = results[0]
+        for F, E in results[1:]:
+            assert np.array_equal(F, F0), name
+            assert np.array_equal(E, E0), name
+
+
+# ------------------------------------------------------------------ 8. pipeline and config
+def test_field_kernel_explicit_and_auto():
+    M = _M()
+    for kernel in kernels.KERNELS:
+        exp = {"dim": 3, "tokens": 32768, "kernel": kernel}
+        assert pipeline.field_kernel(exp, 1000.0, M) == kernel
+    cases = [(32768, 1000.0, "cap"), (1024, 1000.0, "dense"), (32768, 10.0, "dense"), (16384, 1e5, "cap"),
+             (4096, 1e5, "dense")]
+    for N, beta, expected in cases:
+        for exp in ({"dim": 3, "tokens": N, "kernel": "auto"}, {"dim": 3, "tokens": N}):
+            got = pipeline.field_kernel(exp, beta, M)
+            assert got == kernels.choose_kernel(beta, N, 3, M.sigma_min) == expected
+    M2 = matrices.generate_matrices("end_phase", 2, np.random.default_rng(0), eigenvalues=[1.5, 0.6],
+                                    eigenvalues_V=[1.2, 0.6])
+    for beta in (1.0, 1e3, 1e6):
+        got = pipeline.field_kernel({"dim": 2, "tokens": 32768, "kernel": "auto"}, beta, M2)
+        assert got == kernels.choose_kernel(beta, 32768, 2, M2.sigma_min)
+
+
+@pytest.mark.parametrize("kernel", ["auto", "numpy", "dense", "cap"])
+def test_schema_accepts_kernel(test_config, kernel):
+    test_config["experiments"]["tiny"]["kernel"] = kernel
+    validated(test_config)
+    assert test_config["experiments"]["tiny"]["kernel"] == kernel
+
+
+def test_schema_kernel_defaults_to_auto(test_config):
+    test_config["experiments"]["tiny"].pop("kernel", None)
+    validated(test_config)
+    assert test_config["experiments"]["tiny"]["kernel"] == "auto"
+
+
+@pytest.mark.parametrize("kernel", ["bogus", "Dense", "", 3, None])
+def test_schema_rejects_unknown_kernel(test_config, kernel):
+    test_config["experiments"]["tiny"]["kernel"] = kernel
+    with pytest.raises(WorkflowError) as info:
+        validate(test_config, str(SCHEMA))
+    assert "kernel" in str(info.value)
