@@ -35,6 +35,12 @@ from scipy.spatial import cKDTree
 
 from . import dynamics
 
+# Kernels are compiled afresh in every process (no numba on-disk cache): a kernel
+# loaded from numba's cache was measured to differ in the last bit from a fresh
+# compile, which broke "same config, same numbers" between a first and a second
+# run. Fresh compiles agree with each other bit for bit; they cost about 1.5 s
+# per kernel and process.
+
 #: relative mass the cap kernel may neglect
 DEFAULT_TAIL = 1e-12
 #: scores more than this below the row maximum are clamped (e^{-64} ≈ 1.6e-28 relative)
@@ -78,7 +84,7 @@ def _exp_nonpositive(s):
 
 
 # ------------------------------------------------------------------ dense kernels
-@njit(parallel=True, fastmath=True, cache=True)
+@njit(parallel=True, fastmath=True, cache=False)
 def _dense_d3(XT, At, V, out, ess):
     R, _, N = XT.shape
     for p in prange(R * N):
@@ -116,7 +122,7 @@ def _dense_d3(XT, At, V, out, ess):
         ess[r, i] = Z * Z / Z2  # effective sample size 1/Σ_j w_ij²
 
 
-@njit(parallel=True, fastmath=True, cache=True)
+@njit(parallel=True, fastmath=True, cache=False)
 def _dense_d2(XT, At, V, out, ess):
     R, _, N = XT.shape
     for p in prange(R * N):
@@ -193,7 +199,7 @@ def _cell_lists(X, h, G, origin):
     return start, order.astype(np.int64)
 
 
-@njit(fastmath=False, cache=True)
+@njit(fastmath=False, cache=False)
 def _cap_pass(X, a, i, m, c, lo, hi, G, start, order, acc, total):
     """One sweep over the tokens of the cell box lo..hi.
 
@@ -233,7 +239,7 @@ def _cap_pass(X, a, i, m, c, lo, hi, G, start, order, acc, total):
     return best if not total else acc[0]
 
 
-@njit(parallel=True, fastmath=False, cache=True)
+@njit(parallel=True, fastmath=False, cache=False)
 def _cap_sum(X, At, V, m_lower, rho_max, c, origin, h, G, start, order, out, ess):
     """For each query i: the exact max score over a cell box that provably holds every token
     with score ≥ m_lower_i − c, then the sum over tokens with score ≥ max − c."""
