@@ -228,23 +228,40 @@ def test_cap_neglected_mass_below_tail_and_field_error_bounded(d, beta, tail):
     np.testing.assert_allclose(F_cap, F_trunc, rtol=0, atol=1e-12 * np.max(np.abs(F_dense)))
 
 
-# ------------------------------------------------------------------ 4. polynomial exponential
+# ------------------------------------------------------------------ 4. branch-free exponential
 def test_exp_nonpositive_accuracy_on_grid():
     f = kernels._exp_nonpositive
-    s = np.concatenate([np.linspace(-64.0, 0.0, 2**17 + 1), -np.logspace(-300, np.log10(64.0), 2000)])
+    s = np.concatenate([np.linspace(-700.0, 0.0, 2**17 + 1), -np.logspace(-300, np.log10(700.0), 2000),
+                        -np.log(2.0) * np.arange(0, 1000) / 2])  # the range-reduction boundaries
+    s = s[s >= -700.0]
     got = np.array([f(float(v)) for v in s])
     rel = np.abs(got / np.exp(s) - 1.0)
-    assert np.max(rel) <= 1e-13, f"worst s = {s[np.argmax(rel)]}"
+    assert np.max(rel) <= 5e-14, f"worst s = {s[np.argmax(rel)]}"
 
 
 def test_exp_nonpositive_clamp_and_one():
     f = kernels._exp_nonpositive
-    e64 = np.exp(-64.0)
-    for s in (-64.0, -64.0 - 1e-9, -65.0, -100.0, -1e6, -1e300, -np.inf):
-        assert abs(f(s) / e64 - 1.0) <= 1e-13, s
-    assert f(-1e6) == f(-64.0)
-    assert abs(f(0.0) - 1.0) <= 1e-15
-    assert abs(f(-0.0) - 1.0) <= 1e-15
+    e700 = np.exp(-700.0)
+    for s in (-700.0, -700.0 - 1e-9, -701.0, -1e6, -1e300, -np.inf):
+        assert abs(f(s) / e700 - 1.0) <= 5e-14, s
+    assert f(-1e6) == f(-700.0)
+    assert f(0.0) == 1.0
+    assert f(-0.0) == 1.0
+
+
+def test_dense_bound_shift_and_exact_max_paths_agree_with_reference():
+    """Rows with 2|a|·max|x| ≤ 600 use the Cauchy–Schwarz shift, the others the exact max:
+    one β on each side of the switch, and tokens off the sphere (Runge–Kutta stages)."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((2, 400, 3))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    X *= 1.0 + 0.02 * rng.random((2, 400, 1))
+    B = np.eye(3) + 0.2 * rng.standard_normal((3, 3))
+    V = rng.standard_normal((3, 3))
+    for beta in (1.0, 100.0, 299.0, 301.0, 5000.0):
+        ref = dynamics.attention_field(X, B, V, beta)
+        got = kernels.dense_field(X, B, V, beta)
+        assert np.max(np.abs(got - ref)) <= 1e-12 * np.max(np.abs(ref)), beta
 
 
 # ------------------------------------------------------------------ 5. effective sample size

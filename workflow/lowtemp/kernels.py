@@ -2,12 +2,15 @@
 ``dynamics.attention_field`` (the blocked numpy float64 reference).
 
 * ``dense``: numba, parallel over query tokens, never materialises the N×N
-  weights: for each query a pass for the max score and a pass that accumulates
-  Z = Σ_j w_ij and Σ_j w_ij x_j (V is applied once per query:
-  Σ_j w_ij V x_j = V Σ_j w_ij x_j). Tokens are stored coordinate-major
-  (replica, dim, token) so the inner loops run on unit-stride vectors, and the
-  exponential is a branch-free polynomial (``_exp_nonpositive``) that the
-  compiler vectorises. Memory O(R·N·d). d = 2 and d = 3.
+  weights: for each query one pass accumulates Z = Σ_j w_ij and Σ_j w_ij x_j
+  (V is applied once per query: Σ_j w_ij V x_j = V Σ_j w_ij x_j). Scores are
+  shifted by |a_i|·max_j|x_j| ≥ max_j ⟨a_i, x_j⟩ (Cauchy–Schwarz) while that
+  keeps every shifted score above −600, and by the exact row max (an extra
+  pass) otherwise, so no weight under- or overflows. Tokens are stored
+  coordinate-major (replica, dim, token) so the inner loops run on unit-stride
+  vectors, and the exponential is branch-free (``_exp_nonpositive``: 2^k from
+  the exponent bits times a polynomial) so the compiler vectorises it.
+  Memory O(R·N·d). d = 2 and d = 3.
 * ``cap``: the low-temperature kernel. With a_i = β Bᵀx_i and
   m_i = max_j ⟨a_i, x_j⟩, token j's weight relative to the largest is
   e^{⟨a_i, x_j⟩ − m_i}; it is below e^{−c} unless ⟨q_i, x_j⟩ ≥ m_i/|a_i| − c/|a_i|,
@@ -16,7 +19,7 @@
   The neglected mass relative to Z (Z ≥ 1 after the max shift) is at most
   (N − 1)·e^{−c}; with c = log N + log(1/tail) it is below ``tail`` (default
   1e-12), and the field moves by at most 2·tail·‖V‖ relative to its scale.
-  (c must stay below the exponential's clamp, 64: tail ≥ N·e^{−64}.)
+  (c is capped at 64: tail ≥ N·e^{−64}.)
   The cap is found with a uniform grid of cells (cell lists, built per replica
   by a sort); the nearest token to q_i (scipy cKDTree) gives a lower bound on
   m_i that fixes a cap which provably holds every token that can matter, and
@@ -30,7 +33,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 from scipy.spatial import cKDTree
 
 from . import dynamics
@@ -43,49 +48,61 @@ from . import dynamics
 
 #: relative mass the cap kernel may neglect
 DEFAULT_TAIL = 1e-12
-#: scores more than this below the row maximum are clamped (e^{-64} ≈ 1.6e-28 relative)
-_CLAMP = 64.0
+#: scores more than this below the row's shift are clamped (e^{-700} ≈ 1e-304)
+_CLAMP = 700.0
+#: the row shift is |a_i|·max_j|x_j| (no max pass) while 2·|a_i|·max_j|x_j| ≤ this, so no score is clamped
+_BOUND_SHIFT_MAX = 600.0
+#: largest truncation constant of the cap kernel
+_C_MAX = 64.0
 KERNELS = ("numpy", "dense", "cap")
+
+
+@intrinsic
+def _float_from_bits(typingctx, bits):
+    """Reinterpret an int64 as the float64 with the same bits (2^k from its exponent field)."""
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return sig, codegen
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 0.6931471803691238  # ln 2 split in two (Cody–Waite) so k·ln 2 is exact to 1e-19
+_LN2_LO = 1.9082149292705877e-10
 
 
 @njit(inline="always", fastmath=True)
 def _exp_nonpositive(s):
-    """e^s for s ≤ 0, relative error below 1e-13; s < −64 is clamped to −64.
+    """e^s for −700 ≤ s ≤ 0 with relative error below 5e-14; s < −700 is clamped to −700.
 
-    e^s = (e^{s/64})^64 with s/64 ∈ [−1, 0] written as −1/2 + r, |r| ≤ 1/2;
-    e^r by its degree-15 Taylor polynomial (error < 2e-17), e^{-1/2} folded in,
-    then six squarings (which multiply the relative error by 64).
+    e^s = 2^k e^f with k = round(s/ln 2), |f| ≤ ln2/2; e^f by its degree-12 Taylor
+    polynomial (error < 1e-15); 2^k written straight into the exponent bits.
+    Branch-free, so the compiler vectorises the loops that call it.
     """
-    r = max(s, -_CLAMP) * (1.0 / _CLAMP) + 0.5
-    p = 7.647163731819816e-13
-    p = p * r + 1.1470745597729725e-11
-    p = p * r + 1.6059043836821613e-10
-    p = p * r + 2.08767569878681e-09
-    p = p * r + 2.505210838544172e-08
-    p = p * r + 2.755731922398589e-07
-    p = p * r + 2.7557319223985893e-06
-    p = p * r + 2.48015873015873e-05
-    p = p * r + 0.0001984126984126984
-    p = p * r + 0.001388888888888889
-    p = p * r + 0.008333333333333333
-    p = p * r + 0.041666666666666664
-    p = p * r + 0.16666666666666666
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
-    p *= 0.6065306597126334  # e^{-1/2}
-    p *= p
-    p *= p
-    p *= p
-    p *= p
-    p *= p
-    p *= p
-    return p
+    s = max(s, -_CLAMP)
+    k = np.floor(s * _LOG2E + 0.5)
+    f = s - k * _LN2_HI - k * _LN2_LO
+    p = 2.08767569878681e-09
+    p = p * f + 2.505210838544172e-08
+    p = p * f + 2.755731922398589e-07
+    p = p * f + 2.7557319223985893e-06
+    p = p * f + 2.48015873015873e-05
+    p = p * f + 0.0001984126984126984
+    p = p * f + 0.001388888888888889
+    p = p * f + 0.008333333333333333
+    p = p * f + 0.041666666666666664
+    p = p * f + 0.16666666666666666
+    p = p * f + 0.5
+    p = p * f + 1.0
+    p = p * f + 1.0
+    return p * _float_from_bits((np.int64(k) + 1023) << 52)
 
 
 # ------------------------------------------------------------------ dense kernels
 @njit(parallel=True, fastmath=True, cache=False)
-def _dense_d3(XT, At, V, out, ess):
+def _dense_d3(XT, At, V, rho_max, out, ess):
     R, _, N = XT.shape
     for p in prange(R * N):
         r = p // N
@@ -97,9 +114,13 @@ def _dense_d3(XT, At, V, out, ess):
         a0 = At[0, 0] * x0 + At[0, 1] * x1 + At[0, 2] * x2  # a = β Bᵀ x_i
         a1 = At[1, 0] * x0 + At[1, 1] * x1 + At[1, 2] * x2
         a2 = At[2, 0] * x0 + At[2, 1] * x1 + At[2, 2] * x2
-        m = -np.inf
-        for j in range(N):
-            m = max(m, a0 * X0[j] + a1 * X1[j] + a2 * X2[j])
+        # shift: the Cauchy–Schwarz bound |a|·max|x_j| ≥ every score while no score can fall
+        # below −2|a|·max|x_j| ≥ −600 (then all weights are exact); else the exact row max
+        m = np.sqrt(a0 * a0 + a1 * a1 + a2 * a2) * rho_max
+        if 2.0 * m > _BOUND_SHIFT_MAX:
+            m = -np.inf
+            for j in range(N):
+                m = max(m, a0 * X0[j] + a1 * X1[j] + a2 * X2[j])
         Z = 0.0
         Z2 = 0.0
         c0 = 0.0
@@ -123,7 +144,7 @@ def _dense_d3(XT, At, V, out, ess):
 
 
 @njit(parallel=True, fastmath=True, cache=False)
-def _dense_d2(XT, At, V, out, ess):
+def _dense_d2(XT, At, V, rho_max, out, ess):
     R, _, N = XT.shape
     for p in prange(R * N):
         r = p // N
@@ -133,9 +154,11 @@ def _dense_d2(XT, At, V, out, ess):
         x0, x1 = X0[i], X1[i]
         a0 = At[0, 0] * x0 + At[0, 1] * x1
         a1 = At[1, 0] * x0 + At[1, 1] * x1
-        m = -np.inf
-        for j in range(N):
-            m = max(m, a0 * X0[j] + a1 * X1[j])
+        m = np.sqrt(a0 * a0 + a1 * a1) * rho_max  # see _dense_d3
+        if 2.0 * m > _BOUND_SHIFT_MAX:
+            m = -np.inf
+            for j in range(N):
+                m = max(m, a0 * X0[j] + a1 * X1[j])
         Z = 0.0
         Z2 = 0.0
         c0 = 0.0
@@ -172,7 +195,8 @@ def dense_field(X, B, V, beta, with_ess: bool = False):
     out = np.empty_like(X)
     ess = np.empty(X.shape[:-1])
     At = np.ascontiguousarray(float(beta) * np.asarray(B, dtype=float).T)
-    (_dense_d3 if d == 3 else _dense_d2)(XT, At, np.ascontiguousarray(V, dtype=float), out, ess)
+    rho_max = float(np.max(np.linalg.norm(X, axis=-1)))
+    (_dense_d3 if d == 3 else _dense_d2)(XT, At, np.ascontiguousarray(V, dtype=float), rho_max, out, ess)
     return (out, ess) if with_ess else out
 
 
@@ -180,8 +204,8 @@ def dense_field(X, B, V, beta, with_ess: bool = False):
 def truncation_constant(n_tokens: int, tail: float = DEFAULT_TAIL) -> float:
     """c with (N − 1)·e^{−c} ≤ tail: scores more than c below the maximum are neglected."""
     c = float(np.log(max(n_tokens, 2)) + np.log(1.0 / tail))
-    if c > _CLAMP:
-        raise ValueError(f"cap kernel: tail = {tail:g} at N = {n_tokens} needs c = {c:.1f} > {_CLAMP:g}")
+    if c > _C_MAX:
+        raise ValueError(f"cap kernel: tail = {tail:g} at N = {n_tokens} needs c = {c:.1f} > {_C_MAX:g}")
     return c
 
 
