@@ -440,3 +440,12 @@ def test_schema_rejects_unknown_kernel(test_config, kernel):
     with pytest.raises(WorkflowError) as info:
         validate(test_config, str(SCHEMA))
     assert "kernel" in str(info.value)
+
+
+def test_validate_experiment_refuses_fast_kernels_outside_d2_d3(test_config):
+    exp = dict(validated(test_config)["experiments"]["tiny"])
+    exp.update(dim=4, kernel="dense",
+               matrices={"family": "spectral", "eigenvalues": [1.5, 0.5, 0.25, 0.1], "sigma_min": 0.8,
+                         "sigma_max": 1.25, "B_frames": "symmetric"})
+    with pytest.raises(pipeline.ConfigError, match="kernel"):
+        pipeline.validate_experiment("tiny", exp, 7)

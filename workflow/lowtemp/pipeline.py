@@ -64,9 +64,15 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     for key in ("eigenvalues", "eigenvalues_V"):
         if key in m and len(m[key]) != d:
             raise ConfigError(f"{where}.matrices.{key} must have length dim = {d}, got {len(m[key])}")
+    kernel = experiment.get("kernel", "auto")
+    if kernel in ("dense", "cap") and d not in (2, 3):
+        raise ConfigError(f"{where}.kernel: {kernel!r} supports dim 2 and 3, got dim = {d}; use 'numpy' or 'auto'")
     if m["family"] == "explicit":
         for key in ("K", "Q", "V"):
-            shape = np.shape(np.asarray(m[key], dtype=float))
+            try:
+                shape = np.shape(np.asarray(m[key], dtype=float))
+            except ValueError:
+                raise ConfigError(f"{where}.matrices.{key} is not a rectangular matrix (rows of unequal length)") from None
             if shape != (d, d):
                 raise ConfigError(f"{where}.matrices.{key} must be a {d}x{d} matrix (dim = {d}), got shape {shape}")
     mu = experiment["initial_measure"]
