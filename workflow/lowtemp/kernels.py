@@ -310,7 +310,7 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
     is taken over the cap before summing.
     """
     X = np.asarray(X, dtype=float)
-    d = _check_dim(X, "cap")
+    _check_dim(X, "cap")
     At = float(beta) * np.asarray(B, dtype=float).T
     V = np.ascontiguousarray(V, dtype=float)
     out = np.empty_like(X)
