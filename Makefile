@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test bench venv report clean
+.PHONY: reproduce test test-faults test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,18 @@ reproduce: $(STAMP)
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## test-faults: fault injection (SIGKILL mid-run and mid-write, resume bit for bit), bounded in time
+test-faults: $(STAMP)
+	$(BIN)/python -m pytest tests/faults -p no:cacheprovider
+
+## test-slurm: a real single-node SLURM cluster (started here, as root) runs config/test.yaml; numbers equal a local run
+test-slurm: $(STAMP)
+	bash tests/slurm/run.sh
+
+## test-container: build envs/Containerfile with podman on a debootstrap base, run config/test.yaml inside, compare numbers
+test-container: $(STAMP)
+	bash tests/container/run.sh
 
 ## bench: kernel and W2 benchmark (table on stdout, results/bench/bench.nc)
 bench: $(STAMP)
