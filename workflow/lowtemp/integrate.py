@@ -7,7 +7,9 @@
 
 ``simulate`` steps from snapshot to snapshot with a uniform step no larger
 than the requested ``dt`` and stores every snapshot; positions that become
-non-finite or leave the sphere stop the run with an error naming the time.
+non-finite or leave the sphere stop the run with an error naming the step,
+the time, the run (e.g. its beta), the replica and the token. A run can resume
+from a checkpoint (``resume``) bit for bit.
 """
 
 from __future__ import annotations
@@ -76,21 +78,40 @@ class TimeGrid:
         return int(self.snapshots) * self.steps_per_snapshot
 
 
-def check_on_sphere(X: np.ndarray, t: float, what: str = "tokens") -> None:
-    """Raise FloatingPointError if X has non-finite entries or rows off the unit sphere."""
+def check_on_sphere(X: np.ndarray, t: float, what: str = "tokens", step: int | None = None) -> None:
+    """Raise FloatingPointError if X has non-finite entries or rows off the unit sphere.
+
+    The message names ``what`` (for a simulation: the run, e.g. "beta = 100"), the
+    time, the step when given, and the first offending replica and token.
+    """
+    at = f"t = {t:.6g}" + ("" if step is None else f" (step {step})")
     if not np.all(np.isfinite(X)):
         bad = np.argwhere(~np.isfinite(X))[0]
-        raise FloatingPointError(f"{what} became non-finite at t = {t:.6g} (replica {bad[0]}, token {bad[1]})")
+        raise FloatingPointError(f"{what}: positions became non-finite at {at}, replica {bad[0]}, token {bad[1]}")
     dev = np.abs(np.linalg.norm(X, axis=-1) - 1.0)
     if dev.max() > SPHERE_TOLERANCE:
         r, i = np.unravel_index(np.argmax(dev), dev.shape)
         raise FloatingPointError(
-            f"{what} left the sphere at t = {t:.6g}: | |x| - 1 | = {dev.max():.3e} (replica {r}, token {i})")
+            f"{what}: positions left the sphere at {at}: | |x| - 1 | = {dev.max():.3e} > {SPHERE_TOLERANCE:g}, "
+            f"replica {r}, token {i}")
+
+
+Resume = tuple[int, np.ndarray]
 
 
 def simulate(field: Field, X0: np.ndarray, grid: TimeGrid, method: str = "rk4",
-             progress: Callable[[float, int], None] | None = None) -> np.ndarray:
-    """Positions at the snapshot times, shape (time, replica, token, dim)."""
+             progress: Callable[[float, int], None] | None = None, *, label: str = "tokens",
+             resume: Resume | None = None,
+             on_snapshot: Callable[[int, np.ndarray], None] | None = None) -> np.ndarray:
+    """Positions at the snapshot times, shape (time, replica, token, dim).
+
+    Every step is checked (finite, on the sphere); an error names ``label``, the
+    step, the time, the replica and the token. ``resume = (k, P)`` continues from
+    a checkpoint: ``P`` holds the snapshots 0..k of an earlier run of the same
+    problem. Steps only depend on the positions, so the result is bit for bit
+    that of an uninterrupted run. ``on_snapshot(k, out)`` is called after
+    snapshot k is stored (``out[:k + 1]`` is final), e.g. to write a checkpoint.
+    """
     try:
         step = STEPPERS[method]
     except KeyError:
@@ -99,12 +120,27 @@ def simulate(field: Field, X0: np.ndarray, grid: TimeGrid, method: str = "rk4",
     times = grid.times
     out = np.empty((times.size,) + X.shape)
     out[0] = X
+    first = 1
+    if resume is not None:
+        k0, done = resume
+        done = np.asarray(done, dtype=float)
+        if not (0 <= k0 < times.size) or done.shape != (k0 + 1,) + X.shape:
+            raise ValueError(f"resume: expected snapshots 0..{k0} of shape {(k0 + 1,) + X.shape}, got {done.shape}")
+        if not np.array_equal(done[0], out[0]):
+            raise ValueError("resume: the checkpoint starts from other initial positions")
+        out[: k0 + 1] = done
+        X = out[k0].copy()
+        first = k0 + 1
     h = grid.step
-    for k in range(1, times.size):
-        for _ in range(grid.steps_per_snapshot):
+    n_sub = grid.steps_per_snapshot
+    for k in range(first, times.size):
+        for j in range(n_sub):
             X = step(field, X, h)
-        check_on_sphere(X, times[k])
+            n = (k - 1) * n_sub + j + 1
+            check_on_sphere(X, n * h, label, step=n)
         out[k] = X
+        if on_snapshot is not None:
+            on_snapshot(k, out)
         if progress is not None:
-            progress(float(times[k]), k * grid.steps_per_snapshot)
+            progress(float(times[k]), k * n_sub)
     return out

@@ -14,7 +14,7 @@ import time as _time
 import numpy as np
 import xarray as xr
 
-from . import dynamics, exact, fitting, integrate, io, kernels, matrices, measures, projection, transport
+from . import checkpoint, dynamics, exact, fitting, integrate, io, kernels, matrices, measures, projection, transport
 from .seeding import generator
 
 log = logging.getLogger("lowtemp")
@@ -201,7 +201,29 @@ def field_kernel(experiment: dict, beta: float, M: matrices.AttentionMatrices) -
     return kernel
 
 
-def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, tokens_path, output):
+def _simulate_with_checkpoint(field, X0, grid, method, label, checkpoint_path, checkpoint_every, **fingerprint_of):
+    """``integrate.simulate`` resuming from, and writing, a checkpoint when ``checkpoint_path`` is given.
+
+    Returns the positions and the checkpoint (call ``discard()`` once the output is written), or None.
+    """
+    progress = _progress_logger(label, grid, X0.shape[1], X0.shape[0])
+    if checkpoint_path is None:
+        return integrate.simulate(field, X0, grid, method, progress, label=label), None
+    fp = checkpoint.fingerprint(X0, *fingerprint_of.pop("arrays"), method=method, horizon=grid.horizon,
+                                snapshots=grid.snapshots, step=grid.step, **fingerprint_of)
+    ckpt = checkpoint.SimulationCheckpoint(checkpoint_path, fp, grid.times, checkpoint_every)
+    positions = integrate.simulate(field, X0, grid, method, progress, label=label, resume=ckpt.load(X0.shape),
+                                   on_snapshot=ckpt)
+    return positions, ckpt
+
+
+def _finish(ckpt) -> None:
+    if ckpt is not None:
+        ckpt.discard()
+
+
+def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, tokens_path, output,
+                             checkpoint_path=None, checkpoint_every=300.0):
     M = load_matrices(matrices_path)
     X0 = io.read_netcdf(tokens_path, "initial_tokens")["tokens"].values
     grid = time_grid(experiment)
@@ -211,8 +233,8 @@ def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, t
     field = lambda X: kernels.attention_field(X, M.B, M.V, beta, kernel)  # noqa: E731
     log.info("%s: finite temperature beta = %g, %s, step %.4g, %d steps, kernel %s", name, beta, method,
              grid.step, grid.total_steps, kernel)
-    positions = integrate.simulate(field, X0, grid, method,
-                                   _progress_logger(f"{name} beta={beta:g}", grid, X0.shape[1], X0.shape[0]))
+    positions, ckpt = _simulate_with_checkpoint(field, X0, grid, method, f"{name} beta = {beta:g}", checkpoint_path,
+                                                checkpoint_every, arrays=(M.B, M.V), beta=beta, kernel=kernel)
     ess = np.stack([kernels.effective_sample_size(X, M.B, M.V, beta, kernel) for X in positions])
     ds = _positions_dataset(positions, grid, "token positions at finite temperature")
     ds["ess_median"] = (("time", "replica"), np.median(ess, axis=-1),
@@ -227,16 +249,18 @@ def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, t
                     "system does not stand for the mean field there (N must grow like beta^((d-1)/2))",
                     name, beta, X0.shape[1], low, experiment["ess_threshold"])
     io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
+    _finish(ckpt)
 
 
-def stage_zero_temperature(name, experiment, root_seed, matrices_path, tokens_path, output):
+def stage_zero_temperature(name, experiment, root_seed, matrices_path, tokens_path, output,
+                           checkpoint_path=None, checkpoint_every=300.0):
     M = load_matrices(matrices_path)
     X0 = io.read_netcdf(tokens_path, "initial_tokens")["tokens"].values
     grid = time_grid(experiment)
     method = experiment["integrator"]
     field = lambda X: dynamics.zero_temperature_field(X, M.A, M.B)  # noqa: E731
-    positions = integrate.simulate(field, X0, grid, method,
-                                   _progress_logger(f"{name} zero temperature", grid, X0.shape[1], X0.shape[0]))
+    positions, ckpt = _simulate_with_checkpoint(field, X0, grid, method, f"{name} zero temperature",
+                                                checkpoint_path, checkpoint_every, arrays=(M.A, M.B))
     reference = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
     error = np.max(np.abs(positions - reference), axis=(1, 2, 3))
     ds = _positions_dataset(positions, grid, "token positions at zero temperature (Eq. 3, integrated)")
@@ -247,6 +271,7 @@ def stage_zero_temperature(name, experiment, root_seed, matrices_path, tokens_pa
     log.info("%s: zero temperature: max deviation from the exact solution %.3e (at t = %g)", name,
              error.max(), grid.horizon)
     io.write_netcdf(ds, output, "zero_temperature", io.provenance(name, experiment, root_seed))
+    _finish(ckpt)
 
 
 # ---------------------------------------------------------------- stage 5: distances

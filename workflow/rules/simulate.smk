@@ -10,6 +10,7 @@ rule finite_temperature:
     params:
         stage=stage_params,
         beta=lambda w: BETAS[w.experiment][w.beta],
+        checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/finite_temperature_beta{{beta}}.nc",
     threads: 2
     log:
         f"{RESULTS}/{{experiment}}/logs/finite_temperature_beta{{beta}}.log",
@@ -27,6 +28,7 @@ rule zero_temperature:
         f"{RESULTS}/{{experiment}}/zero_temperature.nc",
     params:
         stage=stage_params,
+        checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/zero_temperature.nc",
     log:
         f"{RESULTS}/{{experiment}}/logs/zero_temperature.log",
     benchmark:

@@ -7,4 +7,5 @@ kernels.set_threads(sm.threads)
 with pipeline.logged(sm.log[0]):
     pipeline.stage_finite_temperature(p["name"], p["experiment"], p["root_seed"], beta=sm.params.beta,
                                       matrices_path=sm.input.matrices, tokens_path=sm.input.tokens,
-                                      output=sm.output[0])
+                                      output=sm.output[0], checkpoint_path=sm.params.checkpoint,
+                                      checkpoint_every=sm.config["checkpoint_every_seconds"])

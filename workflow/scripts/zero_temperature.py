@@ -6,4 +6,5 @@ p = sm.params.stage
 with pipeline.logged(sm.log[0]):
     pipeline.stage_zero_temperature(p["name"], p["experiment"], p["root_seed"],
                                     matrices_path=sm.input.matrices, tokens_path=sm.input.tokens,
-                                    output=sm.output[0])
+                                    output=sm.output[0], checkpoint_path=sm.params.checkpoint,
+                                    checkpoint_every=sm.config["checkpoint_every_seconds"])

@@ -1,0 +1,179 @@
+"""Checkpoints and runtime guards of the simulation stages (issue: nothing lost, nothing silent).
+
+The fault-injection suite (tests/faults, ``make test-faults``) kills real
+Snakemake jobs with SIGKILL; these tests check the mechanism in-process: a run
+interrupted at any snapshot and resumed from its checkpoint gives bit for bit
+the positions of an uninterrupted run, a stale checkpoint is ignored, and a
+simulation that goes non-finite stops with an error naming step, β and replica.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lowtemp import checkpoint, dynamics, integrate, io, kernels, pipeline
+from conftest import TEST_CONFIG, random_unit, spectral_matrices, validated
+
+
+class Interrupt(Exception):
+    """Stands for a kill: raised from inside the field after a set number of evaluations."""
+
+
+def _field(M, beta=8.0):
+    return lambda X: dynamics.attention_field(X, M.B, M.V, beta)
+
+
+def _interrupting(field, after: int):
+    calls = {"n": 0}
+
+    def wrapped(X):
+        calls["n"] += 1
+        if calls["n"] > after:
+            raise Interrupt
+        return field(X)
+
+    return wrapped
+
+
+GRID = integrate.TimeGrid(horizon=2.0, snapshots=8, dt=0.1)  # 3 steps per snapshot
+
+
+@settings(max_examples=12, deadline=None)
+@given(fraction=st.floats(0.0, 0.999), method=st.sampled_from(["rk4", "euler"]))
+def test_resume_after_interrupt_is_bit_for_bit(tmp_path_factory, fraction, method):
+    per_step = 4 if method == "rk4" else 1
+    evaluations = int(fraction * per_step * GRID.total_steps)  # the kill comes before the last evaluation
+    M = spectral_matrices(3)
+    X0 = random_unit(np.random.default_rng(5), 2, 40, 3)
+    full = integrate.simulate(_field(M), X0, GRID, method)
+    path = tmp_path_factory.mktemp("ckpt") / "run.nc"
+    fp = checkpoint.fingerprint(X0, M.B, M.V, method=method)
+    ckpt = checkpoint.SimulationCheckpoint(path, fp, GRID.times, every_seconds=0)
+    with pytest.raises(Interrupt):
+        integrate.simulate(_interrupting(_field(M), evaluations), X0, GRID, method, resume=ckpt.load(X0.shape),
+                           on_snapshot=ckpt)
+    per_snapshot = GRID.steps_per_snapshot * per_step
+    completed = min(evaluations // per_snapshot, GRID.snapshots - 1)  # the last snapshot is never checkpointed
+    if completed == 0:
+        assert not path.exists()
+    else:
+        assert io.read_netcdf(path, "checkpoint")["positions"].shape[0] == completed + 1
+    again = checkpoint.SimulationCheckpoint(path, fp, GRID.times, every_seconds=0)
+    resume = again.load(X0.shape)
+    assert (resume is None) == (completed == 0)
+    resumed = integrate.simulate(_field(M), X0, GRID, method, resume=resume, on_snapshot=again)
+    np.testing.assert_array_equal(resumed, full)
+    again.discard()
+    assert not path.exists() and not path.parent.exists()
+
+
+def test_checkpoint_interval_and_stale_fingerprint(tmp_path):
+    M = spectral_matrices(3)
+    X0 = random_unit(np.random.default_rng(6), 1, 20, 3)
+    path = tmp_path / "c" / "run.nc"
+    clock = iter(np.arange(0.0, 1000.0, 1.0)).__next__  # one "second" per call
+    ckpt = checkpoint.SimulationCheckpoint(path, "A", GRID.times, every_seconds=3, clock=clock)
+    integrate.simulate(_field(M), X0, GRID, "rk4", on_snapshot=ckpt)
+    # clock calls: construction 0, then one per snapshot (1..8); saves when 3 s have passed since the last
+    assert ckpt.writes == 2
+    assert checkpoint.SimulationCheckpoint(path, "B", GRID.times).load(X0.shape) is None  # other fingerprint
+    k, done = checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape)
+    assert done.shape == (k + 1,) + X0.shape
+    assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load((1, 21, 3)) is None  # other shape
+    path.write_bytes(b"not a netcdf file")
+    assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape) is None  # unreadable
+    with pytest.raises(ValueError, match="interval must be >= 0"):
+        checkpoint.SimulationCheckpoint(path, "A", GRID.times, every_seconds=-1)
+
+
+def test_fingerprint_sees_every_input():
+    a = np.arange(6.0).reshape(2, 3)
+    base = checkpoint.fingerprint(a, beta=1.0, kernel="dense")
+    assert base == checkpoint.fingerprint(a.copy(), kernel="dense", beta=1.0)
+    b = a.copy()
+    b[1, 2] = np.nextafter(b[1, 2], 10)
+    assert checkpoint.fingerprint(b, beta=1.0, kernel="dense") != base  # one ulp of one entry
+    assert checkpoint.fingerprint(a.reshape(3, 2), beta=1.0, kernel="dense") != base
+    assert checkpoint.fingerprint(a, beta=1.0 + 1e-15, kernel="dense") != base
+    assert checkpoint.fingerprint(a, beta=1.0, kernel="cap") != base
+
+
+def test_resume_rejects_a_checkpoint_of_other_initial_positions():
+    M = spectral_matrices(3)
+    X0 = random_unit(np.random.default_rng(7), 1, 10, 3)
+    done = integrate.simulate(_field(M), X0, GRID, "rk4")[:3]
+    with pytest.raises(ValueError, match="other initial positions"):
+        integrate.simulate(_field(M), random_unit(np.random.default_rng(8), 1, 10, 3), GRID, "rk4",
+                           resume=(2, done))
+    with pytest.raises(ValueError, match="expected snapshots 0..3"):
+        integrate.simulate(_field(M), X0, GRID, "rk4", resume=(3, done))
+
+
+# ------------------------------------------------------------------ the stages, with files
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """matrices.nc and initial_tokens.nc of the test config's ``tiny`` experiment."""
+    with open(TEST_CONFIG) as fh:
+        config = validated(yaml.safe_load(fh))
+    exp = copy.deepcopy(config["experiments"]["tiny"])
+    exp["kernel"] = "dense"
+    root = tmp_path_factory.mktemp("stages")
+    pipeline.stage_matrices("tiny", exp, config["root_seed"], root / "matrices.nc")
+    pipeline.stage_initial_tokens("tiny", exp, config["root_seed"], root / "matrices.nc", root / "tokens.nc")
+    return exp, config["root_seed"], root
+
+
+def _run_finite(tiny, out, **kw):
+    exp, seed, root = tiny
+    pipeline.stage_finite_temperature("tiny", exp, seed, 50.0, root / "matrices.nc", root / "tokens.nc", out, **kw)
+    return io.read_netcdf(out, "finite_temperature")
+
+
+def test_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, monkeypatch):
+    plain = _run_finite(tiny, tmp_path / "plain.nc")
+    ckpt = tmp_path / "checkpoints" / "beta50.nc"
+    real = kernels.attention_field
+    calls = {"n": 0}
+
+    def dying(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] > 4 * 2 * 11:  # RK4, 2 steps per snapshot: dies during snapshot 12 of 30
+            raise Interrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(kernels, "attention_field", dying)
+    with pytest.raises(Interrupt):
+        _run_finite(tiny, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
+    assert not (tmp_path / "resumed.nc").exists()
+    assert io.read_netcdf(ckpt, "checkpoint")["positions"].shape[0] == 12  # snapshots 0..11
+    monkeypatch.setattr(kernels, "attention_field", real)
+    calls["n"] = 0
+    resumed = _run_finite(tiny, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
+    for var in plain.variables:
+        np.testing.assert_array_equal(resumed[var].values, plain[var].values, err_msg=var)
+    assert not ckpt.exists() and not ckpt.parent.exists()
+
+
+def test_stage_stops_on_non_finite_positions_naming_step_beta_replica(tiny, tmp_path, monkeypatch):
+    real = kernels.attention_field
+    calls = {"n": 0}
+
+    def poisoned(X, *args, **kw):
+        calls["n"] += 1
+        F = real(X, *args, **kw)
+        if calls["n"] == 12:  # the third RK4 step's last stage: only token 17 of replica 1 goes bad
+            F = F.copy()
+            F[1, 17, 0] = np.nan
+        return F
+
+    monkeypatch.setattr(kernels, "attention_field", poisoned)
+    with pytest.raises(FloatingPointError,
+                       match=r"tiny beta = 50: positions became non-finite at t = 0\.3 \(step 3\), replica 1, token 17"):
+        _run_finite(tiny, tmp_path / "bad.nc")
+    assert not (tmp_path / "bad.nc").exists()
