@@ -134,3 +134,57 @@ def test_assumption_2_moment_matches_naive():
     got = measures.assumption_2_moment(X, E1, p=0.5)
     naive = [np.mean([abs(x[0]) ** -0.5 for x in Xr]) for Xr in X]
     np.testing.assert_allclose(got, naive, rtol=1e-12)
+
+
+# ------------------------------------------------------------------ measures outside Assumption 3
+@pytest.mark.parametrize("d", [2, 3, 5])
+@pytest.mark.parametrize("angle", [20.0, 90.0, 150.0, 180.0])
+def test_cap_is_the_uniform_measure_conditioned_on_the_cap(d, angle):
+    """Against rejection sampling from the uniform sphere (independent of the inverse-CDF sampler)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(int(10 * d + angle))
+    center = random_unit(rng, d)
+    X = measures.cap(rng, 2, 4000, d, center=3.0 * center, angle=angle)[1]  # any positive multiple of the center
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, atol=1e-12)
+    cos_angle = np.cos(np.radians(angle))
+    assert np.all(X @ center >= cos_angle - 1e-12)
+    U = random_unit(rng, 400_000, d)
+    ref = U[U @ center >= cos_angle][:20_000]
+    assert stats.ks_2samp(X @ center, ref @ center).pvalue > 1e-3
+    # the direction orthogonal to the center is uniform: a fixed tangent coordinate matches too
+    e = np.linalg.qr(np.column_stack([center, rng.standard_normal((d, d - 1))]))[0][:, 1]
+    assert stats.ks_2samp(X @ e, ref @ e).pvalue > 1e-3
+    if d == 3:  # Archimedes: the height is uniform on [cos θ, 1]
+        assert stats.kstest(X @ center, stats.uniform(cos_angle, 1 - cos_angle).cdf).pvalue > 1e-3
+
+
+def test_atoms_draw_the_given_points_with_their_weights():
+    points = [[2.0, 0.0, 0.0], [0.0, 0.0, -1.0]]
+    X = measures.sample_initial_tokens("atoms", np.random.default_rng(4), 2, 20_000, 3, points=points,
+                                       weights=[0.3, 0.7], positive_density=False)
+    assert {tuple(x) for x in X.reshape(-1, 3)} == {(1.0, 0.0, 0.0), (0.0, 0.0, -1.0)}
+    np.testing.assert_allclose(np.mean(X[..., 0] == 1.0, axis=1), 0.3, atol=0.015)
+    E1 = np.eye(3)[:, :1]
+    np.testing.assert_array_equal(measures.atoms_on_E1_complement(points, E1), [1])
+    assert measures.atoms_on_E1_complement([[1e-3, 1.0, 0.0]], E1).size == 0  # close to E1⊥ is not on it
+
+
+@pytest.mark.parametrize("name, params, positive", [
+    ("uniform", {}, True), ("vmf_mixture", {"kappas": [50.0]}, True),
+    ("projected_gaussian", {"mean": [5, 0, 0], "scale": 0.1}, True),
+    ("cap", {"center": [0, 0, 1], "angle": 179.9}, False), ("cap", {"center": [0, 0, 1], "angle": 180}, True),
+    ("atoms", {"points": [[1, 0, 0]]}, False),
+])
+def test_which_measures_have_a_positive_density(name, params, positive):
+    assert measures.has_positive_density(name, params) is positive
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"center": [0, 0], "angle": 30}, "center must be a non-zero vector of length 3"),
+    ({"center": [0, 0, 0], "angle": 30}, "center must be a non-zero vector"),
+    ({"center": [0, 0, 1], "angle": 0}, r"angle must be in \(0, 180\]"),
+])
+def test_cap_rejects_bad_parameters(params, match):
+    with pytest.raises(ValueError, match=match):
+        measures.cap(np.random.default_rng(0), 1, 4, 3, **params)

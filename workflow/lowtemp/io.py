@@ -76,6 +76,8 @@ def read_netcdf(path: str | os.PathLike, kind: str | None = None) -> xr.Dataset:
     except Exception as exc:  # truncated or not HDF5 at all
         raise NetCDFSchemaError(f"{path}: cannot be read as NetCDF ({type(exc).__name__}: {exc})") from exc
     version = ds.attrs.get("lowtemp_schema")
+    if isinstance(version, np.generic):
+        version = version.item()
     if version != SCHEMA_VERSION:
         raise NetCDFSchemaError(
             f"{path}: schema version {version!r}, expected {SCHEMA_VERSION}; rerun the stage that writes it")

@@ -9,13 +9,22 @@ rounding. Named measures (``sample_initial_tokens``):
 * ``projected_gaussian``: x = y/|y| with y ~ N(m, s² I) (positive smooth density
   because the Gaussian charges every ray).
 
-All three have strictly positive Lipschitz densities (Assumption 3).
+All three have strictly positive Lipschitz densities (Assumption 3). Two more
+measures are there to explore what happens *outside* the theorem, and the
+config must say so (``positive_density: false``):
+
+* ``cap``: uniform on the spherical cap {x : ⟨x, c⟩ ≥ cos θ} (zero density
+  outside it);
+* ``atoms``: i.i.d. draws from finitely many given points (no density at all;
+  Assumption 2 fails when an atom lies on E1⊥).
+
 ``assumption_2_moment`` reports the Monte Carlo estimate of ∫|P1 x|^{-p} dρ0.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy import special
 
 
 def normalise(X: np.ndarray) -> np.ndarray:
@@ -96,11 +105,67 @@ def projected_gaussian(rng: np.random.Generator, replicas: int, tokens: int, dim
     return normalise(mean + scale * rng.standard_normal((replicas, tokens, dim)))
 
 
+def cap(rng: np.random.Generator, replicas: int, tokens: int, dim: int, *, center, angle: float) -> np.ndarray:
+    """Uniform on the cap {⟨x, c⟩ ≥ cos θ}, θ = ``angle`` in degrees (180: the whole sphere).
+
+    The cosine t = ⟨x, c⟩ of the uniform law has density ∝ (1 − t²)^{(d−3)/2};
+    (1 − t)/2 is Beta((d−1)/2, (d−1)/2), sampled here by its inverse CDF
+    restricted to the cap; the direction orthogonal to c is uniform.
+    """
+    c = np.asarray(center, dtype=float)
+    if c.shape != (dim,) or not np.linalg.norm(c) > 0:
+        raise ValueError(f"cap: center must be a non-zero vector of length {dim}, got {c.tolist()}")
+    if not 0 < angle <= 180:
+        raise ValueError(f"cap: angle must be in (0, 180] degrees, got {angle}")
+    c = c / np.linalg.norm(c)
+    a = 0.5 * (dim - 1)
+    u_max = 0.5 * (1.0 - np.cos(np.radians(angle)))
+    u = special.betaincinv(a, a, rng.uniform(size=(replicas, tokens)) * special.betainc(a, a, u_max))
+    t = 1.0 - 2.0 * u
+    w = rng.standard_normal((replicas, tokens, dim))
+    w -= (w @ c)[..., None] * c
+    w = normalise(w)
+    return normalise(t[..., None] * c + np.sqrt(np.clip(1.0 - t**2, 0.0, None))[..., None] * w)
+
+
+def atoms(rng: np.random.Generator, replicas: int, tokens: int, dim: int, *, points, weights=None) -> np.ndarray:
+    """Tokens drawn i.i.d. from the given points (normalised), with optional weights."""
+    P = np.asarray(points, dtype=float)
+    if P.ndim != 2 or P.shape[1] != dim or P.shape[0] < 1:
+        raise ValueError(f"atoms: points must be a list of vectors of length {dim}, got shape {P.shape}")
+    if np.any(np.linalg.norm(P, axis=1) == 0):
+        raise ValueError("atoms: a point is the zero vector")
+    k = P.shape[0]
+    weights = np.full(k, 1.0 / k) if weights is None else np.asarray(weights, dtype=float)
+    if weights.shape != (k,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
+        raise ValueError(f"atoms: weights must be {k} non-negative numbers summing to 1")
+    return normalise(P)[rng.choice(k, size=(replicas, tokens), p=weights)]
+
+
 MEASURES = {
     "uniform": uniform,
     "vmf_mixture": vmf_mixture,
     "projected_gaussian": projected_gaussian,
+    "cap": cap,
+    "atoms": atoms,
 }
+
+
+def has_positive_density(name: str, params: dict) -> bool:
+    """Whether the named measure has a strictly positive density on the whole sphere (Assumption 3)."""
+    if name == "cap":
+        return float(params["angle"]) >= 180.0
+    return name not in ("atoms",)
+
+
+def atoms_on_E1_complement(points, E1: np.ndarray, tol: float = 1e-12) -> np.ndarray:
+    """Indices of the points of an ``atoms`` measure with P1 x = 0 (|P1 x| ≤ tol |x|).
+
+    Each such atom makes ∫|P1 x|^{-p} dρ0 infinite: Assumption 2 fails.
+    """
+    P = np.asarray(points, dtype=float)
+    P = P / np.linalg.norm(P, axis=1, keepdims=True)
+    return np.flatnonzero(np.linalg.norm(P @ E1, axis=1) <= tol)
 
 
 def sample_initial_tokens(name: str, rng: np.random.Generator, replicas: int, tokens: int,
@@ -110,6 +175,7 @@ def sample_initial_tokens(name: str, rng: np.random.Generator, replicas: int, to
         sample = MEASURES[name]
     except KeyError:
         raise ValueError(f"unknown initial measure {name!r}; known: {sorted(MEASURES)}") from None
+    params.pop("positive_density", None)  # a declaration checked by the config validation, not a parameter
     for label, n in (("replicas", replicas), ("tokens", tokens), ("dim", dim)):
         if int(n) != n or n < 1:
             raise ValueError(f"{label} must be a positive integer, got {n!r}")

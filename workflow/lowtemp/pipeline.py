@@ -75,27 +75,57 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
                 raise ConfigError(f"{where}.matrices.{key} is not a rectangular matrix (rows of unequal length)") from None
             if shape != (d, d):
                 raise ConfigError(f"{where}.matrices.{key} must be a {d}x{d} matrix (dim = {d}), got shape {shape}")
-    mu = experiment["initial_measure"]
-    for key in ("mean",):
-        if key in mu and len(mu[key]) != d:
-            raise ConfigError(f"{where}.initial_measure.{key} must have length dim = {d}")
-    if "means" in mu and any(len(v) != d for v in mu["means"]):
-        raise ConfigError(f"{where}.initial_measure.means: every mean must have length dim = {d}")
-    if "means" in mu and len(mu["means"]) != len(mu.get("kappas", [])):
-        raise ConfigError(f"{where}.initial_measure.means and kappas must have the same length")
-    if "weights" in mu:
-        weights = np.asarray(mu["weights"], dtype=float)
-        if weights.size != len(mu.get("kappas", [])):
-            raise ConfigError(f"{where}.initial_measure.weights must have one entry per kappa "
-                              f"({len(mu.get('kappas', []))}), got {weights.size}")
-        if not np.isclose(weights.sum(), 1.0):
-            raise ConfigError(f"{where}.initial_measure.weights must sum to 1, got {weights.sum():.6g}")
+    _check_initial_measure_shapes(where, experiment["initial_measure"], d)
     try:
-        return build_matrices(name, experiment, root_seed)
+        M = build_matrices(name, experiment, root_seed)
     except matrices.AssumptionViolation as exc:
         raise matrices.AssumptionViolation(f"{where}.matrices: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"{where}.matrices: {exc}") from None
+    _check_initial_measure_assumptions(where, experiment["initial_measure"], M)
+    return M
+
+
+def _check_initial_measure_shapes(where: str, mu: dict, d: int) -> None:
+    where = f"{where}.initial_measure"
+    for key in ("mean", "center"):
+        if key in mu and len(mu[key]) != d:
+            raise ConfigError(f"{where}.{key} must have length dim = {d}, got {len(mu[key])}")
+    for key in ("means", "points"):
+        if key in mu and any(len(v) != d for v in mu[key]):
+            raise ConfigError(f"{where}.{key}: every vector must have length dim = {d}")
+        if key in mu and any(not np.any(np.asarray(v, dtype=float)) for v in mu[key]):
+            raise ConfigError(f"{where}.{key}: a vector is zero (it has no direction on the sphere)")
+    if "center" in mu and not np.any(np.asarray(mu["center"], dtype=float)):
+        raise ConfigError(f"{where}.center is the zero vector")
+    if "means" in mu and len(mu["means"]) != len(mu.get("kappas", [])):
+        raise ConfigError(f"{where}.means and kappas must have the same length")
+    if "weights" in mu:
+        components = "points" if mu["name"] == "atoms" else "kappas"
+        n = len(mu.get(components, []))
+        weights = np.asarray(mu["weights"], dtype=float)
+        if weights.size != n:
+            raise ConfigError(f"{where}.weights must have one entry per {components[:-1]} ({n}), got {weights.size}")
+        if not np.isclose(weights.sum(), 1.0):
+            raise ConfigError(f"{where}.weights must sum to 1, got {weights.sum():.6g}")
+
+
+def _check_initial_measure_assumptions(where: str, mu: dict, M: matrices.AttentionMatrices) -> None:
+    """Assumption 3 (positive density) unless waived, and Assumption 2 (∫|P1 x|^(-1/2) dρ0 < ∞)."""
+    where = f"{where}.initial_measure"
+    name = mu["name"]
+    if mu.get("positive_density", True) and not measures.has_positive_density(name, mu):
+        what = f"a cap of angle {mu['angle']:g}° has zero density outside it" if name == "cap" else \
+            "finitely many atoms have no density"
+        raise matrices.AssumptionViolation(
+            f"{where}: {name!r} is not a positive density on the sphere ({what}; Assumption 3). "
+            f"Set {where}.positive_density: false to run it outside the theorem")
+    if name == "atoms":
+        bad = measures.atoms_on_E1_complement(mu["points"], M.E1)
+        if bad.size:
+            raise matrices.AssumptionViolation(
+                f"{where}: Assumption 2 fails: point(s) {bad.tolist()} lie on E1⊥ (P1 x = 0), so "
+                f"∫|P1 x|^(-1/2) dρ0 is infinite; these tokens never reach E1 and Π is undefined for them")
 
 
 # ---------------------------------------------------------------- stage 1: matrices

@@ -1,19 +1,25 @@
 # Helpers shared by all rules; the config is validated here, before any job runs.
 import re
 
-from snakemake.utils import validate
+import os
 
-from lowtemp import pipeline
+from lowtemp import validation
 
-validate(config, "../schemas/config.schema.yaml")
+RESULTS = "results"
+
+# Duplicate keys, schema (defaults filled in), assumptions, memory, results folder:
+# a bad config stops here with one error naming the key, before any job and any output.
+validation.validate_config(
+    config,
+    schema_path=os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
+    configfiles=workflow.configfiles,
+    results=RESULTS,
+)
 
 ROOT_SEED = config["root_seed"]
 EXPERIMENTS = config["experiments"]
-for _name, _experiment in EXPERIMENTS.items():
-    pipeline.validate_experiment(_name, _experiment, ROOT_SEED)
 
 FIGURES = ["w2_projection", "collapse", "end_phase", "time_scale", "snapshots"]
-RESULTS = "results"
 
 
 def beta_label(beta):

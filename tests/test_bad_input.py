@@ -1,0 +1,305 @@
+"""The table of bad inputs: each one gives its exact error before any work, and leaves no output.
+
+Every row goes through ``lowtemp.validation.validate_config``, the one function
+the Snakefile calls when it is read (before any job). A sample of rows also goes
+through the real Snakemake command line, checking the message reaches the user
+and that no ``results/`` folder appears. NetCDF inputs that are truncated, of an
+older schema or of the wrong kind are refused by the stage that reads them.
+The README's "When a run refuses to start" lists the common ones with their fixes.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import subprocess
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from lowtemp import io, matrices, pipeline, validation
+from conftest import SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG
+
+ConfigError, Violation = pipeline.ConfigError, matrices.AssumptionViolation
+EYE = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
+#: explicit matrices satisfying Assumption 1: B = I, A = V = diag(2, 1, 0.5), E1 = span(e1)
+EXPLICIT = {"family": "explicit", "K": EYE, "Q": EYE, "V": [[2, 0, 0], [0, 1, 0], [0, 0, 0.5]]}
+
+
+def tiny(**changes):
+    """Mutation of the ``tiny`` experiment: top-level keys of the experiment replaced."""
+    return lambda cfg: cfg["experiments"]["tiny"].update(changes)
+
+
+def tiny_in(section, **changes):
+    return lambda cfg: cfg["experiments"]["tiny"][section].update(changes)
+
+
+def explicit(**changes):
+    return tiny(matrices={**EXPLICIT, **changes})
+
+
+# (id, mutation of the parsed test config, exception, exact message as a regular expression)
+BAD_CONFIGS = [
+    ("unknown-top-level-key", lambda c: c.update(foo=1), ConfigError,
+     r"config key \(top level\): Additional properties are not allowed \('foo' was unexpected\)"),
+    ("unknown-experiment-key", tiny(tokenz=64), ConfigError,
+     r"config key experiments\.tiny: Additional properties are not allowed \('tokenz' was unexpected\)"),
+    ("wrong-type", tiny(tokens="many"), ConfigError,
+     r"config key experiments\.tiny\.tokens: 'many' is not of type 'integer'"),
+    ("negative-beta", tiny(betas=[5, -1]), ConfigError,
+     r"config key experiments\.tiny\.betas\.1: -1 is less than or equal to the minimum of 0"),
+    ("zero-beta", tiny(betas=[0]), ConfigError,
+     r"config key experiments\.tiny\.betas\.0: 0 is less than or equal to the minimum of 0"),
+    ("nan-beta", tiny(betas=[math.nan]), ConfigError,
+     r"experiments\.tiny\.betas must be positive and finite, got \[nan\]"),
+    ("empty-beta-grid", tiny(betas=[]), ConfigError, r"config key experiments\.tiny\.betas: \[\] should be non-empty"),
+    ("duplicate-beta", tiny(betas=[5, 5.0]), ConfigError,
+     r"experiments\.tiny\.betas has duplicate values: \[5\.0, 5\.0\]"),
+    ("zero-tokens", tiny(tokens=0), ConfigError, r"config key experiments\.tiny\.tokens: 0 is less than the minimum of 2"),
+    ("negative-tokens", tiny(tokens=-64), ConfigError,
+     r"config key experiments\.tiny\.tokens: -64 is less than the minimum of 2"),
+    ("dim-1", tiny(dim=1), ConfigError, r"config key experiments\.tiny\.dim: 1 is less than the minimum of 2"),
+    ("zero-replicas", tiny(replicas=0), ConfigError,
+     r"config key experiments\.tiny\.replicas: 0 is less than the minimum of 1"),
+    ("zero-dt", tiny_in("time", dt=0), ConfigError,
+     r"config key experiments\.tiny\.time\.dt: 0 is less than or equal to the minimum of 0"),
+    ("dt-larger-than-horizon", tiny_in("time", dt=7.0), ConfigError,
+     r"experiments\.tiny\.time\.dt = 7\.0 is larger than time\.horizon = 6\.0"),
+    ("infinite-horizon", tiny_in("time", horizon=math.inf), ConfigError,
+     r"experiments\.tiny\.time\.horizon must be a positive finite number, got inf"),
+    ("no-experiments", lambda c: c.update(experiments={}), ConfigError,
+     r"config key experiments: \{\} should be non-empty"),
+    ("bad-experiment-name", lambda c: c["experiments"].update({"9 lives": c["experiments"]["tiny"]}), ConfigError,
+     r"config key experiments: '9 lives' does not match"),
+    ("matrix-wrong-shape", explicit(K=[[1, 0], [0, 1]]), ConfigError,
+     r"experiments\.tiny\.matrices\.K must be a 3x3 matrix \(dim = 3\), got shape \(2, 2\)"),
+    ("matrix-ragged", explicit(Q=[[1, 0, 0], [0, 1], [0, 0, 1]]), ConfigError,
+     r"experiments\.tiny\.matrices\.Q is not a rectangular matrix \(rows of unequal length\)"),
+    ("matrix-nan", explicit(V=[[2, 0, 0], [0, math.nan, 0], [0, 0, 0.5]]), Violation,
+     r"experiments\.tiny\.matrices: matrix V has NaN or Inf entries"),
+    ("matrix-inf", explicit(K=[[1, 0, 0], [0, math.inf, 0], [0, 0, 1]]), Violation,
+     r"experiments\.tiny\.matrices: matrix K has NaN or Inf entries"),
+    ("singular-B", explicit(K=[[1, 0, 0], [0, 1, 0], [0, 0, 0]]), Violation,
+     r"experiments\.tiny\.matrices: Assumption 1 violated: B = QᵀK is singular or ill-conditioned "
+     r"\(σmin = 0\.000e\+00, σmax = 1\.000e\+00, condition number inf > 1\.0e\+08\)"),
+    ("ill-conditioned-B", tiny_in("matrices", sigma_min=1e-9, sigma_max=1.0), Violation,
+     r"Assumption 1 violated: B = QᵀK is singular or ill-conditioned \(σmin = 1\.000e-09, σmax = 1\.000e\+00, "
+     r"condition number 1\.000e\+09 > 1\.0e\+08\)"),
+    ("VBt-not-symmetric", explicit(V=[[2, 1, 0], [0, 1, 0], [0, 0, 0.5]]), Violation,
+     r"experiments\.tiny\.matrices: Assumption 1 violated: A = VBᵀ is not symmetric \(‖A − Aᵀ‖/‖A‖ = 5\.657e-01 > 1\.0e-10\)"),
+    ("no-spectral-gap", tiny_in("matrices", eigenvalues=[1, 1, 1]), Violation,
+     r"experiments\.tiny\.matrices: Assumption 1 violated: A = VBᵀ has no spectral gap \(all eigenvalues equal 1 "),
+    ("eigenvalues-wrong-length", tiny_in("matrices", eigenvalues=[1, 0.5]), ConfigError,
+     r"experiments\.tiny\.matrices\.eigenvalues must have length dim = 3, got 2"),
+    ("cap-is-not-a-positive-density", tiny(initial_measure={"name": "cap", "center": [0, 0, 1], "angle": 30}), Violation,
+     r"experiments\.tiny\.initial_measure: 'cap' is not a positive density on the sphere \(a cap of angle 30° has "
+     r"zero density outside it; Assumption 3\)\. Set experiments\.tiny\.initial_measure\.positive_density: false"),
+    ("atoms-are-not-a-density", tiny(initial_measure={"name": "atoms", "points": [[1, 0, 0]]}), Violation,
+     r"'atoms' is not a positive density on the sphere \(finitely many atoms have no density; Assumption 3\)"),
+    ("assumption-2-mass-on-E1-complement",
+     lambda c: c["experiments"]["tiny"].update(matrices=EXPLICIT, initial_measure={
+         "name": "atoms", "points": [[1, 1, 0], [0, 1, 0], [0, 0, 2]], "positive_density": False}), Violation,
+     r"experiments\.tiny\.initial_measure: Assumption 2 fails: point\(s\) \[1, 2\] lie on E1⊥ \(P1 x = 0\), so "
+     r"∫\|P1 x\|\^\(-1/2\) dρ0 is infinite"),
+    ("kernel-for-another-dim", tiny(kernel="dense", dim=4, matrices={"family": "spectral", "eigenvalues": [1, .5, .3, .2],
+                                                                      "sigma_min": .8, "sigma_max": 1.25}), ConfigError,
+     r"experiments\.tiny\.kernel: 'dense' supports dim 2 and 3, got dim = 4; use 'numpy' or 'auto'"),
+    ("unknown-integrator", tiny(integrator="leapfrog"), ConfigError,
+     r"config key experiments\.tiny\.integrator: 'leapfrog' is not one of \['rk4', 'euler'\]"),
+    ("unknown-measure", tiny(initial_measure={"name": "gaussian"}), ConfigError,
+     r"config key experiments\.tiny\.initial_measure\.name: 'gaussian' is not one of"),
+    ("snapshot-time-outside-horizon", tiny_in("figures", snapshot_times=[0, 9]), ConfigError,
+     r"experiments\.tiny\.figures\.snapshot_times: 9 is outside \[0, time\.horizon = 6\.0\]"),
+    ("too-many-tokens-for-memory", lambda c: c.update(memory_limit_gb=4) or c["experiments"]["tiny"].update(
+        tokens=200_000, replicas=4), ConfigError,
+     r"experiments\.tiny: the largest job needs about [0-9.]+ GiB \(tokens = 200000, replicas = 4, snapshots = 30\), "
+     r"more than the 4\.0 GiB of memory_limit_gb"),
+]
+
+
+@pytest.fixture
+def base_config() -> dict:
+    with open(TEST_CONFIG) as fh:
+        return yaml.safe_load(fh)
+
+
+def _validate(config, results):
+    try:
+        from lowtemp import resources
+        estimate = resources.peak_memory_bytes
+    except ImportError:  # TEMPORARY until resources.py lands
+        estimate = None
+    return validation.validate_config(config, SCHEMA, results=results, memory_estimate=estimate)
+
+
+def test_the_table_is_long_enough():
+    assert len(BAD_CONFIGS) >= 25
+    assert len({row[0] for row in BAD_CONFIGS}) == len(BAD_CONFIGS)
+
+
+@pytest.mark.parametrize("mutate, error, message", [row[1:] for row in BAD_CONFIGS], ids=[row[0] for row in BAD_CONFIGS])
+def test_bad_config_gives_its_exact_error_and_no_output(tmp_path, base_config, mutate, error, message):
+    mutate(base_config)
+    with pytest.raises(error, match=message):
+        _validate(base_config, tmp_path / "results")
+    assert list(tmp_path.iterdir()) == []  # nothing written, not even the results folder
+
+
+def test_the_unchanged_test_config_passes(tmp_path, base_config):
+    checked = _validate(base_config, tmp_path / "results")
+    assert set(checked) == {"tiny", "tiny_circle"}
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ config files and the results folder
+def test_duplicate_experiment_names_in_the_yaml_file(tmp_path):
+    text = TEST_CONFIG.read_text().replace("  tiny_circle:", "  tiny:")
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    first, second = [n + 1 for n, line in enumerate(text.splitlines()) if line == "  tiny:"]
+    with pytest.raises(ConfigError, match=rf"dup\.yaml, line {second}: duplicate key 'tiny' \(first at line {first}\); "
+                                          r"YAML would silently keep only the last one"):
+        validation.load_config_file(path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("- 1\n- 2\n", r"a config must be a mapping of keys at top level, got list"),
+    ("experiments: {tiny: [\n", r"not valid YAML"),
+], ids=["not-a-mapping", "not-yaml"])
+def test_config_file_that_is_not_a_mapping(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        validation.load_config_file(path)
+    with pytest.raises(ConfigError, match=r"cannot read the config file"):
+        validation.load_config_file(tmp_path / "absent.yaml")
+
+
+def test_results_folder_that_is_a_file(tmp_path, base_config):
+    (tmp_path / "results").write_text("")
+    with pytest.raises(ConfigError, match=r"results folder '.*results' exists but is not a folder"):
+        _validate(base_config, tmp_path / "results")
+
+
+def test_results_folder_that_cannot_be_written(tmp_path, base_config):
+    """/proc/self/fdinfo accepts no new file, even for root (chmod does not stop root)."""
+    (tmp_path / "results").symlink_to("/proc/self/fdinfo")
+    with pytest.raises(ConfigError, match=r"results folder '.*results' is not writable"):
+        _validate(base_config, tmp_path / "results")
+
+
+# ------------------------------------------------------------------ through the Snakemake command line
+CLI_ROWS = ["unknown-experiment-key", "negative-beta", "singular-B", "assumption-2-mass-on-E1-complement",
+            "too-many-tokens-for-memory"]
+
+
+def _snakemake(work: Path, configfile: Path, *extra) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(work),
+                           "--configfile", str(configfile), "--cores", "1", *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("row", CLI_ROWS)
+def test_snakemake_stops_with_the_message_and_writes_nothing(tmp_path, base_config, row):
+    _, mutate, _, message = next(r for r in BAD_CONFIGS if r[0] == row)
+    mutate(base_config)
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump(base_config, allow_unicode=True))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = _snakemake(work, config)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert any(re.search(message, line) for line in out.splitlines()), out[-2000:]
+    assert not (work / "results").exists()
+
+
+def test_snakemake_refuses_duplicate_experiment_names(tmp_path):
+    config = tmp_path / "dup.yaml"
+    config.write_text(TEST_CONFIG.read_text().replace("  tiny_circle:", "  tiny:"))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = _snakemake(work, config)
+    assert proc.returncode != 0
+    assert "duplicate key 'tiny'" in proc.stdout + proc.stderr
+    assert not (work / "results").exists()
+
+
+# ------------------------------------------------------------------ NetCDF inputs
+@pytest.fixture
+def stage_inputs(tmp_path, base_config):
+    config = copy.deepcopy(base_config)
+    validation.validate_config(config, SCHEMA, results=tmp_path / "results")
+    exp = config["experiments"]["tiny"]
+    pipeline.stage_matrices("tiny", exp, config["root_seed"], tmp_path / "matrices.nc")
+    return exp, config["root_seed"], tmp_path
+
+
+def _initial_tokens(stage_inputs):
+    exp, seed, root = stage_inputs
+    pipeline.stage_initial_tokens("tiny", exp, seed, root / "matrices.nc", root / "tokens.nc")
+
+
+def test_truncated_netcdf_input(stage_inputs):
+    root = stage_inputs[2]
+    path = root / "matrices.nc"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(io.NetCDFSchemaError, match=r"matrices\.nc: cannot be read as NetCDF \("):
+        _initial_tokens(stage_inputs)
+    assert not (root / "tokens.nc").exists()
+
+
+def _set_attribute(path: Path, key: str, value) -> None:
+    with h5py.File(path, "r+") as fh:
+        fh.attrs[key] = value
+
+
+def test_netcdf_from_an_older_schema(stage_inputs):
+    root = stage_inputs[2]
+    _set_attribute(root / "matrices.nc", "lowtemp_schema", io.SCHEMA_VERSION - 1)
+    with pytest.raises(io.NetCDFSchemaError, match=rf"matrices\.nc: schema version {io.SCHEMA_VERSION - 1}, "
+                                                   rf"expected {io.SCHEMA_VERSION}; rerun the stage that writes it"):
+        _initial_tokens(stage_inputs)
+    assert not (root / "tokens.nc").exists()
+
+
+def test_netcdf_of_another_kind(stage_inputs):
+    root = stage_inputs[2]
+    _set_attribute(root / "matrices.nc", "lowtemp_kind", "distances")
+    with pytest.raises(io.NetCDFSchemaError, match=r"matrices\.nc: holds 'distances', expected 'matrices'"):
+        _initial_tokens(stage_inputs)
+    assert not (root / "tokens.nc").exists()
+
+
+def test_matrices_file_edited_to_violate_assumption_1(stage_inputs):
+    """A matrices.nc whose B was made singular after it was written is re-checked on read."""
+    root = stage_inputs[2]
+    with h5py.File(root / "matrices.nc", "r+") as fh:
+        K = fh["K"][...]
+        K[:, 0] = 0.0
+        fh["K"][...] = K
+    with pytest.raises(matrices.AssumptionViolation, match=r"B = QᵀK is singular"):
+        _initial_tokens(stage_inputs)
+    assert not (root / "tokens.nc").exists()
+
+
+def test_snakemake_job_with_a_truncated_input_fails_and_removes_its_output(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    target = "results/tiny_circle/initial_tokens.nc"
+    proc = _snakemake(work, TEST_CONFIG, "results/tiny_circle/matrices.nc")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = work / "results/tiny_circle/matrices.nc"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+    proc = _snakemake(work, TEST_CONFIG, target)
+    assert proc.returncode != 0
+    assert "cannot be read as NetCDF" in proc.stdout + proc.stderr + (
+        work / "results/tiny_circle/logs/initial_tokens.log").read_text()
+    assert not (work / target).exists()
+    assert not np.any([".tmp-" in p.name for p in (work / "results").rglob("*")])
