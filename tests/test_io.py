@@ -105,3 +105,30 @@ def test_read_loads_into_memory(tmp_path):
     ds = io.read_netcdf(path, "demo")
     path.unlink()
     assert np.all(np.isfinite(ds["positions"].values))
+
+
+def test_atomic_path_removes_stale_temporaries_of_the_same_target_only(tmp_path):
+    target = tmp_path / "a.nc"
+    stale = tmp_path / ".a.tmp-99999.nc"  # left by a writer killed mid-write
+    other = tmp_path / ".b.tmp-99999.nc"  # another target's: not ours to remove
+    stale.write_bytes(b"half")
+    other.write_bytes(b"half")
+    with io.atomic_path(target) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".a.tmp-")
+        assert not stale.exists()
+        tmp.write_bytes(b"complete")
+        assert not target.exists()  # nothing visible before the block completes
+    assert target.read_bytes() == b"complete"
+    assert other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".b.tmp-99999.nc", "a.nc"]
+
+
+def test_atomic_path_pauses_before_the_rename_only_when_fault_injection_asks(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv(io.FAULT_PAUSE_ENV, "0.3")
+    start = time.perf_counter()
+    with io.atomic_path(tmp_path / "x.png") as tmp:
+        tmp.write_bytes(b"png")
+    assert time.perf_counter() - start >= 0.3
+    assert (tmp_path / "x.png").read_bytes() == b"png"

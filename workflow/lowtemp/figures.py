@@ -8,7 +8,6 @@ legend: there the particle system does not stand for the mean field.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import matplotlib
@@ -191,14 +190,8 @@ FIGURES = {
 
 def _save_atomic(fig, path):
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
-    try:
+    with io.atomic_path(path) as tmp:
         fig.savefig(tmp, format=path.suffix.lstrip("."), dpi=150, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def render(figure, name, experiment, *, matrices_path, distances_path, fit_path, zero_path, finite_paths,

@@ -9,8 +9,10 @@ killed job never leaves a file that looks complete. Engine: h5netcdf.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,10 @@ from . import __version__
 
 SCHEMA_VERSION = 1
 ENGINE = "h5netcdf"
+
+#: fault injection for the test suite only: seconds to wait between a complete
+#: temporary file and its rename, so a test can kill a job in the middle of a write
+FAULT_PAUSE_ENV = "LOWTEMP_FAULT_WRITE_PAUSE"
 
 
 class NetCDFSchemaError(ValueError):
@@ -46,22 +52,45 @@ def _clean_attrs(attrs: dict) -> dict:
     return {k: _clean_attr(v) for k, v in attrs.items()}
 
 
-def write_netcdf(ds: xr.Dataset, path: str | os.PathLike, kind: str, provenance: dict) -> Path:
-    """Write ``ds`` atomically (temporary file + rename) with schema, kind and provenance."""
+def _temporary_name(path: Path, pid: int | str) -> Path:
+    return path.with_name(f".{path.stem}.tmp-{pid}{path.suffix}")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only once the block completes.
+
+    A process killed inside the block leaves ``path`` as it was (absent or the old
+    complete file), never half written. Temporaries left by killed writers of the
+    same target are removed first; the new file is fsynced before the rename.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(_temporary_name(path, "*").name):
+        stale.unlink(missing_ok=True)
+    tmp = _temporary_name(path, os.getpid())
+    try:
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        pause = float(os.environ.get(FAULT_PAUSE_ENV, "0") or 0)
+        if pause > 0:
+            time.sleep(pause)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_netcdf(ds: xr.Dataset, path: str | os.PathLike, kind: str, provenance: dict) -> Path:
+    """Write ``ds`` atomically (``atomic_path``) with schema, kind and provenance."""
+    path = Path(path)
     ds = ds.copy()
     ds.attrs = _clean_attrs({**ds.attrs, "lowtemp_schema": SCHEMA_VERSION, "lowtemp_kind": kind,
                              "provenance": json.dumps(provenance, sort_keys=True, default=float)})
     for name in list(ds.variables):
         ds[name].attrs = _clean_attrs(ds[name].attrs)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         ds.to_netcdf(tmp, engine=ENGINE, invalid_netcdf=False)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path
 
 
