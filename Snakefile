@@ -9,6 +9,7 @@ if "experiments" not in config:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/resources.smk"
 include: "workflow/rules/matrices.smk"
 include: "workflow/rules/initial_tokens.smk"
 include: "workflow/rules/simulate.smk"

@@ -11,6 +11,12 @@ rule distances_beta:
         f"{RESULTS}/{{experiment}}/distances/beta{{beta}}.nc",
     params:
         stage=stage_params,
+    resources:
+        mem_mb=stage_mem_mb("distances_beta"),
+        runtime=stage_runtime("distances_beta"),
+        cpus_per_task=stage_cpus("distances_beta"),
+    group:
+        stage_group("distances_beta")
     log:
         f"{RESULTS}/{{experiment}}/logs/distances_beta{{beta}}.log",
     benchmark:
@@ -29,6 +35,12 @@ rule distances:
         f"{RESULTS}/{{experiment}}/distances.nc",
     params:
         stage=stage_params,
+    resources:
+        mem_mb=stage_mem_mb("distances"),
+        runtime=stage_runtime("distances"),
+        cpus_per_task=stage_cpus("distances"),
+    group:
+        stage_group("distances")
     log:
         f"{RESULTS}/{{experiment}}/logs/distances.log",
     benchmark:

@@ -17,6 +17,12 @@ rule figure:
         ),
     params:
         stage=stage_params,
+    resources:
+        mem_mb=stage_mem_mb("figure"),
+        runtime=stage_runtime("figure"),
+        cpus_per_task=stage_cpus("figure"),
+    group:
+        stage_group("figure")
     log:
         f"{RESULTS}/{{experiment}}/logs/figure_{{figure}}.log",
     benchmark:

@@ -9,6 +9,12 @@ rule fit:
         f"{RESULTS}/{{experiment}}/fit.nc",
     params:
         stage=stage_params,
+    resources:
+        mem_mb=stage_mem_mb("fit"),
+        runtime=stage_runtime("fit"),
+        cpus_per_task=stage_cpus("fit"),
+    group:
+        stage_group("fit")
     log:
         f"{RESULTS}/{{experiment}}/logs/fit.log",
     benchmark:

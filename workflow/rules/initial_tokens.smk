@@ -8,6 +8,10 @@ rule initial_tokens:
         f"{RESULTS}/{{experiment}}/initial_tokens.nc",
     params:
         stage=stage_params,
+    resources:
+        mem_mb=stage_mem_mb("initial_tokens"),
+        runtime=stage_runtime("initial_tokens"),
+        cpus_per_task=stage_cpus("initial_tokens"),
     log:
         f"{RESULTS}/{{experiment}}/logs/initial_tokens.log",
     benchmark:

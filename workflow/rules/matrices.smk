@@ -6,6 +6,10 @@ rule matrices:
         f"{RESULTS}/{{experiment}}/matrices.nc",
     params:
         stage=stage_params,
+    resources:
+        mem_mb=stage_mem_mb("matrices"),
+        runtime=stage_runtime("matrices"),
+        cpus_per_task=stage_cpus("matrices"),
     log:
         f"{RESULTS}/{{experiment}}/logs/matrices.log",
     benchmark:

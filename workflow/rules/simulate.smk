@@ -12,6 +12,10 @@ rule finite_temperature:
         beta=lambda w: BETAS[w.experiment][w.beta],
         checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/finite_temperature_beta{{beta}}.nc",
     threads: 2
+    resources:
+        mem_mb=stage_mem_mb("finite_temperature"),
+        runtime=stage_runtime("finite_temperature"),
+        cpus_per_task=stage_cpus("finite_temperature"),
     log:
         f"{RESULTS}/{{experiment}}/logs/finite_temperature_beta{{beta}}.log",
     benchmark:
@@ -29,6 +33,10 @@ rule zero_temperature:
     params:
         stage=stage_params,
         checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/zero_temperature.nc",
+    resources:
+        mem_mb=stage_mem_mb("zero_temperature"),
+        runtime=stage_runtime("zero_temperature"),
+        cpus_per_task=stage_cpus("zero_temperature"),
     log:
         f"{RESULTS}/{{experiment}}/logs/zero_temperature.log",
     benchmark:

@@ -1,0 +1,214 @@
+"""Resource estimates (lowtemp.resources) against independent arithmetic: the arrays a
+job must hold fit in its memory request, the field evaluations it must do fit in its
+wall time, requests grow with N, the cap kernel is budgeted below the dense one, and
+the rules and the SLURM profile use them."""
+
+from __future__ import annotations
+
+import copy
+import math
+import subprocess
+
+import pytest
+import yaml
+
+from lowtemp import pipeline, resources
+from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
+
+MB = 2**20
+
+
+def experiment(**changes) -> dict:
+    """A validated experiment (d = 3, spectral family) with some keys changed."""
+    exp = {
+        "dim": 3, "tokens": 4096, "replicas": 4, "betas": [10, 100, 1000],
+        "matrices": {"family": "spectral", "eigenvalues": [1.5, 0.5, 0.25], "sigma_min": 0.8, "sigma_max": 1.25},
+        "time": {"horizon": 20.0, "dt": 0.05, "snapshots": 80},
+    }
+    for key, value in changes.items():
+        exp[key] = value
+    return validated({"experiments": {"e": exp}})["experiments"]["e"]
+
+
+def matrices_of(exp):
+    return pipeline.build_matrices("e", exp, 1)
+
+
+def positions_bytes(exp) -> int:
+    """R × (T + 1) × N × d float64: one stored trajectory."""
+    return exp["replicas"] * (exp["time"]["snapshots"] + 1) * exp["tokens"] * exp["dim"] * 8
+
+
+def rk4_evaluations(exp) -> int:
+    """Independent count: steps of size ≤ dt between snapshots, 4 field evaluations each."""
+    t = exp["time"]
+    interval = t["horizon"] / t["snapshots"]
+    steps = t["snapshots"] * math.ceil(round(interval / t["dt"], 9))
+    return 4 * steps
+
+
+@pytest.mark.parametrize("n", [64, 2048, 16384, 100_000])
+def test_trajectories_fit_in_the_memory_request(n):
+    exp = experiment(tokens=n)
+    P = positions_bytes(exp)
+    M = matrices_of(exp)
+    fin = resources.estimate("finite_temperature", exp, beta=1000, matrices=M, threads=2)
+    assert fin.mem_mb * MB > P + resources.BASE_MB * MB  # the snapshot array itself, besides the interpreter
+    assert fin.mem_mb * MB > 3 * P  # array, dataset written from it, checkpoint copy
+    zero = resources.estimate("zero_temperature", exp)
+    assert zero.mem_mb * MB > 2 * P + resources.BASE_MB * MB  # integrated and exact solution
+    dist = resources.estimate("distances_beta", exp)
+    assert dist.mem_mb * MB > 3 * P  # reads the finite file and the zero-temperature file (two solutions)
+
+
+@pytest.mark.parametrize("n", [2048, 4096, 16384])
+def test_exact_w2_cost_matrix_fits(n):
+    """POT holds at least the N×N float64 cost matrix and the N×N plan."""
+    exp = experiment(tokens=n)
+    est = resources.estimate("distances_beta", exp)
+    assert est.mem_mb * MB > 2 * 8 * n * n
+    # measured peak: 5.13 × 8N² above the baseline (0.4 s, 42 s for one solve at 2048, 16384)
+    assert est.mem_mb * MB > 5 * 8 * n * n
+
+
+def test_exact_w2_time_matches_the_measured_solves():
+    assert 0.37 <= resources.w2_seconds(2048) <= 2.0
+    assert 42 <= resources.w2_seconds(16384) <= 200
+    exp = experiment(tokens=16384, replicas=2, time={"horizon": 10.0, "dt": 0.1, "snapshots": 10})
+    est = resources.estimate("distances_beta", exp)
+    solves = 2 * 11  # every snapshot by default (exact_every = 1), per replica
+    assert est.compute_seconds >= solves * 42
+    assert est.runtime_min * 60 >= solves * 42
+    fewer = copy.deepcopy(exp)
+    fewer["distances"] = {"exact_every": 5}  # snapshots 0, 5, 10
+    assert resources.exact_w2_count(fewer) == 3
+    assert resources.estimate("distances_beta", fewer).compute_seconds < est.compute_seconds
+
+
+@pytest.mark.parametrize("snapshots,every,expected", [(80, 4, 21), (60, 2, 31), (10, 3, 5), (30, 1, 31)])
+def test_exact_snapshot_count_is_the_pipeline_mask(snapshots, every, expected):
+    exp = experiment(time={"horizon": 6.0, "dt": 0.1, "snapshots": snapshots}, distances={"exact_every": every})
+    assert resources.exact_w2_count(exp) == expected == int(pipeline.exact_w2_snapshots(exp, snapshots + 1).sum())
+
+
+def test_field_evaluations_fit_in_the_wall_time():
+    """Dense kernel: at least 0.27 ns per token pair and evaluation (the fastest measured case)."""
+    exp = experiment(tokens=16384, replicas=4)
+    evals = rk4_evaluations(exp) + exp["time"]["snapshots"] + 1  # + ESS at every snapshot
+    assert resources.field_evaluations(exp) + 81 == evals
+    pairs = exp["replicas"] * exp["tokens"] ** 2
+    fastest = evals * pairs * 0.27e-9  # seconds with 2 threads
+    est = resources.estimate("finite_temperature", exp, beta=10, matrices=matrices_of(exp), threads=2)
+    assert est.compute_seconds >= fastest
+    assert est.runtime_min * 60 >= 2 * fastest
+    euler = experiment(tokens=16384, replicas=4, integrator="euler")
+    assert resources.field_evaluations(euler) * 4 == resources.field_evaluations(exp)
+
+
+STAGES_WITH_BETA = {"finite_temperature"}
+
+
+@pytest.mark.parametrize("stage", resources.STAGES)
+def test_monotone_in_n(stage):
+    previous = None
+    for n in [16, 256, 2048, 16384, 65536, 262144]:
+        exp = experiment(tokens=n)
+        est = resources.estimate(stage, exp, beta=100.0 if stage in STAGES_WITH_BETA else None,
+                                 matrices=matrices_of(exp), threads=2)
+        assert est.mem_mb >= 100 and est.runtime_min >= resources.RUNTIME_FLOOR_MIN and est.cpus >= 1
+        if previous is not None:
+            assert est.mem_mb >= previous.mem_mb, (n, est, previous)
+            assert est.runtime_min >= previous.runtime_min, (n, est, previous)
+            assert est.data_bytes >= previous.data_bytes, (n, est, previous)
+            assert est.compute_seconds >= previous.compute_seconds, (n, est, previous)
+            if stage not in ("matrices", "fit"):  # these hold d×d matrices or (beta, replica, time) curves
+                assert est.data_bytes > previous.data_bytes, (n, est, previous)
+        previous = est
+    if stage in ("finite_temperature", "zero_temperature", "distances_beta"):
+        small = resources.estimate(stage, experiment(tokens=16), beta=100.0, threads=2)
+        assert previous.mem_mb > small.mem_mb and previous.runtime_min > small.runtime_min
+
+
+def test_cap_budgeted_below_dense_and_auto_picks_as_the_job_does():
+    exp_cap = experiment(tokens=65536, kernel="cap")
+    exp_dense = experiment(tokens=65536, kernel="dense")
+    cap = resources.estimate("finite_temperature", exp_cap, beta=1000, threads=2)
+    dense = resources.estimate("finite_temperature", exp_dense, beta=1000, threads=2)
+    assert cap.compute_seconds < dense.compute_seconds
+    assert cap.runtime_min < dense.runtime_min
+    assert cap.mem_mb >= dense.mem_mb  # cell lists and KD-tree
+    # kernel: auto resolves with the package's rule: cap at N ≥ 16384, d = 3, β = 1000; dense at β = 10
+    auto = experiment(tokens=65536)
+    M = matrices_of(auto)
+    assert resources.kernel_for(auto, 1000, M) == pipeline.field_kernel(auto, 1000, M) == "cap"
+    assert resources.kernel_for(auto, 10, M) == pipeline.field_kernel(auto, 10, M) == "dense"
+    assert resources.estimate("finite_temperature", auto, beta=1000, matrices=M, threads=2) == cap
+    # without the matrices, auto is budgeted as the dearer fast kernel
+    assert resources.kernel_for(auto, 1000) == "dense"
+    numpy = resources.estimate("finite_temperature", experiment(tokens=65536, kernel="numpy"), beta=1000, threads=2)
+    assert numpy.compute_seconds > dense.compute_seconds
+
+
+def test_threads_cpus_and_retries():
+    exp = experiment(tokens=32768)
+    M = matrices_of(exp)
+    two = resources.estimate("finite_temperature", exp, beta=100, matrices=M, threads=2)
+    eight = resources.estimate("finite_temperature", exp, beta=100, matrices=M, threads=8)
+    assert (two.cpus, eight.cpus) == (2, 8)
+    assert eight.compute_seconds < two.compute_seconds
+    for stage in resources.STAGES:
+        if stage != "finite_temperature":
+            assert resources.estimate(stage, exp, threads=8).cpus == 1
+    again = resources.estimate("finite_temperature", exp, beta=100, matrices=M, threads=2, attempt=2)
+    assert (again.mem_mb, again.runtime_min) == (2 * two.mem_mb, 2 * two.runtime_min)
+    with pytest.raises(ValueError, match="beta"):
+        resources.estimate("finite_temperature", exp)
+    with pytest.raises(ValueError, match="unknown stage"):
+        resources.estimate("simulate", exp)
+
+
+def test_short_jobs_are_grouped_long_ones_not():
+    tiny = experiment(tokens=64, replicas=2, time={"horizon": 6.0, "dt": 0.1, "snapshots": 30})
+    assert resources.group_of("distances_beta", tiny) == resources.group_of("distances", tiny) == "distances"
+    assert resources.group_of("fit", tiny) == resources.group_of("figure", tiny) == "figures"
+    assert resources.group_of("finite_temperature", tiny) is None
+    big = experiment(tokens=16384)  # 81 exact 16384×16384 solves per replica: hours
+    assert resources.group_of("distances_beta", big) is None
+    assert resources.group_of("distances", big) is None  # the group is all or nothing per experiment
+    assert resources.group_of("figure", big) == "figures"
+
+
+def test_shipped_configs_ask_for_sane_amounts():
+    for path in (ROOT / "config" / "config.yaml", TEST_CONFIG):
+        cfg = validated(yaml.safe_load(path.read_text()))
+        for name, exp in cfg["experiments"].items():
+            M = pipeline.build_matrices(name, exp, cfg["root_seed"])
+            for stage in resources.STAGES:
+                for beta in (exp["betas"] if stage == "finite_temperature" else [None]):
+                    est = resources.estimate(stage, exp, beta=beta, matrices=M, threads=2)
+                    assert 100 <= est.mem_mb <= 8000, (path.name, name, stage, est)
+                    assert resources.RUNTIME_FLOOR_MIN <= est.runtime_min <= 120, (path.name, name, stage, est)
+
+
+def test_rules_request_the_estimates_and_the_profile_groups(tmp_path):
+    """Dry run through the SLURM profile (no cluster needed): every job carries the
+    estimate of its stage, and the short jobs form the two groups."""
+    out = subprocess.run(
+        [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "--configfile",
+         str(TEST_CONFIG), "--workflow-profile", str(ROOT / "workflow" / "profiles" / "default"), "-n",
+         "--group-components", "distances=4", "figures=4"],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout + out.stderr
+    cfg = validated(yaml.safe_load(TEST_CONFIG.read_text()))
+    exp = cfg["experiments"]["tiny"]
+    M = pipeline.build_matrices("tiny", exp, cfg["root_seed"])
+    fin = resources.estimate("finite_temperature", exp, beta=5, matrices=M, threads=2)
+    assert f"runtime={fin.runtime_min}, cpus_per_task=2, mem_mb={fin.mem_mb}" in text
+    assert "Group job distances" in text or "group job distances" in text.lower()
+    assert "group job figures" in text.lower()
+    profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["executor"] == "slurm"
+    assert set(profile["default-resources"]) == {"slurm_account", "slurm_partition"}
+    assert set(profile["group-components"]) == {"distances", "figures"}
+    assert "HDF5_USE_FILE_LOCKING=FALSE" in profile["precommand"]

@@ -1,0 +1,327 @@
+"""Resource estimates of the pipeline's jobs: memory (MB), wall time (minutes), CPUs.
+
+The SLURM profile (``workflow/profiles/slurm``) sends every job with the
+``mem_mb``, ``runtime`` and ``cpus_per_task`` that these functions compute from
+the experiment's config (N tokens, dim d, R replicas, snapshots, horizon/dt,
+betas, integrator, kernel), so a bigger sweep asks for more without anyone
+editing numbers per experiment. ``workflow/rules/resources.smk`` is the only
+caller in the workflow; it never hard-codes a size.
+
+What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
+
+* memory = ``BASE_MB`` (the interpreter with numpy, scipy, xarray, numba and
+  POT imported and the kernels compiled: 224–290 MB peak resident measured on
+  the tiny config; matplotlib/seaborn add ~60 MB, hence ``FIGURE_BASE_MB``) plus
+  ``MEMORY_MARGIN`` times the arrays the stage holds at its peak:
+
+  - positions P = (T + 1)·R·N·d·8 bytes: ``finite_temperature`` holds the
+    snapshot array, the dataset written from it and a checkpoint copy (3 P) and
+    the ESS of every token at every snapshot; ``zero_temperature`` holds the
+    integrated and the exact solution and their difference (5 P); readers load
+    whole files (``io.read_netcdf``), so ``distances_beta`` holds the finite
+    file, the zero-temperature file (both solutions) and a transposed copy (4 P);
+  - the integrator's working set: about 12 arrays of R·N·d (RK4 stages, sums,
+    normalisation), plus the kernel's own: ``dense`` a coordinate-major copy,
+    ``cap`` cell lists and a KD-tree (~10 arrays of R·N·d), ``numpy`` blocks of
+    R·256·N scores;
+  - the exact W2 (POT's network simplex) on an N×N float64 cost matrix: the
+    solver's peak was measured at 5.13 × 8N² bytes above the process's baseline
+    (N = 2048, 4096, 8192: 164 MB, 656 MB, 2.6 GB), budgeted as ``W2_BYTES_PER_PAIR``.
+
+* wall time = ``STARTUP_SECONDS`` (job start, imports, DAG of the job's own
+  Snakemake, numba compiles at ~1.5 s per kernel and process) plus
+  ``RUNTIME_SAFETY`` times the compute:
+
+  - finite temperature: field evaluations × R·N² token pairs × the kernel's cost
+    per pair, with evaluations = 4 per RK4 step (1 per Euler step) + one per
+    snapshot for the effective sample size. Costs per pair and evaluation
+    measured on the 2-core development machine with 2 threads (``make bench``):
+    ``dense`` 0.27 ns (β = 10) to 0.51 ns (β = 1000, exact row max), budgeted at
+    0.5 ns; ``cap`` 0.21–0.24 ns at β = 1000, N = 32768 (the automatic rule only
+    picks it where a cap holds ≤ 3 % of a spread-out cloud; once tokens cluster a
+    cap holds a cluster, about half the cloud for two clusters, so the cost per
+    N² pair stays near this value), budgeted at 0.25 ns; ``numpy`` 2.4–8.3 ns,
+    budgeted at 10 ns + 0.5 ns·d. The numba kernels split queries over threads:
+    cost × 2 / threads (no parallel efficiency loss assumed; the safety factor
+    covers it). Plus ``LINEAR_NS`` per token and evaluation (RK4 sums,
+    renormalisation, sphere check).
+  - zero temperature: ``ZERO_NS_PER_TOKEN_EVAL`` per token and field evaluation
+    (64 ns measured) and ``EXACT_NS_PER_TOKEN_SNAPSHOT`` for the exact
+    time-changed solution (2.6 µs measured).
+  - distances: per replica and exact snapshot (``distances.exact_every``) one
+    exact W2, ``w2_seconds(N)`` = 0.85 s·(N/2048)^2.25 (measured on independent
+    uniform clouds: 0.84 s, 2.3 s, 11.3 s at N = 2048, 4096, 8192; the README's
+    nearly matched clouds: 0.37 s at 2048, 42 s at 16384); the closed-form W2 to
+    Π♯ρ0, the coupling bound and the eigenspace distances are linear in N.
+  - fit and figures: small arrays; startup dominates.
+
+  ``RUNTIME_SAFETY`` = 3: the same dense step was measured 2–3.6× slower with
+  another job on the same two cores than on a quiet machine, and a job that runs
+  past its wall time is killed. Requests are rounded up to ``RUNTIME_FLOOR_MIN``
+  minutes at least.
+
+* CPUs: ``finite_temperature`` uses the rule's threads (numba runs the kernels
+  on that many threads; ``--set-threads finite_temperature=8`` raises both);
+  every other stage is single-threaded (POT's simplex, numpy on small arrays).
+
+Retries (``attempt`` > 1, e.g. after an out-of-memory kill or a time-out) ask
+for ``attempt`` times the memory and wall time.
+
+Stages that are short (requested wall time at most ``SHORT_JOB_MINUTES``) are
+the ones the workflow groups into one SLURM job (``group_of``): the per-β
+distance jobs with their collection, and the fit with the figures.
+
+The package never imports snakemake; these are plain functions of the config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+STAGES = ("matrices", "initial_tokens", "finite_temperature", "zero_temperature",
+          "distances_beta", "distances", "fit", "figure")
+
+#: resident memory of a job with the package imported and the kernels compiled (MB)
+BASE_MB = 400
+#: the same for the figure jobs (matplotlib, seaborn)
+FIGURE_BASE_MB = 500
+#: multiplies the counted arrays (allocator slack, xarray/h5netcdf buffers)
+MEMORY_MARGIN = 1.25
+#: peak bytes of one exact W2 per token pair (POT network simplex on an N×N float64 cost)
+W2_BYTES_PER_PAIR = 5.5 * 8
+#: float64
+_F = 8
+#: query rows per block of the numpy kernel (``dynamics.DEFAULT_BLOCK_ROWS``)
+_NUMPY_BLOCK_ROWS = 256
+
+#: seconds per token pair and field evaluation, with ``KERNEL_THREADS`` threads
+NS_PER_PAIR = {"dense": 0.5, "cap": 0.25}
+#: the numpy reference kernel: base plus per dimension (ns per pair)
+NUMPY_NS_PER_PAIR = 10.0
+NUMPY_NS_PER_PAIR_PER_DIM = 0.5
+#: threads with which ``NS_PER_PAIR`` was measured
+KERNEL_THREADS = 2
+#: per token and field evaluation: RK4 sums, renormalisation, sphere check (ns)
+LINEAR_NS = 50.0
+#: zero-temperature field per token and evaluation (ns); exact solution per token and snapshot (ns)
+ZERO_NS_PER_TOKEN_EVAL = 70.0
+EXACT_NS_PER_TOKEN_SNAPSHOT = 3000.0
+#: closed-form W2 to Π♯ρ0, coupling bound, eigenspace distances: per token and snapshot (ns)
+DISTANCE_NS_PER_TOKEN_SNAPSHOT = 200.0
+#: one exact W2 at N = 2048 (s) and the exponent of its growth with N
+W2_SECONDS_2048 = 0.85
+W2_EXPONENT = 2.25
+
+STARTUP_SECONDS = 60.0
+RUNTIME_SAFETY = 3.0
+RUNTIME_FLOOR_MIN = 10
+SHORT_JOB_MINUTES = 15
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Requests of one job and the two numbers they come from."""
+
+    mem_mb: int
+    runtime_min: int
+    cpus: int
+    #: arrays counted at the stage's peak (bytes, before the margin and the base)
+    data_bytes: float
+    #: compute time before the safety factor and the startup (seconds)
+    compute_seconds: float
+
+
+# ------------------------------------------------------------------ config helpers
+def _sizes(experiment: dict):
+    n = int(experiment["tokens"])
+    d = int(experiment["dim"])
+    r = int(experiment["replicas"])
+    times = int(experiment["time"]["snapshots"]) + 1
+    return n, d, r, times
+
+
+def _total_steps(experiment: dict) -> int:
+    """Steps of the integrator (the same grid as ``pipeline.time_grid``)."""
+    t = experiment["time"]
+    horizon, snapshots, dt = float(t["horizon"]), int(t["snapshots"]), float(t["dt"])
+    per_snapshot = max(1, int(math.ceil(horizon / snapshots / dt - 1e-9)))
+    return snapshots * per_snapshot
+
+
+def field_evaluations(experiment: dict) -> int:
+    """Field evaluations of one simulation: 4 per RK4 step (1 per Euler step)."""
+    per_step = 1 if experiment.get("integrator", "rk4") == "euler" else 4
+    return per_step * _total_steps(experiment)
+
+
+def exact_w2_count(experiment: dict) -> int:
+    """Snapshots with an exact N×N W2 per replica (``pipeline.exact_w2_snapshots``)."""
+    times = int(experiment["time"]["snapshots"]) + 1
+    every = int(experiment.get("distances", {}).get("exact_every", 1))
+    count = len(range(0, times, every))
+    return count + (0 if (times - 1) % every == 0 else 1)
+
+
+def kernel_for(experiment: dict, beta: float, matrices=None) -> str:
+    """The finite-temperature kernel the job will use (``pipeline.field_kernel``).
+
+    ``matrices`` (an ``AttentionMatrices``) is needed by the automatic rule; without
+    it ``auto`` is budgeted as ``dense`` (d = 2, 3: the dearer of the two fast
+    kernels) or ``numpy``.
+    """
+    kernel = experiment.get("kernel", "auto")
+    if kernel != "auto":
+        return kernel
+    if matrices is not None:
+        from . import pipeline  # the package's own rule, so estimate and run agree
+
+        return pipeline.field_kernel(experiment, float(beta), matrices)
+    return "dense" if int(experiment["dim"]) in (2, 3) else "numpy"
+
+
+def ns_per_pair(kernel: str, d: int) -> float:
+    if kernel == "numpy":
+        return NUMPY_NS_PER_PAIR + NUMPY_NS_PER_PAIR_PER_DIM * d
+    return NS_PER_PAIR[kernel]
+
+
+def w2_seconds(n_tokens: int) -> float:
+    """Wall time of one exact W2 between two clouds of N tokens (POT), upper estimate."""
+    return W2_SECONDS_2048 * (n_tokens / 2048.0) ** W2_EXPONENT
+
+
+# ------------------------------------------------------------------ per stage
+def _finite(experiment, beta, matrices, threads):
+    n, d, r, times = _sizes(experiment)
+    kernel = kernel_for(experiment, beta, matrices)
+    tokens = r * n * d * _F
+    positions = times * tokens
+    ess = times * r * n * _F
+    if kernel == "numpy":
+        workspace = 4 * r * min(n, _NUMPY_BLOCK_ROWS) * n * _F
+    elif kernel == "cap":
+        workspace = 10 * tokens
+    else:
+        workspace = 2 * tokens
+    data = 3 * positions + 2 * ess + 12 * tokens + workspace
+    evals = field_evaluations(experiment) + times  # + one (with ESS) per snapshot
+    speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
+    seconds = evals * r * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup + evals * r * n * LINEAR_NS * 1e-9
+    return data, seconds
+
+
+def _zero(experiment):
+    n, d, r, times = _sizes(experiment)
+    tokens = r * n * d * _F
+    data = 5 * times * tokens + 12 * tokens
+    seconds = (field_evaluations(experiment) * r * n * ZERO_NS_PER_TOKEN_EVAL
+               + times * r * n * EXACT_NS_PER_TOKEN_SNAPSHOT) * 1e-9
+    return data, seconds
+
+
+def _distances_beta(experiment):
+    n, d, r, times = _sizes(experiment)
+    positions = times * r * n * d * _F
+    exact = exact_w2_count(experiment)
+    data = 4 * positions + times * r * n * _F + (W2_BYTES_PER_PAIR * n * n if exact else 0)
+    seconds = exact * r * w2_seconds(n) + times * r * n * DISTANCE_NS_PER_TOKEN_SNAPSHOT * 1e-9
+    return data, seconds
+
+
+def _curves(experiment):
+    """Bytes of the collected distance curves (about 16 variables of (beta, replica, time))."""
+    _, _, r, times = _sizes(experiment)
+    return 16 * (len(experiment["betas"]) + 1) * r * times * _F
+
+
+def _distances(experiment):
+    n, d, r, times = _sizes(experiment)
+    positions = times * r * n * d * _F
+    data = 3 * positions + _curves(experiment)
+    seconds = times * r * n * DISTANCE_NS_PER_TOKEN_SNAPSHOT * 1e-9
+    return data, seconds
+
+
+def _figure(experiment):
+    n, d, r, times = _sizes(experiment)
+    positions = times * r * n * d * _F
+    betas = len(experiment["betas"])
+    data = (betas + 2) * positions + betas * times * r * n * _F + _curves(experiment)
+    seconds = 30.0 + (betas + 2) * times * r * n * 20e-9
+    return data, seconds
+
+
+def _stage_numbers(stage, experiment, beta, matrices, threads):
+    n, d, r, _ = _sizes(experiment)
+    if stage == "matrices":
+        return 0.0, 1.0
+    if stage == "initial_tokens":
+        return 4.0 * r * n * d * _F, r * n * 1e-6
+    if stage == "finite_temperature":
+        if beta is None:
+            raise ValueError("finite_temperature: the estimate needs beta")
+        return _finite(experiment, beta, matrices, threads)
+    if stage == "zero_temperature":
+        return _zero(experiment)
+    if stage == "distances_beta":
+        return _distances_beta(experiment)
+    if stage == "distances":
+        return _distances(experiment)
+    if stage == "fit":
+        return _curves(experiment), 10.0
+    if stage == "figure":
+        return _figure(experiment)
+    raise ValueError(f"unknown stage {stage!r}; known: {list(STAGES)}")
+
+
+def estimate(stage: str, experiment: dict, *, beta: float | None = None, matrices=None,
+             threads: int = 1, attempt: int = 1) -> Estimate:
+    """Memory, wall time and CPUs of one job of ``stage`` for ``experiment`` (a validated
+    config entry, schema defaults applied). ``beta`` is needed by ``finite_temperature``;
+    ``matrices`` lets ``kernel: auto`` resolve exactly as the job will; ``threads`` are the
+    rule's threads; ``attempt`` (1, 2, …) multiplies memory and wall time on retries."""
+    data, seconds = _stage_numbers(stage, experiment, beta, matrices, threads)
+    attempt = max(1, int(attempt))
+    base = FIGURE_BASE_MB if stage == "figure" else BASE_MB
+    mem = base + MEMORY_MARGIN * data / 2**20
+    mem_mb = int(math.ceil(mem / 100.0)) * 100 * attempt
+    minutes = (STARTUP_SECONDS + RUNTIME_SAFETY * seconds) / 60.0
+    runtime = max(RUNTIME_FLOOR_MIN, int(math.ceil(minutes))) * attempt
+    cpus = max(1, int(threads)) if stage == "finite_temperature" else 1
+    return Estimate(mem_mb=mem_mb, runtime_min=runtime, cpus=cpus, data_bytes=float(data),
+                    compute_seconds=float(seconds))
+
+
+def memory_mb(stage: str, experiment: dict, **kw) -> int:
+    return estimate(stage, experiment, **kw).mem_mb
+
+
+def runtime_minutes(stage: str, experiment: dict, **kw) -> int:
+    return estimate(stage, experiment, **kw).runtime_min
+
+
+def cpus(stage: str, experiment: dict, **kw) -> int:
+    return estimate(stage, experiment, **kw).cpus
+
+
+#: the groups of short jobs: each stage's group name
+GROUPS = {"distances_beta": "distances", "distances": "distances", "fit": "figures", "figure": "figures"}
+
+
+def group_of(stage: str, experiment: dict) -> str | None:
+    """Name of the job group ``stage`` joins for ``experiment``, or None (own job).
+
+    A group is one connected piece of the DAG per experiment (the per-β distances
+    with their collection; the fit with the figures), and only when every job of
+    it is short (requested wall time ≤ ``SHORT_JOB_MINUTES``): long distance jobs
+    (large N, many exact W2 snapshots) keep a SLURM job each so they run in
+    parallel on separate allocations.
+    """
+    group = GROUPS.get(stage)
+    if group is None:
+        return None
+    members = [s for s, g in GROUPS.items() if g == group]
+    if all(estimate(s, experiment).runtime_min <= SHORT_JOB_MINUTES for s in members):
+        return group
+    return None

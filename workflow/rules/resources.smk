@@ -1,0 +1,41 @@
+# Resource requests and job groups of every rule, from the experiment's config
+# (lowtemp.resources: memory, wall time and CPUs from N, d, R, snapshots, the
+# time grid and the kernel). Used by any executor; the SLURM profile
+# (workflow/profiles/slurm) turns them into sbatch --mem, -t and --cpus-per-task.
+# Included after common.smk (EXPERIMENTS, BETAS, ROOT_SEED), before the rules.
+from lowtemp import pipeline as lowtemp_pipeline
+from lowtemp import resources as lowtemp_resources
+
+# K, Q, V of each experiment (d×d, cheap): the automatic kernel rule needs σmin(B),
+# so the estimate uses the kernel the job will use.
+_RESOURCE_MATRICES = {}
+for _name, _experiment in EXPERIMENTS.items():
+    _RESOURCE_MATRICES[_name] = lowtemp_pipeline.build_matrices(_name, _experiment, ROOT_SEED)
+
+
+def _resource_estimate(stage, wildcards, threads=1, attempt=1):
+    label = getattr(wildcards, "beta", None)
+    beta = None if label is None else BETAS[wildcards.experiment][label]
+    return lowtemp_resources.estimate(stage, EXPERIMENTS[wildcards.experiment], beta=beta,
+                                      matrices=_RESOURCE_MATRICES[wildcards.experiment],
+                                      threads=threads, attempt=attempt)
+
+
+def stage_mem_mb(stage):
+    """``mem_mb`` of a rule's jobs (grows with ``attempt`` on retries)."""
+    return lambda wildcards, threads, attempt: _resource_estimate(stage, wildcards, threads, attempt).mem_mb
+
+
+def stage_runtime(stage):
+    """``runtime`` (minutes) of a rule's jobs (grows with ``attempt`` on retries)."""
+    return lambda wildcards, threads, attempt: _resource_estimate(stage, wildcards, threads, attempt).runtime_min
+
+
+def stage_cpus(stage):
+    """``cpus_per_task`` of a rule's jobs: the rule's threads (finite temperature) or 1."""
+    return lambda wildcards, threads: _resource_estimate(stage, wildcards, threads).cpus
+
+
+def stage_group(stage):
+    """Job group of a rule's jobs on a cluster: short jobs of one experiment go as one job."""
+    return lambda wildcards: lowtemp_resources.group_of(stage, EXPERIMENTS[wildcards.experiment])
