@@ -129,12 +129,7 @@ def base_config() -> dict:
 
 
 def _validate(config, results):
-    try:
-        from lowtemp import resources
-        estimate = resources.peak_memory_bytes
-    except ImportError:  # TEMPORARY until resources.py lands
-        estimate = None
-    return validation.validate_config(config, SCHEMA, results=results, memory_estimate=estimate)
+    return validation.validate_config(config, SCHEMA, results=results)
 
 
 def test_the_table_is_long_enough():
@@ -303,3 +298,21 @@ def test_snakemake_job_with_a_truncated_input_fails_and_removes_its_output(tmp_p
         work / "results/tiny_circle/logs/initial_tokens.log").read_text()
     assert not (work / target).exists()
     assert not np.any([".tmp-" in p.name for p in (work / "results").rglob("*")])
+
+
+def test_memory_refusal_against_this_machine_when_no_limit_is_set(tmp_path, base_config):
+    base_config["experiments"]["tiny"]["tokens"] = 1_000_000  # the exact W2 alone needs 8 N² bytes = 8 TB
+    with pytest.raises(ConfigError, match=r"GiB \(tokens = 1000000, .* more than the [0-9.]+ GiB of this "
+                                          r"machine's memory"):
+        _validate(base_config, tmp_path / "results")
+    need = validation.largest_job_memory_bytes(base_config["experiments"]["tiny"])
+    assert need > 8 * 1_000_000**2  # at least the N×N cost matrix of the exact W2
+    assert validation.machine_memory_bytes() < need
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "test.yaml"])
+def test_shipped_configs_pass_every_check(tmp_path, name):
+    path = TEST_CONFIG.parent / name
+    config = validation.load_config_file(path)
+    checked = validation.validate_config(config, SCHEMA, configfiles=[path], results=tmp_path / "results")
+    assert set(checked) == set(config["experiments"])

@@ -24,7 +24,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import matrices
+from . import matrices, resources
 from .pipeline import ConfigError, validate_experiment
 
 
@@ -108,11 +108,21 @@ def check_results_folder(results: str | os.PathLike) -> None:
         raise ConfigError(f"results folder {str(results)!r} is not writable ({probe_dir}: {exc.strerror})") from None
 
 
+def largest_job_memory_bytes(experiment: dict, M: matrices.AttentionMatrices | None = None) -> int:
+    """Peak memory of the experiment's largest job (``lowtemp.resources``, the SLURM requests' model)."""
+    need = 0
+    for stage in resources.STAGES:
+        betas = experiment["betas"] if stage == "finite_temperature" else [None]
+        for beta in betas:
+            need = max(need, resources.memory_mb(stage, experiment, beta=beta, matrices=M, threads=2))
+    return need * 2**20
+
+
 def validate_config(config: dict, schema_path: str | os.PathLike, configfiles=(), results="results",
-                    memory_estimate=None) -> dict[str, matrices.AttentionMatrices]:
+                    memory_estimate=largest_job_memory_bytes) -> dict[str, matrices.AttentionMatrices]:
     """All checks of the module docstring; returns the checked matrices per experiment.
 
-    ``memory_estimate(experiment) -> bytes`` gives the peak memory of the
+    ``memory_estimate(experiment, M) -> bytes`` gives the peak memory of the
     experiment's largest job; it is compared with ``memory_limit_gb``.
     """
     for path in configfiles:
@@ -124,7 +134,7 @@ def validate_config(config: dict, schema_path: str | os.PathLike, configfiles=()
         limit = machine_memory_bytes() if limit_gb is None else float(limit_gb) * 2**30
         source = "this machine's memory" if limit_gb is None else "memory_limit_gb"
         for name, exp in config["experiments"].items():
-            need = memory_estimate(exp)
+            need = memory_estimate(exp, checked[name])
             if need > limit:
                 raise ConfigError(
                     f"experiments.{name}: the largest job needs about {need / 2**30:.1f} GiB "
