@@ -86,6 +86,27 @@ def test_distances_contract(results, config):
         assert np.all(ds["w2_zero_temperature"].values <= ds["coupling_zero_temperature"].values + 1e-7)
 
 
+def test_claims_contract(results, config):
+    for name, exp in config["experiments"].items():
+        ds = _open(results / name / "claims.nc")
+        assert list(ds.claim.values) == ["rate_in_bounds", "bound_above_data", "temperature_scaling",
+                                         "metastable_log_beta", "conjecture_1"]
+        assert set(ds["status"].values.tolist()) <= {-1, 0, 1}
+        assert ds.sizes["beta"] == len(exp["betas"])
+        fit = _open(results / name / "fit.nc")
+        # the rate claim is about the fitted c, compared with the matrices' bounds
+        assert float(ds["value"].sel(claim="rate_in_bounds")) == pytest.approx(float(fit["c_mean"]))
+        assert (float(ds["target_low"].sel(claim="rate_in_bounds")),
+                float(ds["target_high"].sel(claim="rate_in_bounds"))) == pytest.approx(
+            (float(fit["rate_lower"]), float(fit["rate_upper"])))
+        lo, hi = fit["c_interval"].values
+        assert lo <= float(fit["c_mean"]) <= hi
+        # every claim's line is in the log, with its status
+        text = (results / name / "logs" / "claims.log").read_text()
+        for line in ds["summary"].values:
+            assert line in text
+
+
 def _all_netcdf(results):
     files = sorted(results.rglob("*.nc"))
     assert files
@@ -135,7 +156,7 @@ def test_every_rule_has_a_log(results, config):
         logs = results / name / "logs"
         labels = [_beta_label(b) for b in exp["betas"]]
         figs = [f for f in FIGURES if f != "snapshots" or exp["dim"] == 3]
-        expected = (["matrices", "initial_tokens", "zero_temperature", "distances", "fit"]
+        expected = (["matrices", "initial_tokens", "zero_temperature", "distances", "fit", "claims"]
                     + [f"finite_temperature_beta{b}" for b in labels] + [f"distances_beta{b}" for b in labels]
                     + [f"figure_{f}" for f in figs])
         for stem in expected:

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import fitting, io  # noqa: E402
+from . import claims, fitting, io  # noqa: E402
 from .pipeline import snapshot_times  # noqa: E402
 
 
@@ -41,8 +41,7 @@ def _beta_label(dist, beta, threshold):
 
 def _bound_constants(fit):
     """a, C1, b, c of the drawn bound: fitted rates, the largest fitted prefactors (an envelope over β and replicas)."""
-    a = float(np.exp(np.nanmax(np.nanmean(fit["log_a"].values, axis=1))))
-    b = float(np.exp(np.max(fit["log_b"].values)))
+    a, b = claims.bound_envelope(fit["log_a"].values, fit["log_b"].values)
     return a, float(fit["C1_mean"]), b, float(fit["c_mean"])
 
 

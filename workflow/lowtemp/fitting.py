@@ -126,11 +126,13 @@ class GrowthFit:
 
     @property
     def mean(self) -> float:
-        return float(np.nanmean(self.C1))
+        return float(np.nanmean(self.C1)) if np.isfinite(self.C1).any() else float("nan")
 
     @property
     def sem(self) -> float:
         n = np.sum(np.isfinite(self.C1))
+        if n == 0:
+            return float("nan")
         return float(np.nanstd(self.C1, ddof=1) / np.sqrt(n)) if n > 1 else 0.0
 
 
@@ -202,3 +204,50 @@ def departure_time(t: np.ndarray, w2_projection: np.ndarray, factor: float = 2.0
 def bound_curve(t: np.ndarray, beta: float, a: float, C1: float, b: float, c: float) -> np.ndarray:
     """a·sqrt(log(β+1)/β)·e^{C1 t} + b·e^{−c t}."""
     return a * temperature_scale(beta) * np.exp(C1 * t) + b * np.exp(-c * t)
+
+
+# ---------------------------------------------------------------- uncertainty over replicas
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_BOOTSTRAP = 4000
+
+
+def bootstrap_interval(per_replica, statistic, rng: np.random.Generator, *, n_boot: int = DEFAULT_BOOTSTRAP,
+                       confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` over replicas.
+
+    ``per_replica`` has replicas on its first axis; each bootstrap sample draws
+    that many replicas with replacement and evaluates ``statistic`` on them
+    (NaN results are dropped). With R replicas there are at most C(2R−1, R)
+    distinct resamples (35 for R = 4), so the interval is coarse for small R:
+    it states the spread between independent initial clouds, nothing finer.
+    """
+    data = np.asarray(per_replica, float)
+    n = data.shape[0]
+    if n < 2:
+        value = float(statistic(data))
+        return value, value
+    if not np.isfinite(data).any():
+        return float("nan"), float("nan")
+    idx = rng.integers(0, n, size=(n_boot, n))
+    stats = np.array([statistic(data[i]) for i in idx], dtype=float)
+    stats = stats[np.isfinite(stats)]
+    if stats.size == 0:
+        return float("nan"), float("nan")
+    tail = 50.0 * (1.0 - confidence)
+    lo, hi = np.percentile(stats, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def power_law_exponent(x, y) -> float:
+    """Least-squares α in log y = log k + α log x (points with y > 0)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = (x > 0) & (y > 0) & np.isfinite(y)
+    if ok.sum() < 2:
+        return float("nan")
+    return line_fit(np.log(x[ok]), np.log(y[ok]))[0]
+
+
+def temperature_scale_exponent(beta) -> float:
+    """The local power of β in sqrt(log(β+1)/β) over the given β (≈ −1/2 plus the log correction)."""
+    beta = np.asarray(beta, float)
+    return power_law_exponent(beta, temperature_scale(beta))

@@ -195,10 +195,21 @@ def spectral_family(d: int, rng: np.random.Generator, *, eigenvalues, sigma_min:
 
 
 def end_phase_family(d: int, rng: np.random.Generator, *, eigenvalues, eigenvalues_V,
-                     angle_V: float = 90.0):
-    """K, Q, V with V symmetric and V's leading eigenvector at ``angle_V`` degrees to E1(A)."""
+                     angle_V: float = 90.0, V_shear: float = 0.0):
+    """K, Q, V with V's leading eigenvector (largest real part) at ``angle_V`` degrees to E1(A).
+
+    V = S diag(ν) S⁻¹ with S = W (I + V_shear·N), W a frame whose first column is
+    that eigenvector and N the strictly upper triangular matrix of ones: for
+    ``V_shear = 0`` V is symmetric; otherwise it has the same real spectrum ν and
+    the same leading eigenvector but is not symmetric (not even normal). ν may
+    hold negative values: with, e.g., ν = (1.2, 0.6, −1.5) the eigenvalue of
+    largest modulus is negative and V's leading eigenspaces by real part and by
+    modulus differ. B = A V^{−T}, so that VBᵀ = A (Assumption 1).
+    """
     if not 0.0 <= angle_V <= 90.0:
         raise ValueError(f"angle_V must be in [0, 90] degrees, got {angle_V}")
+    if not (np.isfinite(V_shear) and V_shear >= 0):
+        raise ValueError(f"V_shear must be a finite number >= 0, got {V_shear}")
     mu = np.asarray(eigenvalues, dtype=float)
     nu = np.asarray(eigenvalues_V, dtype=float)
     if mu.shape != (d,) or nu.shape != (d,):
@@ -217,8 +228,13 @@ def end_phase_family(d: int, rng: np.random.Generator, *, eigenvalues, eigenvalu
     g[:, 0] = np.cos(theta) * U[:, 0] + np.sin(theta) * w / np.linalg.norm(w)
     W, r = np.linalg.qr(g)
     W = W * np.sign(np.diag(r))
-    V = W @ np.diag(nu) @ W.T
-    B = A @ np.linalg.inv(V)
+    if V_shear == 0:
+        V = W @ np.diag(nu) @ W.T
+        B = A @ np.linalg.inv(V)  # V symmetric: V^{-T} = V^{-1} (kept in this form: same numbers as before)
+    else:
+        S = W @ (np.eye(d) + V_shear * np.triu(np.ones((d, d)), 1))
+        V = S @ np.diag(nu) @ np.linalg.inv(S)
+        B = A @ np.linalg.inv(V).T
     Q = random_orthogonal(d, rng)
     K = Q @ B
     return K, Q, V

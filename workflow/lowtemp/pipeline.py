@@ -14,7 +14,7 @@ import time as _time
 import numpy as np
 import xarray as xr
 
-from . import checkpoint, dynamics, exact, fitting, integrate, io, kernels, matrices, measures, projection, transport
+from . import checkpoint, claims, dynamics, exact, fitting, integrate, io, kernels, matrices, measures, projection, transport
 from .seeding import generator
 
 log = logging.getLogger("lowtemp")
@@ -395,10 +395,22 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     t = ds.time.values
     beta = ds.beta.values
     cfg = experiment["fit"]
-    rate = fitting.fit_decay_rate(t, ds["w2_zero_to_projection"].values, max_residual=cfg["max_residual"],
-                                  min_points=cfg["min_points"])
-    growth = fitting.fit_growth_rate(t, beta, ds["w2_zero_temperature"].values, saturation=cfg["saturation"],
-                                     max_residual=cfg["max_residual"], min_points=cfg["min_points"])
+    nr = ds.sizes["replica"]
+    try:
+        rate = fitting.fit_decay_rate(t, ds["w2_zero_to_projection"].values, max_residual=cfg["max_residual"],
+                                      min_points=cfg["min_points"])
+    except ValueError as exc:  # recorded as NaN: the claims that need c then say "not evaluable"
+        log.warning("%s: %s; c is NaN in fit.nc", name, exc)
+        rate = fitting.RateFit(slope=np.full(nr, np.nan), intercept=np.full(nr, np.nan),
+                               window=(np.nan, np.nan), window_index=(0, 0))
+    try:
+        growth = fitting.fit_growth_rate(t, beta, ds["w2_zero_temperature"].values, saturation=cfg["saturation"],
+                                         max_residual=cfg["max_residual"], min_points=cfg["min_points"])
+    except ValueError as exc:
+        log.warning("%s: %s (exact W2 at %d snapshots; distances.exact_every and fit.max_residual set how many "
+                    "qualify); C1 is NaN in fit.nc", name, exc, int(np.sum(np.isfinite(ds["w2_zero_temperature"].values[0, 0]))))
+        growth = fitting.GrowthFit(C1=np.full(nr, np.nan), log_a=np.full((beta.size, nr), np.nan),
+                                   windows=np.full((beta.size, 2), np.nan), C1_per_beta=np.full((beta.size, nr), np.nan))
     depart = fitting.departure_time(t, ds["w2_projection"].values, factor=cfg["departure_factor"])
     mean_depart = np.nanmean(depart, axis=1) if np.any(np.isfinite(depart)) else np.full(beta.size, np.nan)
     ok = np.isfinite(mean_depart)
@@ -407,6 +419,11 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     else:
         slope = intercept = np.nan
     lo, hi = M.rate_bounds
+    rng = generator(root_seed, name, "fit", "bootstrap")
+    boot = _bootstrap_settings(experiment)
+    c_interval = fitting.bootstrap_interval(rate.slope, np.mean, rng, **boot)
+    C1_interval = fitting.bootstrap_interval(growth.C1, np.nanmean, rng, **boot)
+    level = f"{100 * boot['confidence']:g}% percentile bootstrap interval over replicas of the mean"
     out = xr.Dataset(
         {
             "c": (("replica",), rate.slope, io.attrs("zero-temperature decay rate c of W2(rho^inf_t, Pi_# rho0)", "1/time")),
@@ -414,6 +431,8 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
             "c_sem": ((), rate.sem, io.attrs("c, standard error over replicas", "1/time")),
             "log_b": (("replica",), rate.intercept, io.attrs("intercept log b of log W2 = log b - c t")),
             "c_window": (("bound",), np.array(rate.window), io.attrs("time window of the c fit", "1")),
+            "c_interval": (("bound",), np.array(c_interval), io.attrs(f"c, {level}", "1/time")),
+            "C1_interval": (("bound",), np.array(C1_interval), io.attrs(f"C1, {level}", "1/time")),
             "rate_lower": ((), lo, io.attrs("gamma / sigma_max(B)", "1/time")),
             "rate_upper": ((), hi, io.attrs("gamma / sigma_min(B)", "1/time")),
             "C1": (("replica",), growth.C1, io.attrs("growth rate C1 of W2(rho^beta_t, rho^inf_t)/sqrt(log(beta+1)/beta), shared over beta", "1/time")),
@@ -430,11 +449,33 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
         },
         coords={"beta": beta, "replica": ds.replica.values, "bound": ["start", "stop"]},
     )
-    log.info("%s: c = %.4f ± %.4f on t in [%g, %g]; bounds [gamma/sigma_max, gamma/sigma_min] = [%.4f, %.4f]",
-             name, rate.mean, rate.sem, *rate.window, lo, hi)
-    log.info("%s: C1 = %.4f ± %.4f; departure-time slope against log beta = %.4g", name, growth.mean, growth.sem,
-             slope)
+    log.info("%s: c = %.4f ± %.4f [%.4f, %.4f] on t in [%g, %g]; bounds [gamma/sigma_max, gamma/sigma_min] = "
+             "[%.4f, %.4f]", name, rate.mean, rate.sem, *c_interval, *rate.window, lo, hi)
+    log.info("%s: C1 = %.4f ± %.4f [%.4f, %.4f]; departure-time slope against log beta = %.4g", name, growth.mean,
+             growth.sem, *C1_interval, slope)
     io.write_netcdf(out, output, "fit", io.provenance(name, experiment, root_seed))
+
+
+def _bootstrap_settings(experiment: dict) -> dict:
+    cfg = experiment["fit"]
+    return {"n_boot": int(cfg["bootstrap"]), "confidence": float(cfg["confidence"])}
+
+
+# ---------------------------------------------------------------- stage 7: the paper's statements as checks
+def stage_claims(name, experiment, root_seed, matrices_path, distances_path, fit_path, output):
+    M = load_matrices(matrices_path)
+    dist = io.read_netcdf(distances_path, "distances")
+    fit = io.read_netcdf(fit_path, "fit")
+    cfg = experiment["claims"]
+    found, details = claims.evaluate(dist, fit, M.rate_bounds, cfg, generator(root_seed, name, "claims", "bootstrap"),
+                                     _bootstrap_settings(experiment))
+    ds = claims.claims_dataset(found, dist.beta.values, details)
+    passed = sum(c.status == claims.PASSED for c in found)
+    log.info("%s: %d of %d claims passed (intervals: %g%% bootstrap over %d replicas)", name, passed, len(found),
+             100 * experiment["fit"]["confidence"], dist.sizes["replica"])
+    for c in found:
+        (log.info if c.status == claims.PASSED else log.warning)("%s: %s", name, c.line())
+    io.write_netcdf(ds, output, "claims", io.provenance(name, experiment, root_seed))
 
 
 # ---------------------------------------------------------------- logging for scripts

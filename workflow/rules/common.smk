@@ -67,6 +67,6 @@ def experiment_figures(name):
 def all_targets():
     targets = []
     for name in EXPERIMENTS:
-        targets += [f"{RESULTS}/{name}/distances.nc", f"{RESULTS}/{name}/fit.nc"]
+        targets += [f"{RESULTS}/{name}/distances.nc", f"{RESULTS}/{name}/fit.nc", f"{RESULTS}/{name}/claims.nc"]
         targets += experiment_figures(name)
     return targets
