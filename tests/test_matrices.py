@@ -134,3 +134,44 @@ def test_explicit_family_and_repeated_top_eigenvalue():
 def test_random_orthogonal_is_orthogonal(seed, d):
     Q = matrices.random_orthogonal(d, np.random.default_rng(seed))
     np.testing.assert_allclose(Q.T @ Q, np.eye(d), atol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), shear=st.floats(0.1, 3.0), angle=st.floats(0.0, 90.0), d=st.integers(2, 5))
+def test_end_phase_family_with_non_symmetric_V(seed, shear, angle, d):
+    """V = S diag(ν) S⁻¹ is not symmetric, has the real spectrum ν and the leading eigenvector at angle_V to
+    E1(A); VBᵀ = A holds to rounding (checked here independently of check_assumption_1)."""
+    mu = np.linspace(1.5, 0.3, d)
+    nu = np.linspace(1.2, 0.4, d)
+    M = matrices.generate_matrices("end_phase", d, np.random.default_rng(seed), eigenvalues=mu, eigenvalues_V=nu,
+                                   angle_V=angle, V_shear=shear, max_condition_B=1e12)
+    assert not np.allclose(M.V, M.V.T)
+    np.testing.assert_allclose(np.sort(np.linalg.eigvals(M.V).real)[::-1], nu, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(np.linalg.eigvals(M.V).imag, 0.0, atol=1e-8)
+    A = M.V @ M.B.T
+    np.testing.assert_allclose(A, A.T, atol=1e-9 * np.abs(A).max())
+    np.testing.assert_allclose(np.sort(np.linalg.eigvalsh((A + A.T) / 2))[::-1], mu, rtol=1e-8)
+    v = M.E1_V_real[:, 0]
+    u = M.E1[:, 0]
+    assert np.degrees(np.arccos(min(1.0, abs(u @ v)))) == pytest.approx(angle, abs=1e-5)
+
+
+def test_end_phase_family_with_negative_largest_modulus_eigenvalue():
+    M = matrices.generate_matrices("end_phase", 3, np.random.default_rng(3), eigenvalues=[1.5, 0.6, 0.5],
+                                   eigenvalues_V=[1.2, 0.6, -1.5])
+    lam = np.linalg.eigvals(M.V)
+    assert lam[np.argmax(np.abs(lam))].real == pytest.approx(-1.5)
+    # the two leading eigenspaces are different lines: ν = 1.2's and ν = −1.5's eigenvectors
+    overlap = abs(float(M.E1_V_real[:, 0] @ M.E1_V_modulus[:, 0]))
+    assert overlap < 1 - 1e-6
+    np.testing.assert_allclose(M.V @ M.E1_V_modulus[:, 0], -1.5 * M.E1_V_modulus[:, 0], atol=1e-10)
+    np.testing.assert_allclose(M.V @ M.E1_V_real[:, 0], 1.2 * M.E1_V_real[:, 0], atol=1e-10)
+
+
+def test_V_shear_zero_is_the_symmetric_family_bit_for_bit():
+    kw = dict(eigenvalues=[1.5, 0.6, 0.5], eigenvalues_V=[1.2, 0.8, 0.6], angle_V=30.0)
+    a = matrices.generate_matrices("end_phase", 3, np.random.default_rng(9), **kw)
+    b = matrices.generate_matrices("end_phase", 3, np.random.default_rng(9), V_shear=0.0, **kw)
+    for key in ("K", "Q", "V"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    np.testing.assert_allclose(a.V, a.V.T, atol=1e-15)  # symmetric up to the rounding of W diag(ν) Wᵀ
