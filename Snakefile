@@ -16,6 +16,7 @@ include: "workflow/rules/simulate.smk"
 include: "workflow/rules/distances.smk"
 include: "workflow/rules/fit.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/convergence.smk"
 
 
 rule all:

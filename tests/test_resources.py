@@ -212,3 +212,54 @@ def test_rules_request_the_estimates_and_the_profile_groups(tmp_path):
     assert set(profile["default-resources"]) == {"slurm_account", "slurm_partition"}
     assert set(profile["group-components"]) == {"distances", "figures"}
     assert "HDF5_USE_FILE_LOCKING=FALSE" in profile["precommand"]
+
+
+# ------------------------------------------------------------------ the convergence studies (EXTRA_STAGES)
+def test_convergence_estimate_covers_the_studys_field_evaluations():
+    """Independent count on the defaults (β = 1000; steps h = 0.05 up to t = 20 at h, h/2, h/4 with
+    1024 tokens; N = 512 … 4096 with 4 replicas): at least 0.27 ns per pair and evaluation."""
+    exp = experiment()
+    M = matrices_of(exp)
+    est = resources.estimate("convergence", exp, matrices=M, threads=2)
+    step_evals = (4 + 1) * (400 + 800 + 1600)  # RK4 and Euler at the three steps
+    particle_evals = 4 * 400
+    pairs = step_evals * 1024**2 + particle_evals * 4 * sum(n * n for n in (512, 1024, 2048, 4096))
+    assert est.compute_seconds >= pairs * 0.27e-9
+    assert est.runtime_min * 60 >= 2 * pairs * 0.27e-9
+    assert est.mem_mb * MB > 81 * 4 * 4096 * 3 * 8  # the N = 4096 trajectories
+    assert est.cpus == 2 == resources.estimate("convergence", exp, matrices=M, threads=2).cpus
+    assert resources.estimate("convergence", exp, matrices=M, threads=8).cpus == 8
+    assert "convergence" not in resources.STAGES  # not in the default target, nor in the config's memory check
+    bigger = experiment(tokens=8192)
+    assert resources.estimate("convergence", bigger, matrices=matrices_of(bigger), threads=2).compute_seconds > \
+        est.compute_seconds
+
+
+def test_convergence_estimate_counts_exact_w2_when_dim_e1_exceeds_one():
+    """Without the two-atom closed form (dim E1 > 1, or matrices unknown) every W2 is an N×N solve."""
+    exp = experiment(tokens=2048)
+    closed = resources.estimate("convergence", exp, matrices=matrices_of(exp), threads=2)
+    unknown = resources.estimate("convergence", exp, threads=2)
+    assert unknown.mem_mb * MB > 5 * 8 * 2048**2 > closed.data_bytes
+    solves = 81 * 4  # every snapshot and replica at N = 2048
+    assert unknown.compute_seconds - closed.compute_seconds >= solves * 0.37
+
+
+def test_convergence_estimate_follows_the_block():
+    exp = experiment(convergence={"beta": 10, "steps": {"tokens": 256, "times": [5.0]},
+                                  "particles": {"tokens": [64, 128, 256, 512], "replicas": 2, "horizon": 5.0}})
+    small = resources.estimate("convergence", exp, matrices=matrices_of(exp), threads=2)
+    default = resources.estimate("convergence", experiment(), matrices=matrices_of(experiment()), threads=2)
+    assert small.compute_seconds < default.compute_seconds / 50
+
+
+def test_convergence_requests_cover_the_measured_jobs_of_the_default_config():
+    """Measured (benchmarks/convergence.tsv, 2026-11-30, the 2-core machine shared with other jobs,
+    load 4–6): wall time 361 s and 218 s, peak resident memory 338 MB and 305 MB, for the
+    concentration and end_phase studies with their defaults."""
+    cfg = validated(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    for name, seconds, rss_mb in (("concentration", 361, 338), ("end_phase", 218, 305)):
+        exp = cfg["experiments"][name]
+        est = resources.estimate("convergence", exp, matrices=pipeline.build_matrices(name, exp, cfg["root_seed"]),
+                                 threads=2)
+        assert est.runtime_min * 60 >= seconds and est.mem_mb >= rss_mb, (name, est)

@@ -215,3 +215,60 @@ def render(figure, name, experiment, *, matrices_path, distances_path, fit_path,
         _save_atomic(fig, png)
     finally:
         plt.close(fig)
+
+
+# ------------------------------------------------------------------ convergence studies
+def plot_convergence(conv, experiment):
+    """Left: step halving, errors against the step (max over the check times) with slopes 4 and 1.
+    Right: W2(ρ^β_t, Π♯ρ0) against t per N, mean ± 2 sem over replicas (``lowtemp.convergence``)."""
+    beta = float(conv.attrs["beta"])
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    steps, coarse = conv["step"].values, conv["coarse_step"].values
+    floor = float(conv.attrs["rounding_floor"])
+    for color, method in zip(("C0", "C3"), conv["integrator"].values):
+        c = conv.sel(integrator=method)
+        name = str(method).upper() if method == "rk4" else "Euler"
+        orders = "/".join(f"{p:.2f}" for p in c["position_order"].values)
+        ax.loglog(coarse, c["position_difference"].max("check_time").values, "o-", color=color,
+                  label=f"{name}, β = {beta:g}: max|X_h − X_h/2| (orders {orders})")
+        ax.loglog(coarse, c["w2_difference"].max("check_time").values, "^:", color=color, ms=5,
+                  label=f"{name}, β = {beta:g}: |W2_h − W2_h/2|")
+        ax.loglog(steps, c["zero_error_vs_exact"].max("check_time").values, "s--", color=color, ms=5, mfc="none",
+                  label=f"{name}, β = ∞: max|X_h − X_exact|")
+    for p, anchor in ((4, "rk4"), (1, "euler")):  # reference slopes, a little below the exact errors
+        y0 = 0.3 * float(conv["zero_error_vs_exact"].sel(integrator=anchor).max("check_time").values[0])
+        ax.loglog(steps, y0 * (steps / steps[0]) ** p, color="gray", lw=0.8, alpha=0.8)
+        ax.annotate(f"slope {p}", (steps[-1], y0 * (steps[-1] / steps[0]) ** p), fontsize=7, color="gray",
+                    xytext=(0, -9), textcoords="offset points")
+    ax.axhline(floor, color="gray", ls=":", lw=0.8)
+    ax.set_xlabel("step h")
+    ax.set_ylabel("difference (max over replicas, tokens, check times)")
+    ax.set_title(f"Step halving (h, h/2, h/4), t ∈ {{{', '.join(f'{t:g}' for t in conv['check_time'].values)}}}; "
+                 f"{conv.attrs['step_tokens']} tokens", fontsize=9)
+    ax.legend(fontsize=6, loc="lower right")
+    t = conv["time"].values
+    tokens = conv["tokens"].values
+    n_star = int(conv["stops_moving_at"])
+    for color, n in zip(_palette(tokens.size), tokens):
+        m, s = conv["w2_mean"].sel(tokens=n).values, conv["w2_sem"].sel(tokens=n).values
+        bx.fill_between(t, np.maximum(m - 2 * s, 1e-6), m + 2 * s, color=color, alpha=0.25, lw=0)
+        bx.plot(t, m, color=color, lw=1.6 if n == n_star else 1.1, label=f"N = {n}" + (" (stops moving)" if n == n_star else ""))
+    bx.set_yscale("log")
+    bx.set_xlabel("time t")
+    bx.set_ylabel(r"$W_2(\rho^\beta_t, \Pi_\sharp\rho_0)$, mean ± 2 sem")
+    verdict = f"stops moving at N = {n_star}" if n_star > 0 else f"still moving at N = {tokens[-1]}"
+    bx.set_title(f"Particle number, β = {beta:g}, {conv.sizes['replica']} replicas: {verdict}", fontsize=9)
+    bx.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def render_convergence(name, experiment, *, convergence_path, pdf, png):
+    """Draw the convergence figure of one experiment from its convergence.nc, save PDF and PNG."""
+    sns.set_theme(style="ticks", context="paper")
+    fig = plot_convergence(io.read_netcdf(convergence_path, "convergence"), experiment)
+    try:
+        _save_atomic(fig, pdf)
+        _save_atomic(fig, png)
+    finally:
+        plt.close(fig)

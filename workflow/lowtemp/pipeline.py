@@ -83,6 +83,10 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     except ValueError as exc:
         raise ConfigError(f"{where}.matrices: {exc}") from None
     _check_initial_measure_assumptions(where, experiment["initial_measure"], M)
+    if "convergence" in experiment:  # the optional studies' block: steps dividing the grid, N list, …
+        from . import convergence  # imported here: convergence imports this module
+
+        convergence.study_settings(name, experiment)
     return M
 
 

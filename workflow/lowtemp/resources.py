@@ -62,7 +62,9 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
 
 * CPUs: ``finite_temperature`` uses the rule's threads (numba runs the kernels
   on that many threads; ``--set-threads finite_temperature=8`` raises both);
-  every other stage is single-threaded (POT's simplex, numpy on small arrays).
+  every other stage is single-threaded (POT's simplex, numpy on small arrays),
+  except ``convergence`` (the optional convergence studies, ``EXTRA_STAGES``), which
+  runs the same kernels: field evaluations of its runs counted as above.
 
 Retries (``attempt`` > 1, e.g. after an out-of-memory kill or a time-out) ask
 for ``attempt`` times the memory and wall time.
@@ -252,6 +254,52 @@ def _figure(experiment):
     return data, seconds
 
 
+# ------------------------------------------------------------------ convergence studies
+# The rule ``convergence`` (not part of the default target, so not in STAGES and not
+# in the config check's memory test): step halving at h, h/2, h/4 for RK4 and Euler
+# at finite β and zero temperature, then the particle-number runs (lowtemp.convergence).
+EXTRA_STAGES = ("convergence",)
+#: stages whose jobs run the numba kernels on the rule's threads
+THREADED_STAGES = ("finite_temperature", "convergence")
+
+
+def _convergence(experiment, matrices, threads):
+    from . import convergence  # lazy: it imports pipeline, which imports this module's callers
+
+    s = convergence.study_settings("experiment", experiment)
+    d = int(experiment["dim"])
+    interval = s.interval
+    exact_w2 = matrices is None or matrices.E1.shape[1] > 1  # else the closed form against ±u
+    w2_cost = (lambda n: w2_seconds(n)) if exact_w2 else (lambda n: n * DISTANCE_NS_PER_TOKEN_SNAPSHOT * 1e-9)
+    # step halving: runs up to the last check time at h, h/2, h/4 (1 + 2 + 4 times the steps at h)
+    st = s.steps
+    steps = round(max(st.times) / st.dt) * sum(2**k for k in range(convergence.STEP_LEVELS))
+    evals = sum(1 if m == "euler" else 4 for m in convergence.NOMINAL_ORDER) * steps
+    kernel = kernel_for({**experiment, "tokens": st.tokens}, s.beta, matrices)
+    speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
+    r, n = st.replicas, st.tokens
+    checks = len(st.times)
+    seconds = (evals * r * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
+               + evals * r * n * (LINEAR_NS + ZERO_NS_PER_TOKEN_EVAL) * 1e-9
+               + checks * r * n * EXACT_NS_PER_TOKEN_SNAPSHOT * 1e-9
+               + len(convergence.NOMINAL_ORDER) * convergence.STEP_LEVELS * checks * r * w2_cost(n))
+    snapshots = round(max(st.times) / interval) + 1
+    step_bytes = (snapshots + 12 + 4 * convergence.STEP_LEVELS * checks) * r * n * d * _F
+    # particle number: one run per N on the experiment's step, W2 at every snapshot
+    pa = s.particles
+    snapshots = round(pa.horizon / interval)
+    per_step = 1 if experiment.get("integrator", "rk4") == "euler" else 4
+    evals = per_step * snapshots * max(1, int(math.ceil(interval / float(experiment["time"]["dt"]) - 1e-9)))
+    for n in pa.tokens:
+        kernel = kernel_for({**experiment, "tokens": n}, s.beta, matrices)
+        speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
+        seconds += (evals * pa.replicas * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
+                    + evals * pa.replicas * n * LINEAR_NS * 1e-9 + (snapshots + 1) * pa.replicas * w2_cost(n))
+    n = max(pa.tokens)
+    particle_bytes = (snapshots + 1 + 12) * pa.replicas * n * d * _F + (W2_BYTES_PER_PAIR * n * n if exact_w2 else 0)
+    return max(step_bytes, particle_bytes), seconds
+
+
 def _stage_numbers(stage, experiment, beta, matrices, threads):
     n, d, r, _ = _sizes(experiment)
     if stage == "matrices":
@@ -272,7 +320,9 @@ def _stage_numbers(stage, experiment, beta, matrices, threads):
         return _curves(experiment), 10.0
     if stage == "figure":
         return _figure(experiment)
-    raise ValueError(f"unknown stage {stage!r}; known: {list(STAGES)}")
+    if stage == "convergence":
+        return _convergence(experiment, matrices, threads)
+    raise ValueError(f"unknown stage {stage!r}; known: {list(STAGES + EXTRA_STAGES)}")
 
 
 def estimate(stage: str, experiment: dict, *, beta: float | None = None, matrices=None,
@@ -288,7 +338,7 @@ def estimate(stage: str, experiment: dict, *, beta: float | None = None, matrice
     mem_mb = int(math.ceil(mem / 100.0)) * 100 * attempt
     minutes = (STARTUP_SECONDS + RUNTIME_SAFETY * seconds) / 60.0
     runtime = max(RUNTIME_FLOOR_MIN, int(math.ceil(minutes))) * attempt
-    cpus = max(1, int(threads)) if stage == "finite_temperature" else 1
+    cpus = max(1, int(threads)) if stage in THREADED_STAGES else 1
     return Estimate(mem_mb=mem_mb, runtime_min=runtime, cpus=cpus, data_bytes=float(data),
                     compute_seconds=float(seconds))
 

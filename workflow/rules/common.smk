@@ -37,10 +37,13 @@ wildcard_constraints:
 
 
 def stage_params(wildcards):
-    """Plain parameters every stage receives: experiment name, its config slice, the root seed."""
+    """Plain parameters every stage receives: experiment name, its config slice, the root seed.
+
+    The slice leaves out the optional ``convergence`` block: only the rule ``convergence``
+    depends on it, so changing it reruns nothing else."""
     return {
         "name": wildcards.experiment,
-        "experiment": EXPERIMENTS[wildcards.experiment],
+        "experiment": {k: v for k, v in EXPERIMENTS[wildcards.experiment].items() if k != "convergence"},
         "root_seed": ROOT_SEED,
     }
 

@@ -1,0 +1,442 @@
+"""Convergence studies (lowtemp.convergence): observed orders against the nominal ones, the
+Richardson estimate against a much finer run and against the exact zero-temperature
+solution, the particle-number study against closed forms at t = 0, the stop-moving rule
+against a naive reference, the settings' errors, and the rule through Snakemake."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+
+import matplotlib.image
+import numpy as np
+import pytest
+import xarray as xr
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linear_sum_assignment
+
+from lowtemp import convergence, dynamics, exact, integrate, io, matrices, measures, pipeline, seeding
+from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
+
+ConfigError = pipeline.ConfigError
+
+
+@pytest.fixture(scope="module")
+def M():
+    return spectral_matrices(3)
+
+
+@pytest.fixture(scope="module")
+def X0():
+    return random_unit(np.random.default_rng(11), 2, 40, 3)
+
+
+def _finite(M, beta):
+    return lambda X: dynamics.attention_field(X, M.B, M.V, beta)  # the numpy float64 reference field
+
+
+def _zero(M):
+    return lambda X: dynamics.zero_temperature_field(X, M.A, M.B)
+
+
+def _orders(runs):
+    e = convergence.successive_differences(runs)
+    return convergence.observed_order(e[:-1], e[1:])
+
+
+# ------------------------------------------------------------------ step halving: observed orders
+# Tolerances. With the error expansion C h^p + D h^(p+1), the observed order is
+# p + log2((1 + Dh/C)/(1 + Dh/(2C))) ≈ p + 0.72·(D/C)·h: the deviation is O(h) and halves with h.
+# On this problem (d = 3, β ≤ 20, t ≤ 3) it was measured at 0.05–0.10 for RK4 at h = 0.1 and
+# 0.02–0.07 for Euler at h = 0.025, and halving at each level; the bounds allow twice that.
+ORDER_CASES = [("rk4", 0.1, 0.2), ("euler", 0.025, 0.14)]
+
+
+@pytest.mark.parametrize("method, h, tol", ORDER_CASES)
+def test_order_against_the_exact_zero_temperature_solution(M, X0, method, h, tol):
+    times = [1.0, 2.0, 3.0]
+    grids = convergence.halving_grids(3.0, 0.5, h)
+    runs = convergence.run_halving(_zero(M), X0, grids, method, [2, 4, 6], "test")
+    ref = exact.exact_zero_temperature(X0, M.A, M.B, np.array(times))
+    err = convergence.errors_against(runs, ref)
+    p = convergence.observed_order(err[:-1], err[1:])
+    assert np.all(np.abs(p - convergence.NOMINAL_ORDER[method]) < tol), p
+    # Richardson, without the exact solution, sees the same order and estimates the error of the run at h
+    assert np.all(np.abs(_orders(runs) - convergence.NOMINAL_ORDER[method]) < tol)
+    diff = convergence.successive_differences(runs)
+    estimate = convergence.richardson_error(diff[0], convergence.NOMINAL_ORDER[method])
+    np.testing.assert_allclose(estimate, err[0], rtol=0.1)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(beta=st.floats(1.0, 20.0), seed=st.integers(0, 2**16))
+@pytest.mark.parametrize("method, h, tol", ORDER_CASES)
+def test_richardson_order_at_finite_beta(M, method, h, tol, beta, seed):
+    X = random_unit(np.random.default_rng(seed), 1, 24, 3)
+    grids = convergence.halving_grids(2.0, 0.4, h, levels=4)
+    runs = convergence.run_halving(_finite(M, beta), X, grids, method, [2, 5], "test")
+    p = _orders(runs)  # (h, h/2, h/4) and (h/2, h/4, h/8)
+    nominal = convergence.NOMINAL_ORDER[method]
+    assert np.all(np.abs(p - nominal) < tol), (beta, p)
+    assert np.all(np.abs(p[1] - nominal) <= np.abs(p[0] - nominal) + 0.02), p  # the O(h) deviation shrinks
+
+
+@pytest.mark.parametrize("method, h", [("rk4", 0.1), ("euler", 0.025)])
+def test_richardson_estimate_matches_a_much_finer_run(M, X0, method, h):
+    """The error of the run at h, estimated from h and h/2 only, against |X_h − X_{h/64}|."""
+    beta = 10.0
+    grids = convergence.halving_grids(2.0, 0.5, h, levels=7)
+    runs = convergence.run_halving(_finite(M, beta), X0, grids, method, [2, 4], "test")
+    p = convergence.NOMINAL_ORDER[method]
+    true = np.max(np.abs(runs[0] - runs[-1]), axis=(1, 2, 3)) / (1 - 2.0 ** (-6 * p))  # X_{h/64} has error/64^p
+    estimate = convergence.richardson_error(convergence.successive_differences(runs[:2])[0], p)
+    np.testing.assert_allclose(estimate, true, rtol=0.12 if method == "euler" else 0.03)
+
+
+@settings(max_examples=50, deadline=None)
+@given(C=st.floats(1e-6, 1e3), p=st.floats(0.5, 6.0), h=st.floats(1e-3, 0.5), shift=st.floats(-1, 1))
+def test_observed_order_of_an_exact_power_law(C, p, h, shift):
+    """X_h = X + C h^p exactly: differences C h^p (1 − 2^−p), order p, Richardson error C h^p."""
+    X = np.full((1, 2, 3), shift)
+    steps = convergence.halving_steps(h)
+    runs = np.stack([(X + C * s**p)[None] for s in steps])  # (level, time, replica, token, dim)
+    diff = convergence.successive_differences(runs)
+    assume(diff.min() > 1e-8)  # far above the rounding of X + C h^p (test_no_order_is_read_from_rounding)
+    np.testing.assert_allclose(diff[:, 0], C * steps[:-1] ** p * (1 - 2.0**-p), rtol=1e-6)
+    np.testing.assert_allclose(convergence.observed_order(diff[0], diff[1]), p, atol=1e-6)
+    np.testing.assert_allclose(convergence.richardson_error(diff[0], p), C * h**p, rtol=1e-6)
+
+
+def test_no_order_is_read_from_rounding():
+    assert np.isnan(convergence.observed_order(1e-14, 1e-15))
+    assert np.isnan(convergence.observed_order(1e-6, 0.0))
+    assert convergence.observed_order(1.6e-5, 1e-6) == pytest.approx(4.0)
+
+
+def test_halving_grids_use_the_steps_exactly():
+    grids = convergence.halving_grids(20.0, 0.25, 0.05)
+    assert [g.step for g in grids] == pytest.approx([0.05, 0.025, 0.0125], rel=1e-14)
+    assert [g.steps_per_snapshot for g in grids] == [5, 10, 20]
+    assert all(np.allclose(g.times, np.linspace(0, 20, 81)) for g in grids)
+    with pytest.raises(ConfigError, match=r"convergence\.steps\.dt"):
+        convergence.halving_grids(20.0, 0.25, 0.03)  # 0.25/0.03 is not an integer: the grid would use 0.0278
+
+
+# ------------------------------------------------------------------ settings
+def _experiment(**convergence_block):
+    cfg = yaml.safe_load(TEST_CONFIG.read_text())
+    exp = cfg["experiments"]["tiny"]  # horizon 6, 30 snapshots (interval 0.2), dt 0.1, 64 tokens, 2 replicas
+    if convergence_block:
+        exp["convergence"] = convergence_block
+    return validated(cfg)["experiments"]["tiny"]
+
+
+def test_default_settings():
+    s = convergence.study_settings("tiny", _experiment())
+    assert s.beta == 50.0  # the largest β
+    assert s.interval == pytest.approx(0.2)
+    assert s.steps.dt == pytest.approx(0.1)  # the runs' own step
+    assert s.steps.times == pytest.approx((1.6, 3.0, 6.0))  # T/4, T/2, T on the snapshot grid
+    assert (s.steps.tokens, s.steps.replicas) == (64, 1)
+    assert s.particles.tokens == (8, 16, 32, 64)
+    assert (s.particles.replicas, s.particles.horizon) == (2, 6.0)
+    assert convergence.default_particle_numbers(4096) == [512, 1024, 2048, 4096]
+    assert convergence.default_particle_numbers(10) == [10, 20, 40, 80]
+
+
+@pytest.mark.parametrize("block, match", [
+    ({"steps": {"dt": 0.03}}, r"experiments\.tiny\.convergence\.steps\.dt = 0\.03 does not divide the snapshot "
+                              r"interval"),
+    ({"steps": {"dt": 0.4}}, r"convergence\.steps\.dt = 0\.4 does not divide"),
+    ({"steps": {"times": [1.0, 1.1]}}, r"convergence\.steps\.times: 1\.1 is not a snapshot time"),
+    ({"steps": {"times": [3.0, 1.0]}}, r"convergence\.steps\.times must be increasing"),
+    ({"steps": {"times": [7.0]}}, r"convergence\.steps\.times: 7 is not a snapshot time"),
+    ({"steps": {"tokens": 65}}, r"convergence\.steps\.tokens = 65 must be between 2 and tokens = 64"),
+    ({"steps": {"replicas": 3}}, r"convergence\.steps\.replicas = 3"),
+    ({"particles": {"tokens": [64, 32, 16, 8]}}, r"convergence\.particles\.tokens must be increasing"),
+    ({"particles": {"horizon": 5.9}}, r"convergence\.particles\.horizon = 5\.9 is not a snapshot time"),
+])
+def test_bad_settings_name_the_key(block, match):
+    exp = _experiment(**block)  # the schema accepts these: only the study's own check can refuse them
+    with pytest.raises(ConfigError, match=match):
+        convergence.study_settings("tiny", exp)
+    with pytest.raises(ConfigError, match=match):  # and the config check before any job
+        pipeline.validate_experiment("tiny", exp, 7)
+
+
+def test_fewer_than_four_particle_numbers_are_refused():
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises(WorkflowError, match=r"tokens"):  # the schema: minItems 4
+        _experiment(particles={"tokens": [16, 32, 64]})
+    exp = _experiment()
+    exp["convergence"] = {"particles": {"tokens": [16, 32, 64]}}  # past the schema, e.g. from a notebook
+    with pytest.raises(ConfigError, match=r"experiments\.tiny\.convergence\.particles\.tokens needs at least 4"):
+        convergence.study_settings("tiny", exp)
+
+
+@settings(max_examples=40, deadline=None)
+@given(snapshots=st.integers(1, 200), horizon=st.floats(0.5, 50.0), k=st.integers(1, 12), frac=st.floats(0.1, 0.9))
+def test_steps_dividing_the_interval_are_accepted_others_refused(snapshots, horizon, k, frac):
+    exp = _experiment()
+    exp["time"] = {"horizon": horizon, "snapshots": snapshots, "dt": horizon / snapshots}
+    interval = horizon / snapshots
+    exp["convergence"] = {"steps": {"dt": interval / k}}
+    s = convergence.study_settings("tiny", exp)
+    grids = convergence.halving_grids(max(s.steps.times), s.interval, s.steps.dt)
+    assert [g.step for g in grids] == pytest.approx([interval / k, interval / (2 * k), interval / (4 * k)], rel=1e-12)
+    exp["convergence"] = {"steps": {"dt": interval / (k + frac)}}
+    with pytest.raises(ConfigError, match=r"convergence\.steps\.dt"):
+        convergence.study_settings("tiny", exp)
+
+
+# ------------------------------------------------------------------ particle number
+def _lsa_w2(X, Y):
+    C = np.sum((X[:, None, :] - Y[None, :, :]) ** 2, axis=-1)
+    r, c = linear_sum_assignment(C)
+    return np.sqrt(np.mean(C[r, c]))
+
+
+def test_w2_curves_against_an_assignment_solver(M):
+    """The curves are W2 to the atoms Π(x0_i), as a naive assignment computes it."""
+    X0 = random_unit(np.random.default_rng(3), 2, 30, 3)
+    grid = integrate.TimeGrid(2.0, 4, 0.1)
+    positions = integrate.simulate(_finite(M, 10.0), X0, grid)
+    w2 = convergence.w2_to_projection_curves(positions, X0, M.E1)
+    assert w2.shape == (2, 5)
+    for r in range(2):
+        target = M.E1 @ M.E1.T @ X0[r].T
+        target = (target / np.linalg.norm(target, axis=0)).T
+        for k in range(5):
+            assert w2[r, k] == pytest.approx(_lsa_w2(positions[k, r], target), rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("dim, mean_abs_cos", [(3, 0.5), (2, 2 / np.pi)])
+def test_w2_at_time_zero_for_uniform_tokens_has_its_closed_form(dim, mean_abs_cos):
+    """t = 0, uniform ρ0, dim E1 = 1: W2²(ρ0^N, Π♯ρ0^N) = 2 − 2·mean|⟨x, u⟩| (each token goes to the atom
+    of its sign), so E W2² = 2 − 2E|⟨x,u⟩| (1/2 on S², 2/π on S¹) and the replica spread of W2² is
+    2·sd|⟨x,u⟩|/sqrt(N): it falls like N^(−1/2) (sd² = 1/12 on S², 1/2 − 4/π² on S¹)."""
+    exp = {"dim": dim, "initial_measure": {"name": "uniform"}}
+    u = np.eye(dim)[:, :1]
+    var_abs_cos = 1 / 12 if dim == 3 else 0.5 - 4 / np.pi**2
+    spreads = []
+    for n in (64, 256, 1024):
+        X0 = convergence.particle_tokens("closed_form", exp, 5, n, 400)
+        w2sq = convergence.w2_to_projection_curves(X0[None], X0, u)[:, 0] ** 2
+        np.testing.assert_allclose(w2sq, 2 - 2 * np.mean(np.abs(X0 @ u[:, 0]), axis=1), atol=1e-12)
+        sd = 2 * np.sqrt(var_abs_cos / n)
+        assert abs(w2sq.mean() - (2 - 2 * mean_abs_cos)) < 4 * sd / np.sqrt(400)
+        assert 0.8 < w2sq.std(ddof=1) / sd < 1.2
+        spreads.append(w2sq.std(ddof=1))
+    rate = np.polyfit(np.log([64, 256, 1024]), np.log(spreads), 1)[0]
+    assert rate == pytest.approx(-0.5, abs=0.1)
+
+
+def _naive_stop(mean, sem):
+    """Loop version of the stop-moving rule."""
+    n = len(mean)
+    agree = []
+    for k in range(n - 1):
+        ok = True
+        for t in range(len(mean[k])):
+            spread = 2 * np.sqrt(sem[k][t] ** 2 + sem[k + 1][t] ** 2)
+            if abs(mean[k][t] - mean[k + 1][t]) > spread:
+                ok = False
+        agree.append(ok)
+    for k in range(n - 1):
+        if all(agree[k:]):
+            return k
+    return None
+
+
+def test_stop_moving_rule_on_curves_with_a_known_answer():
+    t = np.linspace(0, 5, 21)
+    limit = np.exp(-t) + 0.1
+    numbers = [128, 256, 512, 1024, 2048]
+    # W2_N(t) = limit + 1/N moves by 1/(2N) from N to 2N; sem 0.0005 gives the spread 2·sqrt(2)·0.0005 = 0.00141:
+    # the changes 0.0039, 0.0020 exceed it, 0.00098 and 0.00049 do not: the curve stops moving at N = 512
+    mean = np.array([limit + 1.0 / n for n in numbers])
+    sem = np.full_like(mean, 0.0005)
+    ratios = convergence.change_over_spread(mean, sem)
+    np.testing.assert_allclose(ratios, [0.5 / n / (2 * np.sqrt(2) * 0.0005) for n in numbers[:-1]])
+    assert convergence.stops_moving(ratios) == 2 == _naive_stop(mean, sem)
+    # a late pair that moves again (a new regime at large N) leaves no N at which the curve has stopped
+    mean[-1] += 0.05
+    assert convergence.stops_moving(convergence.change_over_spread(mean, sem)) is None
+    # an early agreement by chance does not count while a later pair still moves
+    mean = np.array([limit, limit, limit + 0.01, limit + 0.01, limit + 0.01])
+    assert convergence.stops_moving(convergence.change_over_spread(mean, sem)) == 2
+    # no spread and no change: agree; no spread and a change: moving
+    assert convergence.change_over_spread(np.ones((2, 3)), np.zeros((2, 3))).tolist() == [0.0]
+    assert convergence.change_over_spread(np.array([[1.0], [2.0]]), np.zeros((2, 1))).tolist() == [np.inf]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(4, 7).flatmap(lambda n: st.tuples(
+    st.lists(st.lists(st.floats(0, 2), min_size=3, max_size=3), min_size=n, max_size=n),
+    st.lists(st.lists(st.floats(0, 0.3), min_size=3, max_size=3), min_size=n, max_size=n))))
+def test_stop_moving_rule_against_the_naive_loop(data):
+    mean, sem = (np.array(a) for a in data)
+    assert convergence.stops_moving(convergence.change_over_spread(mean, sem)) == _naive_stop(mean, sem)
+
+
+def test_replica_statistics():
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(3, 5, 7))  # (tokens, replica, time)
+    s = convergence.replica_statistics(values)
+    for k in range(3):
+        for t in range(7):
+            v = values[k, :, t]
+            assert s["mean"][k, t] == pytest.approx(sum(v) / 5)
+            assert s["sem"][k, t] == pytest.approx(np.sqrt(sum((v - v.mean()) ** 2) / 4 / 5))
+            assert (s["min"][k, t], s["max"][k, t]) == (v.min(), v.max())
+
+
+def test_vmf_mixture_without_means_samples_the_pipelines_rho0():
+    """The pipeline's tokens (means drawn from the initial_tokens stream) are exactly those of a
+    mixture with the means that convergence.initial_measure fixes: every N samples that same ρ0."""
+    exp = {"dim": 3, "replicas": 2, "tokens": 50, "initial_measure": {"name": "vmf_mixture", "kappas": [2.0, 1.0]}}
+    measure, params = convergence.initial_measure("E", exp, 9)
+    assert measure == "vmf_mixture" and np.asarray(params["means"]).shape == (2, 3)
+    pipeline_tokens = measures.sample_initial_tokens("vmf_mixture", seeding.generator(9, "E", "initial_tokens"), 2,
+                                                     50, 3, kappas=[2.0, 1.0])
+    rng = seeding.generator(9, "E", "initial_tokens")
+    rng.standard_normal((1, 2, 3))  # the stream's first draw: the means (uniform on the sphere)
+    again = measures.sample_initial_tokens(measure, rng, 2, 50, 3, **params)
+    np.testing.assert_array_equal(again, pipeline_tokens)
+    a = convergence.particle_tokens("E", exp, 9, 50, 2)
+    np.testing.assert_array_equal(a, convergence.particle_tokens("E", exp, 9, 50, 2))  # seeded by (name, N)
+    assert not np.array_equal(a, convergence.particle_tokens("E", exp, 9, 60, 2)[:, :50])
+
+
+# ------------------------------------------------------------------ through Snakemake
+BLOCK = {"beta": 5.0, "steps": {"dt": 0.1, "times": [1.0, 2.0], "tokens": 32, "replicas": 2},
+         "particles": {"tokens": [8, 16, 32, 64], "replicas": 3, "horizon": 2.0}}
+
+
+def _config(block=BLOCK) -> dict:
+    cfg = yaml.safe_load(TEST_CONFIG.read_text())
+    cfg["experiments"] = {"tiny": copy.deepcopy(cfg["experiments"]["tiny"])}
+    cfg["experiments"]["tiny"]["convergence"] = copy.deepcopy(block)
+    return cfg
+
+
+def _snakemake(work, cfg, *args, timeout=600):
+    path = work / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(work),
+                           "--configfile", str(path), "--cores", "2", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("convergence")
+    proc = _snakemake(work, _config(), "convergence_all")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return work
+
+
+def _open(path):
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        return ds.load()
+
+
+@pytest.mark.e2e
+def test_convergence_file_contract(run):
+    ds = _open(run / "results" / "tiny" / "convergence.nc")
+    assert ds.attrs["lowtemp_kind"] == "convergence" and ds.attrs["lowtemp_schema"] == io.SCHEMA_VERSION
+    assert io.read_provenance(ds)["config"]["convergence"] == BLOCK
+    assert ds["integrator"].values.tolist() == ["rk4", "euler"]
+    np.testing.assert_allclose(ds["step"].values, [0.1, 0.05, 0.025])
+    np.testing.assert_allclose(ds["check_time"].values, [1.0, 2.0])
+    np.testing.assert_allclose(ds["time"].values, np.linspace(0, 2.0, 11))
+    assert ds["tokens"].values.tolist() == [8, 16, 32, 64]
+    assert ds["position_difference"].dims == ("integrator", "coarse_step", "check_time")
+    assert ds["w2_projection_steps"].dims == ("integrator", "step", "step_replica", "check_time")
+    assert ds["w2_projection_particles"].dims == ("tokens", "replica", "time")
+    assert ds["w2_projection_particles"].shape == (4, 3, 11)
+    for v in ds.data_vars:
+        if v not in ("stops_moving_at",):
+            assert ds[v].dtype == np.float64, v
+    assert int(ds["stops_moving_at"]) in (-1, 8, 16, 32)
+    # the orders: RK4 ≈ 4 and Euler ≈ 1 against the exact solution and by Richardson (β = 5, small steps)
+    for method, p in (("rk4", 4), ("euler", 1)):
+        c = ds.sel(integrator=method)
+        assert np.all(np.abs(c["zero_order_vs_exact"].values - p) < 0.2), (method, c["zero_order_vs_exact"].values)
+        assert np.all(np.abs(c["position_order"].values - p) < 0.25), (method, c["position_order"].values)
+
+
+@pytest.mark.e2e
+def test_convergence_numbers_recomputed_from_stored_inputs(run):
+    res = run / "results" / "tiny"
+    ds = _open(res / "convergence.nc")
+    mats = _open(res / "matrices.nc")
+    M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
+    X0 = _open(res / "initial_tokens.nc")["tokens"].values[:2, :32]
+    # the finest RK4 run of the step study, with the numpy reference field
+    grid = integrate.TimeGrid(2.0, 10, 0.025)
+    pos = integrate.simulate(_finite(M, 5.0), X0, grid, "rk4")
+    for r in range(2):
+        for j, k in enumerate((5, 10)):
+            target = M.E1 @ M.E1.T @ X0[r].T
+            target = (target / np.linalg.norm(target, axis=0)).T
+            assert ds["w2_projection_steps"].sel(integrator="rk4").values[2, r, j] == pytest.approx(
+                _lsa_w2(pos[k, r], target), rel=1e-8, abs=1e-8)
+    # zero temperature against the exact solution, recomputed
+    ref = exact.exact_zero_temperature(X0, M.A, M.B, np.array([1.0, 2.0]))
+    zpos = integrate.simulate(_zero(M), X0, integrate.TimeGrid(2.0, 10, 0.1), "euler")
+    np.testing.assert_allclose(ds["zero_error_vs_exact"].sel(integrator="euler").values[0],
+                               np.max(np.abs(zpos[[5, 10]] - ref), axis=(1, 2, 3)), rtol=1e-6)
+    # the particle study's t = 0: W2² = 2 − 2·mean|⟨x,u⟩| of tokens regenerated from the seed
+    exp = _config()["experiments"]["tiny"]
+    u = M.E1[:, 0]
+    for n in (8, 64):
+        Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", str(n)), 3, n, 3)
+        np.testing.assert_allclose(ds["w2_projection_particles"].sel(tokens=n).values[:, 0] ** 2,
+                                   2 - 2 * np.mean(np.abs(Xn @ u), axis=1), atol=1e-12)
+    assert exp["initial_measure"] == {"name": "uniform"}
+    # the summary numbers follow from the stored curves
+    w2 = ds["w2_projection_particles"].values
+    np.testing.assert_allclose(ds["w2_mean"].values, w2.mean(axis=1))
+    np.testing.assert_allclose(ds["w2_sem"].values, w2.std(axis=1, ddof=1) / np.sqrt(3))
+    ratios = convergence.change_over_spread(ds["w2_mean"].values, ds["w2_sem"].values)
+    np.testing.assert_allclose(ds["change_over_spread"].values, ratios)
+    k = _naive_stop(ds["w2_mean"].values, ds["w2_sem"].values)
+    assert int(ds["stops_moving_at"]) == (-1 if k is None else [8, 16, 32, 64][k])
+
+
+@pytest.mark.e2e
+def test_convergence_figure_and_log(run):
+    res = run / "results" / "tiny"
+    pdf, png = res / "figures" / "convergence.pdf", res / "figures" / "convergence.png"
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+    img = matplotlib.image.imread(png)
+    assert img.ndim == 3 and img.shape[1] > 500
+    text = (res / "logs" / "convergence.log").read_text()
+    assert "observed order" in text and "particle number at beta = 5" in text
+    assert "stops moving at N" in text or "still moving at N" in text
+    assert (res / "benchmarks" / "convergence.tsv").is_file()
+    # only the convergence jobs ran: the default target's outputs were not made
+    assert not (res / "distances.nc").exists() and not (res / "finite_temperature").exists()
+
+
+@pytest.mark.e2e
+def test_changing_the_block_reruns_only_the_study(run):
+    cfg = _config({**BLOCK, "beta": 6.0})
+    proc = _snakemake(run, cfg, "convergence_all", "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "rule convergence:" in out and "rule convergence_figure:" in out
+    assert "rule matrices:" not in out and "rule initial_tokens:" not in out
+
+
+@pytest.mark.e2e
+def test_snakemake_refuses_a_step_that_does_not_divide_the_interval(tmp_path):
+    cfg = _config({"steps": {"dt": 0.03}})
+    proc = _snakemake(tmp_path, cfg, "convergence_all", "-n", timeout=120)
+    assert proc.returncode != 0
+    assert "experiments.tiny.convergence.steps.dt = 0.03 does not divide" in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()

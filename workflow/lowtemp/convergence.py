@@ -1,0 +1,423 @@
+"""Convergence studies (SPEC §2, "Numerical honesty"): step halving and particle number.
+
+Step halving. There is no exact solution of the particle system at finite β, so
+the error of a run at step h is estimated by Richardson's argument: a scheme of
+order p gives X_h(t) = X(t) + C(t) h^p + O(h^{p+1}), hence
+
+    e(h) = max |X_h − X_{h/2}| = |C| h^p (1 − 2^{−p}) + …,    e(h)/e(h/2) → 2^p,
+
+so the observed order is p_obs = log2(e(h)/e(h/2)) from the runs at h, h/2, h/4,
+and the error of the run at h is about e(h)·2^p/(2^p − 1) (p the nominal order:
+4 for ``rk4``, 1 for ``euler``). The same is done at zero temperature (Eq. 3),
+where the exact time-changed solution (``lowtemp.exact``) also gives the error
+itself, an independent check of the estimate. Differences below
+``ROUNDING_FLOOR`` are rounding, not truncation: no order is read from them.
+
+Particle number. W2(ρ^β_t, Π♯ρ0) (the closed form against ±u for dim E1 = 1,
+``transport.w2_to_projection``, as in the distances stage) for N doubling over at
+least four values, R replicas each drawn afresh from the experiment's initial
+measure. The curve "stops moving" at the first N_k whose replica mean differs
+from that of N_{k+1} by at most the two-standard-error half-width of the
+difference, 2·sqrt(sem_k² + sem_{k+1}²), at every time, and every later pair
+agrees too (``stops_moving``).
+
+Arrays of tokens have the layout (replica, token, dim); runs are stacked as
+(level, time, replica, token, dim).
+"""
+
+from __future__ import annotations
+
+import logging
+import time as _time
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from . import dynamics, exact, integrate, io, kernels, measures, pipeline, transport
+from .pipeline import ConfigError
+from .seeding import generator
+
+log = logging.getLogger("lowtemp")
+
+#: the steps h, h/2, h/4
+STEP_LEVELS = 3
+#: the integrators compared, with their nominal orders
+NOMINAL_ORDER = {"rk4": 4, "euler": 1}
+#: differences below this (about 450 machine epsilons on unit vectors) are rounding
+ROUNDING_FLOOR = 1e-13
+#: tokens of the step study unless configured (7 runs per integrator at N² per field evaluation)
+DEFAULT_STEP_TOKENS = 1024
+#: fewest particle numbers in the N study
+MIN_PARTICLE_NUMBERS = 4
+#: the spread of a replica mean: this many standard errors
+SEM_WIDTH = 2.0
+
+
+# ------------------------------------------------------------------ settings
+@dataclass(frozen=True)
+class StepStudy:
+    dt: float  # the coarsest step h; the runs use h, h/2, h/4
+    times: tuple[float, ...]  # the fixed times of the report (snapshot times of the experiment)
+    tokens: int  # the first `tokens` tokens of the stored initial tokens …
+    replicas: int  # … of the first `replicas` replicas
+
+
+@dataclass(frozen=True)
+class ParticleStudy:
+    tokens: tuple[int, ...]  # N values, increasing
+    replicas: int
+    horizon: float  # a snapshot time of the experiment
+
+
+@dataclass(frozen=True)
+class Settings:
+    beta: float
+    interval: float  # the experiment's snapshot interval time.horizon / time.snapshots
+    steps: StepStudy
+    particles: ParticleStudy
+
+
+def _is_multiple(x: float, unit: float) -> bool:
+    k = x / unit
+    return round(k) >= 1 and abs(k - round(k)) <= 1e-9 * max(1.0, k)
+
+
+def default_particle_numbers(n: int) -> list[int]:
+    """[N/8, N/4, N/2, N] (integer division), or [N, 2N, 4N, 8N] when N/8 < 2."""
+    if n // 8 >= 2:
+        return [n // 8, n // 4, n // 2, n]
+    return [n, 2 * n, 4 * n, 8 * n]
+
+
+def study_settings(name: str, experiment: dict) -> Settings:
+    """The experiment's ``convergence`` block with its defaults resolved; ConfigError names the key.
+
+    Cheap (no arrays): the config check calls it before any job.
+    """
+    where = f"experiments.{name}.convergence"
+    cfg = experiment.get("convergence") or {}
+    grid = pipeline.time_grid(experiment)
+    interval = grid.horizon / grid.snapshots
+    beta = float(cfg.get("beta", max(float(b) for b in experiment["betas"])))
+    if not (np.isfinite(beta) and beta > 0):
+        raise ConfigError(f"{where}.beta must be positive and finite, got {beta}")
+
+    st = cfg.get("steps") or {}
+    h = float(st.get("dt", grid.step))
+    if not (np.isfinite(h) and h > 0) or h > interval * (1 + 1e-12) or not _is_multiple(interval, h):
+        raise ConfigError(
+            f"{where}.steps.dt = {h:g} does not divide the snapshot interval time.horizon/time.snapshots = "
+            f"{interval:g} (ratio {interval / h:.6g}); the runs at dt, dt/2, dt/4 must land on the snapshot "
+            f"times exactly, so choose dt = interval/k for an integer k")
+    default_times = sorted({float(interval * max(1, round(grid.snapshots * f))) for f in (0.25, 0.5, 1.0)})
+    times = tuple(float(t) for t in st.get("times", default_times))
+    for t in times:
+        if not (0 < t <= grid.horizon * (1 + 1e-12)) or not _is_multiple(t, interval):
+            raise ConfigError(f"{where}.steps.times: {t:g} is not a snapshot time in (0, time.horizon = "
+                              f"{grid.horizon:g}] (a multiple of time.horizon/time.snapshots = {interval:g})")
+    if list(times) != sorted(set(times)):
+        raise ConfigError(f"{where}.steps.times must be increasing without repeats, got {list(times)}")
+    times = tuple(float(interval * round(t / interval)) for t in times)
+    n_steps = int(st.get("tokens", min(int(experiment["tokens"]), DEFAULT_STEP_TOKENS)))
+    r_steps = int(st.get("replicas", 1))
+    if not 2 <= n_steps <= int(experiment["tokens"]):
+        raise ConfigError(f"{where}.steps.tokens = {n_steps} must be between 2 and tokens = {experiment['tokens']} "
+                          f"(the study runs the first tokens of the stored initial tokens)")
+    if not 1 <= r_steps <= int(experiment["replicas"]):
+        raise ConfigError(f"{where}.steps.replicas = {r_steps} must be between 1 and replicas = "
+                          f"{experiment['replicas']}")
+
+    pa = cfg.get("particles") or {}
+    numbers = [int(n) for n in pa.get("tokens", default_particle_numbers(int(experiment["tokens"])))]
+    if len(numbers) < MIN_PARTICLE_NUMBERS:
+        raise ConfigError(f"{where}.particles.tokens needs at least {MIN_PARTICLE_NUMBERS} particle numbers "
+                          f"(N doubling, e.g. [N/8, N/4, N/2, N]), got {numbers}")
+    if any(n < 2 for n in numbers) or any(b <= a for a, b in zip(numbers, numbers[1:])):
+        raise ConfigError(f"{where}.particles.tokens must be increasing integers ≥ 2, got {numbers}")
+    r_particles = int(pa.get("replicas", experiment["replicas"]))
+    if r_particles < 2:
+        raise ConfigError(f"{where}.particles.replicas = {r_particles}: the spread over replicas needs at least 2")
+    horizon = float(pa.get("horizon", grid.horizon))
+    if not (0 < horizon <= grid.horizon * (1 + 1e-12)) or not _is_multiple(horizon, interval):
+        raise ConfigError(f"{where}.particles.horizon = {horizon:g} is not a snapshot time in (0, time.horizon = "
+                          f"{grid.horizon:g}] (a multiple of time.horizon/time.snapshots = {interval:g})")
+    horizon = float(interval * round(horizon / interval))
+    return Settings(beta=beta, interval=interval,
+                    steps=StepStudy(dt=h, times=times, tokens=n_steps, replicas=r_steps),
+                    particles=ParticleStudy(tokens=tuple(numbers), replicas=r_particles, horizon=horizon))
+
+
+# ------------------------------------------------------------------ step halving
+def halving_steps(h: float, levels: int = STEP_LEVELS) -> np.ndarray:
+    """h, h/2, h/4, …"""
+    return float(h) / 2.0 ** np.arange(levels)
+
+
+def halving_grids(horizon: float, interval: float, h: float, levels: int = STEP_LEVELS) -> list[integrate.TimeGrid]:
+    """Time grids with snapshot interval ``interval`` up to ``horizon`` whose steps are exactly h, h/2, h/4.
+
+    ``TimeGrid`` uses interval/ceil(interval/dt), so h must divide the interval; a
+    step that would be rounded raises ConfigError.
+    """
+    snapshots = int(round(horizon / interval))
+    grids = []
+    for s in halving_steps(h, levels):
+        grid = integrate.TimeGrid(horizon=float(horizon), snapshots=snapshots, dt=float(s))
+        if abs(grid.step - s) > 1e-12 * s:
+            raise ConfigError(f"convergence.steps.dt: the step {s:g} does not divide the snapshot interval "
+                              f"{interval:g} (the grid would use {grid.step:g})")
+        grids.append(grid)
+    return grids
+
+
+def run_halving(field, X0: np.ndarray, grids: list[integrate.TimeGrid], method: str, indices,
+                label: str) -> np.ndarray:
+    """Positions of the runs at h, h/2, h/4 at the snapshot ``indices``: (level, time, replica, token, dim)."""
+    runs = []
+    for grid in grids:
+        start = _time.perf_counter()
+        positions = integrate.simulate(field, X0, grid, method, label=f"{label}, step {grid.step:g}")
+        runs.append(positions[list(indices)])
+        log.info("%s: %s at step %.6g: %d steps, %.1f s", label, method, grid.step, grid.total_steps,
+                 _time.perf_counter() - start)
+    return np.stack(runs)
+
+
+def successive_differences(runs: np.ndarray) -> np.ndarray:
+    """e(h_k) = max over (replica, token, dim) of |X_{h_k} − X_{h_{k+1}}|, shape (level − 1, time)."""
+    runs = np.asarray(runs)
+    return np.max(np.abs(runs[:-1] - runs[1:]), axis=tuple(range(2, runs.ndim)))
+
+
+def errors_against(runs: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """max |X_{h_k} − X_exact| per level and time, shape (level, time)."""
+    runs = np.asarray(runs)
+    return np.max(np.abs(runs - np.asarray(reference)[None]), axis=tuple(range(2, runs.ndim)))
+
+
+def observed_order(coarse, fine, floor: float = ROUNDING_FLOOR) -> np.ndarray:
+    """p_obs = log2(e(h)/e(h/2)); NaN where either error is at the rounding floor."""
+    coarse = np.asarray(coarse, dtype=float)
+    fine = np.asarray(fine, dtype=float)
+    ok = (coarse > floor) & (fine > floor)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, np.log2(coarse / fine), np.nan)
+
+
+def richardson_error(difference, order: float) -> np.ndarray:
+    """Error of the run at h from e(h) = |X_h − X_{h/2}|: e(h)·2^p/(2^p − 1)."""
+    return np.asarray(difference, dtype=float) * 2.0**order / (2.0**order - 1.0)
+
+
+def w2_to_projection_curves(positions: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> np.ndarray:
+    """W2(ρ_t, Π♯ρ0) per replica and time, shape (replica, time), for positions (time, replica, token, dim).
+
+    The same function as the distances stage (closed form against ±u when dim E1 = 1).
+    """
+    nt, nr = positions.shape[:2]
+    return np.array([[transport.w2_to_projection(positions[k, r], X0[r], E1) for k in range(nt)]
+                     for r in range(nr)])
+
+
+# ------------------------------------------------------------------ particle number
+def replica_statistics(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Mean, standard error (ddof 1), min and max over the replica axis (axis −2 of (…, replica, time))."""
+    values = np.asarray(values, dtype=float)
+    r = values.shape[-2]
+    return {"mean": values.mean(axis=-2), "sem": values.std(axis=-2, ddof=1) / np.sqrt(r),
+            "min": values.min(axis=-2), "max": values.max(axis=-2)}
+
+
+def change_over_spread(mean: np.ndarray, sem: np.ndarray) -> np.ndarray:
+    """For consecutive N_k, N_{k+1}: max over time of |m_k − m_{k+1}| / (2·sqrt(sem_k² + sem_{k+1}²)).
+
+    At most 1 means the curves agree within the replica spread at every time.
+    Shape (n − 1,) for (n, time) inputs; a zero spread gives 0 (equal) or inf.
+    """
+    mean = np.asarray(mean, dtype=float)
+    sem = np.asarray(sem, dtype=float)
+    diff = np.abs(mean[:-1] - mean[1:])
+    spread = SEM_WIDTH * np.sqrt(sem[:-1] ** 2 + sem[1:] ** 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(spread > 0, diff / np.where(spread > 0, spread, 1.0), np.where(diff > 0, np.inf, 0.0))
+    return ratio.max(axis=-1)
+
+
+def stops_moving(ratios) -> int | None:
+    """Index k of the first N_k such that every pair (N_j, N_{j+1}), j ≥ k, agrees (ratio ≤ 1); else None."""
+    ok = np.asarray(ratios) <= 1.0
+    for k in range(ok.size):
+        if np.all(ok[k:]):
+            return k
+    return None
+
+
+def initial_measure(name: str, experiment: dict, root_seed: int) -> tuple[str, dict]:
+    """The experiment's ρ0 (name, parameters) with anything random fixed as the pipeline fixed it.
+
+    A ``vmf_mixture`` without ``means`` draws them first from the ``initial_tokens``
+    stream (``measures.vmf_mixture``); they are drawn the same way here and passed
+    explicitly, so every N samples the same ρ0.
+    """
+    params = dict(experiment["initial_measure"])
+    measure = params.pop("name")
+    params.pop("positive_density", None)
+    if measure == "vmf_mixture" and params.get("means") is None:
+        rng = generator(root_seed, name, "initial_tokens")
+        params["means"] = measures.uniform(rng, 1, len(params["kappas"]), int(experiment["dim"]))[0]
+    return measure, params
+
+
+def particle_tokens(name: str, experiment: dict, root_seed: int, n: int, replicas: int) -> np.ndarray:
+    """R × N tokens from ρ0, stream (name, "convergence", str(N)): (replica, token, dim)."""
+    measure, params = initial_measure(name, experiment, root_seed)
+    rng = generator(root_seed, name, "convergence", str(int(n)))
+    return measures.sample_initial_tokens(measure, rng, replicas, int(n), int(experiment["dim"]), **params)
+
+
+# ------------------------------------------------------------------ stage
+def _finite_field(experiment, beta, M, n_tokens):
+    kernel = pipeline.field_kernel({**experiment, "tokens": int(n_tokens)}, beta, M)
+    return (lambda X: kernels.attention_field(X, M.B, M.V, beta, kernel)), kernel  # noqa: E731
+
+
+def _step_study(label, experiment, S, M, X0):
+    """Finite β (Richardson) and zero temperature (Richardson and exact) for both integrators."""
+    st = S.steps
+    grids = halving_grids(max(st.times), S.interval, st.dt)
+    indices = [int(round(t / S.interval)) for t in st.times]
+    X0s = np.ascontiguousarray(X0[: st.replicas, : st.tokens])
+    field, kernel = _finite_field(experiment, S.beta, M, st.tokens)
+    zero_field = lambda X: dynamics.zero_temperature_field(X, M.A, M.B)  # noqa: E731
+    reference = exact.exact_zero_temperature(X0s, M.A, M.B, np.asarray(st.times))
+    out = {k: [] for k in ("finite", "zero", "w2")}
+    for method in NOMINAL_ORDER:
+        runs = run_halving(field, X0s, grids, method, indices, f"{label} beta = {S.beta:g}")
+        out["finite"].append(runs)
+        out["w2"].append(np.stack([w2_to_projection_curves(r, X0s, M.E1) for r in runs]))
+        out["zero"].append(run_halving(zero_field, X0s, grids, method, indices, f"{label} zero temperature"))
+    return {k: np.stack(v) for k, v in out.items()}, reference, kernel
+
+
+def _particle_study(name, label, experiment, root_seed, S, M):
+    pa = S.particles
+    grid = integrate.TimeGrid(horizon=pa.horizon, snapshots=int(round(pa.horizon / S.interval)),
+                              dt=float(experiment["time"]["dt"]))
+    method = experiment["integrator"]
+    w2, used = [], []
+    for n in pa.tokens:
+        X0 = particle_tokens(name, experiment, root_seed, n, pa.replicas)
+        field, kernel = _finite_field(experiment, S.beta, M, n)
+        used.append(kernel)
+        run = f"{label} beta = {S.beta:g}, N = {n}"
+        log.info("%s: %s, step %.4g, %d steps, kernel %s", run, method, grid.step, grid.total_steps, kernel)
+        progress = pipeline._progress_logger(run, grid, n, pa.replicas)
+        positions = integrate.simulate(field, X0, grid, method, progress, label=run)
+        w2.append(w2_to_projection_curves(positions, X0, M.E1))
+    return np.stack(w2), grid, used
+
+
+def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, output):
+    """Both studies for one experiment, written to ``convergence.nc``."""
+    S = study_settings(name, experiment)
+    M = pipeline.load_matrices(matrices_path)
+    X0 = io.read_netcdf(tokens_path, "initial_tokens")["tokens"].values
+    if X0.shape[0] < S.steps.replicas or X0.shape[1] < S.steps.tokens:
+        raise ConfigError(f"{tokens_path}: holds {X0.shape[0]} replicas x {X0.shape[1]} tokens, fewer than the "
+                          f"step study's {S.steps.replicas} x {S.steps.tokens} (experiments.{name}.convergence.steps); "
+                          f"rerun the initial_tokens stage for this config")
+    label = f"{name} convergence"
+    start = _time.perf_counter()
+    st, pa = S.steps, S.particles
+    log.info("%s: step halving at beta = %g, steps %s, %d tokens x %d replicas, times %s", label, S.beta,
+             halving_steps(st.dt).tolist(), st.tokens, st.replicas, list(st.times))
+    runs, reference, step_kernel = _step_study(label, experiment, S, M, X0)
+    methods = list(NOMINAL_ORDER)
+    diff = np.stack([successive_differences(r) for r in runs["finite"]])  # (integrator, pair, time)
+    zero_diff = np.stack([successive_differences(r) for r in runs["zero"]])
+    zero_err = np.stack([errors_against(r, reference) for r in runs["zero"]])  # (integrator, level, time)
+    w2_diff = np.max(np.abs(runs["w2"][:, :-1] - runs["w2"][:, 1:]), axis=2)  # over replicas
+    nominal = np.array([NOMINAL_ORDER[m] for m in methods], dtype=float)
+    for i, m in enumerate(methods):
+        log.info("%s: %s at beta = %g: |X_h - X_h/2| = %s, observed order %s (nominal %d); W2 order %s", label, m,
+                 S.beta, np.array2string(diff[i, 0], precision=3), np.array2string(
+                     observed_order(diff[i, 0], diff[i, 1]), precision=2), NOMINAL_ORDER[m],
+                 np.array2string(observed_order(w2_diff[i, 0], w2_diff[i, 1]), precision=2))
+        log.info("%s: %s at zero temperature: error vs exact %s, observed orders %s", label, m,
+                 np.array2string(zero_err[i], precision=3),
+                 np.array2string(observed_order(zero_err[i, :-1], zero_err[i, 1:]), precision=2))
+    log.info("%s: step halving done, %.1f s elapsed", label, _time.perf_counter() - start)
+
+    log.info("%s: particle number at beta = %g, N = %s, %d replicas, horizon %g", label, S.beta, list(pa.tokens),
+             pa.replicas, pa.horizon)
+    w2, grid, particle_kernels = _particle_study(name, label, experiment, root_seed, S, M)
+    stats = replica_statistics(w2)
+    ratios = change_over_spread(stats["mean"], stats["sem"])
+    k = stops_moving(ratios)
+    n_star = -1 if k is None else int(pa.tokens[k])
+    for n0, n1, r in zip(pa.tokens, pa.tokens[1:], ratios):
+        log.info("%s: N = %d -> %d: max_t |change of the mean W2| / (2 sem) = %.3g", label, n0, n1, r)
+    if k is None:
+        log.warning("%s: W2(rho^beta_t, Pi_# rho0) at beta = %g is still moving at N = %d (change %.3g x the "
+                    "replica spread): the particle system does not stand for the mean field there", label, S.beta,
+                    pa.tokens[-1], ratios[-1])
+    else:
+        log.info("%s: W2(rho^beta_t, Pi_# rho0) at beta = %g stops moving at N = %d", label, S.beta, n_star)
+
+    steps = halving_steps(st.dt)
+    ds = xr.Dataset(
+        {
+            "position_difference": (("integrator", "coarse_step", "check_time"), diff, io.attrs(
+                "Richardson difference max |X_h - X_h/2| over replicas, tokens, dims, finite temperature")),
+            "position_order": (("integrator", "check_time"), observed_order(diff[:, 0], diff[:, 1]), io.attrs(
+                "observed order log2(e(h)/e(h/2)), finite temperature; NaN at the rounding floor")),
+            "position_error_estimate": (("integrator", "check_time"), richardson_error(diff[:, 0], nominal[:, None]),
+                                        io.attrs("Richardson estimate of the position error of the run at the "
+                                                 "coarsest step: e(h) 2^p/(2^p - 1), p nominal")),
+            "w2_projection_steps": (("integrator", "step", "step_replica", "check_time"), runs["w2"], io.attrs(
+                "W2(rho^beta_t, Pi_# rho0) of the run at each step, chordal cost")),
+            "w2_difference": (("integrator", "coarse_step", "check_time"), w2_diff, io.attrs(
+                "max over replicas of |W2_h - W2_h/2|")),
+            "w2_order": (("integrator", "check_time"), observed_order(w2_diff[:, 0], w2_diff[:, 1]), io.attrs(
+                "observed order of W2(rho^beta_t, Pi_# rho0): log2 of the ratio of successive differences")),
+            "zero_position_difference": (("integrator", "coarse_step", "check_time"), zero_diff, io.attrs(
+                "Richardson difference max |X_h - X_h/2|, zero temperature (Eq. 3)")),
+            "zero_position_order": (("integrator", "check_time"), observed_order(zero_diff[:, 0], zero_diff[:, 1]),
+                                    io.attrs("observed order (Richardson), zero temperature")),
+            "zero_error_vs_exact": (("integrator", "step", "check_time"), zero_err, io.attrs(
+                "max |X_h - X_exact| against the exact time-changed solution, zero temperature")),
+            "zero_order_vs_exact": (("integrator", "coarse_step", "check_time"),
+                                    observed_order(zero_err[:, :-1], zero_err[:, 1:]),
+                                    io.attrs("observed order log2(E(h)/E(h/2)) against the exact solution")),
+            "nominal_order": (("integrator",), nominal, io.attrs("order of the scheme")),
+            "w2_projection_particles": (("tokens", "replica", "time"), w2, io.attrs(
+                "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N, chordal cost")),
+            "w2_mean": (("tokens", "time"), stats["mean"], io.attrs("mean over replicas of W2(rho^beta_t, Pi_# rho0)")),
+            "w2_sem": (("tokens", "time"), stats["sem"], io.attrs("standard error over replicas (ddof 1)")),
+            "w2_min": (("tokens", "time"), stats["min"], io.attrs("minimum over replicas")),
+            "w2_max": (("tokens", "time"), stats["max"], io.attrs("maximum over replicas")),
+            "change_over_spread": (("tokens_pair",), ratios, io.attrs(
+                "max over time of |mean_N - mean_2N| / (2 sqrt(sem_N^2 + sem_2N^2)); <= 1: no change within "
+                "the replica spread")),
+            "stops_moving_at": ((), n_star, io.attrs(
+                "first N whose W2 curve agrees with every larger N's within the replica spread (-1: none)")),
+        },
+        coords={
+            "integrator": methods,
+            "step": ("step", steps, io.attrs("time step h", "1")),
+            "coarse_step": ("coarse_step", steps[:-1], io.attrs("coarser step h of a pair (h, h/2)", "1")),
+            "check_time": ("check_time", np.asarray(st.times), io.attrs("fixed time of the step study", "1")),
+            "step_replica": np.arange(st.replicas),
+            "tokens": ("tokens", np.asarray(pa.tokens), io.attrs("number of tokens N")),
+            "tokens_pair": ("tokens_pair", np.asarray(pa.tokens[:-1]), io.attrs("N of the pair (N_k, N_k+1)")),
+            "replica": np.arange(pa.replicas),
+            "time": ("time", grid.times, io.attrs("time t", "1")),
+        },
+    )
+    ds.attrs.update(beta=S.beta, step_tokens=st.tokens, step_replicas=st.replicas, step_kernel=step_kernel,
+                    particle_integrator=experiment["integrator"], particle_step=grid.step,
+                    particle_kernels=",".join(particle_kernels), rounding_floor=ROUNDING_FLOOR,
+                    spread=f"mean +- {SEM_WIDTH:g} sem over replicas")
+    log.info("%s: done, %.1f s", label, _time.perf_counter() - start)
+    io.write_netcdf(ds, output, "convergence", io.provenance(name, experiment, root_seed))
