@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test test-faults test-slurm test-container bench venv report clean
+.PHONY: reproduce circle test test-faults test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ venv: $(STAMP)
 reproduce: $(STAMP)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --report results/report.html
+
+## circle: the d = 2 experiment over four decades of beta (config/circle.yaml, ~20 min); results/circle/
+circle: $(STAMP)
+	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES) --configfile config/circle.yaml
 
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)

@@ -310,7 +310,7 @@ def test_memory_refusal_against_this_machine_when_no_limit_is_set(tmp_path, base
     assert validation.machine_memory_bytes() < need
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "test.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "test.yaml", "circle.yaml"])
 def test_shipped_configs_pass_every_check(tmp_path, name):
     path = TEST_CONFIG.parent / name
     config = validation.load_config_file(path)

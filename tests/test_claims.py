@@ -75,6 +75,9 @@ def fitted(dist):
         "c": (("replica",), rate.slope), "c_mean": rate.mean, "log_b": (("replica",), rate.intercept),
         "C1": (("replica",), growth.C1), "C1_mean": growth.mean, "log_a": (("beta", "replica"), growth.log_a),
         "departure_time": (("beta", "replica"), dep),
+        "bound_a": fitting.envelope_prefactor_growth(T, beta, dist["w2_zero_temperature"].values, growth.mean,
+                                                     growth.windows),
+        "bound_b": fitting.envelope_prefactor_decay(T, dist["w2_zero_to_projection"].values, rate.mean, rate.window),
     }, coords={"beta": beta})
 
 
@@ -113,7 +116,7 @@ def test_every_claim_passes_on_curves_that_satisfy_it():
     ({"c": 0.3}, "rate_in_bounds", r"c = 0\.30"),
     ({"exponent_of_scale": 2.0}, "temperature_scaling", r"exponent of β at t = 1: -0\.80[0-9] "),  # 2 × (−0.404)
     ({"kappa": -0.8, "t0": 10.0}, "metastable_log_beta", r"slope of the departure time against log β: -0\.[78]"),
-    ({"end_at": "A"}, "conjecture_1", r"largest final distance to V's leading eigenspace 1\.300"),
+    ({"end_at": "A"}, "conjecture_1", r"largest final distance to V's leading eigenspace \(largest real part\) over the β that departed 1\.300"),
 ], ids=["rate-outside-bounds", "wrong-beta-exponent", "departure-shrinks-with-beta", "tokens-stay-at-E1(A)"])
 def test_a_violation_fails_exactly_its_check(changes, failing, numbers):
     got = evaluate(synthetic(**changes))
@@ -235,3 +238,36 @@ def test_a_fit_without_a_window_is_recorded_as_nan_and_its_claims_are_not_evalua
     assert status["rate_in_bounds"] == claims.NOT_EVALUABLE
     assert status["bound_above_data"] == claims.NOT_EVALUABLE
     assert status["metastable_log_beta"] == claims.PASSED  # departure times do not need the fits
+
+
+def test_envelope_prefactors_are_the_smallest_that_bound_the_window():
+    """Independent check: b·e^{−ct} touches the data at one point of the window and stays above at all others."""
+    dist = synthetic()
+    fit = fitted(dist)
+    c, b = float(fit["c_mean"]), float(fit["bound_b"])
+    rate = fitting.fit_decay_rate(T, dist["w2_zero_to_projection"].values)
+    inside = (T >= rate.window[0]) & (T <= rate.window[1])
+    ratio = dist["w2_zero_to_projection"].values[:, inside] / (b * np.exp(-c * T[inside]))
+    assert ratio.max() == pytest.approx(1.0, abs=1e-12)
+    assert np.all(ratio <= 1.0 + 1e-12)
+    # a: one constant for all β, touching in one β's window
+    growth = fitting.fit_growth_rate(T, BETAS, dist["w2_zero_temperature"].values)
+    a, C1 = float(fit["bound_a"]), float(fit["C1_mean"])
+    worst = 0.0
+    for i, beta in enumerate(BETAS):
+        lo, hi = growth.windows[i]
+        inside = (T >= lo) & (T <= hi)
+        ratio = dist["w2_zero_temperature"].values[i][:, inside] / (
+            a * fitting.temperature_scale(beta) * np.exp(C1 * T[inside]))
+        worst = max(worst, ratio.max())
+    assert worst == pytest.approx(1.0, abs=1e-12)
+
+
+def test_conjecture_1_is_not_evaluable_when_no_beta_departs():
+    final = {k: np.full((2, 3), 0.5) for k in claims.EIGENSPACES}
+    got = claims.check_conjecture_1([10.0, 100.0], final, 0.1, departed=[False, False])
+    assert got.status == claims.NOT_EVALUABLE
+    assert "no β left the metastable phase" in got.numbers
+    got = claims.check_conjecture_1([10.0, 100.0], {**final, "E1(V), largest real part": np.array([[0.01] * 3, [0.9] * 3])},
+                                    0.1, departed=[True, False])
+    assert got.status == claims.PASSED and got.value == pytest.approx(0.01)  # β = 100 has not departed yet

@@ -10,8 +10,9 @@ as failed; no tolerance here is tuned to make a check pass.
    W2(ρ^∞_t, Π♯ρ0) lies in [γ/σmax(B), γ/σmin(B)]. Passed when the replica
    mean does; the interval is reported beside it.
 2. ``bound_above_data`` (Theorem 1): the fitted bound
-   a·sqrt(log(β+1)/β)·e^{C1 t} + b·e^{−ct} (a and b the largest fitted
-   prefactors, as drawn in the figures) lies above the replica mean of
+   a·sqrt(log(β+1)/β)·e^{C1 t} + b·e^{−ct} (``fitted_bound``: the fitted rates
+   and the envelope prefactors over the fit windows, as drawn in the figures)
+   lies above the replica mean of
    W2(ρ^β_t, Π♯ρ0) at no less than ``bound_fraction`` of the (β, t) points with
    t up to that β's departure time (all t where it never departs).
 3. ``temperature_scaling`` (Theorem 1): at a fixed early time the
@@ -21,16 +22,16 @@ as failed; no tolerance here is tuned to make a check pass.
    grid (≈ −0.5 + the log correction).
 4. ``metastable_log_beta`` (the metastable time scale ∝ log β): the slope of
    the mean departure time against log β is positive (interval above 0).
-5. ``conjecture_1`` (end phase): at the last snapshot, for every β, the
+5. ``conjecture_1`` (end phase): at the last snapshot, for every β whose
+   tokens left the metastable phase (a departure time inside the horizon), the
    distance of the tokens to V's leading eigenspace (largest real part) is at
-   most ``end_phase_tolerance``. For each β the eigenspace the tokens are
+   most ``end_phase_tolerance``; not evaluable when no β departed. For each β the eigenspace the tokens are
    closest to at the end (E1(A), V's by real part, V's by modulus) is stored,
    so the run says which one the dynamics chose.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,14 +85,14 @@ def check_rate_in_bounds(c_replicas, rate_bounds, rng, **boot) -> Claim:
 
 
 # ---------------------------------------------------------------- 2. the fitted bound lies above the data
-def bound_envelope(log_a, log_b) -> tuple[float, float]:
-    """a, b of the drawn bound: the largest fitted prefactors (β-wise replica means of log a; replicas of log b)."""
-    log_a, log_b = np.asarray(log_a, float), np.asarray(log_b, float)
-    if not (np.isfinite(log_a).any() and np.isfinite(log_b).any()):
-        return float("nan"), float("nan")  # a fit found no window
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # β without a window: NaN rows
-        return float(np.exp(np.nanmax(np.nanmean(log_a, axis=1)))), float(np.exp(np.nanmax(log_b)))
+def fitted_bound(fit: xr.Dataset) -> tuple[float, float, float, float]:
+    """a, C1, b, c of the fitted bound a·sqrt(log(β+1)/β)·e^{C1 t} + b·e^{−ct}.
+
+    C1 and c are the fitted rates; a and b are the envelope prefactors stored by
+    the fit (``bound_a``, ``bound_b``: the smallest values above the data inside
+    the fit windows), one a for all β as in Theorem 1.
+    """
+    return float(fit["bound_a"]), float(fit["C1_mean"]), float(fit["bound_b"]), float(fit["c_mean"])
 
 
 def check_bound_above_data(t, beta, w2_projection, departure, a, C1, b, c, fraction) -> Claim:
@@ -134,9 +135,12 @@ def check_temperature_scaling(beta, early_error, rng, early_time, **boot) -> Cla
     alpha = fitting.power_law_exponent(b, e.mean(axis=1))
     interval = fitting.bootstrap_interval(e.T, lambda s: fitting.power_law_exponent(b, s.mean(axis=0)), rng, **boot)
     ok = interval[0] <= theory <= interval[1]
+    relation = ("decays faster than the bound's rate" if interval[1] < theory else
+                "decays slower than the bound's rate" if interval[0] > theory else "matches the bound's rate")
     return Claim(name, statement, _status(ok), alpha, interval, (theory, theory),
                  f"exponent of β at t = {early_time:g}: {alpha:.3f} [{interval[0]:.3f}, {interval[1]:.3f}] over "
-                 f"β in [{b.min():g}, {b.max():g}]; sqrt(log(β+1)/β) has local exponent {theory:.3f}",
+                 f"β in [{b.min():g}, {b.max():g}]; sqrt(log(β+1)/β) has local exponent {theory:.3f}: the error "
+                 f"{relation}",
                  {"early_error_mean": (np.nanmean(err, axis=1),
                                        io.attrs(f"W2(rho^beta_t, rho^inf_t) at t = {early_time:g}, replica mean"))})
 
@@ -169,24 +173,34 @@ def check_metastable_log_beta(beta, departure_replicas, rng, **boot) -> Claim:
 
 
 # ---------------------------------------------------------------- 5. Conjecture 1
-def check_conjecture_1(beta, final_distances: dict, tolerance) -> Claim:
-    """``final_distances``: for each key of ``EIGENSPACES``, (beta, replica) distances at the last snapshot."""
+def check_conjecture_1(beta, final_distances: dict, tolerance, departed=None) -> Claim:
+    """``final_distances``: for each key of ``EIGENSPACES``, (beta, replica) distances at the last snapshot.
+
+    ``departed`` (beta,): whether the tokens left the metastable phase (a departure time inside
+    the horizon). The end phase is judged on those β only; when none departed the claim is not
+    evaluable (the horizon ends inside the metastable phase).
+    """
     beta = np.asarray(beta, float)
+    departed = np.ones(beta.size, bool) if departed is None else np.asarray(departed, bool)
     means = {k: np.nanmean(np.asarray(v, float), axis=1) for k, v in final_distances.items()}
     names = list(EIGENSPACES)
     stacked = np.stack([means[k] for k in names])
     chosen = np.array([names[i] for i in np.argmin(stacked, axis=0)], dtype=object)
     to_v = means["E1(V), largest real part"]
-    value = float(np.max(to_v))
-    shown = "; ".join(f"β={b:g}: A {means['E1(A)'][i]:.3f}, V(Re) {to_v[i]:.3f}, "
-                      f"V(|λ|) {means['E1(V), largest modulus'][i]:.3f} -> {chosen[i]}" for i, b in enumerate(beta))
+    shown = "; ".join(f"β={b:g}{'' if departed[i] else ' (no departure)'}: A {means['E1(A)'][i]:.3f}, "
+                      f"V(Re) {to_v[i]:.3f}, V(|λ|) {means['E1(V), largest modulus'][i]:.3f} -> {chosen[i]}"
+                      for i, b in enumerate(beta))
     per_beta = {f"final_{EIGENSPACES[k]}": (means[k], io.attrs(f"distance to {k} at the last snapshot, replica mean"))
                 for k in names}
     per_beta["chosen_eigenspace"] = (chosen, io.attrs("the eigenspace the tokens are closest to at the last snapshot"))
-    return Claim("conjecture_1", "at the end, tokens concentrate on V's leading eigenspace (largest real part)",
-                 _status(value <= tolerance), value, (value, value), (0.0, float(tolerance)),
-                 f"largest final distance to V's leading eigenspace {value:.3f}, tolerance {tolerance:g} ({shown})",
-                 per_beta)
+    name, statement = "conjecture_1", "after the metastable phase, tokens concentrate on V's leading eigenspace"
+    if not departed.any():
+        return Claim(name, statement, NOT_EVALUABLE, target=(0.0, float(tolerance)),
+                     numbers=f"no β left the metastable phase before the horizon ({shown})", per_beta=per_beta)
+    value = float(np.max(to_v[departed]))
+    return Claim(name, statement, _status(value <= tolerance), value, (value, value), (0.0, float(tolerance)),
+                 f"largest final distance to V's leading eigenspace (largest real part) over the β that departed "
+                 f"{value:.3f}, tolerance {tolerance:g} ({shown})", per_beta)
 
 
 # ---------------------------------------------------------------- all of them
@@ -210,15 +224,15 @@ def evaluate(distances: xr.Dataset, fit: xr.Dataset, rate_bounds, cfg: dict, rng
     dep = fit["departure_time"].transpose("beta", "replica").values
     with np.errstate(all="ignore"):
         dep_mean = np.nanmean(dep, axis=1)
-    a, b = bound_envelope(fit["log_a"].values, fit["log_b"].values)
+    a, C1, b, c = fitted_bound(fit)
     final = {k: distances[v].transpose("beta", "replica", "time").values[..., -1] for k, v in EIGENSPACES.items()}
     claims = [
         check_rate_in_bounds(fit["c"].values, rate_bounds, rng, **boot),
         check_bound_above_data(t, beta, distances["w2_projection"].transpose("beta", "replica", "time").values,
-                               dep_mean, a, float(fit["C1_mean"]), b, float(fit["c_mean"]), float(cfg["bound_fraction"])),
+                               dep_mean, a, C1, b, c, float(cfg["bound_fraction"])),
         check_temperature_scaling(beta, w2_zero[..., k_early], rng, float(t[k_early]), **boot),
         check_metastable_log_beta(beta, dep, rng, **boot),
-        check_conjecture_1(beta, final, float(cfg["end_phase_tolerance"])),
+        check_conjecture_1(beta, final, float(cfg["end_phase_tolerance"]), departed=np.isfinite(dep_mean)),
     ]
     details = {"early_time": float(t[k_early]),
                "min_ess_median": distances["ess_median"].transpose("beta", "replica", "time").values.min(axis=(1, 2))}

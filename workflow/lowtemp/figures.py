@@ -40,9 +40,8 @@ def _beta_label(dist, beta, threshold):
 
 
 def _bound_constants(fit):
-    """a, C1, b, c of the drawn bound: fitted rates, the largest fitted prefactors (an envelope over β and replicas)."""
-    a, b = claims.bound_envelope(fit["log_a"].values, fit["log_b"].values)
-    return a, float(fit["C1_mean"]), b, float(fit["c_mean"])
+    """a, C1, b, c of the drawn bound: the fitted rates and the envelope prefactors (``claims.fitted_bound``)."""
+    return claims.fitted_bound(fit)
 
 
 def crossover_time(fit, beta):
@@ -89,7 +88,8 @@ def plot_collapse(data, experiment):
             log_a = float(np.mean(fit["log_a"].values[i]))
             ax.plot(tt, np.exp(log_a + float(fit["C1_mean"]) * tt), color=color, lw=3, alpha=0.5)
     ax.plot([], [], color="gray", lw=3, alpha=0.5,
-            label=f"fit a·e^(C1 t), C1 = {float(fit['C1_mean']):.2f} ± {float(fit['C1_sem']):.2f}")
+            label=f"fit a·e^(C1 t), C1 = {float(fit['C1_mean']):.2f} "
+                  f"[{fit['C1_interval'].values[0]:.2f}, {fit['C1_interval'].values[1]:.2f}]")
     ax.set_yscale("log")
     ax.set_xlabel("time t")
     ax.set_ylabel(r"$W_2(\rho^\beta_t, \rho^\infty_t)\,/\,\sqrt{\log(\beta+1)/\beta}$")

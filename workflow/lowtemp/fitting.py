@@ -251,3 +251,34 @@ def temperature_scale_exponent(beta) -> float:
     """The local power of β in sqrt(log(β+1)/β) over the given β (≈ −1/2 plus the log correction)."""
     beta = np.asarray(beta, float)
     return power_law_exponent(beta, temperature_scale(beta))
+
+
+# ---------------------------------------------------------------- the bound's prefactors
+def envelope_prefactor_decay(t, w2_zero, c: float, window) -> float:
+    """b: the smallest prefactor with b·e^{−ct} ≥ W2(ρ^∞_t, Π♯ρ0) at every replica and snapshot of c's window.
+
+    A least-squares intercept puts the line through the middle of the data, so
+    about half of the points lie above it; a bound needs the envelope.
+    """
+    t = np.asarray(t, float)
+    inside = (t >= window[0]) & (t <= window[1])
+    if not (np.isfinite(c) and inside.any()):
+        return float("nan")
+    return float(np.nanmax(np.asarray(w2_zero, float)[..., inside] * np.exp(c * t[inside])))
+
+
+def envelope_prefactor_growth(t, beta, w2_zero, C1: float, windows) -> float:
+    """a: the smallest prefactor with a·sqrt(log(β+1)/β)·e^{C1 t} ≥ W2(ρ^β_t, ρ^∞_t) at every β, replica and
+    exact snapshot of that β's C1 window (one a for all β, as in Theorem 1)."""
+    t = np.asarray(t, float)
+    w = np.asarray(w2_zero, float)
+    best = float("nan")
+    if not np.isfinite(C1):
+        return best
+    for i, b in enumerate(np.asarray(beta, float)):
+        lo, hi = windows[i]
+        inside = (t >= lo) & (t <= hi) & np.all(np.isfinite(w[i]), axis=0)
+        if np.isfinite(lo) and inside.any():
+            value = float(np.max(w[i][:, inside] / temperature_scale(b) * np.exp(-C1 * t[inside])))
+            best = value if not np.isfinite(best) else max(best, value)
+    return best

@@ -428,6 +428,9 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     c_interval = fitting.bootstrap_interval(rate.slope, np.mean, rng, **boot)
     C1_interval = fitting.bootstrap_interval(growth.C1, np.nanmean, rng, **boot)
     level = f"{100 * boot['confidence']:g}% percentile bootstrap interval over replicas of the mean"
+    bound_b = fitting.envelope_prefactor_decay(t, ds["w2_zero_to_projection"].values, rate.mean, rate.window)
+    bound_a = fitting.envelope_prefactor_growth(t, beta, ds["w2_zero_temperature"].values, growth.mean,
+                                                growth.windows)
     out = xr.Dataset(
         {
             "c": (("replica",), rate.slope, io.attrs("zero-temperature decay rate c of W2(rho^inf_t, Pi_# rho0)", "1/time")),
@@ -437,6 +440,10 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
             "c_window": (("bound",), np.array(rate.window), io.attrs("time window of the c fit", "1")),
             "c_interval": (("bound",), np.array(c_interval), io.attrs(f"c, {level}", "1/time")),
             "C1_interval": (("bound",), np.array(C1_interval), io.attrs(f"C1, {level}", "1/time")),
+            "bound_a": ((), bound_a, io.attrs("a of the bound a sqrt(log(beta+1)/beta) e^{C1 t} + b e^{-c t}: smallest "
+                                              "value above W2(rho^beta_t, rho^inf_t) in every C1 window")),
+            "bound_b": ((), bound_b, io.attrs("b of the bound: smallest value with b e^{-c t} above "
+                                              "W2(rho^inf_t, Pi_# rho0) in the c window")),
             "rate_lower": ((), lo, io.attrs("gamma / sigma_max(B)", "1/time")),
             "rate_upper": ((), hi, io.attrs("gamma / sigma_min(B)", "1/time")),
             "C1": (("replica",), growth.C1, io.attrs("growth rate C1 of W2(rho^beta_t, rho^inf_t)/sqrt(log(beta+1)/beta), shared over beta", "1/time")),
