@@ -9,7 +9,7 @@ RESULTS = "results"
 
 # Duplicate keys, schema (defaults filled in), assumptions, memory, results folder:
 # a bad config stops here with one error naming the key, before any job and any output.
-validation.validate_config(
+MATRICES = validation.validate_config(  # experiment name -> its checked K, Q, V (AttentionMatrices)
     config,
     schema_path=os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
     configfiles=workflow.configfiles,

@@ -2,15 +2,12 @@
 # (lowtemp.resources: memory, wall time and CPUs from N, d, R, snapshots, the
 # time grid and the kernel). Used by any executor; the SLURM profile
 # (workflow/profiles/slurm) turns them into sbatch --mem, -t and --cpus-per-task.
-# Included after common.smk (EXPERIMENTS, BETAS, ROOT_SEED), before the rules.
-from lowtemp import pipeline as lowtemp_pipeline
+# Included after common.smk (EXPERIMENTS, BETAS, ROOT_SEED, MATRICES), before the rules.
 from lowtemp import resources as lowtemp_resources
 
-# K, Q, V of each experiment (d×d, cheap): the automatic kernel rule needs σmin(B),
-# so the estimate uses the kernel the job will use.
-_RESOURCE_MATRICES = {}
-for _name, _experiment in EXPERIMENTS.items():
-    _RESOURCE_MATRICES[_name] = lowtemp_pipeline.build_matrices(_name, _experiment, ROOT_SEED)
+# K, Q, V of each experiment, as checked by common.smk: the automatic kernel rule
+# needs σmin(B), so the estimate uses the kernel the job will use.
+_RESOURCE_MATRICES = MATRICES
 
 
 def _resource_estimate(stage, wildcards, threads=1, attempt=1):
