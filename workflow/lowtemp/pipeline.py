@@ -235,16 +235,19 @@ def field_kernel(experiment: dict, beta: float, M: matrices.AttentionMatrices) -
     return kernel
 
 
-def _simulate_with_checkpoint(field, X0, grid, method, label, checkpoint_path, checkpoint_every, **fingerprint_of):
+def _simulate_with_checkpoint(field, X0, grid, method, label, checkpoint_path, checkpoint_every, arrays,
+                              **settings):
     """``integrate.simulate`` resuming from, and writing, a checkpoint when ``checkpoint_path`` is given.
 
+    The checkpoint's fingerprint covers X0, the field's ``arrays`` (matrices), the
+    integrator, the time grid and the field's other ``settings`` (β, kernel).
     Returns the positions and the checkpoint (call ``discard()`` once the output is written), or None.
     """
     progress = _progress_logger(label, grid, X0.shape[1], X0.shape[0])
     if checkpoint_path is None:
         return integrate.simulate(field, X0, grid, method, progress, label=label), None
-    fp = checkpoint.fingerprint(X0, *fingerprint_of.pop("arrays"), method=method, horizon=grid.horizon,
-                                snapshots=grid.snapshots, step=grid.step, **fingerprint_of)
+    fp = checkpoint.fingerprint(X0, *arrays, method=method, horizon=grid.horizon, snapshots=grid.snapshots,
+                                step=grid.step, **settings)
     ckpt = checkpoint.SimulationCheckpoint(checkpoint_path, fp, grid.times, checkpoint_every)
     positions = integrate.simulate(field, X0, grid, method, progress, label=label, resume=ckpt.load(X0.shape),
                                    on_snapshot=ckpt)
