@@ -55,6 +55,13 @@ def _open(path: Path) -> xr.Dataset:
         return ds.load()
 
 
+def _stored_inputs(results: Path, name: str):
+    """The stored matrices (re-checked against Assumption 1) and initial tokens of one experiment."""
+    mats = _open(results / name / "matrices.nc")
+    M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
+    return M, _open(results / name / "initial_tokens.nc")["tokens"].values
+
+
 def _beta_label(beta) -> str:
     return f"{float(beta):g}"
 
@@ -199,9 +206,7 @@ def test_stored_inputs_are_reproducible_from_the_seed(results, config, name):
 @pytest.mark.parametrize("name", ["tiny", "tiny_circle"])
 def test_simulations_recomputed_from_stored_inputs(results, config, name):
     exp = config["experiments"][name]
-    mats = _open(results / name / "matrices.nc")
-    M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
-    X0 = _open(results / name / "initial_tokens.nc")["tokens"].values
+    M, X0 = _stored_inputs(results, name)
     zero = _open(results / name / "zero_temperature.nc")
     times = zero["time"].values
     # zero temperature: against the exact time-changed solution, computed here
@@ -219,9 +224,7 @@ def test_simulations_recomputed_from_stored_inputs(results, config, name):
 @pytest.mark.parametrize("name", ["tiny", "tiny_circle"])
 def test_distances_recomputed_from_stored_positions(results, config, name):
     exp = config["experiments"][name]
-    mats = _open(results / name / "matrices.nc")
-    M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
-    X0 = _open(results / name / "initial_tokens.nc")["tokens"].values
+    M, X0 = _stored_inputs(results, name)
     Z = _open(results / name / "zero_temperature.nc")["positions"].values
     ds = _open(results / name / "distances.nc")
     r = 0
