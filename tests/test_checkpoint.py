@@ -3,8 +3,10 @@
 The fault-injection suite (tests/faults, ``make test-faults``) kills real
 Snakemake jobs with SIGKILL; these tests check the mechanism in-process: a run
 interrupted at any snapshot and resumed from its checkpoint gives bit for bit
-the positions of an uninterrupted run, a stale checkpoint is ignored, and a
-simulation that goes non-finite stops with an error naming step, β and replica.
+the positions and norm drift of an uninterrupted run, a stale checkpoint is
+ignored, and a simulation that goes non-finite, takes a step far too large or
+yields a non-finite effective sample size stops with an error naming step, β
+and replica.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def test_resume_after_interrupt_is_bit_for_bit(tmp_path_factory, fraction, metho
     evaluations = int(fraction * per_step * GRID.total_steps)  # the kill comes before the last evaluation
     M = spectral_matrices(3)
     X0 = random_unit(np.random.default_rng(5), 2, 40, 3)
-    full = integrate.simulate(_field(M), X0, GRID, method)
+    full, full_drift = integrate.simulate(_field(M), X0, GRID, method, return_drift=True)
     path = tmp_path_factory.mktemp("ckpt") / "run.nc"
     fp = checkpoint.fingerprint(X0, M.B, M.V, method=method)
     ckpt = checkpoint.SimulationCheckpoint(path, fp, GRID.times, every_seconds=0)
@@ -67,8 +69,11 @@ def test_resume_after_interrupt_is_bit_for_bit(tmp_path_factory, fraction, metho
     again = checkpoint.SimulationCheckpoint(path, fp, GRID.times, every_seconds=0)
     resume = again.load(X0.shape)
     assert (resume is None) == (completed == 0)
-    resumed = integrate.simulate(_field(M), X0, GRID, method, resume=resume, on_snapshot=again)
+    resumed, drift = integrate.simulate(_field(M), X0, GRID, method, resume=resume, on_snapshot=again,
+                                        return_drift=True)
     np.testing.assert_array_equal(resumed, full)
+    np.testing.assert_array_equal(drift, full_drift)
+    assert np.all(drift[1:] > 0)  # a real record, not zeros carried over from the checkpoint
     again.discard()
     assert not path.exists() and not path.parent.exists()
 
@@ -83,8 +88,9 @@ def test_checkpoint_interval_and_stale_fingerprint(tmp_path):
     # clock calls: construction 0, then one per snapshot (1..8); saves when 3 s have passed since the last
     assert ckpt.writes == 2
     assert checkpoint.SimulationCheckpoint(path, "B", GRID.times).load(X0.shape) is None  # other fingerprint
-    k, done = checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape)
+    k, done, drift = checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape)
     assert done.shape == (k + 1,) + X0.shape
+    assert drift.shape == (k + 1, X0.shape[0])
     assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load((1, 21, 3)) is None  # other shape
     path.write_bytes(b"not a netcdf file")
     assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape) is None  # unreadable
@@ -107,12 +113,29 @@ def test_fingerprint_sees_every_input():
 def test_resume_rejects_a_checkpoint_of_other_initial_positions():
     M = spectral_matrices(3)
     X0 = random_unit(np.random.default_rng(7), 1, 10, 3)
-    done = integrate.simulate(_field(M), X0, GRID, "rk4")[:3]
+    done, drift = integrate.simulate(_field(M), X0, GRID, "rk4", return_drift=True)
+    done, drift = done[:3], drift[:3]
     with pytest.raises(ValueError, match="other initial positions"):
         integrate.simulate(_field(M), random_unit(np.random.default_rng(8), 1, 10, 3), GRID, "rk4",
-                           resume=(2, done))
+                           resume=(2, done, drift))
     with pytest.raises(ValueError, match="expected snapshots 0..3"):
-        integrate.simulate(_field(M), X0, GRID, "rk4", resume=(3, done))
+        integrate.simulate(_field(M), X0, GRID, "rk4", resume=(3, done, drift))
+    with pytest.raises(ValueError, match="norm drift of snapshots 0..2"):
+        integrate.simulate(_field(M), X0, GRID, "rk4", resume=(2, done, drift[:2]))
+
+
+def test_checkpoint_without_norm_drift_is_ignored(tmp_path):
+    """A checkpoint written before the drift was recorded cannot resume bit for bit (its drift is
+    unknown): it is ignored like a stale one."""
+    X0 = random_unit(np.random.default_rng(9), 1, 10, 3)
+    path = tmp_path / "run.nc"
+    ckpt = checkpoint.SimulationCheckpoint(path, "A", GRID.times, every_seconds=0)
+    positions = np.repeat(X0[None], 3, axis=0)
+    ckpt.save(2, positions, np.zeros((3, 1)))
+    assert ckpt.load(X0.shape)[0] == 2
+    ds = io.read_netcdf(path, "checkpoint").drop_vars("norm_drift")
+    io.write_netcdf(ds, path, "checkpoint", {"fingerprint": "A", "snapshot": 2})
+    assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape) is None
 
 
 # ------------------------------------------------------------------ the stages, with files
@@ -175,5 +198,69 @@ def test_stage_stops_on_non_finite_positions_naming_step_beta_replica(tiny, tmp_
     monkeypatch.setattr(kernels, "attention_field", poisoned)
     with pytest.raises(FloatingPointError,
                        match=r"tiny beta = 50: positions became non-finite at t = 0\.3 \(step 3\), replica 1, token 17"):
+        _run_finite(tiny, tmp_path / "bad.nc")
+    assert not (tmp_path / "bad.nc").exists()
+
+
+def test_stage_outputs_norm_drift(tiny, tmp_path, caplog):
+    """finite_temperature and zero_temperature carry norm_drift (time, replica): 0 at t = 0, positive
+    after (steps leave the sphere before renormalisation), below the guard's tolerance; the log
+    names its maximum."""
+    exp, seed, root = tiny
+    caplog.set_level("INFO", logger="lowtemp")
+    fin = _run_finite(tiny, tmp_path / "fin.nc")
+    pipeline.stage_zero_temperature("tiny", exp, seed, root / "matrices.nc", root / "tokens.nc", tmp_path / "zero.nc")
+    zero = io.read_netcdf(tmp_path / "zero.nc", "zero_temperature")
+    for ds in (fin, zero):
+        drift = ds["norm_drift"]
+        assert drift.dims == ("time", "replica")
+        assert drift.shape == ds["positions"].shape[:2]
+        assert drift.attrs["long_name"] and "units" in drift.attrs
+        assert np.all(drift.values[0] == 0.0)
+        assert np.all(drift.values[1:] > 0.0)
+        assert np.all(drift.values < integrate.DRIFT_TOLERANCE)
+    for label, ds in (("tiny beta = 50", fin), ("tiny zero temperature", zero)):
+        assert f"{label}: largest norm drift of a step before renormalisation " \
+               f"{ds['norm_drift'].values.max():.3e}" in caplog.text
+
+
+def test_stage_stops_on_a_step_far_too_large_naming_step_beta_replica(tiny, tmp_path, monkeypatch):
+    real = kernels.attention_field
+    calls = {"n": 0}
+
+    def kicked(X, *args, **kw):
+        calls["n"] += 1
+        F = real(X, *args, **kw)
+        if calls["n"] == 9:  # the third RK4 step's first stage: token 5 of replica 0 is thrown off
+            F = F.copy()
+            x = X[0, 5]
+            e = np.eye(3)[0] - x[0] * x
+            F[0, 5] = 100.0 * e / np.linalg.norm(e)
+        return F
+
+    monkeypatch.setattr(kernels, "attention_field", kicked)
+    with pytest.raises(FloatingPointError, match=r"tiny beta = 50: the step is far too large: at t = 0\.3 "
+                                                 r"\(step 3\) it left the sphere .*replica 0, token 5"):
+        _run_finite(tiny, tmp_path / "bad.nc")
+    assert not (tmp_path / "bad.nc").exists()
+
+
+def test_stage_stops_on_non_finite_effective_sample_size(tiny, tmp_path, monkeypatch):
+    """A NaN ESS would slip through the ``median < ess_threshold`` warning (NaN < x is False) into
+    the claims; the stage raises instead, naming experiment, β, snapshot time, replica and token."""
+    real = kernels.effective_sample_size
+    calls = {"n": 0}
+
+    def poisoned(X, *args, **kw):
+        calls["n"] += 1
+        ess = real(X, *args, **kw)
+        if calls["n"] == 8:  # snapshot 7 (t = 1.4 on the tiny grid)
+            ess = ess.copy()
+            ess[1, 23] = np.nan
+        return ess
+
+    monkeypatch.setattr(kernels, "effective_sample_size", poisoned)
+    with pytest.raises(FloatingPointError, match=r"tiny: beta = 50: the effective sample size is nan at t = 1\.4 "
+                                                 r"\(snapshot 7\), replica 1, token 23"):
         _run_finite(tiny, tmp_path / "bad.nc")
     assert not (tmp_path / "bad.nc").exists()

@@ -1,5 +1,5 @@
 """Velocity fields: finite temperature against a naive double loop, zero temperature,
-ESS, equivariance, tangency, and the β → ∞ limit (SPEC §1, §2 last paragraph)."""
+ESS, equivariance, tangency, and the β → ∞ limit."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_attention_field_huge_beta_is_finite_and_picks_the_argmax():
 
 
 def test_attention_field_uses_qt_k_convention():
-    """w_ij ∝ exp(β⟨Q x_i, K x_j⟩) when B = QᵀK (SPEC §1)."""
+    """w_ij ∝ exp(β⟨Q x_i, K x_j⟩) when B = QᵀK."""
     rng = np.random.default_rng(11)
     d, N, beta = 3, 7, 2.5
     Q, K, V = (rng.standard_normal((d, d)) for _ in range(3))

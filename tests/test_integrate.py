@@ -1,4 +1,5 @@
-"""Time integration on the sphere against the exact zero-temperature solution (SPEC §1, §2.4)."""
+"""Time integration on the sphere: against the exact zero-temperature solution, observed orders,
+the norm drift before renormalisation and the per-step guards."""
 
 from __future__ import annotations
 
@@ -152,3 +153,114 @@ def test_time_grid_invariants(horizon, snapshots, frac):
 def test_time_grid_rejects_bad_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
         integrate.TimeGrid(**kwargs)
+
+
+# ------------------------------------------------------------------ norm drift before renormalisation
+def _finite_field(M, beta=5.0):
+    return lambda X: dynamics.attention_field(X, M.B, M.V, beta)
+
+
+@pytest.mark.parametrize("which", ["zero", "finite"])
+@pytest.mark.parametrize("method, order", [("rk4", 5), ("euler", 2)])
+def test_norm_drift_of_one_step_scales_like_the_local_error(problem, which, method, order):
+    """The drift | |y| − 1 | of one step from the sphere is a lower bound on its local error:
+    O(h^5) for RK4, O(h^2) for Euler. Observed by step halving on smooth fields (the
+    zero-temperature field and the finite-temperature one at β = 5), max over tokens."""
+    M, X0 = problem
+    field = _zero_field(M) if which == "zero" else _finite_field(M)
+    X = measures.normalise(X0)
+    hs = 0.2 / 2.0 ** np.arange(4)
+    drift = np.array([integrate.norm_drift(integrate.INCREMENTS[method](field, X, h)).max() for h in hs])
+    assert np.all(drift > 1e-13), drift  # well above rounding at every level
+    observed = np.log2(drift[:-1] / drift[1:])
+    assert np.all(np.abs(observed - order) < 0.2), (drift, observed)
+
+
+def test_euler_drift_is_the_turn_angle(problem):
+    """For Euler the field is tangent, so |x + h f| = sqrt(1 + h²|f|²) exactly: the drift is a turn
+    of θ = h|f| radians (the relation behind DRIFT_TOLERANCE's 18°)."""
+    M, X0 = problem
+    X = measures.normalise(X0)
+    F = _zero_field(M)(X)
+    h = 0.3
+    got = integrate.norm_drift(integrate.euler_increment(_zero_field(M), X, h))
+    np.testing.assert_allclose(got, np.sqrt(1.0 + h**2 * np.sum(F * F, axis=-1)) - 1.0, rtol=1e-12, atol=1e-16)
+
+
+@pytest.mark.parametrize("method", ["rk4", "euler"])
+def test_simulate_records_the_largest_drift_of_each_snapshot_interval(problem, method):
+    """norm_drift[k] is the max over the steps from snapshot k − 1 to k, per replica (0 at k = 0);
+    the positions are those of simulate without the drift, bit for bit."""
+    M, X0 = problem
+    field = _zero_field(M)
+    grid = integrate.TimeGrid(horizon=1.2, snapshots=3, dt=0.15)  # 3 steps per snapshot
+    out, drift = integrate.simulate(field, X0, grid, method, return_drift=True)
+    np.testing.assert_array_equal(out, integrate.simulate(field, X0, grid, method))
+    assert drift.shape == (grid.times.size, X0.shape[0])
+    assert np.all(drift[0] == 0.0)
+    X = measures.normalise(X0)
+    for k in range(1, grid.times.size):
+        expected = np.zeros(X0.shape[0])
+        for _ in range(grid.steps_per_snapshot):
+            Y = integrate.INCREMENTS[method](field, X, grid.step)
+            expected = np.maximum(expected, integrate.norm_drift(Y).max(axis=-1))
+            X = measures.normalise(Y)
+        np.testing.assert_array_equal(drift[k], expected)
+        np.testing.assert_array_equal(out[k], X)
+    assert np.all(drift[1:] > 0) and np.all(drift < integrate.DRIFT_TOLERANCE)
+
+
+def _kick(replica, token, theta, h):
+    """A field zero everywhere but at one token, where it turns that token by θ in one Euler step of h."""
+    def field(X):
+        F = np.zeros_like(X)
+        x = X[replica, token]
+        e = np.eye(X.shape[-1])[0] - x[0] * x  # a tangent direction at x
+        F[replica, token] = theta / h * e / np.linalg.norm(e)
+        return F
+    return field
+
+
+def test_drift_guard_fires_on_a_step_far_too_large_naming_step_time_replica_token():
+    """One token turned by θ = 0.5 rad in one Euler step: drift sqrt(1 + θ²) − 1 = 0.118 > 0.05."""
+    X0 = random_unit(np.random.default_rng(0), 2, 5, 3)
+    grid = integrate.TimeGrid(horizon=1.0, snapshots=2, dt=0.25)
+    theta = 0.5
+    assert np.sqrt(1 + theta**2) - 1 > integrate.DRIFT_TOLERANCE
+    with pytest.raises(FloatingPointError,
+                       match=r"beta = 7: the step is far too large: at t = 0\.25 \(step 1\) it left the sphere by "
+                             r"\| \|x\| - 1 \| = 1\.180e-01 > 0\.05 .*replica 1, token 2; lower time\.dt"):
+        integrate.simulate(_kick(1, 2, theta, grid.step), X0, grid, "euler", label="beta = 7")
+
+
+def test_drift_guard_threshold_is_sharp():
+    """θ just inside the tolerance passes (and is recorded), just outside it stops the run."""
+    X0 = random_unit(np.random.default_rng(1), 1, 4, 3)
+    grid = integrate.TimeGrid(horizon=0.5, snapshots=1, dt=0.5)
+    inside = np.sqrt((1 + 0.99 * integrate.DRIFT_TOLERANCE) ** 2 - 1)
+    outside = np.sqrt((1 + 1.01 * integrate.DRIFT_TOLERANCE) ** 2 - 1)
+    _, drift = integrate.simulate(_kick(0, 3, inside, grid.step), X0, grid, "euler", return_drift=True)
+    assert drift[1, 0] == pytest.approx(0.99 * integrate.DRIFT_TOLERANCE, rel=1e-12)
+    with pytest.raises(FloatingPointError, match="far too large.*replica 0, token 3"):
+        integrate.simulate(_kick(0, 3, outside, grid.step), X0, grid, "euler")
+
+
+def test_drift_guard_fires_for_rk4_on_the_real_field_with_a_huge_step(problem):
+    """The zero-temperature field with one RK4 step of h = 2 (40× the default dt): the guard names
+    the token whose one-step drift is largest."""
+    M, X0 = problem
+    field = _zero_field(M)
+    drift = integrate.norm_drift(integrate.rk4_increment(field, measures.normalise(X0), 2.0))
+    assert drift.max() > integrate.DRIFT_TOLERANCE
+    r, i = np.unravel_index(np.argmax(drift), drift.shape)
+    grid = integrate.TimeGrid(horizon=4.0, snapshots=2, dt=2.0)
+    with pytest.raises(FloatingPointError, match=rf"far too large: at t = 2 \(step 1\).*replica {r}, token {i};"):
+        integrate.simulate(field, X0, grid, "rk4", label="zero temperature")
+
+
+def test_steppers_are_the_renormalised_increments(problem):
+    M, X0 = problem
+    X = measures.normalise(X0)
+    for method, step in integrate.STEPPERS.items():
+        np.testing.assert_array_equal(step(_zero_field(M), X, 0.1),
+                                      measures.normalise(integrate.INCREMENTS[method](_zero_field(M), X, 0.1)))

@@ -249,6 +249,16 @@ def test_exp_nonpositive_clamp_and_one():
     assert f(-0.0) == 1.0
 
 
+def test_exp_nonpositive_scaled_is_an_exact_power_of_two_multiple():
+    """The dense kernels carry weights times 2^432 (module doc): exactly the unscaled value
+    times 2^432 over the whole range, so the scale cancels bit for bit in the ratios."""
+    s = np.concatenate([np.linspace(-700.0, 0.0, 4097), -np.log(2.0) * np.arange(0, 1000) / 2, [-1e6]])
+    scale = 2.0**kernels._ESS_EXPONENT
+    for v in s:
+        v = float(v)
+        assert kernels._exp_nonpositive_scaled(v, kernels._ESS_EXPONENT) == kernels._exp_nonpositive(v) * scale
+
+
 def test_dense_bound_shift_and_exact_max_paths_agree_with_reference():
     """Rows with 2|a|·max|x| ≤ 600 use the Cauchy–Schwarz shift, the others the exact max:
     one β on each side of the switch, and tokens off the sphere (Runge–Kutta stages)."""
@@ -297,6 +307,91 @@ def test_ess_limits(kernel, d):
     cold = kernels.effective_sample_size(X, B, V, 60.0 / gap, kernel)
     assert np.all(cold >= 1.0 - 1e-12)
     assert np.all(cold <= 1.0 + 1e-9)
+
+
+def _tight_cluster(rng: np.random.Generator, R: int, N: int, d: int, width: float) -> np.ndarray:
+    """R clusters of N unit vectors, each within about ``width`` (chordal) of a random centre."""
+    return _unit(random_unit(rng, R, 1, d) + width * rng.standard_normal((R, N, d)))
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("beta", [200.0, 290.0])
+def test_ess_and_field_when_every_score_is_far_below_the_bound_shift(d, beta):
+    """B = −I on 50 tokens in a small cap: every score is ≈ −β while the dense kernel's
+    Cauchy–Schwarz shift is +β (2β ≤ 600, so it does not take the exact max), so every
+    shifted score is ≈ −2β and every squared weight e^{−4β} underflows. Before the weights
+    were carried scaled by 2^432 the ESS came out 0/0 = NaN here; the reference says ≈ 50."""
+    rng = np.random.default_rng(int(beta) + d)
+    X = _tight_cluster(rng, 2, 50, d, 0.01)
+    B, V = -np.eye(d), rng.standard_normal((d, d))
+    ref = dynamics.effective_sample_size(X, B, beta)
+    assert np.all(ref > 49.0)
+    F_ref = dynamics.attention_field(X, B, V, beta)
+    for kernel, fn in (("dense", kernels.dense_field), ("cap", kernels.cap_field)):
+        F, ess = fn(X, B, V, beta, with_ess=True)
+        assert np.all(np.isfinite(ess)), kernel
+        np.testing.assert_allclose(ess, ref, rtol=1e-12, atol=0, err_msg=kernel)
+        assert _rel_err(F, F_ref) <= 1e-12, kernel
+
+
+#: β log-uniform over the whole tested range, or uniform over [150, 300]: with B = ±I and a
+#: tight cloud that is where the dense kernel keeps the bound shift (2β·|x|² ≤ 600) while
+#: every score lies ≈ 2β below it, the squares of the weights underflow partly (β ≳ 177)
+#: or completely (β ≳ 186)
+ess_beta = st.one_of(st.floats(-2.0, 4.0).map(lambda lb: 10.0**lb), st.floats(150.0, 300.0))
+
+
+@HYP
+@given(seed=st.integers(0, 2**32 - 1), R=st.integers(1, 2), N=st.integers(2, 300), d=st.sampled_from([2, 3]),
+       beta=ess_beta, log_width=st.one_of(st.floats(-4.0, 0.0), st.just(np.inf)),
+       b=st.sampled_from(["+I", "-I", "+random", "-random"]), stretch=st.sampled_from([0.0, 0.02]))
+def test_ess_and_field_equal_reference_for_any_sign_of_B_and_clustering(seed, R, N, d, beta, log_width, b,
+                                                                        stretch):
+    """ESS and field of the dense and cap kernels against the numpy reference, over β, the
+    cloud's width (10^log_width, or uniform on the sphere), B = ±I or ± a well-conditioned
+    matrix, and tokens off the sphere by up to 2 % (Runge–Kutta stages).
+
+    Tolerances: the kernels' exponential is within 5e-14 of e^s and a score of size β·|B|
+    carries a rounding error of a few ulp of it (≤ 1e-11 at β = 1e4), so each weight is
+    within ~1e-11 relative; the cap kernel also drops a mass ≤ 1e-12·Z. Z²/Σw² and Σw x/Z
+    are ratios of sums of such weights, hence rtol 1e-9 on the ESS. The field is compared
+    as in the rest of this file (max error relative to max |F|: 1e-12 dense, 1e-9 cap)."""
+    rng = np.random.default_rng(seed)
+    if np.isinf(log_width):
+        X = random_unit(rng, R, N, d)
+    else:
+        X = _tight_cluster(rng, R, N, d, 10.0**log_width)
+    X = X * (1.0 + stretch * rng.random((R, N, 1)))
+    B = np.eye(d) if b.endswith("I") else _well_conditioned(rng, d)
+    B = -B if b.startswith("-") else B
+    V = rng.standard_normal((d, d))
+    ess_ref = dynamics.effective_sample_size(X, B, beta)
+    F_ref = dynamics.attention_field(X, B, V, beta)
+    for kernel, fn, field_tol in (("dense", kernels.dense_field, 1e-12), ("cap", kernels.cap_field, 1e-9)):
+        F, ess = fn(X, B, V, beta, with_ess=True)
+        assert ess.shape == ess_ref.shape
+        assert np.all(np.isfinite(ess)), kernel
+        np.testing.assert_allclose(ess, ess_ref, rtol=1e-9, atol=0, err_msg=kernel)
+        assert _rel_err(F, F_ref) <= field_tol, kernel
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_cap_kernel_when_a_row_has_no_direction(d):
+    """a_i = β Bᵀx_i = 0 (β = 0, or x_i in the kernel of a singular B): every score of row i is
+    0 and every token has the same weight. The cap kernel has no cap direction there; it must
+    sum every token rather than fail on a_i/|a_i|."""
+    rng = np.random.default_rng(d)
+    X = random_unit(rng, 1, 40, d)
+    X[0, 0] = np.eye(d)[-1]
+    V = rng.standard_normal((d, d))
+    singular = np.diag([1.0] * (d - 1) + [0.0])
+    for beta, B in ((0.0, np.eye(d)), (10.0, singular)):
+        F_ref = dynamics.attention_field(X, B, V, beta)
+        for fn in (kernels.dense_field, kernels.cap_field):
+            F, ess = fn(X, B, V, beta, with_ess=True)
+            assert _rel_err(F, F_ref) <= 1e-12
+            np.testing.assert_allclose(ess, dynamics.effective_sample_size(X, B, beta), rtol=1e-12, atol=0)
+        assert kernels.cap_field(X, B, V, beta, with_ess=True)[1][0, 0] == pytest.approx(40.0, rel=1e-14)
 
 
 # ------------------------------------------------------------------ 6. dispatch and the automatic rule

@@ -1,4 +1,4 @@
-"""Velocity fields of the token dynamics (SPEC §1).
+"""Velocity fields of the token dynamics.
 
 Finite temperature (the particle system behind Eq. 2):
 
@@ -63,6 +63,7 @@ def effective_sample_size(X: np.ndarray, B: np.ndarray, beta: float,
         rows = slice(start, min(start + block_rows, n))
         W = _shifted_scores(XB[..., rows, :], X, beta)
         np.exp(W, out=W)
+        # after the max shift the largest weight is e^0 = 1, so Z ≥ 1 and Σ w² ≥ 1: no 0/0
         Z = W.sum(axis=-1)
         ess[..., rows] = Z**2 / np.sum(W * W, axis=-1)
     return ess

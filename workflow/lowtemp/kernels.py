@@ -1,4 +1,4 @@
-"""Fast kernels for the finite-temperature field (SPEC §1), interchangeable with
+"""Fast kernels for the finite-temperature field, interchangeable with
 ``dynamics.attention_field`` (the blocked numpy float64 reference).
 
 * ``dense``: numba, parallel over query tokens, never materialises the N×N
@@ -6,11 +6,19 @@
   (V is applied once per query: Σ_j w_ij V x_j = V Σ_j w_ij x_j). Scores are
   shifted by |a_i|·max_j|x_j| ≥ max_j ⟨a_i, x_j⟩ (Cauchy–Schwarz) while that
   keeps every shifted score above −600, and by the exact row max (an extra
-  pass) otherwise, so no weight under- or overflows. Tokens are stored
-  coordinate-major (replica, dim, token) so the inner loops run on unit-stride
-  vectors, and the exponential is branch-free (``_exp_nonpositive``: 2^k from
-  the exponent bits times a polynomial) so the compiler vectorises it.
-  Memory O(R·N·d). d = 2 and d = 3.
+  pass) otherwise, so no weight under- or overflows. The effective sample size
+  Z²/Σ_j w_ij² needs the squares too: with the bound shift a weight can be as
+  small as e^{−600}, whose square (e^{−1200}) underflows, and when every token
+  scores far below the bound (B = −I on a tight cluster: all scores ≈ −β
+  against a shift of +β) Z² and Σ w² both underflow to 0 and the ESS is 0/0.
+  So every weight is carried scaled by the power of two 2^432 (written into the
+  exponent bits, ``_ESS_EXPONENT``): the scaled weights and their squares stay
+  normal floats, and the field Σ w V x_j / Z and the ESS are unchanged bit for
+  bit wherever nothing underflowed before (a power-of-two scale commutes with
+  rounding). Tokens are stored coordinate-major (replica, dim, token) so the
+  inner loops run on unit-stride vectors, and the exponential is branch-free
+  (``_exp_nonpositive_scaled``: 2^k from the exponent bits times a polynomial)
+  so the compiler vectorises it. Memory O(R·N·d). d = 2 and d = 3.
 * ``cap``: the low-temperature kernel. With a_i = β Bᵀx_i and
   m_i = max_j ⟨a_i, x_j⟩, token j's weight relative to the largest is
   e^{⟨a_i, x_j⟩ − m_i}; it is below e^{−c} unless ⟨q_i, x_j⟩ ≥ m_i/|a_i| − c/|a_i|,
@@ -52,6 +60,11 @@ DEFAULT_TAIL = 1e-12
 _CLAMP = 700.0
 #: the row shift is |a_i|·max_j|x_j| (no max pass) while 2·|a_i|·max_j|x_j| ≤ this, so no score is clamped
 _BOUND_SHIFT_MAX = 600.0
+#: the dense kernels carry every weight times 2^_ESS_EXPONENT: a weight w ∈ [e^{-600}, 1]
+#: (bound shift) becomes w·2^432 ∈ [2^{-434}, 2^{432}] and its square lies in [2^{-868}, 2^{864}],
+#: normal and far from overflow (N·2^{864} < 2^{1024} for N < 2^{160}); with the exact-max shift
+#: the largest scaled weight is 2^{432} itself, so Σ (w·2^432)² ≥ 2^{864} and nothing that matters underflows
+_ESS_EXPONENT = 432
 #: largest truncation constant of the cap kernel
 _C_MAX = 64.0
 KERNELS = ("numpy", "dense", "cap")
@@ -63,6 +76,7 @@ def _float_from_bits(typingctx, bits):
     sig = types.float64(types.int64)
 
     def codegen(context, builder, signature, args):
+        """LLVM bitcast i64 → double."""
         return builder.bitcast(args[0], ir.DoubleType())
 
     return sig, codegen
@@ -74,11 +88,14 @@ _LN2_LO = 1.9082149292705877e-10
 
 
 @njit(inline="always", fastmath=True)
-def _exp_nonpositive(s):
-    """e^s for −700 ≤ s ≤ 0 with relative error below 5e-14; s < −700 is clamped to −700.
+def _exp_nonpositive_scaled(s, e):
+    """e^s · 2^e for −700 ≤ s ≤ 0 and an integer e with 0 ≤ e ≤ 1000 (relative error below 5e-14);
+    s < −700 is clamped to −700.
 
     e^s = 2^k e^f with k = round(s/ln 2), |f| ≤ ln2/2; e^f by its degree-12 Taylor
-    polynomial (error < 1e-15); 2^k written straight into the exponent bits.
+    polynomial (error < 1e-15); 2^(k+e) written straight into the exponent bits, so
+    the scale 2^e is exact and cannot be reassociated away by fast-math (the result
+    is exactly ``_exp_nonpositive(s) * 2**e`` whenever that product is a normal float).
     Branch-free, so the compiler vectorises the loops that call it.
     """
     s = max(s, -_CLAMP)
@@ -97,7 +114,13 @@ def _exp_nonpositive(s):
     p = p * f + 0.5
     p = p * f + 1.0
     p = p * f + 1.0
-    return p * _float_from_bits((np.int64(k) + 1023) << 52)
+    return p * _float_from_bits((np.int64(k) + 1023 + e) << 52)
+
+
+@njit(inline="always", fastmath=True)
+def _exp_nonpositive(s):
+    """e^s for −700 ≤ s ≤ 0 with relative error below 5e-14; s < −700 is clamped to −700."""
+    return _exp_nonpositive_scaled(s, 0)
 
 
 # ------------------------------------------------------------------ dense kernels
@@ -121,13 +144,14 @@ def _dense_d3(XT, At, V, rho_max, out, ess):
             m = -np.inf
             for j in range(N):
                 m = max(m, a0 * X0[j] + a1 * X1[j] + a2 * X2[j])
+        # Z, Z2 and c carry the factor 2^_ESS_EXPONENT (module doc): it cancels in c/Z and Z²/Z2
         Z = 0.0
         Z2 = 0.0
         c0 = 0.0
         c1 = 0.0
         c2 = 0.0
         for j in range(N):
-            w = _exp_nonpositive(a0 * X0[j] + a1 * X1[j] + a2 * X2[j] - m)
+            w = _exp_nonpositive_scaled(a0 * X0[j] + a1 * X1[j] + a2 * X2[j] - m, _ESS_EXPONENT)
             Z += w
             Z2 += w * w
             c0 += w * X0[j]
@@ -159,12 +183,12 @@ def _dense_d2(XT, At, V, rho_max, out, ess):
             m = -np.inf
             for j in range(N):
                 m = max(m, a0 * X0[j] + a1 * X1[j])
-        Z = 0.0
+        Z = 0.0  # scaled by 2^_ESS_EXPONENT, see _dense_d3
         Z2 = 0.0
         c0 = 0.0
         c1 = 0.0
         for j in range(N):
-            w = _exp_nonpositive(a0 * X0[j] + a1 * X1[j] - m)
+            w = _exp_nonpositive_scaled(a0 * X0[j] + a1 * X1[j] - m, _ESS_EXPONENT)
             Z += w
             Z2 += w * w
             c0 += w * X0[j]
@@ -276,15 +300,16 @@ def _cap_sum(X, At, V, m_lower, rho_max, c, origin, h, G, start, order, out, ess
                 s += At[k, l] * X[i, l]
             a[k] = s
         na = np.sqrt(np.sum(a * a))
-        # ⟨a, x⟩ ≥ L with |x| ≤ ρmax implies |x − q|² ≤ ρmax² + 1 − 2L/|a|, q = a/|a|
-        r2 = rho_max * rho_max + 1.0 - 2.0 * (m_lower[i] - c) / na
-        rad = np.sqrt(max(r2, 0.0))
-        lo = np.empty(d, dtype=np.int64)
-        hi = np.empty(d, dtype=np.int64)
-        for k in range(d):
-            qk = a[k] / na
-            lo[k] = min(G - 1, max(0, int(np.floor((qk - rad - origin) / h))))
-            hi[k] = min(G - 1, max(0, int(np.floor((qk + rad - origin) / h))))
+        lo = np.zeros(d, dtype=np.int64)
+        hi = np.full(d, G - 1, dtype=np.int64)
+        if na > 0.0:  # a = 0 (β = 0, or x_i in the kernel of Bᵀ): every score is 0, every token counts
+            # ⟨a, x⟩ ≥ L with |x| ≤ ρmax implies |x − q|² ≤ ρmax² + 1 − 2L/|a|, q = a/|a|
+            r2 = rho_max * rho_max + 1.0 - 2.0 * (m_lower[i] - c) / na
+            rad = np.sqrt(max(r2, 0.0))
+            for k in range(d):
+                qk = a[k] / na
+                lo[k] = min(G - 1, max(0, int(np.floor((qk - rad - origin) / h))))
+                hi[k] = min(G - 1, max(0, int(np.floor((qk + rad - origin) / h))))
         acc = np.zeros(2 + d)
         m = _cap_pass(X, a, i, 0.0, c, lo, hi, G, start, order, acc, False)
         Z = _cap_pass(X, a, i, m, c, lo, hi, G, start, order, acc, True)
@@ -321,10 +346,13 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
         Xr = np.ascontiguousarray(X[r])
         A = Xr @ At.T  # a_i = β Bᵀ x_i
         na = np.linalg.norm(A, axis=1)
-        _, nearest = cKDTree(Xr).query(A / na[:, None], k=1)
+        zero = na == 0.0  # a_i = 0: all of row i's scores are 0 (_cap_sum then sums every token)
+        safe = np.where(zero, 1.0, na)
+        _, nearest = cKDTree(Xr).query(np.where(zero[:, None], Xr, A / safe[:, None]), k=1)
         m_lower = np.sum(A * Xr[nearest], axis=1)  # a real token's score: ≤ the row max
         rho_max = float(np.max(np.linalg.norm(Xr, axis=1)))
-        rad = np.sqrt(np.clip(rho_max**2 + 1.0 - 2.0 * (m_lower - c) / na, 0.0, None))
+        rad = np.where(zero, 2.0 * rho_max,
+                       np.sqrt(np.clip(rho_max**2 + 1.0 - 2.0 * (m_lower - c) / safe, 0.0, None)))
         origin = -rho_max
         h = float(np.clip(0.5 * np.median(rad), 2.0 * rho_max / 64, 2.0 * rho_max))  # half a cap radius
         G = int(np.ceil(2.0 * rho_max / h))
