@@ -1,56 +1,80 @@
-"""The checks of the paper's statements, fed synthetic curves with known constants (issue item 7).
+"""The checks of the paper's statements, fed synthetic curves built from closed forms.
 
-Curves are built here from closed forms (W2 = b e^{−ct}, a·sqrt(log(β+1)/β)·e^{C1 t},
-departure = κ log β + t0, ...) with small multiplicative noise per replica.
-The fits must recover the constants within tolerance and the checks must pass;
-curves that violate a claim must make exactly that check fail, with its numbers.
+Each curve family is written down here (W2(ρ^∞_t, Π♯ρ0) decaying at the rates the
+theory predicts for the matrices, a finite-temperature error ∝ β^p e^{C1 t}, a
+departure at T0 + κ log β, …) with small multiplicative noise per replica. On
+curves that satisfy every statement every check must pass; each family of
+curves that violates a statement must make that check FAIL; curves from an
+under-resolved particle system must give UNDER-RESOLVED, not a verdict.
 """
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from lowtemp import claims, fitting, io, pipeline
 from conftest import TEST_CONFIG, validated
+from lowtemp import claims, estimates, fitting, io, matrices, pipeline, rates
 
-T = np.linspace(0.0, 12.0, 121)
+T = np.linspace(0.0, 30.0, 151)
 BETAS = np.array([10.0, 100.0, 1000.0, 10000.0])
-R = 6
-C_TRUE, C1_TRUE, A_TRUE, B_TRUE = 0.8, 0.6, 0.05, 1.0
-KAPPA, T0 = 1.0, 1.0  # departure time = T0 + KAPPA log β (3.3 … 10.2 for β = 10 … 10⁴)
-BOUNDS = (0.5, 1.25)
-BOOT = {"n_boot": 1000, "confidence": 0.95}
-CFG = {"bound_fraction": 0.9, "early_time": 1.0, "end_phase_tolerance": 0.1}
+R, N = 4, 4096
+C1_TRUE, A_TRUE = 0.3, 0.05
+KAPPA, T0 = 1.0, 2.0  # departure time = T0 + KAPPA log β (4.3 … 11.2 for β = 10 … 10⁴)
+FIT = {"max_residual": 0.05, "min_points": 5, "saturation": 0.5, "confidence": 0.95, "calibration_betas": 1,
+       "early_time": 1.0}
+CFG = dict(claims.DEFAULTS)
+THRESHOLD = 30.0
 
 
-def synthetic(seed=0, c=C_TRUE, C1=C1_TRUE, exponent_of_scale=1.0, kappa=KAPPA, t0=T0, end_at="V"):
-    """distances-like dataset: (beta, replica, time) curves with 1 % multiplicative noise per replica."""
+def end_phase_matrices(angle=30.0):
+    """A = V Bᵀ with spectrum (1.5, 0.6, 0.5) and V's leading eigenvector at ``angle`` to E1(A)."""
+    return matrices.generate_matrices("end_phase", 3, np.random.default_rng(3), eigenvalues=[1.5, 0.6, 0.5],
+                                      eigenvalues_V=[1.2, 0.8, 0.6], angle_V=angle)
+
+
+M = end_phase_matrices()
+
+
+def synthetic(seed=0, early=1.0, late=1.0, error_power=-1.0, kappa=KAPPA, t0=T0, end_at="V", ess=100.0,
+              never_depart=(), M_=M):
+    """distances-like dataset, (beta, replica, time), with 1 % multiplicative noise per replica.
+
+    ``early``/``late`` multiply the predicted rates of the two regimes; the finite-temperature
+    error is A_TRUE·β^error_power·e^{C1 t} (Laplace: power −1); ``never_depart`` lists β that
+    stay metastable to the horizon.
+    """
     rng = np.random.default_rng(seed)
     noise = lambda *shape: np.exp(0.01 * rng.standard_normal(shape))  # noqa: E731
-    scale = fitting.temperature_scale(BETAS) ** exponent_of_scale
-    zero_to_proj = B_TRUE * np.exp(-c * T)[None, :] * noise(R, 1)
-    w2_zero = A_TRUE * scale[:, None, None] * np.exp(C1 * T)[None, None, :] * noise(len(BETAS), R, 1)
-    w2_zero = np.minimum(w2_zero, 1.0)  # saturates once the clusters have left
+    t_star = rates.regime_boundary(M_, N)
+    r_early = early * 0.5 * (rates.early_rate(M_).low + rates.early_rate(M_).high)
+    r_late = late * 0.5 * (rates.late_rate(M_).low + rates.late_rate(M_).high)
+    gap = fitting.subspace_gap(M_.E1, M_.E1_V_real)
+    log_w0 = -r_early * np.minimum(T, t_star) - r_late * np.maximum(T - t_star, 0.0)
+    zero_to_proj = 0.8 * np.exp(log_w0)[None, :] * noise(R, 1)
+    err = A_TRUE * BETAS[:, None, None] ** error_power * np.exp(C1_TRUE * T)[None, None, :] * noise(len(BETAS), R, 1)
+    w2_zero = np.minimum(err, 1.0)  # saturates once the clusters have left
     w2_zero[..., 0] = 0.0
     depart = t0 + kappa * np.log(BETAS)[:, None] + 0.05 * rng.standard_normal((len(BETAS), R))
-    # W2 to the projection: the zero-temperature decay until departure, then a rise (factor 4 per time unit)
-    w2_proj = np.maximum(zero_to_proj[None], 1e-3)
-    w2_proj = np.broadcast_to(w2_proj, (len(BETAS), R, T.size)).copy()
+    for b in never_depart:
+        depart[list(BETAS).index(b)] = np.inf
+    w2_proj = zero_to_proj[None] + w2_zero
+    dist_A = np.empty_like(w2_proj)
     for i in range(len(BETAS)):
         for r in range(R):
+            # the tokens cross halfway to V's eigenspace at the departure; W2 to Π♯ρ0 rises from 0.5 later
             after = T > depart[i, r]
-            w2_proj[i, r, after] = w2_proj[i, r, ~after][-1] * 4.0 ** (T[after] - depart[i, r])
-    w2_proj = np.minimum(w2_proj, 2.0) * 0.9  # just under the bound's b e^{-ct} before departure
+            rising = T > depart[i, r] + 0.5
+            w2_proj[i, r, rising] = np.minimum(w2_proj[i, r, ~rising][-1] * 4.0 ** (T[rising] - depart[i, r] - 0.5),
+                                               2.0)
+            dist_A[i, r] = np.maximum(np.exp(-T), 0.05)
+            dist_A[i, r, after] = np.minimum(0.6 * gap + (T[after] - depart[i, r]), gap)
     near, far = 0.02, 1.3
-    dist_A = np.full_like(w2_proj, far if end_at == "V" else near)
-    dist_V = np.full_like(w2_proj, near if end_at == "V" else far)
+    dist_V = np.full_like(w2_proj, far)
+    if end_at == "V":
+        dist_V[..., -1] = np.where(np.isfinite(depart), near, far)
     return xr.Dataset(
         {
             "w2_zero_to_projection": (("replica", "time"), zero_to_proj),
@@ -59,134 +83,190 @@ def synthetic(seed=0, c=C_TRUE, C1=C1_TRUE, exponent_of_scale=1.0, kappa=KAPPA, 
             "dist_leading_A": (("beta", "replica", "time"), dist_A),
             "dist_leading_V": (("beta", "replica", "time"), dist_V),
             "dist_leading_V_modulus": (("beta", "replica", "time"), dist_V + 0.01),
-            "ess_median": (("beta", "replica", "time"), np.full_like(w2_proj, 100.0)),
+            "ess_median": (("beta", "replica", "time"),
+                           np.broadcast_to(np.asarray(ess, float).reshape(-1, 1, 1), w2_proj.shape).copy()),
         },
         coords={"beta": BETAS, "replica": np.arange(R), "time": T},
     )
 
 
-def fitted(dist):
-    """fit.nc-like dataset from the package's own fits of the synthetic curves."""
-    beta = dist.beta.values
-    rate = fitting.fit_decay_rate(T, dist["w2_zero_to_projection"].values)
-    growth = fitting.fit_growth_rate(T, beta, dist["w2_zero_temperature"].values)
-    dep = fitting.departure_time(T, dist["w2_projection"].values, factor=2.0)
-    return xr.Dataset({
-        "c": (("replica",), rate.slope), "c_mean": rate.mean, "log_b": (("replica",), rate.intercept),
-        "C1": (("replica",), growth.C1), "C1_mean": growth.mean, "log_a": (("beta", "replica"), growth.log_a),
-        "departure_time": (("beta", "replica"), dep),
-        "bound_a": fitting.envelope_prefactor_growth(T, beta, dist["w2_zero_temperature"].values, growth.mean,
-                                                     growth.windows),
-        "bound_b": fitting.envelope_prefactor_decay(T, dist["w2_zero_to_projection"].values, rate.mean, rate.window),
-    }, coords={"beta": beta})
+def judge(dist, fit_cfg=FIT, cfg=CFG, M_=M):
+    fit = estimates.fit_experiment("synthetic", dist, M_, fit_cfg, THRESHOLD, N)
+    return fit, {c.name: c for c in claims.evaluate(dist, fit, cfg)}
 
 
-def evaluate(dist, bounds=BOUNDS, cfg=CFG, seed=1):
-    found, _ = claims.evaluate(dist, fitted(dist), bounds, cfg, np.random.default_rng(seed), BOOT)
-    return {c.name: c for c in found}
+def statuses(found):
+    return {k: c.status for k, c in found.items()}
 
 
-# ------------------------------------------------------------------ the fits recover the constants
-def test_fits_recover_the_constants_of_synthetic_curves():
-    fit = fitted(synthetic())
-    assert float(fit["c_mean"]) == pytest.approx(C_TRUE, rel=0.01)
-    assert float(fit["C1_mean"]) == pytest.approx(C1_TRUE, rel=0.02)
-    # a: the mean intercept recovers log a (the temperature scale divided out)
-    assert np.nanmean(fit["log_a"].values) == pytest.approx(np.log(A_TRUE), abs=0.05)
-    dep = np.nanmean(fit["departure_time"].values, axis=1)
-    slope = fitting.line_fit(np.log(BETAS), dep)[0]
-    assert slope == pytest.approx(KAPPA, rel=0.1)
+NAMES = ["rate_early", "rate_late", "bound_above_data", "temperature_scaling", "metastable_log_beta", "conjecture_1"]
 
 
 def test_every_claim_passes_on_curves_that_satisfy_it():
-    got = evaluate(synthetic())
-    for name, claim in got.items():
-        assert claim.status == claims.PASSED, claim.line()
-    assert got["rate_in_bounds"].value == pytest.approx(C_TRUE, rel=0.01)
-    lo, hi = got["rate_in_bounds"].interval
-    assert lo <= got["rate_in_bounds"].value <= hi
-    assert got["temperature_scaling"].value == pytest.approx(fitting.temperature_scale_exponent(BETAS), abs=0.02)
-    assert got["metastable_log_beta"].value == pytest.approx(KAPPA, rel=0.1)
-    assert got["metastable_log_beta"].interval[0] > 0
-    assert list(got["conjecture_1"].per_beta["chosen_eigenspace"][0]) == ["E1(V), largest real part"] * len(BETAS)
+    fit, found = judge(synthetic())
+    assert list(found) == NAMES
+    assert statuses(found) == {k: claims.PASSED for k in NAMES}, [c.line() for c in found.values()]
+    # the fits recover the constants the curves were built with
+    assert float(fit["C1_mean"]) == pytest.approx(C1_TRUE, rel=0.02)
+    assert np.mean(fit["temperature_exponent"].values) == pytest.approx(-1.0, abs=0.02)
+    assert np.mean(fit["metastable_slope"].values) == pytest.approx(KAPPA, rel=0.1)
 
 
-# ------------------------------------------------------------------ each violation fails its own check
-@pytest.mark.parametrize("changes, failing, numbers", [
-    ({"c": 0.3}, "rate_in_bounds", r"c = 0\.30"),
-    ({"exponent_of_scale": 2.0}, "temperature_scaling", r"exponent of β at t = 1: -0\.80[0-9] "),  # 2 × (−0.404)
-    ({"kappa": -0.8, "t0": 10.0}, "metastable_log_beta", r"slope of the departure time against log β: -0\.[78]"),
-    ({"end_at": "A"}, "conjecture_1", r"largest final distance to V's leading eigenspace \(largest real part\) over the β that departed 1\.300"),
-], ids=["rate-outside-bounds", "wrong-beta-exponent", "departure-shrinks-with-beta", "tokens-stay-at-E1(A)"])
-def test_a_violation_fails_exactly_its_check(changes, failing, numbers):
-    got = evaluate(synthetic(**changes))
-    assert got[failing].status == claims.FAILED, got[failing].line()
-    assert re.search(numbers, got[failing].numbers), got[failing].numbers
-    others = [c for name, c in got.items() if name != failing and name != "bound_above_data"]
-    assert all(c.status == claims.PASSED for c in others), [c.line() for c in others]
+@pytest.mark.parametrize("changes, failing", [
+    ({"early": 1.6}, {"rate_early"}),
+    ({"late": 0.5}, {"rate_late"}),
+    # the finite-temperature error grows with β (the opposite of Theorem 1)
+    ({"error_power": +0.5}, {"bound_above_data", "temperature_scaling"}),
+    # decays, but slower than sqrt(log(β+1)/β)
+    ({"error_power": -0.2}, {"bound_above_data", "temperature_scaling"}),
+    ({"kappa": -0.5, "t0": 10.0}, {"metastable_log_beta"}),
+    ({"end_at": "A"}, {"conjecture_1"}),
+])
+def test_a_violation_fails_its_check(changes, failing):
+    _, found = judge(synthetic(**changes))
+    got = {k for k, c in found.items() if c.status == claims.FAILED}
+    assert got == failing, [c.line() for c in found.values()]
+    assert all(found[k].status == claims.PASSED for k in NAMES if k not in failing)
 
 
-def test_data_above_the_bound_fails_the_bound_check():
+def test_the_bound_is_tested_on_data_it_was_not_calibrated_on():
+    """A held-out β whose curves lie far above the others fails the bound; the same excess at the calibration β
+    moves a (the bound is calibrated to cover it) and does not fail it."""
     dist = synthetic()
-    fit = fitted(dist)
-    dist["w2_projection"] = dist["w2_projection"] * 3.0  # data three times the curve the bound was fitted to
-    found, _ = claims.evaluate(dist, fit, BOUNDS, CFG, np.random.default_rng(0), BOOT)
-    bound = {c.name: c for c in found}["bound_above_data"]
-    assert bound.status == claims.FAILED
-    assert bound.value < 0.9
+    fit, _ = judge(dist)
+    assert fit["calibration_beta"].values.tolist() == [True, False, False, False]
+    bad = dist.copy(deep=True)
+    bad["w2_projection"][1:] *= 3.0
+    assert judge(bad)[1]["bound_above_data"].status == claims.FAILED
+    calibrated = dist.copy(deep=True)
+    calibrated["w2_projection"][0] *= 3.0
+    fit2, found = judge(calibrated)
+    assert float(fit2["bound_a"]) > float(fit["bound_a"])
+    assert found["bound_above_data"].status == claims.PASSED
+
+
+def test_the_bound_is_judged_per_replica_not_on_a_mean():
+    """One replica whose curves lie above the bound at every held-out β, another far below: their mean could stay
+    under the bound; the per-replica count sees it (a quarter of the held-out points fail)."""
+    bad = synthetic()
+    bad["w2_projection"][1:, 0] *= 2.5
+    bad["w2_projection"][1:, 1] *= 0.2
+    found = judge(bad)[1]["bound_above_data"]
+    assert found.status == claims.FAILED and found.value < 0.9
+
+
+def test_under_resolved_beta_give_their_own_status():
+    """ESS ≈ 1 at every β (a d = 5 run at N ~ 10³): no verdict is about the mean field."""
+    _, found = judge(synthetic(ess=1.0))
+    assert statuses(found) == {"rate_early": claims.PASSED, "rate_late": claims.PASSED,
+                               "bound_above_data": claims.UNDER_RESOLVED,
+                               "temperature_scaling": claims.UNDER_RESOLVED,
+                               "metastable_log_beta": claims.UNDER_RESOLVED,
+                               "conjecture_1": claims.UNDER_RESOLVED}
+    assert "UNDER-RESOLVED conjecture_1" in found["conjecture_1"].line()
+
+
+def test_under_resolved_beta_are_left_out_of_the_verdict():
+    """The largest β under-resolved: judged on the rest, and a violation only at that β does not decide."""
+    ess = np.array([100.0, 100.0, 100.0, 1.0])
+    dist = synthetic(ess=ess)
+    dist["w2_zero_temperature"][-1] *= 1e3  # garbage at the under-resolved β only
+    fit, found = judge(dist)
+    assert not fit["temperature_beta_used"].values[-1]
+    assert statuses(found) == {k: claims.PASSED for k in NAMES}, [c.line() for c in found.values()]
+    assert "10000" in found["bound_above_data"].numbers
+
+
+def test_censored_departures_are_lower_bounds_not_dropped():
+    """The largest β never departs: its departure lies beyond the horizon; the slope stays positive."""
+    fit, found = judge(synthetic(never_depart=(10000.0,)))
+    assert fit["departure_censored"].values[-1].all()
+    assert found["metastable_log_beta"].status == claims.PASSED
+    # the smallest β never departs while larger ones do: no lower bound on the slope
+    _, found = judge(synthetic(never_depart=(10.0,)))
+    assert found["metastable_log_beta"].status == claims.NOT_EVALUABLE
+    assert "no lower bound" in found["metastable_log_beta"].numbers
+
+
+def test_departure_slopes_lower_bound_against_a_naive_least_squares():
+    beta = np.array([10.0, 100.0, 1000.0])
+    dep = np.array([[3.0], [5.0], [np.nan]])
+    cen = np.array([[False], [False], [True]])
+    slope = estimates.departure_slopes(beta, dep, cen, horizon=8.0)[0]
+    assert slope == pytest.approx(np.polyfit(np.log(beta), [3.0, 5.0, 8.0], 1)[0])
+    cen2 = np.array([[True], [False], [False]])
+    assert np.isneginf(estimates.departure_slopes(beta, np.array([[np.nan], [5.0], [6.0]]), cen2, 8.0)[0])
+
+
+def test_checks_that_lack_data_say_so():
+    # V's leading eigenvector on E1(A): no end phase, no departure
+    M0 = end_phase_matrices(angle=0.0)
+    dist = synthetic()
+    fit, found = judge(dist, M_=M0)
+    assert fitting.subspace_gap(M0.E1, M0.E1_V_real) == pytest.approx(0.0, abs=1e-7)
+    assert found["metastable_log_beta"].status == claims.NOT_EVALUABLE
+    assert found["conjecture_1"].status == claims.NOT_EVALUABLE
+    # one β: nothing held out of the calibration
+    one = synthetic().isel(beta=[0])
+    _, found = judge(one)
+    assert found["bound_above_data"].status == claims.NOT_EVALUABLE
+    assert found["temperature_scaling"].status == claims.NOT_EVALUABLE
+
+
+def test_a_fit_without_a_window_is_recorded_as_nan_and_said_in_words(caplog):
+    """Curves that zigzag from snapshot to snapshot: no log-linear window for C1 or c."""
+    dist = synthetic()
+    zigzag = (-1.0) ** np.arange(T.size)
+    dist["w2_zero_temperature"] = dist["w2_zero_temperature"] * 0 + 0.01 * (1 + 0.5 * zigzag)
+    dist["w2_zero_to_projection"] = dist["w2_zero_to_projection"] * 0 + 0.5 * (1 + 0.3 * zigzag)
+    fit, found = judge(dist)
+    assert np.isnan(float(fit["C1_mean"])) and np.all(np.isnan(fit["c_regime_mean"].values))
+    assert found["rate_early"].status == found["rate_late"].status == claims.NOT_EVALUABLE
+    assert found["bound_above_data"].status == claims.NOT_EVALUABLE
+    lines = " ".join(estimates.describe(fit, "synthetic"))
+    assert "C1 not fitted" in lines and "could not be calibrated" in lines and "nan" not in lines
 
 
 def test_conjecture_1_reports_the_modulus_eigenspace_when_the_tokens_choose_it():
     dist = synthetic()
-    dist["dist_leading_V_modulus"] = dist["dist_leading_V"] * 0.0 + 0.001
-    dist["dist_leading_V"] = dist["dist_leading_V"] * 0.0 + 0.9
-    got = evaluate(dist)["conjecture_1"]
-    assert got.status == claims.FAILED  # the conjecture names the largest real part; the run chose the modulus
-    assert set(got.per_beta["chosen_eigenspace"][0]) == {"E1(V), largest modulus"}
+    dist["dist_leading_V_modulus"] = dist["dist_leading_V"] * 0 + 0.001
+    _, found = judge(dist)
+    assert list(found["conjecture_1"].per_beta["chosen_eigenspace"][0]) == ["E1(V), largest modulus"] * len(BETAS)
 
 
-def test_checks_that_lack_data_say_so():
-    dist = synthetic().isel(beta=[0])
-    got = evaluate(dist)
-    assert got["temperature_scaling"].status == claims.NOT_EVALUABLE
-    assert got["metastable_log_beta"].status == claims.NOT_EVALUABLE
-    assert "fewer than two β" in got["metastable_log_beta"].numbers
+def test_geometric_departure_on_closed_form_curves():
+    t = np.linspace(0, 10, 101)
+    curve = np.where(t < 2, 1.0 - 0.45 * t, np.where(t < 6, 0.1, 0.1 + (t - 6)))  # arrives at 1.1, departs after 6
+    dep, cen = fitting.geometric_departure(t, curve[None], gap=0.5)
+    assert dep[0] == pytest.approx(6.2) and not cen[0]
+    dep, cen = fitting.geometric_departure(t, np.minimum(curve, 0.1)[None], gap=0.5)
+    assert np.isnan(dep[0]) and cen[0]  # arrived, never left: censored
+    dep, cen = fitting.geometric_departure(t, np.ones((1, t.size)), gap=0.5)
+    assert np.isnan(dep[0]) and not cen[0]  # never arrived
 
 
-# ------------------------------------------------------------------ the numerics under the checks
-@settings(max_examples=50, deadline=None)
-@given(alpha=st.floats(-3.0, 3.0), k=st.floats(0.01, 100.0), lo=st.floats(0.5, 10.0), span=st.floats(2.0, 1e4))
-def test_power_law_exponent_is_exact_on_power_laws(alpha, k, lo, span):
-    x = np.geomspace(lo, lo * span, 7)
-    assert fitting.power_law_exponent(x, k * x**alpha) == pytest.approx(alpha, abs=1e-9)
+def test_subspace_gap_is_the_chordal_distance_of_the_closest_unit_vectors():
+    u = np.array([[1.0], [0.0], [0.0]])
+    for angle in (0.0, 30.0, 90.0):
+        a = np.radians(angle)
+        v = np.array([[np.cos(a)], [np.sin(a)], [0.0]])
+        assert fitting.subspace_gap(u, v) == pytest.approx(np.sqrt(2 - 2 * np.cos(a)), abs=1e-12)
+    plane = np.eye(3)[:, :2]
+    assert fitting.subspace_gap(plane, np.array([[0.0], [0.6], [0.8]])) == pytest.approx(np.sqrt(2 - 1.2))
 
 
-def test_temperature_scale_exponent_tends_to_minus_one_half():
-    assert -0.5 < fitting.temperature_scale_exponent([10, 100, 1000]) < -0.3
-    assert fitting.temperature_scale_exponent([1e8, 1e9, 1e10]) == pytest.approx(-0.5, abs=0.03)
-
-
-@settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**31), n=st.integers(2, 12), confidence=st.floats(0.5, 0.99))
-def test_bootstrap_interval_brackets_the_statistic_and_widens_with_confidence(seed, n, confidence):
-    rng = np.random.default_rng(seed)
-    values = rng.normal(size=n)
-    lo, hi = fitting.bootstrap_interval(values, np.mean, np.random.default_rng(1), n_boot=500, confidence=confidence)
-    assert values.min() - 1e-12 <= lo <= hi <= values.max() + 1e-12
-    lo2, hi2 = fitting.bootstrap_interval(values, np.mean, np.random.default_rng(1), n_boot=500,
-                                          confidence=min(0.999, confidence + 0.0099))
-    assert lo2 <= lo + 1e-12 and hi2 >= hi - 1e-12
-    same = fitting.bootstrap_interval(np.full(n, 3.0), np.mean, np.random.default_rng(2), n_boot=200)
-    assert same == (3.0, 3.0)
-
-
-def test_bootstrap_interval_of_the_mean_matches_the_normal_approximation():
-    """For many replicas the percentile interval of the mean is mean ± 1.96 s/√n (independent closed form)."""
-    values = np.random.default_rng(3).normal(2.0, 0.5, size=400)
-    lo, hi = fitting.bootstrap_interval(values, np.mean, np.random.default_rng(4), n_boot=4000)
-    half = 1.96 * values.std(ddof=1) / np.sqrt(values.size)
-    assert lo == pytest.approx(values.mean() - half, abs=0.15 * half)
-    assert hi == pytest.approx(values.mean() + half, abs=0.15 * half)
+def test_calibrated_prefactors_are_the_smallest_that_bound_the_calibration_data():
+    """Independent check: b·e^{−ct} touches the zero-temperature curves once and stays above them; the whole bound
+    touches the calibration β's curves once (up to departure) and stays above them."""
+    dist = synthetic()
+    fit, _ = judge(dist)
+    a, C1, b, c = claims.fitted_bound(fit)
+    ratio = dist["w2_zero_to_projection"].values / (b * np.exp(-c * T))
+    assert ratio.max() == pytest.approx(1.0, abs=1e-12)
+    w = dist["w2_projection"].values[0]
+    judged = fitting.judged_until_departure(T, fit["departure_time"].values[0])
+    excess = (w - fitting.bound_curve(T, BETAS[0], a, C1, b, c))[judged]
+    assert excess.max() == pytest.approx(0.0, abs=1e-12)
 
 
 # ------------------------------------------------------------------ through the stages, with files
@@ -194,80 +274,22 @@ def test_stage_fit_and_stage_claims_on_synthetic_files(tmp_path):
     with open(TEST_CONFIG) as fh:
         config = validated(yaml.safe_load(fh))
     exp = config["experiments"]["tiny"]
-    exp["betas"] = BETAS.tolist()
-    exp["replicas"] = R
+    exp.update(betas=BETAS.tolist(), replicas=R, tokens=N, matrices={
+        "family": "end_phase", "eigenvalues": [1.5, 0.6, 0.5], "eigenvalues_V": [1.2, 0.8, 0.6], "angle_V": 30})
     pipeline.stage_matrices("tiny", exp, 7, tmp_path / "matrices.nc")
-    M = pipeline.load_matrices(tmp_path / "matrices.nc")
-    dist = synthetic(c=float(np.mean(M.rate_bounds)))
+    dist = synthetic(M_=pipeline.load_matrices(tmp_path / "matrices.nc"))
     io.write_netcdf(dist, tmp_path / "distances.nc", "distances", io.provenance("tiny", exp, 7))
     pipeline.stage_fit("tiny", exp, 7, tmp_path / "matrices.nc", tmp_path / "distances.nc", tmp_path / "fit.nc")
     fit = io.read_netcdf(tmp_path / "fit.nc", "fit")
-    lo, hi = fit["c_interval"].values
-    assert lo <= float(fit["c_mean"]) <= hi
-    assert fit["C1_interval"].values[0] <= float(fit["C1_mean"]) <= fit["C1_interval"].values[1]
-    pipeline.stage_claims("tiny", exp, 7, tmp_path / "matrices.nc", tmp_path / "distances.nc", tmp_path / "fit.nc",
-                          tmp_path / "claims.nc")
+    pipeline.stage_claims("tiny", exp, 7, tmp_path / "distances.nc", tmp_path / "fit.nc", tmp_path / "claims.nc")
     out = io.read_netcdf(tmp_path / "claims.nc", "claims")
-    assert list(out.claim.values) == ["rate_in_bounds", "bound_above_data", "temperature_scaling",
-                                      "metastable_log_beta", "conjecture_1"]
-    assert out["status"].values.tolist() == [1, 1, 1, 1, 1], out["summary"].values
+    assert list(out.claim.values) == NAMES
+    assert out["status"].values.tolist() == [1] * len(NAMES), out["summary"].values
+    # one number, one place: every interval in claims.nc is fit.nc's
+    np.testing.assert_array_equal(
+        [out["interval_low"].sel(claim="temperature_scaling"), out["interval_high"].sel(claim="temperature_scaling")],
+        fit["temperature_exponent_interval"].values)
+    np.testing.assert_array_equal(
+        [out["interval_low"].sel(claim="rate_early"), out["interval_high"].sel(claim="rate_early")],
+        fit["c_regime_interval"].sel(regime="early").values)
     assert float(out.attrs["early_time"]) == pytest.approx(1.0)
-    np.testing.assert_allclose(out["min_ess_median"].values, 100.0)
-
-
-def test_a_fit_without_a_window_is_recorded_as_nan_and_its_claims_are_not_evaluable(tmp_path):
-    """Curves that zigzag from snapshot to snapshot (±50 %, ±30 %): no log-linear window for C1 or c."""
-    with open(TEST_CONFIG) as fh:
-        config = validated(yaml.safe_load(fh))
-    exp = config["experiments"]["tiny"]
-    exp["betas"] = BETAS.tolist()
-    pipeline.stage_matrices("tiny", exp, 7, tmp_path / "matrices.nc")
-    dist = synthetic()
-    zigzag = (-1.0) ** np.arange(T.size)
-    dist["w2_zero_temperature"] = dist["w2_zero_temperature"] * 0 + 0.01 * (1 + 0.5 * zigzag)
-    dist["w2_zero_to_projection"] = dist["w2_zero_to_projection"] * 0 + 0.5 * (1 + 0.3 * zigzag)
-    io.write_netcdf(dist, tmp_path / "distances.nc", "distances", io.provenance("tiny", exp, 7))
-    pipeline.stage_fit("tiny", exp, 7, tmp_path / "matrices.nc", tmp_path / "distances.nc", tmp_path / "fit.nc")
-    fit = io.read_netcdf(tmp_path / "fit.nc", "fit")
-    assert np.isnan(float(fit["C1_mean"])) and np.isnan(float(fit["c_mean"]))
-    assert np.all(np.isnan(fit["C1_window"].values))
-    pipeline.stage_claims("tiny", exp, 7, tmp_path / "matrices.nc", tmp_path / "distances.nc", tmp_path / "fit.nc",
-                          tmp_path / "claims.nc")
-    out = io.read_netcdf(tmp_path / "claims.nc", "claims")
-    status = dict(zip(out.claim.values.tolist(), out["status"].values.tolist()))
-    assert status["rate_in_bounds"] == claims.NOT_EVALUABLE
-    assert status["bound_above_data"] == claims.NOT_EVALUABLE
-    assert status["metastable_log_beta"] == claims.PASSED  # departure times do not need the fits
-
-
-def test_envelope_prefactors_are_the_smallest_that_bound_the_window():
-    """Independent check: b·e^{−ct} touches the data at one point of the window and stays above at all others."""
-    dist = synthetic()
-    fit = fitted(dist)
-    c, b = float(fit["c_mean"]), float(fit["bound_b"])
-    rate = fitting.fit_decay_rate(T, dist["w2_zero_to_projection"].values)
-    inside = (T >= rate.window[0]) & (T <= rate.window[1])
-    ratio = dist["w2_zero_to_projection"].values[:, inside] / (b * np.exp(-c * T[inside]))
-    assert ratio.max() == pytest.approx(1.0, abs=1e-12)
-    assert np.all(ratio <= 1.0 + 1e-12)
-    # a: one constant for all β, touching in one β's window
-    growth = fitting.fit_growth_rate(T, BETAS, dist["w2_zero_temperature"].values)
-    a, C1 = float(fit["bound_a"]), float(fit["C1_mean"])
-    worst = 0.0
-    for i, beta in enumerate(BETAS):
-        lo, hi = growth.windows[i]
-        inside = (T >= lo) & (T <= hi)
-        ratio = dist["w2_zero_temperature"].values[i][:, inside] / (
-            a * fitting.temperature_scale(beta) * np.exp(C1 * T[inside]))
-        worst = max(worst, ratio.max())
-    assert worst == pytest.approx(1.0, abs=1e-12)
-
-
-def test_conjecture_1_is_not_evaluable_when_no_beta_departs():
-    final = {k: np.full((2, 3), 0.5) for k in claims.EIGENSPACES}
-    got = claims.check_conjecture_1([10.0, 100.0], final, 0.1, departed=[False, False])
-    assert got.status == claims.NOT_EVALUABLE
-    assert "no β left the metastable phase" in got.numbers
-    got = claims.check_conjecture_1([10.0, 100.0], {**final, "E1(V), largest real part": np.array([[0.01] * 3, [0.9] * 3])},
-                                    0.1, departed=[True, False])
-    assert got.status == claims.PASSED and got.value == pytest.approx(0.01)  # β = 100 has not departed yet

@@ -72,9 +72,9 @@ def test_schema_fills_defaults(test_config):
     assert exp["integrator"] == "rk4"
     assert exp["time"] == {"horizon": 5.0, "dt": 0.05, "snapshots": 80}
     assert exp["ess_threshold"] == 30
-    assert exp["fit"] == {"max_residual": 0.05, "min_points": 5, "saturation": 0.5, "departure_factor": 2.0,
-                          "confidence": 0.95, "bootstrap": 4000}
-    assert exp["claims"] == {"bound_fraction": 0.9, "early_time": 1.0, "end_phase_tolerance": 0.1}
+    assert exp["fit"] == {"max_residual": 0.05, "min_points": 5, "saturation": 0.5, "confidence": 0.95,
+                          "calibration_betas": 1, "early_time": 1.0}
+    assert exp["claims"] == {"bound_fraction": 0.9, "end_phase_tolerance": 0.1, "rate_tolerance": 0.15}
     from lowtemp import claims
     assert exp["claims"] == claims.DEFAULTS  # the package's own defaults agree with the schema's
     assert exp["initial_measure"] == {"name": "uniform"}

@@ -40,8 +40,12 @@ def _beta_label(dist, beta, threshold):
 
 
 def _bound_constants(fit):
-    """a, C1, b, c of the drawn bound: the fitted rates and the envelope prefactors (``claims.fitted_bound``)."""
+    """a, C1, b, c of the drawn bound: calibrated on the smallest β and half the replicas (``claims.fitted_bound``)."""
     return claims.fitted_bound(fit)
+
+
+def _has_bound(fit) -> bool:
+    return bool(np.all(np.isfinite(_bound_constants(fit))))
 
 
 def crossover_time(fit, beta):
@@ -60,9 +64,13 @@ def plot_w2_projection(data, experiment):
     for color, beta in zip(colors, dist.beta.values):
         _band(ax, t, dist["w2_projection"].sel(beta=beta).values, color, _beta_label(dist, beta, thr),
               dashed=_low_ess(dist, beta, thr))
-        ax.plot(t, fitting.bound_curve(t, beta, a, C1, b, c), color=color, lw=0.9, ls=":")
+        if _has_bound(fit):
+            ax.plot(t, fitting.bound_curve(t, beta, a, C1, b, c), color=color, lw=0.9, ls=":")
     _band(ax, t, dist["w2_zero_to_projection"].values, "black", "zero temperature (β = ∞)")
-    ax.plot([], [], color="gray", ls=":", label=f"fitted bound, C1 = {C1:.2f}, c = {c:.2f}")
+    cal = ", ".join(f"{v:g}" for v in fit.beta.values[fit["calibration_beta"].values.astype(bool)])
+    ax.plot([], [], color="gray", ls=":",
+            label=f"bound calibrated on β = {cal}: C1 = {C1:.2f}, c = {c:.2f}" if _has_bound(fit)
+            else "no bound drawn: it could not be calibrated (see logs/fit.log)")
     ax.set_yscale("log")
     ax.set_ylim(max(1e-4, float(dist["w2_zero_to_projection"].min()) / 2), 3)
     ax.set_xlabel("time t")
@@ -87,9 +95,10 @@ def plot_collapse(data, experiment):
             tt = np.linspace(lo, hi, 20)
             log_a = float(np.mean(fit["log_a"].values[i]))
             ax.plot(tt, np.exp(log_a + float(fit["C1_mean"]) * tt), color=color, lw=3, alpha=0.5)
+    C1, (lo, hi) = float(fit["C1_mean"]), fit["C1_interval"].values
     ax.plot([], [], color="gray", lw=3, alpha=0.5,
-            label=f"fit a·e^(C1 t), C1 = {float(fit['C1_mean']):.2f} "
-                  f"[{fit['C1_interval'].values[0]:.2f}, {fit['C1_interval'].values[1]:.2f}]")
+            label=(f"fit a·e^(C1 t), C1 = {C1:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else "")
+                   if np.isfinite(C1) else "no growth window: C1 not fitted"))
     ax.set_yscale("log")
     ax.set_xlabel("time t")
     ax.set_ylabel(r"$W_2(\rho^\beta_t, \rho^\infty_t)\,/\,\sqrt{\log(\beta+1)/\beta}$")
@@ -130,21 +139,32 @@ def plot_end_phase(data, experiment):
 def plot_time_scale(data, experiment):
     fit = data["fit"]
     beta = fit.beta.values
+    x = np.log(beta)
     dep = fit["departure_time"].values
+    censored = fit["departure_censored"].values.astype(bool)
+    horizon = float(data["distances"].time.values[-1])
     fig, ax = plt.subplots(figsize=(5.6, 4.2))
     for r in range(dep.shape[1]):
-        ax.scatter(np.log(beta), dep[:, r], color="gray", s=12, alpha=0.6,
-                   label="replicas" if r == 0 else None)
-    mean = np.nanmean(np.where(np.isfinite(dep), dep, np.nan), axis=1) if np.isfinite(dep).any() else dep[:, 0]
-    ax.plot(np.log(beta), mean, "o-", color="C0", label="mean over replicas")
-    slope, intercept = float(fit["metastable_slope"]), float(fit["metastable_intercept"])
-    if np.isfinite(slope):
-        xx = np.linspace(np.log(beta).min(), np.log(beta).max(), 20)
-        ax.plot(xx, intercept + slope * xx, "--", color="C3", label=f"fit: slope {slope:.2f}")
+        ax.scatter(x, dep[:, r], color="gray", s=12, alpha=0.6, label="replicas" if r == 0 else None)
+    cx, cr = np.nonzero(censored)
+    ax.scatter(x[cx], np.full(cx.size, horizon), marker="^", color="C1", s=18,
+               label="censored: still metastable at the horizon" if cx.size else None)
+    mean = fitting.mean_of_finite(dep)
+    ax.plot(x, mean, "o-", color="C0", label="mean over replicas that departed")
+    slope = fit["metastable_slope"].values
+    lo, hi = fit["metastable_slope_interval"].values
+    ok = np.isfinite(mean)
+    if np.all(np.isfinite(slope)) and ok.sum() >= 2:
+        s_mean = float(np.mean(slope))
+        xx = np.linspace(x.min(), x.max(), 20)
+        ax.plot(xx, np.mean(mean[ok]) + s_mean * (xx - np.mean(x[ok])), "--", color="C3",
+                label=f"slope {s_mean:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else ""))
+    else:
+        ax.plot([], [], "--", color="C3", label="no slope: fewer than two β departed, or censoring leaves it unbounded")
     ax.set_xlabel("log β")
-    ax.set_ylabel(f"departure time (W2 > {experiment['fit']['departure_factor']:g} × its minimum)")
+    ax.set_ylabel("departure time (farther than half the way from E1(A) to E1(V))")
     ax.set_title("Metastable time scale against log β")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     return fig
 
 

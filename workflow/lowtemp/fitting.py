@@ -1,13 +1,18 @@
-"""Fitting the constants of Theorem 1 (SPEC §2.6).
+"""Fitting the constants of Theorem 1 on arrays (``lowtemp.estimates`` assembles fit.nc from them).
 
 Theorem 1:  W2(ρ^β_t, Π_♯ρ0) ≲ a·sqrt(log(β+1)/β)·e^{C1 t} + b·e^{−c t}.
 
-* c: the decay rate of W2(ρ^∞_t, Π_♯ρ0) (zero temperature);
+* c: the decay rate of W2(ρ^∞_t, Π_♯ρ0) (zero temperature), fitted in one
+  regime at a time (``t_range``; the regimes are derived in docs/early_rate.md);
 * C1: the growth rate of W2(ρ^β_t, ρ^∞_t) / sqrt(log(β+1)/β) (finite-temperature
   error), one slope shared by all β (fixed-effects regression with an
   intercept per β);
-* the departure time: the first time after its minimum that W2(ρ^β_t, Π_♯ρ0)
-  rises a given factor above that minimum; fitted against log β.
+* the departure time (``geometric_departure``): the first time after the
+  metastable phase that the tokens are farther from E1(A) than half the way to
+  V's leading eigenspace;
+* a and b: prefactors calibrated on one part of the data (the bound is tested
+  on the rest, ``lowtemp.claims``);
+* intervals over replicas: Student-t (``t_interval``).
 
 Window choice (``log_linear_window``): among the contiguous runs of snapshot
 times whose values lie inside the admissible range, the longest one on which the
@@ -23,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import t as student_t
 
 DEFAULT_MAX_RESIDUAL = 0.05
 DEFAULT_MIN_POINTS = 5
@@ -96,19 +102,23 @@ def _log(y: np.ndarray) -> np.ndarray:
 
 def fit_decay_rate(t: np.ndarray, w2: np.ndarray, *, floor: float = 1e-7,
                    max_residual: float = DEFAULT_MAX_RESIDUAL,
-                   min_points: int = DEFAULT_MIN_POINTS) -> RateFit:
+                   min_points: int = DEFAULT_MIN_POINTS,
+                   t_range: tuple[float, float] = (-np.inf, np.inf)) -> RateFit:
     """c from W2(ρ^∞_t, Π_♯ρ0) with shape (replica, time): log W2 ≈ log b − c t.
 
-    Values below ``floor`` (where rounding, not the dynamics, sets W2) are not admissible.
+    Only snapshots with ``t_range[0] ≤ t ≤ t_range[1]`` are admissible (one
+    regime of the decay, see ``rates.regime_boundary``), and values below
+    ``floor`` (where rounding, not the dynamics, sets W2) are not.
     """
+    t = np.asarray(t, float)
     logw = _log(w2)
     mean_log = np.mean(logw, axis=0)
-    admissible = np.all(np.asarray(w2) > floor, axis=0)
+    admissible = np.all(np.asarray(w2) > floor, axis=0) & (t >= t_range[0]) & (t <= t_range[1])
     win = log_linear_window(t, mean_log, sign=-1, max_residual=max_residual,
                             min_points=min_points, admissible=admissible)
     if win is None:
-        raise ValueError("no log-linear decay window found for W2(ρ^∞_t, Π_♯ρ0); "
-                         "lengthen the horizon or add snapshots")
+        raise ValueError(f"no log-linear decay window found for W2(ρ^∞_t, Π_♯ρ0) in t in "
+                         f"[{t_range[0]:.3g}, {t_range[1]:.3g}]; lengthen the horizon or add snapshots")
     s = slice(*win)
     fits = np.array([line_fit(t[s], lw[s]) for lw in logw])
     return RateFit(slope=-fits[:, 0], intercept=fits[:, 1],
@@ -185,20 +195,64 @@ def fit_growth_rate(t: np.ndarray, beta: np.ndarray, w2_zero: np.ndarray, *,
     return GrowthFit(C1=C1, log_a=log_a, windows=windows, C1_per_beta=per_beta)
 
 
-def departure_time(t: np.ndarray, w2_projection: np.ndarray, factor: float = 2.0) -> np.ndarray:
-    """First time after the minimum at which W2(ρ^β_t, Π_♯ρ0) exceeds ``factor`` × minimum.
+def geometric_departure(t: np.ndarray, dist_A: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Departure from the metastable phase, defined by the geometry alone.
 
-    ``w2_projection`` has time on its last axis; NaN where the curve never rises that far.
+    ``dist_A`` (…, time) is the distance of the tokens to measures on E1(A) ∩ S
+    (``distances.nc: dist_leading_A``); ``gap`` is the same distance for a measure
+    on V's leading eigenspace (``end_phase_gap``). The tokens *arrive* at the
+    metastable phase the first time ``dist_A`` drops below gap/2 and *depart* the
+    first time after that it rises above gap/2 again: halfway between the two
+    eigenspaces, a threshold that depends neither on N nor on the run's own
+    minimum. Returns ``(departure, censored)``: ``departure`` is NaN where the
+    tokens never arrived (no metastable phase observed) or never departed;
+    ``censored`` is True where they arrived but were still there at the last
+    snapshot (the departure lies beyond the horizon: right-censored, not absent).
     """
-    w = np.asarray(w2_projection, float)
-    flat = w.reshape(-1, w.shape[-1])
-    out = np.full(flat.shape[0], np.nan)
+    t = np.asarray(t, float)
+    d = np.asarray(dist_A, float)
+    flat = d.reshape(-1, d.shape[-1])
+    departure = np.full(flat.shape[0], np.nan)
+    censored = np.zeros(flat.shape[0], bool)
+    half = 0.5 * float(gap)
+    if not half > 0:
+        return departure.reshape(d.shape[:-1]), censored.reshape(d.shape[:-1])
     for k, curve in enumerate(flat):
-        i_min = int(np.argmin(curve))
-        above = np.nonzero(curve[i_min:] > factor * curve[i_min])[0]
+        below = np.flatnonzero(curve < half)
+        if below.size == 0:
+            continue  # never reached E1(A): no metastable phase to leave
+        above = np.flatnonzero(curve[below[0]:] > half)
         if above.size:
-            out[k] = t[i_min + above[0]]
-    return out.reshape(w.shape[:-1])
+            departure[k] = t[below[0] + above[0]]
+        else:
+            censored[k] = True
+    return departure.reshape(d.shape[:-1]), censored.reshape(d.shape[:-1])
+
+
+def judged_until_departure(t, departure) -> np.ndarray:
+    """(…, time) mask of the snapshots up to each curve's departure (all snapshots where there is none)."""
+    t = np.asarray(t, float)
+    dep = np.asarray(departure, float)
+    return np.where(np.isfinite(dep)[..., None], t <= dep[..., None], True)
+
+
+def mean_of_finite(x) -> np.ndarray:
+    """Row means over the finite entries (NaN for a row with none), without numpy's empty-slice warning."""
+    x = np.asarray(x, float)
+    n = np.isfinite(x).sum(axis=1)
+    total = np.where(np.isfinite(x), x, 0.0).sum(axis=1)
+    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
+
+
+def subspace_gap(E_a: np.ndarray, E_b: np.ndarray) -> float:
+    """Distance sqrt(2 − 2 cos θ) between the closest unit vectors of two subspaces (θ the smallest principal angle).
+
+    It is the value of ``projection.distance_to_eigenspace`` (sqrt(mean(2 − 2|P x|)))
+    for tokens sitting at the point of span(E_b) nearest to span(E_a); 0 when the
+    subspaces meet.
+    """
+    cos = float(np.linalg.svd(np.asarray(E_a, float).T @ np.asarray(E_b, float), compute_uv=False).max())
+    return float(np.sqrt(max(0.0, 2.0 - 2.0 * min(cos, 1.0))))
 
 
 def bound_curve(t: np.ndarray, beta: float, a: float, C1: float, b: float, c: float) -> np.ndarray:
@@ -208,34 +262,25 @@ def bound_curve(t: np.ndarray, beta: float, a: float, C1: float, b: float, c: fl
 
 # ---------------------------------------------------------------- uncertainty over replicas
 DEFAULT_CONFIDENCE = 0.95
-DEFAULT_BOOTSTRAP = 4000
 
 
-def bootstrap_interval(per_replica, statistic, rng: np.random.Generator, *, n_boot: int = DEFAULT_BOOTSTRAP,
-                       confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``statistic`` over replicas.
+def t_interval(per_replica, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
+    """Student-t interval for the mean over replicas: mean ± t_{R−1} · s/√R (NaN values dropped).
 
-    ``per_replica`` has replicas on its first axis; each bootstrap sample draws
-    that many replicas with replacement and evaluates ``statistic`` on them
-    (NaN results are dropped). With R replicas there are at most C(2R−1, R)
-    distinct resamples (35 for R = 4), so the interval is coarse for small R:
-    it states the spread between independent initial clouds, nothing finer.
+    Replicas are independent initial clouds, so a per-replica statistic is one
+    independent draw; for normally distributed draws this interval has exactly
+    the stated coverage for every R ≥ 2 (``tests/test_fitting.py`` simulates it).
+    A percentile bootstrap over R = 2 … 4 replicas covers far less than its
+    label (measured there too). With fewer than two finite values there is no
+    interval: (NaN, NaN).
     """
-    data = np.asarray(per_replica, float)
-    n = data.shape[0]
-    if n < 2:
-        value = float(statistic(data))
-        return value, value
-    if not np.isfinite(data).any():
+    x = np.asarray(per_replica, float)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
         return float("nan"), float("nan")
-    idx = rng.integers(0, n, size=(n_boot, n))
-    stats = np.array([statistic(data[i]) for i in idx], dtype=float)
-    stats = stats[np.isfinite(stats)]
-    if stats.size == 0:
-        return float("nan"), float("nan")
-    tail = 50.0 * (1.0 - confidence)
-    lo, hi = np.percentile(stats, [tail, 100.0 - tail])
-    return float(lo), float(hi)
+    half = float(student_t.ppf(0.5 + confidence / 2.0, x.size - 1) * np.std(x, ddof=1) / np.sqrt(x.size))
+    mean = float(np.mean(x))
+    return mean - half, mean + half
 
 
 def power_law_exponent(x, y) -> float:
@@ -254,31 +299,31 @@ def temperature_scale_exponent(beta) -> float:
 
 
 # ---------------------------------------------------------------- the bound's prefactors
-def envelope_prefactor_decay(t, w2_zero, c: float, window) -> float:
-    """b: the smallest prefactor with b·e^{−ct} ≥ W2(ρ^∞_t, Π♯ρ0) at every replica and snapshot of c's window.
+def calibrated_decay_prefactor(t, w2_zero_to_projection, c: float) -> float:
+    """b: the smallest prefactor with b·e^{−ct} ≥ W2(ρ^∞_t, Π♯ρ0) at every given replica and snapshot.
 
     A least-squares intercept puts the line through the middle of the data, so
-    about half of the points lie above it; a bound needs the envelope.
+    about half of the points lie above it; a bound needs the envelope. Called on
+    the calibration replicas only: the bound is then tested on the others.
     """
-    t = np.asarray(t, float)
-    inside = (t >= window[0]) & (t <= window[1])
-    if not (np.isfinite(c) and inside.any()):
+    w = np.asarray(w2_zero_to_projection, float)
+    if not np.isfinite(c):
         return float("nan")
-    return float(np.nanmax(np.asarray(w2_zero, float)[..., inside] * np.exp(c * t[inside])))
+    return float(np.nanmax(w * np.exp(c * np.asarray(t, float))))
 
 
-def envelope_prefactor_growth(t, beta, w2_zero, C1: float, windows) -> float:
-    """a: the smallest prefactor with a·sqrt(log(β+1)/β)·e^{C1 t} ≥ W2(ρ^β_t, ρ^∞_t) at every β, replica and
-    exact snapshot of that β's C1 window (one a for all β, as in Theorem 1)."""
+def calibrated_growth_prefactor(t, beta, w2_projection, judged, C1: float, b: float, c: float) -> float:
+    """a: the smallest prefactor with a·sqrt(log(β+1)/β)·e^{C1 t} + b·e^{−ct} ≥ W2(ρ^β_t, Π♯ρ0) on the given data.
+
+    ``w2_projection`` (beta, replica, time) and the boolean mask ``judged`` of the
+    same shape (the snapshots up to each replica's departure) are the calibration
+    part of the data; one a for all its β, as in Theorem 1.
+    """
+    if not np.all(np.isfinite([C1, b, c])):
+        return float("nan")
     t = np.asarray(t, float)
-    w = np.asarray(w2_zero, float)
-    best = float("nan")
-    if not np.isfinite(C1):
-        return best
-    for i, b in enumerate(np.asarray(beta, float)):
-        lo, hi = windows[i]
-        inside = (t >= lo) & (t <= hi) & np.all(np.isfinite(w[i]), axis=0)
-        if np.isfinite(lo) and inside.any():
-            value = float(np.max(w[i][:, inside] / temperature_scale(b) * np.exp(-C1 * t[inside])))
-            best = value if not np.isfinite(best) else max(best, value)
-    return best
+    w = np.asarray(w2_projection, float)
+    scale = temperature_scale(np.asarray(beta, float))[:, None, None]
+    excess = np.maximum(w - b * np.exp(-c * t), 0.0) / (scale * np.exp(C1 * t))
+    excess = np.where(np.asarray(judged, bool), excess, np.nan)
+    return float(np.nanmax(excess)) if np.isfinite(excess).any() else float("nan")

@@ -14,7 +14,7 @@ import time as _time
 import numpy as np
 import xarray as xr
 
-from . import checkpoint, claims, dynamics, exact, fitting, integrate, io, kernels, matrices, measures, projection, transport
+from . import checkpoint, claims, dynamics, estimates, exact, fitting, integrate, io, kernels, matrices, measures, projection, transport
 from .seeding import generator
 
 log = logging.getLogger("lowtemp")
@@ -303,11 +303,8 @@ def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, t
                      io.attrs("5th percentile over tokens of the effective sample size"))
     ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
     ds.attrs.update(integrator=method, step=grid.step, kernel=kernel)
-    low = float(np.min(np.median(ds["ess_median"].values, axis=1)))
-    if low < experiment["ess_threshold"]:
-        log.warning("%s: beta = %g, N = %d: median effective sample size falls to %.1f < %g; the particle "
-                    "system does not stand for the mean field there (N must grow like beta^((d-1)/2))",
-                    name, beta, X0.shape[1], low, experiment["ess_threshold"])
+    log.info("%s: beta = %g: smallest median effective sample size %.1f (judged against ess_threshold by the "
+             "fit)", name, beta, float(np.min(np.median(ds["ess_median"].values, axis=1))))
     io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
     _finish(ckpt)
 
@@ -422,96 +419,33 @@ def stage_collect_distances(name, experiment, root_seed, matrices_path, tokens_p
 
 # ---------------------------------------------------------------- stage 6: fit
 def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output):
+    """fit.nc: every constant and interval of the experiment, computed once (``estimates.fit_experiment``)."""
     M = load_matrices(matrices_path)
     ds = io.read_netcdf(distances_path, "distances")
-    t = ds.time.values
-    beta = ds.beta.values
-    cfg = experiment["fit"]
-    nr = ds.sizes["replica"]
-    try:
-        rate = fitting.fit_decay_rate(t, ds["w2_zero_to_projection"].values, max_residual=cfg["max_residual"],
-                                      min_points=cfg["min_points"])
-    except ValueError as exc:  # recorded as NaN: the claims that need c then say "not evaluable"
-        log.warning("%s: %s; c is NaN in fit.nc", name, exc)
-        rate = fitting.RateFit(slope=np.full(nr, np.nan), intercept=np.full(nr, np.nan),
-                               window=(np.nan, np.nan), window_index=(0, 0))
-    try:
-        growth = fitting.fit_growth_rate(t, beta, ds["w2_zero_temperature"].values, saturation=cfg["saturation"],
-                                         max_residual=cfg["max_residual"], min_points=cfg["min_points"])
-    except ValueError as exc:
-        log.warning("%s: %s (exact W2 at %d snapshots; distances.exact_every and fit.max_residual set how many "
-                    "qualify); C1 is NaN in fit.nc", name, exc, int(np.sum(np.isfinite(ds["w2_zero_temperature"].values[0, 0]))))
-        growth = fitting.GrowthFit(C1=np.full(nr, np.nan), log_a=np.full((beta.size, nr), np.nan),
-                                   windows=np.full((beta.size, 2), np.nan), C1_per_beta=np.full((beta.size, nr), np.nan))
-    depart = fitting.departure_time(t, ds["w2_projection"].values, factor=cfg["departure_factor"])
-    mean_depart = np.nanmean(depart, axis=1) if np.any(np.isfinite(depart)) else np.full(beta.size, np.nan)
-    ok = np.isfinite(mean_depart)
-    if ok.sum() >= 2:
-        slope, intercept = fitting.line_fit(np.log(beta[ok]), mean_depart[ok])
-    else:
-        slope = intercept = np.nan
-    lo, hi = M.rate_bounds
-    rng = generator(root_seed, name, "fit", "bootstrap")
-    boot = _bootstrap_settings(experiment)
-    c_interval = fitting.bootstrap_interval(rate.slope, np.mean, rng, **boot)
-    C1_interval = fitting.bootstrap_interval(growth.C1, np.nanmean, rng, **boot)
-    level = f"{100 * boot['confidence']:g}% percentile bootstrap interval over replicas of the mean"
-    bound_b = fitting.envelope_prefactor_decay(t, ds["w2_zero_to_projection"].values, rate.mean, rate.window)
-    bound_a = fitting.envelope_prefactor_growth(t, beta, ds["w2_zero_temperature"].values, growth.mean,
-                                                growth.windows)
-    out = xr.Dataset(
-        {
-            "c": (("replica",), rate.slope, io.attrs("zero-temperature decay rate c of W2(rho^inf_t, Pi_# rho0)", "1/time")),
-            "c_mean": ((), rate.mean, io.attrs("c, mean over replicas", "1/time")),
-            "c_sem": ((), rate.sem, io.attrs("c, standard error over replicas", "1/time")),
-            "log_b": (("replica",), rate.intercept, io.attrs("intercept log b of log W2 = log b - c t")),
-            "c_window": (("bound",), np.array(rate.window), io.attrs("time window of the c fit", "1")),
-            "c_interval": (("bound",), np.array(c_interval), io.attrs(f"c, {level}", "1/time")),
-            "C1_interval": (("bound",), np.array(C1_interval), io.attrs(f"C1, {level}", "1/time")),
-            "bound_a": ((), bound_a, io.attrs("a of the bound a sqrt(log(beta+1)/beta) e^{C1 t} + b e^{-c t}: smallest "
-                                              "value above W2(rho^beta_t, rho^inf_t) in every C1 window")),
-            "bound_b": ((), bound_b, io.attrs("b of the bound: smallest value with b e^{-c t} above "
-                                              "W2(rho^inf_t, Pi_# rho0) in the c window")),
-            "rate_lower": ((), lo, io.attrs("gamma / sigma_max(B)", "1/time")),
-            "rate_upper": ((), hi, io.attrs("gamma / sigma_min(B)", "1/time")),
-            "C1": (("replica",), growth.C1, io.attrs("growth rate C1 of W2(rho^beta_t, rho^inf_t)/sqrt(log(beta+1)/beta), shared over beta", "1/time")),
-            "C1_mean": ((), growth.mean, io.attrs("C1, mean over replicas", "1/time")),
-            "C1_sem": ((), growth.sem, io.attrs("C1, standard error over replicas", "1/time")),
-            "C1_per_beta": (("beta", "replica"), growth.C1_per_beta, io.attrs("growth rate fitted for each beta alone", "1/time")),
-            "log_a": (("beta", "replica"), growth.log_a, io.attrs("intercept log a per beta of the C1 fit")),
-            "C1_window": (("beta", "bound"), growth.windows, io.attrs("time window of the C1 fit per beta", "1")),
-            "departure_time": (("beta", "replica"), depart,
-                               io.attrs("first time after the minimum at which W2(rho^beta_t, Pi_# rho0) exceeds "
-                                        f"{cfg['departure_factor']:g} x its minimum", "1")),
-            "metastable_slope": ((), slope, io.attrs("slope of the mean departure time against log beta", "1")),
-            "metastable_intercept": ((), intercept, io.attrs("intercept of the mean departure time against log beta", "1")),
-        },
-        coords={"beta": beta, "replica": ds.replica.values, "bound": ["start", "stop"]},
-    )
-    log.info("%s: c = %.4f ± %.4f [%.4f, %.4f] on t in [%g, %g]; bounds [gamma/sigma_max, gamma/sigma_min] = "
-             "[%.4f, %.4f]", name, rate.mean, rate.sem, *c_interval, *rate.window, lo, hi)
-    log.info("%s: C1 = %.4f ± %.4f [%.4f, %.4f]; departure-time slope against log beta = %.4g", name, growth.mean,
-             growth.sem, *C1_interval, slope)
+    out = estimates.fit_experiment(name, ds, M, experiment["fit"], float(experiment["ess_threshold"]),
+                                   int(experiment["tokens"]))
+    for line in estimates.describe(out, name):
+        log.info("%s", line)
+    for beta, low in zip(out.beta.values, out["ess_min_to_horizon"].values):
+        if not low >= experiment["ess_threshold"]:
+            log.warning("%s: beta = %g, N = %d: median effective sample size falls to %.1f < %g; the particle "
+                        "system does not stand for the mean field there (N must grow like beta^((d-1)/2)); the "
+                        "claims leave this beta out where it falls inside their window", name, beta,
+                        int(experiment["tokens"]), low, experiment["ess_threshold"])
     io.write_netcdf(out, output, "fit", io.provenance(name, experiment, root_seed))
 
 
-def _bootstrap_settings(experiment: dict) -> dict:
-    cfg = experiment["fit"]
-    return {"n_boot": int(cfg["bootstrap"]), "confidence": float(cfg["confidence"])}
-
-
 # ---------------------------------------------------------------- stage 7: the paper's statements as checks
-def stage_claims(name, experiment, root_seed, matrices_path, distances_path, fit_path, output):
-    M = load_matrices(matrices_path)
+def stage_claims(name, experiment, root_seed, distances_path, fit_path, output):
+    """claims.nc: the paper's statements judged on fit.nc and distances.nc (``claims.evaluate``)."""
     dist = io.read_netcdf(distances_path, "distances")
     fit = io.read_netcdf(fit_path, "fit")
-    cfg = experiment["claims"]
-    found, details = claims.evaluate(dist, fit, M.rate_bounds, cfg, generator(root_seed, name, "claims", "bootstrap"),
-                                     _bootstrap_settings(experiment))
-    ds = claims.claims_dataset(found, dist.beta.values, details)
-    passed = sum(c.status == claims.PASSED for c in found)
-    log.info("%s: %d of %d claims passed (intervals: %g%% bootstrap over %d replicas)", name, passed, len(found),
-             100 * experiment["fit"]["confidence"], dist.sizes["replica"])
+    found = claims.evaluate(dist, fit, experiment["claims"])
+    ds = claims.claims_dataset(found, fit)
+    counts = {w: sum(c.status == s for c in found) for s, w in claims.STATUS_WORD.items()}
+    log.info("%s: %s (intervals: %g%% Student-t over %d replicas)", name,
+             ", ".join(f"{n} {w.lower()}" for w, n in counts.items() if n), 100 * float(fit.attrs["confidence"]),
+             dist.sizes["replica"])
     for c in found:
         (log.info if c.status == claims.PASSED else log.warning)("%s: %s", name, c.line())
     io.write_netcdf(ds, output, "claims", io.provenance(name, experiment, root_seed))

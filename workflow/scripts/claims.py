@@ -4,5 +4,5 @@ from lowtemp import pipeline
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params.stage
 with pipeline.logged(sm.log[0]):
-    pipeline.stage_claims(p["name"], p["experiment"], p["root_seed"], matrices_path=sm.input.matrices,
-                          distances_path=sm.input.distances, fit_path=sm.input.fit, output=sm.output[0])
+    pipeline.stage_claims(p["name"], p["experiment"], p["root_seed"], distances_path=sm.input.distances,
+                          fit_path=sm.input.fit, output=sm.output[0])

@@ -1,0 +1,261 @@
+"""Every constant and interval of one experiment, computed once (``results/<experiment>/fit.nc``).
+
+The claims (``lowtemp.claims``) read these numbers and judge them; they never
+estimate anything a second time. What is estimated here, from ``distances.nc``:
+
+* the zero-temperature decay rate of W2(ρ^∞_t, Π♯ρ0) in each of its two regimes
+  (early: mean field; late: finite N), on either side of ``rates.regime_band``, each
+  with the prediction of its regime (``rates.early_rate``, ``rates.late_rate``);
+* C1 over all β (the data-collapse figure);
+* the bound's constants *calibrated* on the two ends of the β range: C1 and a
+  on the smallest β (``fit.calibration_betas``), c and b on the zero-temperature
+  curves (β = ∞), so that the bound can be tested on the β in between, which
+  it was not fitted on;
+* the exponent of β of the finite-temperature error at an early time, per
+  replica, over the β whose particle system stands for the mean field there;
+* the geometric departure time per (β, replica), right-censored at the
+  horizon, and the slope of departure time against log β per replica;
+* the smallest median ESS over the windows the claims judge, per β.
+
+Every interval is a Student-t interval over replicas (``fitting.t_interval``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import xarray as xr
+
+from . import fitting, io, rates
+from .matrices import AttentionMatrices
+
+log = logging.getLogger("lowtemp")
+
+LAPLACE_EXPONENT = -1.0  # W2(ρ^β_t, ρ^∞_t) ∝ 1/β for a smooth positive density (Laplace's method)
+
+
+def calibration_betas(n_beta: int, calibration_betas: int) -> np.ndarray:
+    """Mask of the calibration β: the smallest ``calibration_betas`` (the others are held out).
+
+    The bound is calibrated there and on the zero-temperature curves (its β = ∞
+    end), and tested on the β in between, which it was not fitted on.
+    """
+    return np.arange(n_beta) < min(calibration_betas, n_beta)
+
+
+def min_median_ess(ess_median, window) -> np.ndarray:
+    """Per β, the smallest over the window (beta, time mask) of the median over replicas of the median ESS."""
+    med = np.median(np.asarray(ess_median, float), axis=1)  # (beta, time)
+    return np.array([np.min(med[i, w]) if np.any(w) else np.nan for i, w in enumerate(np.asarray(window, bool))])
+
+
+def _rate_in_regime(t, w2, t_range, cfg, name, regime):
+    """RateFit on one regime's time range, or None (logged in words) when no window qualifies there."""
+    try:
+        return fitting.fit_decay_rate(t, w2, max_residual=cfg["max_residual"], min_points=cfg["min_points"],
+                                      t_range=t_range)
+    except ValueError as exc:
+        log.warning("%s: %s regime: %s", name, regime, exc)
+        return None
+
+
+def _growth(t, beta, w2_zero, cfg, name, what):
+    try:
+        return fitting.fit_growth_rate(t, beta, w2_zero, saturation=cfg["saturation"],
+                                       max_residual=cfg["max_residual"], min_points=cfg["min_points"])
+    except ValueError as exc:
+        log.warning("%s: %s: %s", name, what, exc)
+        return None
+
+
+def temperature_exponents(beta, early_error) -> np.ndarray:
+    """Per replica, the least-squares exponent α of β in log W2 = k + α log β (``early_error`` (beta, replica))."""
+    err = np.asarray(early_error, float)
+    return np.array([fitting.power_law_exponent(beta, err[:, r]) for r in range(err.shape[1])])
+
+
+def departure_slopes(beta, departure, censored, horizon: float) -> np.ndarray:
+    """Per replica, a lower bound on the least-squares slope of departure time against log β.
+
+    A censored departure is only known to lie beyond ``horizon``. The slope is
+    linear in the departure times with weight (x_i − x̄)/Σ(x − x̄)², x = log β:
+    a censored time with a positive weight is replaced by its lower bound, the
+    horizon; one with a negative weight leaves the slope without a lower bound
+    (−inf). β without a metastable phase (never arrived) are left out.
+    """
+    x_all = np.log(np.asarray(beta, float))
+    dep = np.asarray(departure, float)
+    cen = np.asarray(censored, bool)
+    out = np.full(dep.shape[1], np.nan)
+    for r in range(dep.shape[1]):
+        known = np.isfinite(dep[:, r]) | cen[:, r]
+        if known.sum() < 2:
+            continue
+        x = x_all[known]
+        y = np.where(cen[known, r], horizon, dep[known, r])
+        weight = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+        out[r] = -np.inf if np.any(cen[known, r] & (weight < 0)) else float(np.sum(weight * y))
+    return out
+
+
+def _interval_allowing_unbounded(values, confidence):
+    """t interval of per-replica lower bounds; (−inf, NaN) when one of them is unbounded."""
+    v = np.asarray(values, float)
+    if np.any(np.isneginf(v)):
+        return -np.inf, np.nan
+    return fitting.t_interval(v, confidence)
+
+
+def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict, ess_threshold: float,
+                   n_tokens: int) -> xr.Dataset:
+    """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied)."""
+    t = dist.time.values
+    beta = dist.beta.values
+    reps = dist.replica.values
+    nb, nr = beta.size, reps.size
+    conf = float(cfg["confidence"])
+    w0 = dist["w2_zero_to_projection"].transpose("replica", "time").values
+    w2_zero = dist["w2_zero_temperature"].transpose("beta", "replica", "time").values
+    w2_proj = dist["w2_projection"].transpose("beta", "replica", "time").values
+    ess = dist["ess_median"].transpose("beta", "replica", "time").values
+    nan2 = np.array([np.nan, np.nan])
+
+    # ---- zero-temperature rate, per regime
+    # the band around t* where the last waiting tokens escape belongs to neither regime: a slope
+    # fitted there lies anywhere between 0 and the late rate (docs/early_rate.md)
+    t_star = rates.regime_boundary(M, n_tokens)
+    band = rates.regime_band(M, n_tokens)
+    predictions = {"early": rates.early_rate(M), "late": rates.late_rate(M)}
+    ranges = {"early": (0.0, band[0]), "late": (band[1], np.inf)}
+    regime_fits = {k: _rate_in_regime(t, w0, ranges[k], cfg, name, k) for k in ranges}
+    c_regime = np.array([regime_fits[k].slope if regime_fits[k] else np.full(nr, np.nan) for k in ranges])
+    c_window = np.array([regime_fits[k].window if regime_fits[k] else nan2 for k in ranges])
+    c_interval = np.array([fitting.t_interval(c, conf) for c in c_regime])
+
+    # ---- C1 over all β (data collapse)
+    growth = _growth(t, beta, w2_zero, cfg, name, "C1 over all beta")
+    C1 = growth.C1 if growth else np.full(nr, np.nan)
+
+    # ---- the bound, calibrated on the smallest β (a, C1) and on β = ∞ (b, c); tested on the other β
+    dist_A = dist["dist_leading_A"].transpose("beta", "replica", "time").values
+    gap = fitting.subspace_gap(M.E1, M.E1_V_real)
+    departure, censored = fitting.geometric_departure(t, dist_A, gap)
+    cal_beta = calibration_betas(nb, int(cfg["calibration_betas"]))
+    cal_growth = _growth(t, beta[cal_beta], w2_zero[cal_beta], cfg, name,
+                         f"C1 on the calibration beta {beta[cal_beta].tolist()}")
+    bound_C1 = cal_growth.mean if cal_growth else np.nan
+    fitted_rates = c_regime.mean(axis=1)
+    bound_c = np.nanmin(fitted_rates) if np.isfinite(fitted_rates).any() else np.nan  # the slower regime bounds all t
+    bound_b = fitting.calibrated_decay_prefactor(t, w0, bound_c)
+    judged = fitting.judged_until_departure(t, departure)
+    bound_a = fitting.calibrated_growth_prefactor(t, beta[cal_beta], w2_proj[cal_beta], judged[cal_beta],
+                                                  bound_C1, bound_b, bound_c)
+
+    # ---- the finite-temperature error at an early time, exponent of β over the resolved β
+    exact = np.all(np.isfinite(w2_zero), axis=(0, 1)) & (t > 0)
+    if not exact.any():
+        raise ValueError("no snapshot with an exact W2(rho^beta_t, rho^inf_t) after t = 0")
+    idx = np.flatnonzero(exact)
+    k_early = int(idx[np.argmin(np.abs(t[idx] - float(cfg["early_time"])))])
+    early_error = w2_zero[..., k_early]
+    ess_early = min_median_ess(ess, np.broadcast_to(t <= t[k_early], (nb, t.size)))
+    used = (ess_early >= ess_threshold) & np.all(np.isfinite(early_error) & (early_error > 0), axis=1)
+    alpha = temperature_exponents(beta[used], early_error[used]) if used.sum() >= 2 else np.full(nr, np.nan)
+    bound_exponent = fitting.temperature_scale_exponent(beta[used]) if used.sum() >= 2 else np.nan
+
+    # ---- departure time against log β
+    horizon = float(t[-1])
+    ess_to_departure = min_median_ess(ess, np.any(judged, axis=1))
+    ess_to_horizon = min_median_ess(ess, np.ones((nb, t.size), bool))
+    meta_used = ess_to_departure >= ess_threshold
+    slopes = departure_slopes(beta[meta_used], departure[meta_used], censored[meta_used], horizon) \
+        if meta_used.sum() >= 2 else np.full(nr, np.nan)
+
+    level = f"{100 * conf:g}% Student-t interval over replicas of the mean"
+    A = io.attrs
+    data = {
+        "c_regime": (("regime", "replica"), c_regime,
+                     A("decay rate of W2(rho^inf_t, Pi_# rho0) fitted in each regime", "1/time")),
+        "c_regime_mean": (("regime",), c_regime.mean(axis=1),
+                          A("decay rate per regime, mean over replicas (NaN: no window)", "1/time")),
+        "c_regime_interval": (("regime", "bound"), c_interval, A(f"decay rate per regime, {level}", "1/time")),
+        "c_regime_window": (("regime", "bound"), c_window, A("time window of the decay fit per regime", "1")),
+        "rate_predicted": (("regime", "bound"), np.array([[p.low, p.high] for p in predictions.values()]),
+                           A("predicted decay rate per regime (low, high; equal when sharp)", "1/time")),
+        "rate_prediction_note": (("regime",), np.array([p.note for p in predictions.values()], dtype=object),
+                                 A("the formula of the predicted rate")),
+        "regime_boundary": ((), t_star, A("time t* at which the N tokens pass from the early (mean-field) to the "
+                                          "late (finite-N) regime", "1")),
+        "regime_band": (("bound",), np.array(band), A("transition band around t*, left out of both rate fits", "1")),
+        "rate_lower": ((), M.rate_bounds[0], A("gamma / sigma_max(B)", "1/time")),
+        "rate_upper": ((), M.rate_bounds[1], A("gamma / sigma_min(B)", "1/time")),
+        "C1": (("replica",), C1, A("growth rate C1 of W2(rho^beta_t, rho^inf_t)/sqrt(log(beta+1)/beta), shared "
+                                   "over beta", "1/time")),
+        "C1_mean": ((), growth.mean if growth else np.nan, A("C1, mean over replicas", "1/time")),
+        "C1_interval": (("bound",), np.array(fitting.t_interval(C1, conf)), A(f"C1, {level}", "1/time")),
+        "C1_per_beta": (("beta", "replica"), growth.C1_per_beta if growth else np.full((nb, nr), np.nan),
+                        A("growth rate fitted for each beta alone", "1/time")),
+        "log_a": (("beta", "replica"), growth.log_a if growth else np.full((nb, nr), np.nan),
+                  A("intercept log a per beta of the C1 fit")),
+        "C1_window": (("beta", "bound"), growth.windows if growth else np.full((nb, 2), np.nan),
+                      A("time window of the C1 fit per beta", "1")),
+        "calibration_beta": (("beta",), cal_beta, A("beta used to calibrate the bound (the rest is held out)")),
+        "bound_C1": ((), bound_C1, A("C1 of the bound, fitted on the calibration beta", "1/time")),
+        "bound_c": ((), bound_c, A("c of the bound: the slower of the two regime rates", "1/time")),
+        "bound_b": ((), bound_b, A("b: smallest value with b e^{-ct} above W2(rho^inf_t, Pi_# rho0) (beta = inf)")),
+        "bound_a": ((), bound_a, A("a: smallest value with a sqrt(log(beta+1)/beta) e^{C1 t} + b e^{-ct} above "
+                                   "W2(rho^beta_t, Pi_# rho0) on the calibration data up to departure")),
+        "early_error": (("beta", "replica"), early_error,
+                        A(f"W2(rho^beta_t, rho^inf_t) at the early time t = {t[k_early]:g}")),
+        "temperature_beta_used": (("beta",), used, A("beta resolved over [0, early time] (median ESS >= "
+                                                     "ess_threshold) with a positive exact W2: the exponent's beta")),
+        "temperature_exponent": (("replica",), alpha, A("exponent of beta of early_error over the used beta")),
+        "temperature_exponent_interval": (("bound",), np.array(fitting.t_interval(alpha, conf)),
+                                          A(f"exponent of beta, {level}")),
+        "temperature_bound_exponent": ((), bound_exponent,
+                                       A("local exponent of sqrt(log(beta+1)/beta) over the used beta")),
+        "departure_time": (("beta", "replica"), departure,
+                           A("first time after the metastable phase at which the tokens are farther than "
+                             "end_phase_gap/2 from E1(A); NaN: never arrived or censored", "1")),
+        "departure_censored": (("beta", "replica"), censored,
+                               A("still in the metastable phase at the horizon (departure beyond it)")),
+        "metastable_beta_used": (("beta",), meta_used, A("beta resolved up to departure (median ESS)")),
+        "metastable_slope": (("replica",), slopes,
+                             A("lower bound on the slope of departure time against log beta (censored times at "
+                               "the horizon; -inf: no lower bound)", "1")),
+        "metastable_slope_interval": (("bound",), np.array(_interval_allowing_unbounded(slopes, conf)),
+                                      A(f"slope of departure time against log beta, {level}", "1")),
+        "ess_min_early": (("beta",), ess_early, A("smallest median ESS over [0, early time]")),
+        "ess_min_to_departure": (("beta",), ess_to_departure, A("smallest median ESS up to the last departure")),
+        "ess_min_to_horizon": (("beta",), ess_to_horizon, A("smallest median ESS over the whole run")),
+    }
+    out = xr.Dataset(data, coords={"beta": beta, "replica": reps, "bound": ["start", "stop"],
+                                   "regime": list(ranges)})
+    out.attrs.update(early_time=float(t[k_early]), end_phase_gap=gap, laplace_exponent=LAPLACE_EXPONENT,
+                     confidence=conf, ess_threshold=float(ess_threshold))
+    return out
+
+
+def describe(fit: xr.Dataset, name: str) -> list[str]:
+    """Log lines for the fitted constants, in words where a constant could not be fitted."""
+    def num(value, fmt=".4f"):
+        return format(float(value), fmt) if np.isfinite(value) else None
+
+    lines = []
+    for k, regime in enumerate(fit.regime.values):
+        c = num(fit["c_regime_mean"].values[k])
+        lo, hi = fit["c_regime_interval"].values[k]
+        p_lo, p_hi = fit["rate_predicted"].values[k]
+        lines.append(f"{name}: {regime} regime: " + (
+            f"c = {c} [{lo:.4f}, {hi:.4f}] on t in [{fit['c_regime_window'].values[k][0]:g}, "
+            f"{fit['c_regime_window'].values[k][1]:g}]" if c else "no log-linear decay window, c not fitted")
+            + f"; predicted [{p_lo:.4f}, {p_hi:.4f}]")
+    C1 = num(fit["C1_mean"])
+    lines.append(f"{name}: " + (f"C1 = {C1} {np.round(fit['C1_interval'].values, 4).tolist()}" if C1
+                                else "no growth window for W2(rho^beta_t, rho^inf_t): C1 not fitted"))
+    a, b = num(fit["bound_a"], ".4g"), num(fit["bound_b"], ".4g")
+    lines.append(f"{name}: " + (f"bound calibrated on beta {fit.beta.values[fit['calibration_beta'].values].tolist()}"
+                                f": a = {a}, C1 = {float(fit['bound_C1']):.4f}, b = {b}, c = {float(fit['bound_c']):.4f}"
+                                if a and b else "the bound could not be calibrated (see the warnings above)"))
+    return lines
