@@ -1,0 +1,138 @@
+"""The certified sparse assignment W2 (lowtemp.assignment) against POT's network simplex."""
+
+from __future__ import annotations
+
+import numpy as np
+import ot
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lowtemp import assignment
+
+
+def _sphere(rng, n, d):
+    Z = rng.standard_normal((n, d))
+    return Z / np.linalg.norm(Z, axis=1, keepdims=True)
+
+
+def _emd2_value(X, Y):
+    """W2 from ot.emd2 on the dense cost |x − y|² (differences, as the solver)."""
+    C = np.sum((X[:, None, :] - Y[None, :, :]) ** 2, axis=-1)
+    a = np.full(len(X), 1.0 / len(X))
+    return float(np.sqrt(max(ot.emd2(a, a, C, numItermax=10**7), 0.0)))
+
+
+def _clouds(seed, n, d, kind):
+    """Pairs of clouds from the same tokens: random, clustered near ±u, or tie-heavy (duplicates, grid)."""
+    rng = np.random.default_rng(seed)
+    X = _sphere(rng, n, d)
+    if kind == "random":
+        Y = _sphere(rng, n, d)
+    elif kind == "perturbed":
+        Y = X + 0.05 * rng.standard_normal((n, d))
+        Y /= np.linalg.norm(Y, axis=1, keepdims=True)
+        swap = rng.choice(n, max(2, n // 10), replace=False)
+        Y[swap] = Y[np.roll(swap, 1)]
+    elif kind == "clustered":  # most tokens very near ±u, spreads of very different scales
+        u = np.eye(d)[0]
+        sign = np.where(rng.random(n) < 0.6, 1.0, -1.0)[:, None]
+        X = sign * u + 10.0 ** -rng.integers(2, 5) * rng.standard_normal((n, d))
+        Y = sign * u + 10.0 ** -rng.integers(4, 9) * rng.standard_normal((n, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        Y /= np.linalg.norm(Y, axis=1, keepdims=True)
+    elif kind == "ties":  # duplicated tokens and coordinates on a coarse grid: many equal costs
+        X = np.round(X * 2) / 2
+        Y = np.round(_sphere(rng, n, d) * 2) / 2
+        X[: n // 3] = X[0]
+        Y[: n // 4] = Y[1]
+    else:
+        raise ValueError(kind)
+    return np.ascontiguousarray(X), np.ascontiguousarray(Y)
+
+
+def _assert_same_w2(value, ref):
+    assert abs(value**2 - ref**2) <= 1e-9 * ref**2 + 1e-14, (value, ref)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 60), d=st.sampled_from([2, 3]),
+       kind=st.sampled_from(["random", "perturbed", "clustered", "ties"]), k=st.sampled_from([1, 4, 16]))
+def test_equals_emd2(seed, n, d, kind, k):
+    X, Y = _clouds(seed, n, d, kind)
+    res = assignment.w2_exact(X, Y, k=k, k_sync=k // 2)
+    _assert_same_w2(res.value, _emd2_value(X, Y))
+    assert res.certified
+    assert np.array_equal(np.sort(res.perm), np.arange(n))
+    cert = assignment.certify(X, Y, res.perm, res.u, res.v, 1e-9)
+    assert cert.ok
+
+
+@pytest.mark.parametrize("kind", ["random", "perturbed", "clustered", "ties"])
+def test_medium_clouds(kind):
+    X, Y = _clouds(7, 600, 3, kind)
+    res = assignment.w2_exact(X, Y)
+    _assert_same_w2(res.value, _emd2_value(X, Y))
+    assert res.certified and res.gap_bound <= 1e-10
+
+
+def test_certificate_rejects_swapped_pairs():
+    X, Y = _clouds(3, 300, 3, "perturbed")
+    res = assignment.w2_exact(X, Y)
+    assert assignment.certify(X, Y, res.perm, res.u, res.v).ok
+    bad = res.perm.copy()
+    cost = np.sum((X - Y[bad]) ** 2, axis=1)
+    i, j = 0, int(np.argmax(np.sum((X - X[0]) ** 2, axis=1)))  # swap partners of two far-apart tokens
+    bad[[i, j]] = bad[[j, i]]
+    assert np.sum((X - Y[bad]) ** 2) > np.sum(cost)
+    cert = assignment.certify(X, Y, bad, res.u, res.v)
+    assert not cert.ok and cert.max_slack > 1e-3
+
+
+def test_certificate_reports_violating_pairs_of_perturbed_duals():
+    X, Y = _clouds(4, 300, 3, "perturbed")
+    res = assignment.w2_exact(X, Y)
+    u = res.u.copy()
+    u[17] += 0.05  # row 17 now claims more than its cheapest column allows
+    cert = assignment.certify(X, Y, res.perm, u, res.v, per_row=3)
+    assert not cert.ok and cert.n_violations >= 1 and cert.min_reduced < -1e-3
+    assert set(cert.pairs[:, 0]) == {17} and len(cert.pairs) == min(3, cert.n_violations)
+    # the reported pairs are the most violated ones, most negative first
+    red = np.sum((X[17] - Y) ** 2, axis=1) - u[17] - res.v
+    assert np.array_equal(cert.pairs[:, 1], np.argsort(red, kind="stable")[: len(cert.pairs)])
+    # bounded list
+    assert len(assignment.certify(X, Y, res.perm, u + 0.05, res.v, max_pairs=10).pairs) == 10
+
+
+def test_candidate_growth_reaches_the_optimum():
+    """Only the synchronous pairs as candidates: certificates add the violating pairs until optimal."""
+    X, Y = _clouds(5, 400, 3, "perturbed")
+    res = assignment.w2_exact(X, Y, k=0, k_sync=0, precheck=False, max_rounds=100)
+    assert res.rounds > 1 and not res.fallback and res.certified
+    _assert_same_w2(res.value, _emd2_value(X, Y))
+
+
+def test_fallback_to_network_simplex():
+    X, Y = _clouds(6, 400, 3, "perturbed")
+    res = assignment.w2_exact(X, Y, k=0, k_sync=0, precheck=False, max_rounds=1)
+    assert res.fallback and res.rounds == 1 and res.certified
+    _assert_same_w2(res.value, _emd2_value(X, Y))
+
+
+def test_warm_start_and_determinism():
+    X, Y = _clouds(8, 800, 3, "perturbed")
+    a = assignment.w2_exact(X, Y)
+    b = assignment.w2_exact(X, Y)
+    assert a.value == b.value and np.array_equal(a.perm, b.perm) and np.array_equal(a.v, b.v)
+    Y2 = Y + 1e-3 * np.random.default_rng(0).standard_normal(Y.shape)
+    c = assignment.w2_exact(X, Y2, warm=a)
+    _assert_same_w2(c.value, _emd2_value(X, Y2))
+    assert c.certified
+
+
+def test_bad_input():
+    X, Y = _clouds(9, 10, 3, "random")
+    with pytest.raises(ValueError):
+        assignment.w2_exact(X, Y[:5])
+    with pytest.raises(ValueError):
+        assignment.w2_exact(X, np.full_like(Y, np.nan))
