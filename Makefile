@@ -1,4 +1,4 @@
-# The README's two commands: `make reproduce` and `make test` (SPEC §4).
+# The README's two commands: `make reproduce` and `make test`.
 # Both create .venv from the pinned lock on first use; nothing else is needed
 # but Python 3.11+.
 
@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce circle test test-faults test-slurm test-container bench venv report clean
+.PHONY: reproduce circle test lint test-faults test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ circle: $(STAMP)
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## lint: snakemake --lint finds nothing, the workflow files are snakefmt-formatted (also part of make test)
+lint: $(STAMP)
+	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile workflow/rules
 
 ## test-faults: fault injection (SIGKILL mid-run and mid-write, resume bit for bit), bounded in time
 test-faults: $(STAMP)

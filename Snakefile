@@ -1,5 +1,8 @@
-# Low-temperature mean-field transformer dynamics: the whole pipeline (SPEC §2).
+# Low-temperature mean-field transformer dynamics: the whole pipeline.
 # This file only includes the rule files and names the final targets.
+from snakemake.utils import min_version
+
+min_version("9.0")
 
 # The default experiments, unless a config with experiments was given
 # (`--configfile other.yaml` replaces them instead of being merged into them).

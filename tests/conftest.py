@@ -8,6 +8,7 @@ against an independent computation, not against itself.
 from __future__ import annotations
 
 import copy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -88,6 +89,27 @@ def naive_zero_temperature_field(X: np.ndarray, A: np.ndarray, B: np.ndarray) ->
         f = A @ x / np.linalg.norm(B.T @ x)
         out[idx] = f - (f @ x) * x
     return out
+
+
+# ------------------------------------------------------------------ the workflow
+def run_workflow(workdir: Path, cores: int = 2) -> subprocess.CompletedProcess:
+    """config/test.yaml through Snakemake in ``workdir`` (``--directory``: nothing lands in the repository)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
+                           "--configfile", str(TEST_CONFIG), "--cores", str(cores)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+@pytest.fixture(scope="session")
+def completed_test_run(tmp_path_factory) -> Path:
+    """The working directory of one complete run of config/test.yaml (about a minute on 2 cores),
+    shared by the tests that read its results (test_e2e) or dry-run edits against it (test_rerun).
+    Tests must not change it."""
+    work = tmp_path_factory.mktemp("e2e")
+    run_workflow(work)
+    return work
 
 
 # ------------------------------------------------------------------ configs

@@ -5,7 +5,7 @@ the Snakefile calls when it is read (before any job). A sample of rows also goes
 through the real Snakemake command line, checking the message reaches the user
 and that no ``results/`` folder appears. NetCDF inputs that are truncated, of an
 older schema or of the wrong kind are refused by the stage that reads them.
-The README's "When a run refuses to start" lists the common ones with their fixes.
+docs/reliability.md lists the common ones with their fixes.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Shared by the fault-injection tests (``make test-faults``). A kill takes down
 Snakemake and every job it started, like a preempted node or a power cut
 would; Snakemake's lock is left behind, so a rerun first calls ``--unlock``,
-then runs with ``--rerun-incomplete``, as the README tells users to.
+then runs with ``--rerun-incomplete``, as docs/reliability.md tells users to.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ import re
 
 import os
 
+from lowtemp import convergence as lowtemp_convergence
+from lowtemp import params as lowtemp_params
 from lowtemp import validation
 
 RESULTS = "results"
@@ -15,6 +17,13 @@ MATRICES = validation.validate_config(  # experiment name -> its checked K, Q, V
     configfiles=workflow.configfiles,
     results=RESULTS,
 )
+
+# The software of every rule, named in its conda directive: the pinned environment, used
+# with --sdm conda (a plain run uses the environment Snakemake runs in, e.g. the .venv of
+# `make venv`). Relative to the rule files; envs/environment.post-deploy.sh installs this
+# checkout's package lowtemp into it.
+SOFTWARE = "../../envs/environment.yaml"
+os.environ.update(LOWTEMP_SOURCE=workflow.basedir)
 
 ROOT_SEED = config["root_seed"]
 EXPERIMENTS = config["experiments"]
@@ -36,30 +45,44 @@ wildcard_constraints:
     figure="|".join(FIGURES),
 
 
-def stage_params(wildcards):
-    """Plain parameters every stage receives: experiment name, its config slice, the root seed.
+def stage_params(stage):
+    """Params of a rule's jobs: experiment name, the slice of its config that ``stage`` reads, root seed.
 
-    The slice leaves out the optional ``convergence`` block: only the rule ``convergence``
-    depends on it, so changing it reruns nothing else."""
-    return {
-        "name": wildcards.experiment,
-        "experiment": {k: v for k, v in EXPERIMENTS[wildcards.experiment].items() if k != "convergence"},
-        "root_seed": ROOT_SEED,
-    }
+    The slice (``lowtemp.params.STAGE_KEYS``, canonical: sorted keys, 10.0 as 10) is the
+    rule's only config dependency, so Snakemake reruns a job when, and only when, a key
+    its stage reads changes. The rule ``figure`` has one slice per figure."""
+
+    def params(wildcards):
+        key = f"figure:{wildcards.figure}" if stage == "figure" else stage
+        return lowtemp_params.stage_params(wildcards.experiment, EXPERIMENTS[wildcards.experiment], key, ROOT_SEED)
+
+    return params
 
 
 def finite_temperature_files(wildcards):
     return [
-        f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{label}.nc"
-        for label in BETAS[wildcards.experiment]
+        f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{label}.nc" for label in BETAS[wildcards.experiment]
     ]
 
 
 def distance_parts(wildcards):
-    return [
-        f"{RESULTS}/{wildcards.experiment}/distances/beta{label}.nc"
-        for label in BETAS[wildcards.experiment]
-    ]
+    return [f"{RESULTS}/{wildcards.experiment}/distances/beta{label}.nc" for label in BETAS[wildcards.experiment]]
+
+
+def figure_labels(wildcards):
+    """Labels of a figure in the report: its experiment, the experiment's betas, the figure."""
+    return {
+        "experiment": wildcards.experiment,
+        "β": ", ".join(BETAS[wildcards.experiment]),
+        "figure": wildcards.figure,
+    }
+
+
+def convergence_labels(wildcards):
+    """Labels of a convergence figure in the report (β: the one both studies run at)."""
+    name = wildcards.experiment
+    beta = lowtemp_convergence.study_settings(name, EXPERIMENTS[name]).beta
+    return {"experiment": name, "β": f"{beta:g}", "figure": "convergence"}
 
 
 def experiment_figures(name):
@@ -72,4 +95,4 @@ def all_targets():
     for name in EXPERIMENTS:
         targets += [f"{RESULTS}/{name}/distances.nc", f"{RESULTS}/{name}/fit.nc", f"{RESULTS}/{name}/claims.nc"]
         targets += experiment_figures(name)
-    return targets
+    return targets + [f"{RESULTS}/claims_summary.md"]

@@ -1,16 +1,7 @@
-# Convergence studies (SPEC §2, "Numerical honesty"): step halving (h, h/2, h/4; RK4 and Euler;
+# Convergence studies: step halving (h, h/2, h/4; RK4 and Euler;
 # finite β by Richardson, zero temperature also against the exact solution) and particle
 # number (W2(ρ^β_t, Π♯ρ0) for N doubling, spread over replicas). Not in the default target
 # (`all`): `snakemake --cores all convergence_all` runs them for every experiment.
-
-
-def convergence_params(wildcards):
-    """Like stage_params, but with the experiment's whole config (its convergence block included)."""
-    return {
-        "name": wildcards.experiment,
-        "experiment": EXPERIMENTS[wildcards.experiment],
-        "root_seed": ROOT_SEED,
-    }
 
 
 rule convergence:
@@ -19,17 +10,19 @@ rule convergence:
         tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
     output:
         f"{RESULTS}/{{experiment}}/convergence.nc",
-    params:
-        stage=convergence_params,
+    log:
+        f"{RESULTS}/{{experiment}}/logs/convergence.log",
+    benchmark:
+        f"{RESULTS}/{{experiment}}/benchmarks/convergence.tsv"
+    conda:
+        SOFTWARE
     threads: 2
     resources:
         mem_mb=stage_mem_mb("convergence"),
         runtime=stage_runtime("convergence"),
         cpus_per_task=stage_cpus("convergence"),
-    log:
-        f"{RESULTS}/{{experiment}}/logs/convergence.log",
-    benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/convergence.tsv"
+    params:
+        stage=stage_params("convergence"),
     script:
         "../scripts/convergence.py"
 
@@ -43,22 +36,29 @@ rule convergence_figure:
             f"{RESULTS}/{{experiment}}/figures/convergence.png",
             caption="../report/convergence.rst",
             category="{experiment}",
+            subcategory="convergence",
+            labels=convergence_labels,
         ),
-    params:
-        stage=convergence_params,
-    resources:
-        mem_mb=stage_mem_mb("figure"),
-        runtime=stage_runtime("figure"),
-        cpus_per_task=stage_cpus("figure"),
     log:
         f"{RESULTS}/{{experiment}}/logs/figure_convergence.log",
     benchmark:
         f"{RESULTS}/{{experiment}}/benchmarks/figure_convergence.tsv"
+    conda:
+        SOFTWARE
+    resources:
+        mem_mb=stage_mem_mb("figure"),
+        runtime=stage_runtime("figure"),
+        cpus_per_task=stage_cpus("figure"),
+    params:
+        stage=stage_params("convergence_figure"),
     script:
         "../scripts/convergence_figure.py"
 
 
 rule convergence_all:
     input:
-        [f"{RESULTS}/{name}/{path}" for name in EXPERIMENTS
-         for path in ("convergence.nc", "figures/convergence.pdf", "figures/convergence.png")],
+        [
+            f"{RESULTS}/{name}/{path}"
+            for name in EXPERIMENTS
+            for path in ("convergence.nc", "figures/convergence.pdf", "figures/convergence.png")
+        ],

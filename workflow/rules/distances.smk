@@ -1,4 +1,4 @@
-# Step 5 (SPEC §2.5): exact W2 and eigenspace distances, per beta, then collected.
+# Step 5: exact W2 and eigenspace distances, per beta, then collected.
 
 
 rule distances_beta:
@@ -9,18 +9,20 @@ rule distances_beta:
         zero=f"{RESULTS}/{{experiment}}/zero_temperature.nc",
     output:
         f"{RESULTS}/{{experiment}}/distances/beta{{beta}}.nc",
-    params:
-        stage=stage_params,
-    resources:
-        mem_mb=stage_mem_mb("distances_beta"),
-        runtime=stage_runtime("distances_beta"),
-        cpus_per_task=stage_cpus("distances_beta"),
-    group:
-        stage_group("distances_beta")
     log:
         f"{RESULTS}/{{experiment}}/logs/distances_beta{{beta}}.log",
     benchmark:
         f"{RESULTS}/{{experiment}}/benchmarks/distances_beta{{beta}}.tsv"
+    group:
+        stage_group("distances_beta")
+    conda:
+        SOFTWARE
+    resources:
+        mem_mb=stage_mem_mb("distances_beta"),
+        runtime=stage_runtime("distances_beta"),
+        cpus_per_task=stage_cpus("distances_beta"),
+    params:
+        stage=stage_params("distances_beta"),
     script:
         "../scripts/distances_beta.py"
 
@@ -33,17 +35,19 @@ rule distances:
         parts=distance_parts,
     output:
         f"{RESULTS}/{{experiment}}/distances.nc",
-    params:
-        stage=stage_params,
-    resources:
-        mem_mb=stage_mem_mb("distances"),
-        runtime=stage_runtime("distances"),
-        cpus_per_task=stage_cpus("distances"),
-    group:
-        stage_group("distances")
     log:
         f"{RESULTS}/{{experiment}}/logs/distances.log",
     benchmark:
         f"{RESULTS}/{{experiment}}/benchmarks/distances.tsv"
+    group:
+        stage_group("distances")
+    conda:
+        SOFTWARE
+    resources:
+        mem_mb=stage_mem_mb("distances"),
+        runtime=stage_runtime("distances"),
+        cpus_per_task=stage_cpus("distances"),
+    params:
+        stage=stage_params("distances"),
     script:
         "../scripts/distances.py"

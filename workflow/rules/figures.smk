@@ -1,4 +1,4 @@
-# Step 7 (SPEC §2.7): figures from the NetCDF outputs (no physics recomputed).
+# Step 7: figures from the NetCDF outputs (no physics recomputed).
 
 
 rule figure:
@@ -14,18 +14,22 @@ rule figure:
             f"{RESULTS}/{{experiment}}/figures/{{figure}}.png",
             caption="../report/figure.rst",
             category="{experiment}",
+            subcategory="figures",
+            labels=figure_labels,
         ),
-    params:
-        stage=stage_params,
-    resources:
-        mem_mb=stage_mem_mb("figure"),
-        runtime=stage_runtime("figure"),
-        cpus_per_task=stage_cpus("figure"),
-    group:
-        stage_group("figure")
     log:
         f"{RESULTS}/{{experiment}}/logs/figure_{{figure}}.log",
     benchmark:
         f"{RESULTS}/{{experiment}}/benchmarks/figure_{{figure}}.tsv"
+    group:
+        stage_group("figure")
+    conda:
+        SOFTWARE
+    resources:
+        mem_mb=stage_mem_mb("figure"),
+        runtime=stage_runtime("figure"),
+        cpus_per_task=stage_cpus("figure"),
+    params:
+        stage=stage_params("figure"),
     script:
         "../scripts/figure.py"

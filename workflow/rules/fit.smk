@@ -1,4 +1,4 @@
-# Step 6 (SPEC §2.6): C1, c, the metastable time scale; then the paper's statements as checks.
+# Step 6: C1, c, the metastable time scale; then the paper's statements as checks.
 
 
 rule fit:
@@ -7,40 +7,62 @@ rule fit:
         distances=f"{RESULTS}/{{experiment}}/distances.nc",
     output:
         f"{RESULTS}/{{experiment}}/fit.nc",
-    params:
-        stage=stage_params,
-    resources:
-        mem_mb=stage_mem_mb("fit"),
-        runtime=stage_runtime("fit"),
-        cpus_per_task=stage_cpus("fit"),
-    group:
-        stage_group("fit")
     log:
         f"{RESULTS}/{{experiment}}/logs/fit.log",
     benchmark:
         f"{RESULTS}/{{experiment}}/benchmarks/fit.tsv"
+    group:
+        stage_group("fit")
+    conda:
+        SOFTWARE
+    resources:
+        mem_mb=stage_mem_mb("fit"),
+        runtime=stage_runtime("fit"),
+        cpus_per_task=stage_cpus("fit"),
+    params:
+        stage=stage_params("fit"),
     script:
         "../scripts/fit.py"
 
 
 rule claims:
     input:
-        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
         distances=f"{RESULTS}/{{experiment}}/distances.nc",
         fit=f"{RESULTS}/{{experiment}}/fit.nc",
     output:
         f"{RESULTS}/{{experiment}}/claims.nc",
-    params:
-        stage=stage_params,
-    resources:
-        mem_mb=stage_mem_mb("fit"),
-        runtime=stage_runtime("fit"),
-        cpus_per_task=stage_cpus("fit"),
-    group:
-        stage_group("fit")
     log:
         f"{RESULTS}/{{experiment}}/logs/claims.log",
     benchmark:
         f"{RESULTS}/{{experiment}}/benchmarks/claims.tsv"
+    group:
+        stage_group("fit")
+    conda:
+        SOFTWARE
+    resources:
+        mem_mb=stage_mem_mb("fit"),
+        runtime=stage_runtime("fit"),
+        cpus_per_task=stage_cpus("fit"),
+    params:
+        stage=stage_params("claims"),
     script:
         "../scripts/claims.py"
+
+
+rule claims_summary:
+    input:
+        expand(f"{RESULTS}/{{experiment}}/claims.nc", experiment=list(EXPERIMENTS)),
+    output:
+        report(
+            f"{RESULTS}/claims_summary.md",
+            category="Claims",
+            labels={"experiment": "all", "figure": "claims of every experiment"},
+        ),
+    log:
+        f"{RESULTS}/logs/claims_summary.log",
+    conda:
+        SOFTWARE
+    params:
+        experiments=list(EXPERIMENTS),
+    script:
+        "../scripts/claims_summary.py"

@@ -13,9 +13,14 @@ _RESOURCE_MATRICES = MATRICES
 def _resource_estimate(stage, wildcards, threads=1, attempt=1):
     label = getattr(wildcards, "beta", None)
     beta = None if label is None else BETAS[wildcards.experiment][label]
-    return lowtemp_resources.estimate(stage, EXPERIMENTS[wildcards.experiment], beta=beta,
-                                      matrices=_RESOURCE_MATRICES[wildcards.experiment],
-                                      threads=threads, attempt=attempt)
+    return lowtemp_resources.estimate(
+        stage,
+        EXPERIMENTS[wildcards.experiment],
+        beta=beta,
+        matrices=_RESOURCE_MATRICES[wildcards.experiment],
+        threads=threads,
+        attempt=attempt,
+    )
 
 
 def stage_mem_mb(stage):

@@ -1,4 +1,4 @@
-# Steps 3-4 (SPEC §2.3-2.4): finite temperature per beta, zero temperature once.
+# Steps 3-4: finite temperature per beta, zero temperature once.
 
 
 rule finite_temperature:
@@ -7,19 +7,21 @@ rule finite_temperature:
         tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
     output:
         f"{RESULTS}/{{experiment}}/finite_temperature/beta{{beta}}.nc",
-    params:
-        stage=stage_params,
-        beta=lambda w: BETAS[w.experiment][w.beta],
-        checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/finite_temperature_beta{{beta}}.nc",
+    log:
+        f"{RESULTS}/{{experiment}}/logs/finite_temperature_beta{{beta}}.log",
+    benchmark:
+        f"{RESULTS}/{{experiment}}/benchmarks/finite_temperature_beta{{beta}}.tsv"
+    conda:
+        SOFTWARE
     threads: 2
     resources:
         mem_mb=stage_mem_mb("finite_temperature"),
         runtime=stage_runtime("finite_temperature"),
         cpus_per_task=stage_cpus("finite_temperature"),
-    log:
-        f"{RESULTS}/{{experiment}}/logs/finite_temperature_beta{{beta}}.log",
-    benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/finite_temperature_beta{{beta}}.tsv"
+    params:
+        stage=stage_params("finite_temperature"),
+        beta=lambda w: BETAS[w.experiment][w.beta],
+        checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/finite_temperature_beta{{beta}}.nc",
     script:
         "../scripts/finite_temperature.py"
 
@@ -30,16 +32,18 @@ rule zero_temperature:
         tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
     output:
         f"{RESULTS}/{{experiment}}/zero_temperature.nc",
-    params:
-        stage=stage_params,
-        checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/zero_temperature.nc",
-    resources:
-        mem_mb=stage_mem_mb("zero_temperature"),
-        runtime=stage_runtime("zero_temperature"),
-        cpus_per_task=stage_cpus("zero_temperature"),
     log:
         f"{RESULTS}/{{experiment}}/logs/zero_temperature.log",
     benchmark:
         f"{RESULTS}/{{experiment}}/benchmarks/zero_temperature.tsv"
+    conda:
+        SOFTWARE
+    resources:
+        mem_mb=stage_mem_mb("zero_temperature"),
+        runtime=stage_runtime("zero_temperature"),
+        cpus_per_task=stage_cpus("zero_temperature"),
+    params:
+        stage=stage_params("zero_temperature"),
+        checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/zero_temperature.nc",
     script:
         "../scripts/zero_temperature.py"

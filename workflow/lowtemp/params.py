@@ -1,0 +1,114 @@
+"""Which config keys each stage reads: the one table, and the canonical slices built from it.
+
+Snakemake reruns a job when its ``params`` change. Every rule's params hold the slice
+of its experiment's config that its stage function reads (``STAGE_KEYS``), so an edit
+reruns only the stages that read the edited key and what depends on their outputs.
+The slice is canonical: keys sorted at every level and integral floats written as
+integers (10.0 -> 10), so a config whose keys are merely reordered, or whose numbers
+are written 10.0 instead of 10, reruns nothing. The slice is also what the stage
+passes on to ``io.provenance``: each output records the keys it depends on.
+
+``tests/test_rerun.py`` runs every stage function on its slice with a guard that
+fails on any read outside it, and checks which jobs a dry run reruns after each kind
+of edit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+#: config keys (dotted paths into one experiment) read by each rule's stage function;
+#: a path names a whole block (``matrices``) or one key in it (``fit.confidence``).
+#: The rule ``figure`` has one entry per figure (``figure:<name>``).
+STAGE_KEYS: dict[str, tuple[str, ...]] = {
+    # pipeline.stage_matrices -> build_matrices
+    "matrices": ("dim", "matrices"),
+    # pipeline.stage_initial_tokens
+    "initial_tokens": ("dim", "initial_measure", "replicas", "tokens"),
+    # pipeline.stage_finite_temperature: time_grid, the integrator, field_kernel (``kernel``;
+    # the automatic rule reads tokens and dim); the ESS it records is judged by the fit
+    "finite_temperature": ("dim", "integrator", "kernel", "time", "tokens"),
+    # pipeline.stage_zero_temperature: time_grid and the integrator
+    "zero_temperature": ("integrator", "time"),
+    # pipeline.stage_distances_beta -> exact_w2_snapshots
+    "distances_beta": ("distances.exact_every",),
+    # pipeline.stage_collect_distances: nothing beyond its input files
+    "distances": (),
+    # pipeline.stage_fit -> estimates.fit_experiment (the whole fit block)
+    "fit": ("ess_threshold", "fit", "tokens"),
+    # pipeline.stage_claims -> claims.evaluate (the claims block; the confidence level comes from fit.nc)
+    "claims": ("claims",),
+    # figures.render -> figures.FIGURES[name]
+    "figure:w2_projection": ("ess_threshold",),
+    "figure:collapse": ("ess_threshold",),
+    "figure:end_phase": ("ess_threshold",),
+    "figure:time_scale": (),
+    "figure:snapshots": ("figures.snapshot_times", "time.horizon"),  # pipeline.snapshot_times
+    # convergence.stage_convergence: study_settings (betas for the default beta, tokens,
+    # replicas, time), initial_measure and dim for fresh tokens, integrator, field_kernel
+    "convergence": ("betas", "convergence", "dim", "initial_measure", "integrator", "kernel", "replicas",
+                    "time", "tokens"),
+    # figures.render_convergence: nothing beyond convergence.nc
+    "convergence_figure": (),
+}
+
+
+def canonical(value):
+    """``value`` with mapping keys sorted at every level, tuples as lists and integral floats as ints.
+
+    Two configs that differ only in key order, or in writing 10.0 for 10, give equal
+    canonical values with equal ``repr`` (what Snakemake compares for params).
+    """
+    if isinstance(value, Mapping):
+        return {str(k): canonical(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
+
+
+def stage_slice(experiment: Mapping, stage: str) -> dict:
+    """The canonical part of one experiment's config that ``stage`` reads (``STAGE_KEYS[stage]``).
+
+    A path whose block is present but whose key is not (a default the stage resolves
+    itself) keeps the empty block, so the stage reads it as it would the whole config."""
+    try:
+        paths = STAGE_KEYS[stage]
+    except KeyError:
+        raise KeyError(f"no config slice for stage {stage!r}; known: {sorted(STAGE_KEYS)}") from None
+    out: dict = {}
+    for path in paths:
+        src, dst = experiment, out
+        *parents, leaf = path.split(".")
+        for key in parents:
+            if not isinstance(src, Mapping) or key not in src:
+                break
+            src = src[key]
+            dst = dst.setdefault(key, {})
+        else:
+            if isinstance(src, Mapping) and leaf in src:
+                dst[leaf] = src[leaf]
+    return canonical(out)
+
+
+def stage_params(name: str, experiment: Mapping, stage: str, root_seed: int) -> dict:
+    """What a rule passes to its stage: the experiment's name, its slice for ``stage``, the root seed."""
+    return {"name": name, "experiment": stage_slice(experiment, stage), "root_seed": int(root_seed)}
+
+
+def allowed_tree(stage: str) -> dict:
+    """``STAGE_KEYS[stage]`` as a tree: key -> True (the whole value) or a tree of its allowed keys."""
+    tree: dict = {}
+    for path in STAGE_KEYS[stage]:
+        node = tree
+        *parents, leaf = path.split(".")
+        for key in parents:
+            child = node.get(key)
+            if child is True:
+                break
+            node = node.setdefault(key, {})
+        else:
+            node[leaf] = True
+    return tree
