@@ -19,9 +19,10 @@ The checks (inequalities of the paper are one-sided checks):
    that regime (docs/early_rate.md): its interval meets the predicted range
    widened by ``claims.rate_tolerance``. [γ/σmax(B), γ/σmin(B)] is shown as context.
 2. ``bound_above_data`` (Theorem 1): the bound a·sqrt(log(β+1)/β)·e^{C1 t} + b·e^{−ct},
-   calibrated on the smallest β (a, C1) and on β = ∞ (b, c), lies above
-   W2(ρ^β_t, Π♯ρ0) of every (replica, held-out β) curve up to its departure at
-   ≥ ``claims.bound_fraction`` of the points.
+   calibrated on the smallest resolved β with a growth window (a, C1) and on
+   β = ∞ (b, c), lies above W2(ρ^β_t, Π♯ρ0) of every (replica, resolved β above
+   the calibration β) curve up to its departure at ≥ ``claims.bound_fraction``
+   of the points.
 3. ``temperature_scaling`` (Theorem 1 is an upper bound): the finite-temperature
    error at an early time decays in β at least as fast as sqrt(log(β+1)/β): the
    upper end of the exponent's interval is ≤ the bound's local exponent. The
@@ -92,10 +93,14 @@ def check_rate(fit: xr.Dataset, regime: str, tolerance: float) -> Claim:
     lo, hi = (float(v) for v in fit["c_regime_interval"].values[k])
     target = (p_lo * (1 - tolerance), p_hi * (1 + tolerance))
     if not np.isfinite(mean):
-        return Claim(name, statement, NOT_EVALUABLE, target=target,
-                     numbers=f"no log-linear window in the {regime} regime (transition band t in "
-                             f"[{fit['regime_band'].values[0]:.3g}, {fit['regime_band'].values[1]:.3g}]); "
-                             f"prediction {note}; {context}")
+        start = float(fit["transient_end"])
+        band = fit["regime_band"].values
+        span = (start, band[0]) if regime == "early" else (max(start, band[1]), float(fit.attrs["horizon"]))
+        why = (f"the early regime's asymptotic part is empty at this N: the bulk's transient lasts until "
+               f"t = {start:.3g} and the finite-N band starts at t = {band[0]:.3g}; raise tokens"
+               if regime == "early" and span[0] >= span[1] else
+               f"no log-linear window in t in [{span[0]:.3g}, {span[1]:.3g}]")
+        return Claim(name, statement, NOT_EVALUABLE, target=target, numbers=f"{why}; prediction {note}; {context}")
     if not np.isfinite(lo):
         return Claim(name, statement, NOT_EVALUABLE, mean, (lo, hi), target,
                      f"c = {mean:.4f} from one replica: no interval; prediction {note}")
@@ -121,32 +126,36 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
     thr = float(fit.attrs["ess_threshold"])
     cal_beta = fit["calibration_beta"].values.astype(bool)
     resolved = fit["ess_min_to_departure"].values >= thr
-    held = ~cal_beta & resolved
+    above = beta > (beta[cal_beta].max() if cal_beta.any() else np.inf)
+    held = above & resolved
     fractions = np.full(beta.size, np.nan)
     per_beta = {"bound_fraction_above": (fractions, io.attrs("fraction of held-out points (t up to departure) "
                                                              "where the bound is above"))}
-    if (~cal_beta).sum() == 0:
-        return Claim(name, statement, NOT_EVALUABLE, numbers="one β only: no β is held out of the calibration",
-                     per_beta=per_beta)
+    if not resolved.any():
+        return Claim(name, statement, UNDER_RESOLVED, per_beta=per_beta,
+                     numbers=f"median ESS below {thr:g} up to departure at every β: nothing to calibrate on")
     if not np.all(np.isfinite([a, C1, b, c])):
         return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
-                     numbers="the bound could not be calibrated on the smallest β (no growth or decay window; "
-                             "see logs/fit.log)")
-    if not resolved[cal_beta].all() or not held.any():
+                     numbers="the bound could not be calibrated: no resolved β with a growth window of "
+                             "W2(ρ^β_t, ρ^∞_t), or no decay window at β = ∞ (see logs/fit.log)")
+    if not above.any():
+        return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
+                     numbers=f"no β above the calibration β {_betas(beta, cal_beta)} to test the bound on")
+    if not held.any():
         return Claim(name, statement, UNDER_RESOLVED, per_beta=per_beta,
-                     numbers=f"median ESS below {thr:g} up to departure at β = {_betas(beta, ~resolved)}; the bound "
-                             f"needs resolved calibration β {_betas(beta, cal_beta)} and at least one resolved held-out β")
+                     numbers=f"calibrated on β {_betas(beta, cal_beta)}; every β above it is under-resolved "
+                             f"(median ESS below {thr:g} up to departure: {_betas(beta, above & ~resolved)})")
     w = dist["w2_projection"].transpose("beta", "replica", "time").values
     judged = fitting.judged_until_departure(t, fit["departure_time"].transpose("beta", "replica").values)
     hits = []
     for i in np.flatnonzero(held):
         bound = fitting.bound_curve(t, beta[i], a, C1, b, c)
-        above = (bound >= w[i])[judged[i]]
-        fractions[i] = above.mean() if above.size else np.nan
-        hits.append(above)
+        hit = (bound >= w[i])[judged[i]]
+        fractions[i] = hit.mean() if hit.size else np.nan
+        hits.append(hit)
     hits = np.concatenate(hits)
     value = float(hits.mean())
-    skipped = f"; β {_betas(beta, ~cal_beta & ~resolved)} under-resolved, not judged" if (~cal_beta & ~resolved).any() \
+    skipped = f"; β {_betas(beta, above & ~resolved)} under-resolved, not judged" if (above & ~resolved).any() \
         else ""
     shown = ", ".join(f"β={beta[i]:g}: {fractions[i]:.2f}" for i in np.flatnonzero(held))
     return Claim(name, statement, _status(value >= fraction), value, (value, value), (fraction, 1.0),

@@ -35,13 +35,26 @@ log = logging.getLogger("lowtemp")
 LAPLACE_EXPONENT = -1.0  # W2(ρ^β_t, ρ^∞_t) ∝ 1/β for a smooth positive density (Laplace's method)
 
 
-def calibration_betas(n_beta: int, calibration_betas: int) -> np.ndarray:
-    """Mask of the calibration β: the smallest ``calibration_betas`` (the others are held out).
+def calibration_betas(t, beta, w2_zero, resolved, count: int, cfg: dict, name: str):
+    """The calibration β and their growth fit: the ``count`` smallest resolved β that have a growth window.
 
-    The bound is calibrated there and on the zero-temperature curves (its β = ∞
-    end), and tested on the β in between, which it was not fitted on.
+    C1 and a need a log-linear growth of W2(ρ^β_t, ρ^∞_t); a β whose error
+    saturates before enough exact snapshots (often the smallest) cannot calibrate
+    them. The bound is then tested on the resolved β *above* the calibration β
+    (``claims.check_bound_above_data``): below them the error may grow faster
+    than sqrt(log(β+1)/β) as β falls (∝ 1/β for a smooth density), which the
+    theorem allows. Returns (mask over β, GrowthFit or None).
     """
-    return np.arange(n_beta) < min(calibration_betas, n_beta)
+    chosen = np.zeros(beta.size, bool)
+    for i in np.flatnonzero(resolved):
+        if _growth(t, beta[[i]], w2_zero[[i]], cfg, name, f"C1 at beta = {beta[i]:g} alone") is not None:
+            chosen[i] = True
+            if chosen.sum() >= count:
+                break
+    if not chosen.any():
+        return chosen, None
+    return chosen, _growth(t, beta[chosen], w2_zero[chosen], cfg, name,
+                           f"C1 on the calibration beta {beta[chosen].tolist()}")
 
 
 def min_median_ess(ess_median, window) -> np.ndarray:
@@ -125,9 +138,11 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     # the band around t* where the last waiting tokens escape belongs to neither regime: a slope
     # fitted there lies anywhere between 0 and the late rate (docs/early_rate.md)
     t_star = rates.regime_boundary(M, n_tokens)
+    # before transient_end the bulk is still on its way to ±u (no channel rate applies yet)
     band = rates.regime_band(M, n_tokens)
+    t_transient = rates.transient_end(M)
     predictions = {"early": rates.early_rate(M), "late": rates.late_rate(M)}
-    ranges = {"early": (0.0, band[0]), "late": (band[1], np.inf)}
+    ranges = {"early": (t_transient, band[0]), "late": (max(band[1], t_transient), np.inf)}
     regime_fits = {k: _rate_in_regime(t, w0, ranges[k], cfg, name, k) for k in ranges}
     c_regime = np.array([regime_fits[k].slope if regime_fits[k] else np.full(nr, np.nan) for k in ranges])
     c_window = np.array([regime_fits[k].window if regime_fits[k] else nan2 for k in ranges])
@@ -141,14 +156,14 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     dist_A = dist["dist_leading_A"].transpose("beta", "replica", "time").values
     gap = fitting.subspace_gap(M.E1, M.E1_V_real)
     departure, censored = fitting.geometric_departure(t, dist_A, gap)
-    cal_beta = calibration_betas(nb, int(cfg["calibration_betas"]))
-    cal_growth = _growth(t, beta[cal_beta], w2_zero[cal_beta], cfg, name,
-                         f"C1 on the calibration beta {beta[cal_beta].tolist()}")
+    judged = fitting.judged_until_departure(t, departure)
+    ess_to_departure = min_median_ess(ess, np.any(judged, axis=1))
+    cal_beta, cal_growth = calibration_betas(t, beta, w2_zero, ess_to_departure >= ess_threshold,
+                                             int(cfg["calibration_betas"]), cfg, name)
     bound_C1 = cal_growth.mean if cal_growth else np.nan
     fitted_rates = c_regime.mean(axis=1)
     bound_c = np.nanmin(fitted_rates) if np.isfinite(fitted_rates).any() else np.nan  # the slower regime bounds all t
     bound_b = fitting.calibrated_decay_prefactor(t, w0, bound_c)
-    judged = fitting.judged_until_departure(t, departure)
     bound_a = fitting.calibrated_growth_prefactor(t, beta[cal_beta], w2_proj[cal_beta], judged[cal_beta],
                                                   bound_C1, bound_b, bound_c)
 
@@ -166,7 +181,6 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
 
     # ---- departure time against log β
     horizon = float(t[-1])
-    ess_to_departure = min_median_ess(ess, np.any(judged, axis=1))
     ess_to_horizon = min_median_ess(ess, np.ones((nb, t.size), bool))
     meta_used = ess_to_departure >= ess_threshold
     slopes = departure_slopes(beta[meta_used], departure[meta_used], censored[meta_used], horizon) \
@@ -188,6 +202,8 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
         "regime_boundary": ((), t_star, A("time t* at which the N tokens pass from the early (mean-field) to the "
                                           "late (finite-N) regime", "1")),
         "regime_band": (("bound",), np.array(band), A("transition band around t*, left out of both rate fits", "1")),
+        "transient_end": ((), t_transient, A("time before which the bulk's nonlinear transient, not a channel, sets "
+                                             "the decay (rates.transient_end); left out of both rate fits", "1")),
         "rate_lower": ((), M.rate_bounds[0], A("gamma / sigma_max(B)", "1/time")),
         "rate_upper": ((), M.rate_bounds[1], A("gamma / sigma_min(B)", "1/time")),
         "C1": (("replica",), C1, A("growth rate C1 of W2(rho^beta_t, rho^inf_t)/sqrt(log(beta+1)/beta), shared "
@@ -200,7 +216,9 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
                   A("intercept log a per beta of the C1 fit")),
         "C1_window": (("beta", "bound"), growth.windows if growth else np.full((nb, 2), np.nan),
                       A("time window of the C1 fit per beta", "1")),
-        "calibration_beta": (("beta",), cal_beta, A("beta used to calibrate the bound (the rest is held out)")),
+        "calibration_beta": (("beta",), cal_beta, A("beta used to calibrate the bound: the smallest resolved beta "
+                                                    "with a growth window; the bound is tested on the resolved beta "
+                                                    "above them")),
         "bound_C1": ((), bound_C1, A("C1 of the bound, fitted on the calibration beta", "1/time")),
         "bound_c": ((), bound_c, A("c of the bound: the slower of the two regime rates", "1/time")),
         "bound_b": ((), bound_b, A("b: smallest value with b e^{-ct} above W2(rho^inf_t, Pi_# rho0) (beta = inf)")),
@@ -232,8 +250,8 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     }
     out = xr.Dataset(data, coords={"beta": beta, "replica": reps, "bound": ["start", "stop"],
                                    "regime": list(ranges)})
-    out.attrs.update(early_time=float(t[k_early]), end_phase_gap=gap, laplace_exponent=LAPLACE_EXPONENT,
-                     confidence=conf, ess_threshold=float(ess_threshold))
+    out.attrs.update(early_time=float(t[k_early]), horizon=float(t[-1]), end_phase_gap=gap,
+                     laplace_exponent=LAPLACE_EXPONENT, confidence=conf, ess_threshold=float(ess_threshold))
     return out
 
 

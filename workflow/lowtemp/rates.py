@@ -189,6 +189,26 @@ def late_rate(M: AttentionMatrices) -> RatePrediction:
     return RatePrediction(low=ch.low, high=high, regime=LATE, note="late: " + _describe(ch))
 
 
+#: the bulk of ρ0 starts at angle ≈ 60° from E1 (|cos θ| is uniform on [0, 1] for the uniform measure on S²:
+#: its median is 1/2) and is in the linear regime of its fixed point once tan θ < 0.1 (6°)
+TRANSIENT_START_TAN = math.tan(math.radians(60.0))
+TRANSIENT_END_TAN = 0.1
+
+
+def transient_end(M: AttentionMatrices) -> float:
+    """Time after which the early rate (Eq. R7) describes the mean field: the bulk has reached its fixed point.
+
+    Near u the angle of a token obeys tan θ(s) = tan θ0 · e^{−γ s} (linearisation of
+    e^{sA}x0/|e^{sA}x0|), so the bulk (θ0 ≈ 60°) is within tan θ < 0.1 after
+    s = log(tan 60° / 0.1)/γ ≈ 2.85/γ, i.e. after t = σmax(B)·2.85/γ on the slowest
+    clock. Before that the decay of W2 is the nonlinear transient of the bulk, not a
+    channel: on the mean-field quadratures of tests/test_rates.py the local slope is
+    up to 50 % off the prediction at t = 1 and within the claims' tolerance from
+    this time on (docs/early_rate.md).
+    """
+    return math.log(TRANSIENT_START_TAN / TRANSIENT_END_TAN) * M.sigma_max / M.gamma
+
+
 def waiting_rate(M: AttentionMatrices) -> float:
     """r_w: the slowest rate among the waiting channels (levels ≥ 2), min_k C_k/(2σmax(BᵀE_k))."""
     return min(ch.low for ch in channels(M)[1:])
