@@ -20,7 +20,7 @@ from lowtemp import claims, estimates, fitting, io, matrices, pipeline, rates
 
 T = np.linspace(0.0, 30.0, 151)
 BETAS = np.array([10.0, 100.0, 1000.0, 10000.0])
-R, N = 4, 4096
+R, N = 4, 10**6  # N large enough that the early regime (after the transient, before t*) spans t in [5.4, 9.9]
 C1_TRUE, A_TRUE = 0.3, 0.05
 KAPPA, T0 = 1.0, 2.0  # departure time = T0 + KAPPA log β (4.3 … 11.2 for β = 10 … 10⁴)
 FIT = {"max_residual": 0.05, "min_points": 5, "saturation": 0.5, "confidence": 0.95, "calibration_betas": 1,
