@@ -30,7 +30,7 @@ import tracemalloc
 import numpy as np
 import xarray as xr
 
-from lowtemp import integrate, io, kernels, matrices, measures, transport
+from lowtemp import integrate, io, kernel_choice, kernels, matrices, measures, transport
 from lowtemp.projection import two_atom_masses
 from lowtemp.seeding import generator
 
@@ -101,7 +101,7 @@ def bench_fields(cases, repeats, log):
             log(f"{kernel:>6} d={d} beta={beta:>7g} N={n:>6}  {row['ns_per_pair']:7.3f} ns/pair  "
                 f"x{row['speedup']:6.1f} vs naive ({row['naive_ns_per_pair']:.2f} ns/pair)  "
                 f"peak {row['peak_mb']:8.1f} MB  rel.err {err:.1e}  auto: "
-                f"{kernels.choose_kernel(beta, n, d, M.sigma_min)}")
+                f"{kernel_choice.choose_kernel(beta, n, d, M.sigma_min)}")
     return rows
 
 

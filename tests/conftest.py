@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from lowtemp import matrices, seeding
+from lowtemp import matrices, seeding, validation
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = ROOT / "Snakefile"
@@ -26,14 +26,14 @@ TEST_CONFIG = ROOT / "config" / "test.yaml"
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
 #: Spectrum and conditioning used throughout (the tiny config's spectral family).
-SPECTRAL_EIGENVALUES = [1.5, 0.5, 0.25]
+EIGENVALUES_OF_A = [1.5, 0.5, 0.25]
 SIGMA_MIN, SIGMA_MAX = 0.8, 1.25
 
 
 def spectral_matrices(seed: int = 0, d: int = 3, eigenvalues=None) -> matrices.AttentionMatrices:
     """Matrices of the ``spectral`` family (d = 3 by default) from a seeded stream."""
     if eigenvalues is None:
-        eigenvalues = SPECTRAL_EIGENVALUES if d == 3 else list(np.linspace(1.5, 0.25, d))
+        eigenvalues = EIGENVALUES_OF_A if d == 3 else list(np.linspace(1.5, 0.25, d))
     rng = seeding.generator(seed, "tests", "matrices", str(d))
     return matrices.generate_matrices("spectral", d, rng, eigenvalues=eigenvalues,
                                       sigma_min=SIGMA_MIN, sigma_max=SIGMA_MAX)
@@ -121,8 +121,6 @@ def test_config() -> dict:
 
 
 def validated(config: dict) -> dict:
-    """Validate against the schema (fills defaults in place) and return the config."""
-    from snakemake.utils import validate
-
-    validate(config, str(SCHEMA))
+    """Validate against the schema (fills defaults in place, as the workflow does) and return the config."""
+    validation.check_schema(config, SCHEMA)
     return config

@@ -22,8 +22,10 @@ def test_bench_quick_writes_table(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     ds = io.read_netcdf(out, "bench")
     assert set(ds["kernel"].values) == {"numpy", "dense", "cap"}
-    for var in ("ns_per_pair", "speedup", "peak_mb", "rel_error"):
-        assert np.all(np.isfinite(ds[var].values)) and np.all(ds[var].values > 0) or var == "rel_error"
-    assert np.all(ds["rel_error"].values <= 1e-9)
+    for var in ("ns_per_pair", "speedup", "peak_mb"):
+        assert np.all(np.isfinite(ds[var].values)) and np.all(ds[var].values > 0), var
+    # the numpy reference against itself is exact (0); the fast kernels agree with it to 1e-9
+    rel = ds["rel_error"].values
+    assert np.all(np.isfinite(rel)) and np.all(rel >= 0) and np.all(rel <= 1e-9), rel
     assert np.all(np.isfinite(ds["w2_exact_seconds"].values))
     assert "ns/pair" in proc.stdout and "W2 N=" in proc.stdout

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp import convergence, dynamics, exact, integrate, io, matrices, measures, pipeline, seeding
+from lowtemp import convergence, dynamics, exact, integrate, io, matrices, measures, seeding, validation
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
 
-ConfigError = pipeline.ConfigError
+ConfigError = validation.ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +49,10 @@ def _orders(runs):
 # ------------------------------------------------------------------ step halving: observed orders
 # Tolerances. With the error expansion C h^p + D h^(p+1), the observed order is
 # p + log2((1 + Dh/C)/(1 + Dh/(2C))) ≈ p + 0.72·(D/C)·h: the deviation is O(h) and halves with h.
-# On this problem (d = 3, β ≤ 20, t ≤ 3) it was measured at 0.05–0.10 for RK4 at h = 0.1 and
-# 0.02–0.07 for Euler at h = 0.025, and halving at each level; the bounds allow twice that.
-ORDER_CASES = [("rk4", 0.1, 0.2), ("euler", 0.025, 0.14)]
+# On this problem (d = 3, β ≤ 20, t ≤ 3) it was measured, over 40 random (β, seed) of the finite-β
+# test below, at up to 0.22 for RK4 at h = 0.1 (β = 9.6, seed 9848; β = 11, seed 46 gives 0.21) and
+# up to 0.115 for Euler at h = 0.025, halving at each level; the bounds allow about 1.6 times that.
+ORDER_CASES = [("rk4", 0.1, 0.35), ("euler", 0.025, 0.2)]
 
 
 @pytest.mark.parametrize("method, h, tol", ORDER_CASES)
@@ -72,6 +73,7 @@ def test_order_against_the_exact_zero_temperature_solution(M, X0, method, h, tol
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(beta=st.floats(1.0, 20.0), seed=st.integers(0, 2**16))
+@example(beta=9.556447966336453, seed=9848)  # the largest deviation measured (see the tolerances above)
 @pytest.mark.parametrize("method, h, tol", ORDER_CASES)
 def test_richardson_order_at_finite_beta(M, method, h, tol, beta, seed):
     X = random_unit(np.random.default_rng(seed), 1, 24, 3)
@@ -163,13 +165,11 @@ def test_bad_settings_name_the_key(block, match):
     with pytest.raises(ConfigError, match=match):
         convergence.study_settings("tiny", exp)
     with pytest.raises(ConfigError, match=match):  # and the config check before any job
-        pipeline.validate_experiment("tiny", exp, 7)
+        validation.validate_experiment("tiny", exp, 7)
 
 
 def test_fewer_than_four_particle_numbers_are_refused():
-    from snakemake.exceptions import WorkflowError
-
-    with pytest.raises(WorkflowError, match=r"tokens"):  # the schema: minItems 4
+    with pytest.raises(ConfigError, match=r"tokens"):  # the schema: minItems 4
         _experiment(particles={"tokens": [16, 32, 64]})
     exp = _experiment()
     exp["convergence"] = {"particles": {"tokens": [16, 32, 64]}}  # past the schema, e.g. from a notebook

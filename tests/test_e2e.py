@@ -1,4 +1,4 @@
-"""End to end: the tiny config through Snakemake, then the output contract (SPEC §4, §5).
+"""End to end: the tiny config through Snakemake, then the output contract (README.md, "What appears in results/").
 
 The workflow runs once per session (``completed_test_run`` in conftest.py, about a minute
 on 2 cores; test_rerun.py dry-runs edits against it) in a temporary working
@@ -22,12 +22,13 @@ import yaml
 from scipy.optimize import linear_sum_assignment
 
 from lowtemp import compare, dynamics, exact, integrate, io, matrices, measures, params, projection, seeding
+from lowtemp import experiment as lowtemp_experiment
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 from conftest import run_workflow as _run_workflow
 
 pytestmark = pytest.mark.e2e
 
-FIGURES = ["w2_projection", "collapse", "end_phase", "time_scale", "snapshots"]
+FIGURES = lowtemp_experiment.FIGURES
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +142,7 @@ def test_positions_layout(results, config):
 
 def test_figures_exist_and_open(results, config):
     for name, exp in config["experiments"].items():
-        expected = [f for f in FIGURES if f != "snapshots" or exp["dim"] == 3]
+        expected = lowtemp_experiment.figures_for(exp)
         for fig in expected:
             pdf = results / name / "figures" / f"{fig}.pdf"
             png = results / name / "figures" / f"{fig}.png"
@@ -155,7 +156,7 @@ def test_every_rule_has_a_log(results, config):
     for name, exp in config["experiments"].items():
         logs = results / name / "logs"
         labels = [_beta_label(b) for b in exp["betas"]]
-        figs = [f for f in FIGURES if f != "snapshots" or exp["dim"] == 3]
+        figs = lowtemp_experiment.figures_for(exp)
         expected = (["matrices", "initial_tokens", "zero_temperature", "distances", "fit", "claims"]
                     + [f"finite_temperature_beta{b}" for b in labels] + [f"distances_beta{b}" for b in labels]
                     + [f"figure_{f}" for f in figs])

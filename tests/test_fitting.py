@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp import fitting
+from lowtemp import experiment, fitting
 
 HYP = settings(max_examples=25, deadline=None)
 
@@ -35,9 +35,13 @@ def test_fit_decay_rate_exact_curve_and_floor():
     fit = fitting.fit_decay_rate(t, w2)
     np.testing.assert_allclose(fit.slope, 1.3, rtol=1e-10)
     assert fit.sem == pytest.approx(0.0, abs=1e-10)
-    # values below the floor (1e-7 by default) are not admissible
-    assert np.exp(-1.3 * fit.window[1]) > 1e-7
-    assert np.exp(-1.3 * t[fit.window_index[1]]) * 0.5 <= 1e-7 or fit.window_index[1] == t.size
+    # values below the floor (1e-7 by default) are not admissible: the window runs from t = 0 to
+    # t = 11.5, the last snapshot where the smaller replica 0.5 e^{-1.3 t} is still above 1e-7
+    assert 0.5 * np.exp(-1.3 * 12.0) < 1e-7 < 0.5 * np.exp(-1.3 * 11.5)
+    assert fit.window == (0.0, 11.5)
+    assert tuple(fit.window_index) == (0, 24)
+    # a lower floor admits more of the same line
+    assert fitting.fit_decay_rate(t, w2, floor=1e-9).window == (0.0, 15.0)
 
 
 def test_fit_decay_rate_without_window_raises():
@@ -218,11 +222,9 @@ def test_line_fit():
 
 
 def test_exact_w2_snapshots_every_kth_and_the_last():
-    from lowtemp import pipeline
-
-    mask = pipeline.exact_w2_snapshots({"distances": {"exact_every": 4}}, 11)
+    mask = experiment.exact_w2_snapshots({"distances": {"exact_every": 4}}, 11)
     assert np.flatnonzero(mask).tolist() == [0, 4, 8, 10]
-    assert pipeline.exact_w2_snapshots({}, 5).all()
+    assert experiment.exact_w2_snapshots({}, 5).all()
 
 
 def test_fit_growth_rate_skips_snapshots_without_exact_distance():

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lowtemp import dynamics, exact, integrate, matrices, measures, projection, seeding
-from conftest import SIGMA_MAX, SIGMA_MIN, SPECTRAL_EIGENVALUES, random_unit
+from conftest import SIGMA_MAX, SIGMA_MIN, EIGENVALUES_OF_A, random_unit
 
 SCHEMA_DEFAULT_DT = 0.05
 
@@ -17,7 +17,7 @@ SCHEMA_DEFAULT_DT = 0.05
 @pytest.fixture(scope="module")
 def problem():
     rng = seeding.generator(123, "tests", "integrate")
-    M = matrices.generate_matrices("spectral", 3, rng, eigenvalues=SPECTRAL_EIGENVALUES,
+    M = matrices.generate_matrices("spectral", 3, rng, eigenvalues=EIGENVALUES_OF_A,
                                    sigma_min=SIGMA_MIN, sigma_max=SIGMA_MAX)
     X0 = measures.uniform(rng, 2, 60, 3)
     return M, X0

@@ -1,4 +1,4 @@
-"""NetCDF reading and writing: round trip, provenance, schema checks, atomic writes (SPEC §3, §5)."""
+"""NetCDF reading and writing: round trip, provenance, schema checks, atomic writes."""
 
 from __future__ import annotations
 

@@ -13,10 +13,8 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
-from lowtemp import dynamics, kernels, matrices, pipeline
+from lowtemp import dynamics, experiment, kernel_choice, kernels, matrices, validation
 from conftest import SCHEMA, random_unit, validated
 
 HYP = settings(max_examples=25, deadline=None)
@@ -174,9 +172,9 @@ def test_truncation_constant_bound(N, log_tail):
     assume(abs(needed - 64.0) > 1e-6)
     if needed > 64.0:
         with pytest.raises(ValueError, match="64"):
-            kernels.truncation_constant(N, tail)
+            kernel_choice.truncation_constant(N, tail)
         return
-    c = kernels.truncation_constant(N, tail)
+    c = kernel_choice.truncation_constant(N, tail)
     assert 0.0 < c <= 64.0
     assert (N - 1) * np.exp(-c) <= tail * (1 + 1e-12)
     # not wastefully large: the bound is within a factor 2 of tight
@@ -185,11 +183,11 @@ def test_truncation_constant_bound(N, log_tail):
 
 def test_truncation_constant_raises_beyond_clamp():
     with pytest.raises(ValueError):
-        kernels.truncation_constant(10**6, 1e-25)  # log 1e6 + log 1e25 ≈ 71 > 64
+        kernel_choice.truncation_constant(10**6, 1e-25)  # log 1e6 + log 1e25 ≈ 71 > 64
     X = random_unit(np.random.default_rng(0), 1, 64, 3)
     with pytest.raises(ValueError):
         kernels.cap_field(X, np.eye(3), np.eye(3), 100.0, tail=1e-30)  # log 64 + 69 > 64
-    assert kernels.truncation_constant(10**6, 1e-12) <= 64.0
+    assert kernel_choice.truncation_constant(10**6, 1e-12) <= 64.0
 
 
 @pytest.mark.parametrize("d, beta, tail", [(3, 50.0, 1e-3), (3, 200.0, 1e-6), (2, 30.0, 1e-3), (2, 400.0, 1e-4)])
@@ -201,7 +199,7 @@ def test_cap_neglected_mass_below_tail_and_field_error_bounded(d, beta, tail):
     N = 400
     X = random_unit(rng, 1, N, d)
     B, V = _well_conditioned(rng, d), rng.standard_normal((d, d))
-    c = kernels.truncation_constant(N, tail)
+    c = kernel_choice.truncation_constant(N, tail)
     normV = np.linalg.norm(V, 2)
 
     F_cap = kernels.cap_field(X, B, V, beta, tail=tail)[0]
@@ -400,34 +398,34 @@ CAP_MIN_TOKENS = 16384
 
 
 def test_choose_kernel_documented_cases():
-    assert kernels.choose_kernel(1000.0, 1024, 4, 0.8) == "numpy"
-    assert kernels.choose_kernel(1000.0, 32768, 5, 0.8) == "numpy"
+    assert kernel_choice.choose_kernel(1000.0, 1024, 4, 0.8) == "numpy"
+    assert kernel_choice.choose_kernel(1000.0, 32768, 5, 0.8) == "numpy"
     for beta in (1e-2, 1.0, 1e3, 1e6, 1e9):
-        assert kernels.choose_kernel(beta, 1024, 3, 0.8) == "dense"
-        assert kernels.choose_kernel(beta, 2048, 3, 0.8) == "dense"
-        assert kernels.choose_kernel(beta, CAP_MIN_TOKENS - 1, 3, 0.8) == "dense"
-    assert kernels.choose_kernel(1e5, CAP_MIN_TOKENS, 3, 0.8) == "cap"
-    assert kernels.choose_kernel(1000.0, 32768, 3, 0.8) == "cap"
-    assert kernels.expected_cap_fraction(1000.0, 3, 0.8, 32768) == pytest.approx(0.024, abs=0.002)
-    assert kernels.choose_kernel(1000.0, 32768, 2, 0.8) == "dense"
-    assert kernels.expected_cap_fraction(1000.0, 2, 0.8, 32768) == pytest.approx(0.098, abs=0.005)
-    assert kernels.expected_cap_fraction(1000.0, 2, 0.8, 32768) > 0.03
+        assert kernel_choice.choose_kernel(beta, 1024, 3, 0.8) == "dense"
+        assert kernel_choice.choose_kernel(beta, 2048, 3, 0.8) == "dense"
+        assert kernel_choice.choose_kernel(beta, CAP_MIN_TOKENS - 1, 3, 0.8) == "dense"
+    assert kernel_choice.choose_kernel(1e5, CAP_MIN_TOKENS, 3, 0.8) == "cap"
+    assert kernel_choice.choose_kernel(1000.0, 32768, 3, 0.8) == "cap"
+    assert kernel_choice.expected_cap_fraction(1000.0, 3, 0.8, 32768) == pytest.approx(0.024, abs=0.002)
+    assert kernel_choice.choose_kernel(1000.0, 32768, 2, 0.8) == "dense"
+    assert kernel_choice.expected_cap_fraction(1000.0, 2, 0.8, 32768) == pytest.approx(0.098, abs=0.005)
+    assert kernel_choice.expected_cap_fraction(1000.0, 2, 0.8, 32768) > 0.03
 
 
 @HYP
 @given(lb=st.floats(-2.0, 7.0), N=st.integers(2, 10**7), d=st.integers(2, 5), sigma=st.floats(0.05, 3.0))
 def test_choose_kernel_consistent_with_cap_fraction(lb, N, d, sigma):
     beta = 10.0**lb
-    got = kernels.choose_kernel(beta, N, d, sigma)
+    got = kernel_choice.choose_kernel(beta, N, d, sigma)
     if d not in (2, 3):
         assert got == "numpy"
         return
-    frac = kernels.expected_cap_fraction(beta, d, sigma, N)
+    frac = kernel_choice.expected_cap_fraction(beta, d, sigma, N)
     assert 0.0 < frac <= 1.0
     assert got == ("cap" if N >= CAP_MIN_TOKENS and frac <= 0.03 else "dense")
     if got == "cap":  # colder, or a better-conditioned B, only shrinks the cap
-        assert kernels.choose_kernel(2 * beta, N, d, sigma) == "cap"
-        assert kernels.choose_kernel(beta, N, d, 2 * sigma) == "cap"
+        assert kernel_choice.choose_kernel(2 * beta, N, d, sigma) == "cap"
+        assert kernel_choice.choose_kernel(beta, N, d, 2 * sigma) == "cap"
 
 
 @pytest.mark.parametrize("d, beta", [(3, 300.0), (3, 1000.0), (2, 1000.0), (2, 3000.0)])
@@ -440,10 +438,10 @@ def test_expected_cap_fraction_bounds_measured_fraction(d, beta):
     M = _M()
     B = M.B if d == 3 else np.diag([1.25, 0.8])
     sigma_min = float(np.linalg.svd(B, compute_uv=False).min())
-    c = kernels.truncation_constant(N)
+    c = kernel_choice.truncation_constant(N)
     S = beta * (X @ B) @ X.T
     inside = (S - S.max(axis=1, keepdims=True) >= -c).mean(axis=1)
-    assert inside.mean() <= 1.05 * kernels.expected_cap_fraction(beta, d, sigma_min, N) + 2.0 / N
+    assert inside.mean() <= 1.05 * kernel_choice.expected_cap_fraction(beta, d, sigma_min, N) + 2.0 / N
 
 
 def test_attention_field_dispatch_and_errors():
@@ -502,18 +500,18 @@ def test_field_kernel_explicit_and_auto():
     M = _M()
     for kernel in kernels.KERNELS:
         exp = {"dim": 3, "tokens": 32768, "kernel": kernel}
-        assert pipeline.field_kernel(exp, 1000.0, M) == kernel
+        assert experiment.field_kernel(exp, 1000.0, M) == kernel
     cases = [(32768, 1000.0, "cap"), (1024, 1000.0, "dense"), (32768, 10.0, "dense"), (16384, 1e5, "cap"),
              (4096, 1e5, "dense")]
     for N, beta, expected in cases:
         for exp in ({"dim": 3, "tokens": N, "kernel": "auto"}, {"dim": 3, "tokens": N}):
-            got = pipeline.field_kernel(exp, beta, M)
-            assert got == kernels.choose_kernel(beta, N, 3, M.sigma_min) == expected
+            got = experiment.field_kernel(exp, beta, M)
+            assert got == kernel_choice.choose_kernel(beta, N, 3, M.sigma_min) == expected
     M2 = matrices.generate_matrices("end_phase", 2, np.random.default_rng(0), eigenvalues=[1.5, 0.6],
                                     eigenvalues_V=[1.2, 0.6])
     for beta in (1.0, 1e3, 1e6):
-        got = pipeline.field_kernel({"dim": 2, "tokens": 32768, "kernel": "auto"}, beta, M2)
-        assert got == kernels.choose_kernel(beta, 32768, 2, M2.sigma_min)
+        got = experiment.field_kernel({"dim": 2, "tokens": 32768, "kernel": "auto"}, beta, M2)
+        assert got == kernel_choice.choose_kernel(beta, 32768, 2, M2.sigma_min)
 
 
 @pytest.mark.parametrize("kernel", ["auto", "numpy", "dense", "cap"])
@@ -532,8 +530,8 @@ def test_schema_kernel_defaults_to_auto(test_config):
 @pytest.mark.parametrize("kernel", ["bogus", "Dense", "", 3, None])
 def test_schema_rejects_unknown_kernel(test_config, kernel):
     test_config["experiments"]["tiny"]["kernel"] = kernel
-    with pytest.raises(WorkflowError) as info:
-        validate(test_config, str(SCHEMA))
+    with pytest.raises(validation.ConfigError) as info:
+        validation.check_schema(test_config, SCHEMA)
     assert "kernel" in str(info.value)
 
 
@@ -542,5 +540,5 @@ def test_validate_experiment_refuses_fast_kernels_outside_d2_d3(test_config):
     exp.update(dim=4, kernel="dense",
                matrices={"family": "spectral", "eigenvalues": [1.5, 0.5, 0.25, 0.1], "sigma_min": 0.8,
                          "sigma_max": 1.25, "B_frames": "symmetric"})
-    with pytest.raises(pipeline.ConfigError, match="kernel"):
-        pipeline.validate_experiment("tiny", exp, 7)
+    with pytest.raises(validation.ConfigError, match="kernel"):
+        validation.validate_experiment("tiny", exp, 7)

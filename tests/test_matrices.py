@@ -1,4 +1,4 @@
-"""Attention matrices and Assumption 1 (SPEC §1, §2.1)."""
+"""Attention matrices and Assumption 1 (B = QᵀK invertible, A = VBᵀ with a spectral gap)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The projection map Π, Π_♯ρ0, eigenspace distances, and the zero-temperature
-convergence rate (SPEC §1: c ∈ [γ/σmax(B), γ/σmin(B)])."""
+convergence rate (c ∈ [γ/σmax(B), γ/σmin(B)])."""
 
 from __future__ import annotations
 

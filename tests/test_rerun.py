@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from lowtemp import convergence, figures, io, params, pipeline
+from lowtemp import experiment as lowtemp_experiment
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
 
@@ -62,7 +63,9 @@ def test_every_path_of_the_table_is_a_config_key():
     for stage, paths in params.STAGE_KEYS.items():
         assert set(paths) <= known, (stage, set(paths) - known)
         assert list(paths) == sorted(paths), stage
-    assert {f"figure:{f}" for f in figures.FIGURES} <= set(params.STAGE_KEYS)
+    # one slice per figure, no more, no fewer (the names are those of experiment.FIGURES)
+    assert {k for k in params.STAGE_KEYS if k.startswith("figure:")} == {f"figure:{f}" for f in lowtemp_experiment.FIGURES}
+    assert list(figures.FIGURES) == list(lowtemp_experiment.FIGURES)
 
 
 def test_every_rule_takes_its_slice_from_the_table():
@@ -211,8 +214,8 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
 
 # ------------------------------------------------------------------ what an edit reruns
 BETAS = {"tiny": ["5", "50"], "tiny_circle": ["10"]}
-FIGURES = {"tiny": ["w2_projection", "collapse", "end_phase", "time_scale", "snapshots"],
-           "tiny_circle": ["w2_projection", "collapse", "end_phase", "time_scale"]}  # snapshots: d = 3 only
+FIGURES = {"tiny": lowtemp_experiment.figures_for({"dim": 3}),
+           "tiny_circle": lowtemp_experiment.figures_for({"dim": 2})}
 SUMMARY = {"claims_summary"}
 
 

@@ -12,7 +12,8 @@ import subprocess
 import pytest
 import yaml
 
-from lowtemp import pipeline, resources
+from lowtemp import experiment as lowtemp_experiment
+from lowtemp import resources
 from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
 MB = 2**20
@@ -31,7 +32,7 @@ def experiment(**changes) -> dict:
 
 
 def matrices_of(exp):
-    return pipeline.build_matrices("e", exp, 1)
+    return lowtemp_experiment.build_matrices("e", exp, 1)
 
 
 def positions_bytes(exp) -> int:
@@ -88,7 +89,7 @@ def test_exact_w2_time_matches_the_measured_solves():
 @pytest.mark.parametrize("snapshots,every,expected", [(80, 4, 21), (60, 2, 31), (10, 3, 5), (30, 1, 31)])
 def test_exact_snapshot_count_is_the_pipeline_mask(snapshots, every, expected):
     exp = experiment(time={"horizon": 6.0, "dt": 0.1, "snapshots": snapshots}, distances={"exact_every": every})
-    assert resources.exact_w2_count(exp) == expected == int(pipeline.exact_w2_snapshots(exp, snapshots + 1).sum())
+    assert resources.exact_w2_count(exp) == expected == int(lowtemp_experiment.exact_w2_snapshots(exp, snapshots + 1).sum())
 
 
 def test_field_evaluations_fit_in_the_wall_time():
@@ -140,11 +141,11 @@ def test_cap_budgeted_below_dense_and_auto_picks_as_the_job_does():
     # kernel: auto resolves with the package's rule: cap at N ≥ 16384, d = 3, β = 1000; dense at β = 10
     auto = experiment(tokens=65536)
     M = matrices_of(auto)
-    assert resources.kernel_for(auto, 1000, M) == pipeline.field_kernel(auto, 1000, M) == "cap"
-    assert resources.kernel_for(auto, 10, M) == pipeline.field_kernel(auto, 10, M) == "dense"
+    assert lowtemp_experiment.field_kernel(auto, 1000, M) == "cap"
+    assert lowtemp_experiment.field_kernel(auto, 10, M) == "dense"
     assert resources.estimate("finite_temperature", auto, beta=1000, matrices=M, threads=2) == cap
     # without the matrices, auto is budgeted as the dearer fast kernel
-    assert resources.kernel_for(auto, 1000) == "dense"
+    assert lowtemp_experiment.field_kernel(auto, 1000) == "dense"
     numpy = resources.estimate("finite_temperature", experiment(tokens=65536, kernel="numpy"), beta=1000, threads=2)
     assert numpy.compute_seconds > dense.compute_seconds
 
@@ -182,7 +183,7 @@ def test_shipped_configs_ask_for_sane_amounts():
     for path in (ROOT / "config" / "config.yaml", TEST_CONFIG):
         cfg = validated(yaml.safe_load(path.read_text()))
         for name, exp in cfg["experiments"].items():
-            M = pipeline.build_matrices(name, exp, cfg["root_seed"])
+            M = lowtemp_experiment.build_matrices(name, exp, cfg["root_seed"])
             for stage in resources.STAGES:
                 for beta in (exp["betas"] if stage == "finite_temperature" else [None]):
                     est = resources.estimate(stage, exp, beta=beta, matrices=M, threads=2)
@@ -202,7 +203,7 @@ def test_rules_request_the_estimates_and_the_profile_groups(tmp_path):
     text = out.stdout + out.stderr
     cfg = validated(yaml.safe_load(TEST_CONFIG.read_text()))
     exp = cfg["experiments"]["tiny"]
-    M = pipeline.build_matrices("tiny", exp, cfg["root_seed"])
+    M = lowtemp_experiment.build_matrices("tiny", exp, cfg["root_seed"])
     fin = resources.estimate("finite_temperature", exp, beta=5, matrices=M, threads=2)
     assert f"runtime={fin.runtime_min}, cpus_per_task=2, mem_mb={fin.mem_mb}" in text
     assert "Group job distances" in text or "group job distances" in text.lower()
@@ -260,6 +261,6 @@ def test_convergence_requests_cover_the_measured_jobs_of_the_default_config():
     cfg = validated(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
     for name, seconds, rss_mb in (("concentration", 361, 338), ("end_phase", 218, 305)):
         exp = cfg["experiments"][name]
-        est = resources.estimate("convergence", exp, matrices=pipeline.build_matrices(name, exp, cfg["root_seed"]),
+        est = resources.estimate("convergence", exp, matrices=lowtemp_experiment.build_matrices(name, exp, cfg["root_seed"]),
                                  threads=2)
         assert est.runtime_min * 60 >= seconds and est.mem_mb >= rss_mb, (name, est)

@@ -1,4 +1,4 @@
-"""Seeded random streams and initial measures (SPEC §2.2)."""
+"""Seeded random streams and initial measures."""
 
 from __future__ import annotations
 

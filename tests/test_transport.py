@@ -1,4 +1,4 @@
-"""Exact W2 (SPEC §2.5, §5): against the assignment problem, closed forms and invariants."""
+"""Exact W2: against the assignment problem, closed forms and invariants."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from lowtemp import pipeline, resources
+from lowtemp import experiment, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 if not os.environ.get("LOWTEMP_SLURM_STATE"):
@@ -113,7 +113,7 @@ def test_short_jobs_went_as_group_jobs():
 def test_sbatch_requests_follow_the_resource_estimates():
     cfg = _config()
     experiments = cfg["experiments"]
-    mats = {name: pipeline.build_matrices(name, exp, cfg["root_seed"]) for name, exp in experiments.items()}
+    mats = {name: experiment.build_matrices(name, exp, cfg["root_seed"]) for name, exp in experiments.items()}
     labels = {}  # "<experiment>[_<beta>]" as the plugin writes wildcards in --comment
     for name, exp in experiments.items():
         labels[name] = (name, None)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numba
 import numpy as np
+import ot
 from scipy.spatial import cKDTree
 
 #: default absolute tolerance of the certificate on reduced costs (costs are ≤ 4 on the sphere)
@@ -597,10 +598,7 @@ def multiscale_potentials(X, Y, *, factor: int = 4, base: int = 1024, k: int = 8
 
 
 def _pot_fallback(X, Y, dense_max):
-    import ot
-
-    from .transport import squared_euclidean_cost  # noqa: F401  (the pipeline's own cost formula)
-
+    """POT's network simplex on the whole problem: the permutation and the duals u, v (|x − y|² cost)."""
     n = X.shape[0]
     a = np.full(n, 1.0 / n)
     if n <= dense_max:

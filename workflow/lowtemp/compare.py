@@ -91,6 +91,7 @@ def compare_results(first: Path, second: Path, rtol: float = 0.0) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line ``python -m lowtemp.compare FIRST SECOND [--rtol R]``; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("first", type=Path)
     parser.add_argument("second", type=Path)

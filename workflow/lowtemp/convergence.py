@@ -1,4 +1,4 @@
-"""Convergence studies (SPEC §2, "Numerical honesty"): step halving and particle number.
+"""Convergence studies: step halving and particle number (docs/convergence.md).
 
 Step halving. There is no exact solution of the particle system at finite β, so
 the error of a run at step h is estimated by Richardson's argument: a scheme of
@@ -32,10 +32,10 @@ import time as _time
 from dataclasses import dataclass
 
 import numpy as np
-import xarray as xr
 
-from . import dynamics, exact, integrate, io, kernels, measures, pipeline, transport
-from .pipeline import ConfigError
+from . import datasets, dynamics, exact, integrate, io, kernels, measures, transport
+from .experiment import ConfigError, field_kernel, time_grid
+from .joblog import progress_logger
 from .seeding import generator
 
 log = logging.getLogger("lowtemp")
@@ -57,6 +57,8 @@ SEM_WIDTH = 2.0
 # ------------------------------------------------------------------ settings
 @dataclass(frozen=True)
 class StepStudy:
+    """The step-halving study: runs at dt, dt/2, dt/4 on the first tokens of the stored initial tokens."""
+
     dt: float  # the coarsest step h; the runs use h, h/2, h/4
     times: tuple[float, ...]  # the fixed times of the report (snapshot times of the experiment)
     tokens: int  # the first `tokens` tokens of the stored initial tokens …
@@ -65,6 +67,8 @@ class StepStudy:
 
 @dataclass(frozen=True)
 class ParticleStudy:
+    """The particle-number study: fresh tokens from ρ0 for each N, run on the experiment's step."""
+
     tokens: tuple[int, ...]  # N values, increasing
     replicas: int
     horizon: float  # a snapshot time of the experiment
@@ -72,6 +76,8 @@ class ParticleStudy:
 
 @dataclass(frozen=True)
 class Settings:
+    """Both studies of one experiment, with every default resolved (``study_settings``)."""
+
     beta: float
     interval: float  # the experiment's snapshot interval time.horizon / time.snapshots
     steps: StepStudy
@@ -97,7 +103,7 @@ def study_settings(name: str, experiment: dict) -> Settings:
     """
     where = f"experiments.{name}.convergence"
     cfg = experiment.get("convergence") or {}
-    grid = pipeline.time_grid(experiment)
+    grid = time_grid(experiment)
     interval = grid.horizon / grid.snapshots
     beta = float(cfg.get("beta", max(float(b) for b in experiment["betas"])))
     if not (np.isfinite(beta) and beta > 0):
@@ -277,8 +283,16 @@ def particle_tokens(name: str, experiment: dict, root_seed: int, n: int, replica
 
 
 # ------------------------------------------------------------------ stage
+def particle_grid(experiment: dict, S: Settings) -> integrate.TimeGrid:
+    """The time grid of every run of the particle-number study: the experiment's step, up to its horizon."""
+    pa = S.particles
+    return integrate.TimeGrid(horizon=pa.horizon, snapshots=int(round(pa.horizon / S.interval)),
+                              dt=float(experiment["time"]["dt"]))
+
+
 def _finite_field(experiment, beta, M, n_tokens):
-    kernel = pipeline.field_kernel({**experiment, "tokens": int(n_tokens)}, beta, M)
+    """The field at β for runs of ``n_tokens`` tokens, with the kernel the experiment's rule picks for N."""
+    kernel = field_kernel({**experiment, "tokens": int(n_tokens)}, beta, M)
     return (lambda X: kernels.attention_field(X, M.B, M.V, beta, kernel)), kernel  # noqa: E731
 
 
@@ -302,8 +316,7 @@ def _step_study(label, experiment, S, M, X0):
 
 def _particle_study(name, label, experiment, root_seed, S, M):
     pa = S.particles
-    grid = integrate.TimeGrid(horizon=pa.horizon, snapshots=int(round(pa.horizon / S.interval)),
-                              dt=float(experiment["time"]["dt"]))
+    grid = particle_grid(experiment, S)
     method = experiment["integrator"]
     w2, used = [], []
     for n in pa.tokens:
@@ -312,7 +325,7 @@ def _particle_study(name, label, experiment, root_seed, S, M):
         used.append(kernel)
         run = f"{label} beta = {S.beta:g}, N = {n}"
         log.info("%s: %s, step %.4g, %d steps, kernel %s", run, method, grid.step, grid.total_steps, kernel)
-        progress = pipeline._progress_logger(run, grid, n, pa.replicas)
+        progress = progress_logger(run, grid, n, pa.replicas)
         positions = integrate.simulate(field, X0, grid, method, progress, label=run)
         w2.append(w2_to_projection_curves(positions, X0, M.E1))
     return np.stack(w2), grid, used
@@ -321,8 +334,8 @@ def _particle_study(name, label, experiment, root_seed, S, M):
 def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, output):
     """Both studies for one experiment, written to ``convergence.nc``."""
     S = study_settings(name, experiment)
-    M = pipeline.load_matrices(matrices_path)
-    X0 = io.read_netcdf(tokens_path, "initial_tokens")["tokens"].values
+    M = datasets.load_matrices(matrices_path)
+    X0 = datasets.load_initial_tokens(tokens_path)
     if X0.shape[0] < S.steps.replicas or X0.shape[1] < S.steps.tokens:
         raise ConfigError(f"{tokens_path}: holds {X0.shape[0]} replicas x {X0.shape[1]} tokens, fewer than the "
                           f"step study's {S.steps.replicas} x {S.steps.tokens} (experiments.{name}.convergence.steps); "
@@ -365,59 +378,18 @@ def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, o
     else:
         log.info("%s: W2(rho^beta_t, Pi_# rho0) at beta = %g stops moving at N = %d", label, S.beta, n_star)
 
-    steps = halving_steps(st.dt)
-    ds = xr.Dataset(
-        {
-            "position_difference": (("integrator", "coarse_step", "check_time"), diff, io.attrs(
-                "Richardson difference max |X_h - X_h/2| over replicas, tokens, dims, finite temperature")),
-            "position_order": (("integrator", "check_time"), observed_order(diff[:, 0], diff[:, 1]), io.attrs(
-                "observed order log2(e(h)/e(h/2)), finite temperature; NaN at the rounding floor")),
-            "position_error_estimate": (("integrator", "check_time"), richardson_error(diff[:, 0], nominal[:, None]),
-                                        io.attrs("Richardson estimate of the position error of the run at the "
-                                                 "coarsest step: e(h) 2^p/(2^p - 1), p nominal")),
-            "w2_projection_steps": (("integrator", "step", "step_replica", "check_time"), runs["w2"], io.attrs(
-                "W2(rho^beta_t, Pi_# rho0) of the run at each step, chordal cost")),
-            "w2_difference": (("integrator", "coarse_step", "check_time"), w2_diff, io.attrs(
-                "max over replicas of |W2_h - W2_h/2|")),
-            "w2_order": (("integrator", "check_time"), observed_order(w2_diff[:, 0], w2_diff[:, 1]), io.attrs(
-                "observed order of W2(rho^beta_t, Pi_# rho0): log2 of the ratio of successive differences")),
-            "zero_position_difference": (("integrator", "coarse_step", "check_time"), zero_diff, io.attrs(
-                "Richardson difference max |X_h - X_h/2|, zero temperature (Eq. 3)")),
-            "zero_position_order": (("integrator", "check_time"), observed_order(zero_diff[:, 0], zero_diff[:, 1]),
-                                    io.attrs("observed order (Richardson), zero temperature")),
-            "zero_error_vs_exact": (("integrator", "step", "check_time"), zero_err, io.attrs(
-                "max |X_h - X_exact| against the exact time-changed solution, zero temperature")),
-            "zero_order_vs_exact": (("integrator", "coarse_step", "check_time"),
-                                    observed_order(zero_err[:, :-1], zero_err[:, 1:]),
-                                    io.attrs("observed order log2(E(h)/E(h/2)) against the exact solution")),
-            "nominal_order": (("integrator",), nominal, io.attrs("order of the scheme")),
-            "w2_projection_particles": (("tokens", "replica", "time"), w2, io.attrs(
-                "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N, chordal cost")),
-            "w2_mean": (("tokens", "time"), stats["mean"], io.attrs("mean over replicas of W2(rho^beta_t, Pi_# rho0)")),
-            "w2_sem": (("tokens", "time"), stats["sem"], io.attrs("standard error over replicas (ddof 1)")),
-            "w2_min": (("tokens", "time"), stats["min"], io.attrs("minimum over replicas")),
-            "w2_max": (("tokens", "time"), stats["max"], io.attrs("maximum over replicas")),
-            "change_over_spread": (("tokens_pair",), ratios, io.attrs(
-                "max over time of |mean_N - mean_2N| / (2 sqrt(sem_N^2 + sem_2N^2)); <= 1: no change within "
-                "the replica spread")),
-            "stops_moving_at": ((), n_star, io.attrs(
-                "first N whose W2 curve agrees with every larger N's within the replica spread (-1: none)")),
-        },
-        coords={
-            "integrator": methods,
-            "step": ("step", steps, io.attrs("time step h", "1")),
-            "coarse_step": ("coarse_step", steps[:-1], io.attrs("coarser step h of a pair (h, h/2)", "1")),
-            "check_time": ("check_time", np.asarray(st.times), io.attrs("fixed time of the step study", "1")),
-            "step_replica": np.arange(st.replicas),
-            "tokens": ("tokens", np.asarray(pa.tokens), io.attrs("number of tokens N")),
-            "tokens_pair": ("tokens_pair", np.asarray(pa.tokens[:-1]), io.attrs("N of the pair (N_k, N_k+1)")),
-            "replica": np.arange(pa.replicas),
-            "time": ("time", grid.times, io.attrs("time t", "1")),
-        },
-    )
-    ds.attrs.update(beta=S.beta, step_tokens=st.tokens, step_replicas=st.replicas, step_kernel=step_kernel,
-                    particle_integrator=experiment["integrator"], particle_step=grid.step,
-                    particle_kernels=",".join(particle_kernels), rounding_floor=ROUNDING_FLOOR,
-                    spread=f"mean +- {SEM_WIDTH:g} sem over replicas")
+    ds = datasets.convergence_dataset(
+        methods=methods, steps=halving_steps(st.dt), check_times=st.times, step_replicas=st.replicas, diff=diff,
+        position_order=observed_order(diff[:, 0], diff[:, 1]),
+        position_error=richardson_error(diff[:, 0], nominal[:, None]),
+        w2_steps=runs["w2"], w2_diff=w2_diff, w2_order=observed_order(w2_diff[:, 0], w2_diff[:, 1]),
+        zero_diff=zero_diff, zero_order=observed_order(zero_diff[:, 0], zero_diff[:, 1]), zero_err=zero_err,
+        zero_order_vs_exact=observed_order(zero_err[:, :-1], zero_err[:, 1:]), nominal=nominal,
+        tokens=pa.tokens, replicas=pa.replicas, times=grid.times, w2_particles=w2, stats=stats, ratios=ratios,
+        n_star=n_star,
+        attrs=dict(beta=S.beta, step_tokens=st.tokens, step_replicas=st.replicas, step_kernel=step_kernel,
+                   particle_integrator=experiment["integrator"], particle_step=grid.step,
+                   particle_kernels=",".join(particle_kernels), rounding_floor=ROUNDING_FLOOR,
+                   spread=f"mean +- {SEM_WIDTH:g} sem over replicas"))
     log.info("%s: done, %.1f s", label, _time.perf_counter() - start)
     io.write_netcdf(ds, output, "convergence", io.provenance(name, experiment, root_seed))

@@ -1,4 +1,4 @@
-"""Exact zero-temperature solution (SPEC §1), the reference for the Eq. 3 simulation.
+"""Exact zero-temperature solution, the reference for the Eq. 3 simulation.
 
 Under Assumption 1 (A symmetric) the solution of dx/dt = P⊥(x) A x / |Bᵀx| is
 a time change of the normalised linear flow:

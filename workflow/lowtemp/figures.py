@@ -1,4 +1,4 @@
-"""Figures (SPEC §2.7). They read the NetCDF outputs and never recompute physics.
+"""Figures. They read the NetCDF outputs and never recompute physics.
 
 Every curve is the mean over replicas with a band spanning the replicas
 (min to max). Curves of a β whose median effective sample size drops below the
@@ -17,8 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import claims, fitting, io  # noqa: E402
-from .pipeline import snapshot_times  # noqa: E402
+from . import claims, experiment as experiment_config, fitting, io  # noqa: E402
 
 
 def _palette(n):
@@ -40,7 +39,7 @@ def _beta_label(dist, beta, threshold):
 
 
 def _bound_constants(fit):
-    """a, C1, b, c of the drawn bound: calibrated on the smallest β and half the replicas (``claims.fitted_bound``)."""
+    """a, C1, b, c of the drawn bound: calibrated on the smallest resolved β and on β = ∞ (``claims.fitted_bound``)."""
     return claims.fitted_bound(fit)
 
 
@@ -55,6 +54,7 @@ def crossover_time(fit, beta):
 
 
 def plot_w2_projection(data, experiment):
+    """W2(ρ^β_t, Π♯ρ0) against t for every β and at zero temperature, with the calibrated bound."""
     dist, fit = data["distances"], data["fit"]
     t = dist.time.values
     thr = experiment["ess_threshold"]
@@ -81,6 +81,7 @@ def plot_w2_projection(data, experiment):
 
 
 def plot_collapse(data, experiment):
+    """W2(ρ^β_t, ρ^∞_t) divided by sqrt(log(β+1)/β) against t: the curves of all β collapse early on."""
     dist, fit = data["distances"], data["fit"]
     t = dist.time.values
     thr = experiment["ess_threshold"]
@@ -108,6 +109,8 @@ def plot_collapse(data, experiment):
 
 
 def plot_end_phase(data, experiment):
+    """Distances to E1(A) and to V's leading eigenspace(s) against t, one panel per eigenspace, every β and
+    β = ∞ in each, with the crossover times of the bound (Conjecture 1)."""
     dist, fit, mats = data["distances"], data["fit"], data["matrices"]
     t = dist.time.values
     thr = experiment["ess_threshold"]
@@ -137,6 +140,7 @@ def plot_end_phase(data, experiment):
 
 
 def plot_time_scale(data, experiment):
+    """The departure time from E1(A) against log β, with its fitted slope (the metastable time scale)."""
     fit = data["fit"]
     beta = fit.beta.values
     x = np.log(beta)
@@ -169,13 +173,14 @@ def plot_time_scale(data, experiment):
 
 
 def plot_snapshots(data, experiment):
+    """Tokens on S² (replica 0) at the experiment's snapshot times: zero temperature, the smallest and the largest β."""
     mats = data["matrices"]
     zero = data["zero"]
     finite = sorted(data["finite"], key=lambda ds: float(ds.beta))
     rows = [("zero temperature", zero)] + [(f"β = {float(ds.beta):g}", ds) for ds in (finite[0], finite[-1])]
     if len(finite) == 1:
         rows = rows[:2]
-    times = snapshot_times(experiment)
+    times = experiment_config.snapshot_times(experiment)
     fig = plt.figure(figsize=(3.2 * len(times), 3.0 * len(rows)))
     u = mats["E1"].values[:, 0]
     v = mats["E1_V_real"].values[:, 0]
@@ -198,13 +203,8 @@ def plot_snapshots(data, experiment):
     return fig
 
 
-FIGURES = {
-    "w2_projection": plot_w2_projection,
-    "collapse": plot_collapse,
-    "end_phase": plot_end_phase,
-    "time_scale": plot_time_scale,
-    "snapshots": plot_snapshots,
-}
+#: the drawing function of each figure: ``plot_<name>`` for every name of ``experiment.FIGURES`` (the one list)
+FIGURES = {name: globals()[f"plot_{name}"] for name in experiment_config.FIGURES}
 
 
 def _save_atomic(fig, path):
@@ -226,7 +226,7 @@ def render(figure, name, experiment, *, matrices_path, distances_path, fit_path,
         "distances": io.read_netcdf(distances_path, "distances"),
         "fit": io.read_netcdf(fit_path, "fit"),
     }
-    if figure == "snapshots":
+    if figure in experiment_config.SPHERE_FIGURES:  # drawn from the positions themselves
         data["zero"] = io.read_netcdf(zero_path, "zero_temperature")
         data["finite"] = [io.read_netcdf(p, "finite_temperature") for p in finite_paths]
     fig = plot(data, experiment)

@@ -73,6 +73,8 @@ def euler_step(field: Field, X: np.ndarray, h: float) -> np.ndarray:
 STEPPERS = {"rk4": rk4_step, "euler": euler_step}
 #: the same steps before renormalisation, used by ``simulate`` to measure the norm drift
 INCREMENTS = {"rk4": rk4_increment, "euler": euler_increment}
+#: field evaluations of one step of each scheme
+EVALUATIONS_PER_STEP = {"rk4": 4, "euler": 1}
 
 
 @dataclass(frozen=True)

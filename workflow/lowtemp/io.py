@@ -1,4 +1,5 @@
-"""NetCDF reading and writing: the one module that owns names, attributes and provenance.
+"""NetCDF reading and writing: schema version, kind, provenance and atomic writes of every file
+(what each file holds is laid out by ``lowtemp.datasets``).
 
 Every file carries ``lowtemp_schema`` (the schema version, checked on read),
 ``lowtemp_kind`` (which stage wrote it) and ``provenance`` (one JSON string:
@@ -116,6 +117,7 @@ def read_netcdf(path: str | os.PathLike, kind: str | None = None) -> xr.Dataset:
 
 
 def read_provenance(ds: xr.Dataset) -> dict:
+    """The provenance record of a dataset read with ``read_netcdf`` (see ``provenance``)."""
     return json.loads(ds.attrs["provenance"])
 
 

@@ -33,8 +33,8 @@
   m_i that fixes a cap which provably holds every token that can matter, and
   m_i itself is the max over that cap. d = 2 and d = 3.
 
-``attention_field(X, B, V, beta, kernel="auto")`` dispatches; ``choose_kernel``
-is the documented automatic rule.
+``attention_field(X, B, V, beta, kernel)`` dispatches on the kernel's name;
+``kernel_choice.choose_kernel`` is the automatic rule (``kernel: auto``).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from numba.extending import intrinsic
 from scipy.spatial import cKDTree
 
 from . import dynamics
+from .kernel_choice import DEFAULT_TAIL, KERNELS, truncation_constant
 
 # Kernels are compiled afresh in every process (no numba on-disk cache): a kernel
 # loaded from numba's cache was measured to differ in the last bit from a fresh
@@ -54,8 +55,6 @@ from . import dynamics
 # run. Fresh compiles agree with each other bit for bit; they cost about 1.5 s
 # per kernel and process.
 
-#: relative mass the cap kernel may neglect
-DEFAULT_TAIL = 1e-12
 #: scores more than this below the row's shift are clamped (e^{-700} ≈ 1e-304)
 _CLAMP = 700.0
 #: the row shift is |a_i|·max_j|x_j| (no max pass) while 2·|a_i|·max_j|x_j| ≤ this, so no score is clamped
@@ -65,9 +64,6 @@ _BOUND_SHIFT_MAX = 600.0
 #: normal and far from overflow (N·2^{864} < 2^{1024} for N < 2^{160}); with the exact-max shift
 #: the largest scaled weight is 2^{432} itself, so Σ (w·2^432)² ≥ 2^{864} and nothing that matters underflows
 _ESS_EXPONENT = 432
-#: largest truncation constant of the cap kernel
-_C_MAX = 64.0
-KERNELS = ("numpy", "dense", "cap")
 
 
 @intrinsic
@@ -225,14 +221,6 @@ def dense_field(X, B, V, beta, with_ess: bool = False):
 
 
 # ------------------------------------------------------------------ cap kernel
-def truncation_constant(n_tokens: int, tail: float = DEFAULT_TAIL) -> float:
-    """c with (N − 1)·e^{−c} ≤ tail: scores more than c below the maximum are neglected."""
-    c = float(np.log(max(n_tokens, 2)) + np.log(1.0 / tail))
-    if c > _C_MAX:
-        raise ValueError(f"cap kernel: tail = {tail:g} at N = {n_tokens} needs c = {c:.1f} > {_C_MAX:g}")
-    return c
-
-
 def _cell_lists(X, h, G, origin):
     """Cell index of every token and the tokens sorted by cell (CSR: start, order)."""
     d = X.shape[-1]
@@ -248,7 +236,7 @@ def _cell_lists(X, h, G, origin):
 
 
 @njit(fastmath=False, cache=False)
-def _cap_pass(X, a, i, m, c, lo, hi, G, start, order, acc, total):
+def _cap_pass(X, a, m, c, lo, hi, G, start, order, acc, total):
     """One sweep over the tokens of the cell box lo..hi.
 
     ``total`` False: return the largest score ⟨a, x_j⟩ in the box. ``total`` True:
@@ -311,8 +299,8 @@ def _cap_sum(X, At, V, m_lower, rho_max, c, origin, h, G, start, order, out, ess
                 lo[k] = min(G - 1, max(0, int(np.floor((qk - rad - origin) / h))))
                 hi[k] = min(G - 1, max(0, int(np.floor((qk + rad - origin) / h))))
         acc = np.zeros(2 + d)
-        m = _cap_pass(X, a, i, 0.0, c, lo, hi, G, start, order, acc, False)
-        Z = _cap_pass(X, a, i, m, c, lo, hi, G, start, order, acc, True)
+        m = _cap_pass(X, a, 0.0, c, lo, hi, G, start, order, acc, False)
+        Z = _cap_pass(X, a, m, c, lo, hi, G, start, order, acc, True)
         dot = 0.0
         f = np.zeros(d)
         for k in range(d):
@@ -363,31 +351,6 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
 
 
 # ------------------------------------------------------------------ dispatch
-def expected_cap_fraction(beta: float, d: int, sigma_min: float, n_tokens: int,
-                          tail: float = DEFAULT_TAIL) -> float:
-    """Upper estimate of the fraction of a spread-out cloud inside one query's cap.
-
-    The cap has chordal radius² ≈ 2c/(β|Bᵀx|) ≤ 2c/(β σmin(B)); its area fraction
-    on S² is radius²/4, on S¹ the arc fraction is radius/π.
-    """
-    r2 = min(4.0, 2.0 * truncation_constant(n_tokens, tail) / (beta * sigma_min))
-    return r2 / 4.0 if d == 3 else float(np.sqrt(r2) / np.pi)
-
-
-def choose_kernel(beta: float, n_tokens: int, d: int, sigma_min: float) -> str:
-    """The automatic rule: ``cap`` when N ≥ 16384 and a cap holds at most 3% of a
-    spread-out cloud (measured: d = 3, β = 1000 gives 2% and a 3× gain over
-    ``dense`` at N = 32768; d = 2, β = 1000 gives 9% and no gain; below 16384
-    tokens a dense step is cheap and, once tokens cluster, a cap holds a whole
-    cluster and the cap kernel loses its advantage); else ``dense`` (d = 2, 3);
-    else ``numpy``."""
-    if d not in (2, 3):
-        return "numpy"
-    if n_tokens >= 16384 and expected_cap_fraction(beta, d, sigma_min, n_tokens) <= 0.03:
-        return "cap"
-    return "dense"
-
-
 def attention_field(X, B, V, beta, kernel: str = "dense"):
     """The finite-temperature field with the named kernel (``numpy``, ``dense``, ``cap``)."""
     if kernel == "numpy":

@@ -1,4 +1,4 @@
-"""Attention matrices K, Q, V; B = QᵀK, A = VBᵀ; Assumption 1 (SPEC §1, §2.1).
+"""Attention matrices K, Q, V; B = QᵀK, A = VBᵀ; Assumption 1.
 
 ``check_assumption_1`` is the single place that decides whether a triple
 (K, Q, V) satisfies Assumption 1: B invertible (and not ill-conditioned),
@@ -105,7 +105,7 @@ class AttentionMatrices:
 
     @property
     def rate_bounds(self) -> tuple[float, float]:
-        """[γ/σmax(B), γ/σmin(B)]: the range of the zero-temperature rate (SPEC §1)."""
+        """[γ/σmax(B), γ/σmin(B)]: the range of the zero-temperature rate."""
         return self.gamma / self.sigma_max, self.gamma / self.sigma_min
 
     @property

@@ -1,4 +1,4 @@
-"""Initial measures ρ0 on S^{d-1} with strictly positive smooth densities (SPEC §2.2).
+"""Initial measures ρ0 on S^{d-1} with strictly positive smooth densities.
 
 Every sampler returns tokens with layout (replica, token, dim), unit norm to
 rounding. Named measures (``sample_initial_tokens``):

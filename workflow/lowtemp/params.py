@@ -22,16 +22,16 @@ from collections.abc import Mapping
 #: a path names a whole block (``matrices``) or one key in it (``fit.confidence``).
 #: The rule ``figure`` has one entry per figure (``figure:<name>``).
 STAGE_KEYS: dict[str, tuple[str, ...]] = {
-    # pipeline.stage_matrices -> build_matrices
+    # pipeline.stage_matrices -> experiment.build_matrices
     "matrices": ("dim", "matrices"),
     # pipeline.stage_initial_tokens
     "initial_tokens": ("dim", "initial_measure", "replicas", "tokens"),
-    # pipeline.stage_finite_temperature: time_grid, the integrator, field_kernel (``kernel``;
+    # pipeline.stage_finite_temperature: experiment.time_grid, the integrator, experiment.field_kernel (``kernel``;
     # the automatic rule reads tokens and dim); the ESS it records is judged by the fit
     "finite_temperature": ("dim", "integrator", "kernel", "time", "tokens"),
-    # pipeline.stage_zero_temperature: time_grid and the integrator
+    # pipeline.stage_zero_temperature: experiment.time_grid and the integrator
     "zero_temperature": ("integrator", "time"),
-    # pipeline.stage_distances_beta -> exact_w2_snapshots
+    # pipeline.stage_distances_beta -> experiment.exact_w2_snapshots
     "distances_beta": ("distances.exact_every",),
     # pipeline.stage_collect_distances: nothing beyond its input files
     "distances": (),
@@ -39,14 +39,14 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "fit": ("ess_threshold", "fit", "tokens"),
     # pipeline.stage_claims -> claims.evaluate (the claims block; the confidence level comes from fit.nc)
     "claims": ("claims",),
-    # figures.render -> figures.FIGURES[name]
+    # figures.render -> figures.FIGURES[name]; one entry per name of experiment.FIGURES
     "figure:w2_projection": ("ess_threshold",),
     "figure:collapse": ("ess_threshold",),
     "figure:end_phase": ("ess_threshold",),
     "figure:time_scale": (),
-    "figure:snapshots": ("figures.snapshot_times", "time.horizon"),  # pipeline.snapshot_times
+    "figure:snapshots": ("figures.snapshot_times", "time.horizon"),  # experiment.snapshot_times
     # convergence.stage_convergence: study_settings (betas for the default beta, tokens,
-    # replicas, time), initial_measure and dim for fresh tokens, integrator, field_kernel
+    # replicas, time), initial_measure and dim for fresh tokens, integrator, experiment.field_kernel
     "convergence": ("betas", "convergence", "dim", "initial_measure", "integrator", "kernel", "replicas",
                     "time", "tokens"),
     # figures.render_convergence: nothing beyond convergence.nc

@@ -1,4 +1,4 @@
-"""The projection map Π and distances to eigenspaces (SPEC §1, §2.5).
+"""The projection map Π and distances to eigenspaces.
 
 Π(x) = P1 x / |P1 x| maps a token onto the great sphere E1 ∩ S^{d-1}, where P1 is
 the orthogonal projector onto E1 (the leading eigenspace of A = VBᵀ). The

@@ -81,6 +81,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from . import convergence, integrate
+from .experiment import exact_w2_snapshots, field_kernel, time_grid
+
 STAGES = ("matrices", "initial_tokens", "finite_temperature", "zero_temperature",
           "distances_beta", "distances", "fit", "figure")
 
@@ -143,46 +146,19 @@ def _sizes(experiment: dict):
     return n, d, r, times
 
 
-def _total_steps(experiment: dict) -> int:
-    """Steps of the integrator (the same grid as ``pipeline.time_grid``)."""
-    t = experiment["time"]
-    horizon, snapshots, dt = float(t["horizon"]), int(t["snapshots"]), float(t["dt"])
-    per_snapshot = max(1, int(math.ceil(horizon / snapshots / dt - 1e-9)))
-    return snapshots * per_snapshot
-
-
 def field_evaluations(experiment: dict) -> int:
-    """Field evaluations of one simulation: 4 per RK4 step (1 per Euler step)."""
-    per_step = 1 if experiment.get("integrator", "rk4") == "euler" else 4
-    return per_step * _total_steps(experiment)
+    """Field evaluations of one simulation: 4 per RK4 step, 1 per Euler step (``integrate.EVALUATIONS_PER_STEP``)."""
+    per_step = integrate.EVALUATIONS_PER_STEP[experiment.get("integrator", "rk4")]
+    return per_step * time_grid(experiment).total_steps
 
 
 def exact_w2_count(experiment: dict) -> int:
-    """Snapshots with an exact N×N W2 per replica (``pipeline.exact_w2_snapshots``)."""
-    times = int(experiment["time"]["snapshots"]) + 1
-    every = int(experiment.get("distances", {}).get("exact_every", 1))
-    count = len(range(0, times, every))
-    return count + (0 if (times - 1) % every == 0 else 1)
-
-
-def kernel_for(experiment: dict, beta: float, matrices=None) -> str:
-    """The finite-temperature kernel the job will use (``pipeline.field_kernel``).
-
-    ``matrices`` (an ``AttentionMatrices``) is needed by the automatic rule; without
-    it ``auto`` is budgeted as ``dense`` (d = 2, 3: the dearer of the two fast
-    kernels) or ``numpy``.
-    """
-    kernel = experiment.get("kernel", "auto")
-    if kernel != "auto":
-        return kernel
-    if matrices is not None:
-        from . import pipeline  # the package's own rule, so estimate and run agree
-
-        return pipeline.field_kernel(experiment, float(beta), matrices)
-    return "dense" if int(experiment["dim"]) in (2, 3) else "numpy"
+    """Snapshots with an exact N×N W2 per replica (``experiment.exact_w2_snapshots``)."""
+    return int(exact_w2_snapshots(experiment, int(experiment["time"]["snapshots"]) + 1).sum())
 
 
 def ns_per_pair(kernel: str, d: int) -> float:
+    """Budgeted cost of one token pair and field evaluation with ``kernel`` in dimension d (ns, 2 threads)."""
     if kernel == "numpy":
         return NUMPY_NS_PER_PAIR + NUMPY_NS_PER_PAIR_PER_DIM * d
     return NS_PER_PAIR[kernel]
@@ -196,7 +172,7 @@ def w2_seconds(n_tokens: int) -> float:
 # ------------------------------------------------------------------ per stage
 def _finite(experiment, beta, matrices, threads):
     n, d, r, times = _sizes(experiment)
-    kernel = kernel_for(experiment, beta, matrices)
+    kernel = field_kernel(experiment, beta, matrices)
     tokens = r * n * d * _F
     positions = times * tokens
     ess = times * r * n * _F
@@ -264,8 +240,6 @@ THREADED_STAGES = ("finite_temperature", "convergence")
 
 
 def _convergence(experiment, matrices, threads):
-    from . import convergence  # lazy: it imports pipeline, which imports this module's callers
-
     s = convergence.study_settings("experiment", experiment)
     d = int(experiment["dim"])
     interval = s.interval
@@ -273,9 +247,9 @@ def _convergence(experiment, matrices, threads):
     w2_cost = (lambda n: w2_seconds(n)) if exact_w2 else (lambda n: n * DISTANCE_NS_PER_TOKEN_SNAPSHOT * 1e-9)
     # step halving: runs up to the last check time at h, h/2, h/4 (1 + 2 + 4 times the steps at h)
     st = s.steps
-    steps = round(max(st.times) / st.dt) * sum(2**k for k in range(convergence.STEP_LEVELS))
-    evals = sum(1 if m == "euler" else 4 for m in convergence.NOMINAL_ORDER) * steps
-    kernel = kernel_for({**experiment, "tokens": st.tokens}, s.beta, matrices)
+    steps = sum(g.total_steps for g in convergence.halving_grids(max(st.times), interval, st.dt))
+    evals = sum(integrate.EVALUATIONS_PER_STEP[m] for m in convergence.NOMINAL_ORDER) * steps
+    kernel = field_kernel({**experiment, "tokens": st.tokens}, s.beta, matrices)
     speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
     r, n = st.replicas, st.tokens
     checks = len(st.times)
@@ -287,11 +261,11 @@ def _convergence(experiment, matrices, threads):
     step_bytes = (snapshots + 12 + 4 * convergence.STEP_LEVELS * checks) * r * n * d * _F
     # particle number: one run per N on the experiment's step, W2 at every snapshot
     pa = s.particles
-    snapshots = round(pa.horizon / interval)
-    per_step = 1 if experiment.get("integrator", "rk4") == "euler" else 4
-    evals = per_step * snapshots * max(1, int(math.ceil(interval / float(experiment["time"]["dt"]) - 1e-9)))
+    grid = convergence.particle_grid(experiment, s)
+    snapshots = grid.snapshots
+    evals = integrate.EVALUATIONS_PER_STEP[experiment.get("integrator", "rk4")] * grid.total_steps
     for n in pa.tokens:
-        kernel = kernel_for({**experiment, "tokens": n}, s.beta, matrices)
+        kernel = field_kernel({**experiment, "tokens": n}, s.beta, matrices)
         speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
         seconds += (evals * pa.replicas * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
                     + evals * pa.replicas * n * LINEAR_NS * 1e-9 + (snapshots + 1) * pa.replicas * w2_cost(n))
@@ -344,15 +318,8 @@ def estimate(stage: str, experiment: dict, *, beta: float | None = None, matrice
 
 
 def memory_mb(stage: str, experiment: dict, **kw) -> int:
+    """``estimate(stage, experiment, **kw).mem_mb``: the memory request of one job (MB)."""
     return estimate(stage, experiment, **kw).mem_mb
-
-
-def runtime_minutes(stage: str, experiment: dict, **kw) -> int:
-    return estimate(stage, experiment, **kw).runtime_min
-
-
-def cpus(stage: str, experiment: dict, **kw) -> int:
-    return estimate(stage, experiment, **kw).cpus
 
 
 #: the groups of short jobs: each stage's group name

@@ -1,4 +1,4 @@
-"""Exact Wasserstein-2 distances between empirical measures (SPEC §2.5, §5).
+"""Exact Wasserstein-2 distances between empirical measures.
 
 W2 uses the Euclidean (chordal) cost in R^d and is the distance itself, not
 its square. The general solver is POT's network simplex (``ot.emd2`` on the
@@ -13,6 +13,8 @@ import warnings
 
 import numpy as np
 import ot
+
+from .projection import projection_map, two_atom_masses
 
 #: POT's result code for an optimal solution of the network simplex
 _OPTIMAL = 1
@@ -79,8 +81,6 @@ def w2_to_projection(X: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> float:
     dim E1 = 1: closed form against the two atoms ±u; otherwise the exact solve
     against the cloud Π(x0_i) on the great sphere E1 ∩ S.
     """
-    from .projection import projection_map, two_atom_masses
-
     if E1.shape[1] == 1:
         u = E1[:, 0]
         return w2_two_atoms(X, u, two_atom_masses(X0, u))

@@ -5,9 +5,11 @@ Order (the first failure stops with one error naming the key or file):
 1. every config file parses as YAML with no duplicate keys (PyYAML would keep the
    last of two experiments of the same name, silently);
 2. the JSON schema (``workflow/schemas/config.schema.yaml``: types, ranges,
-   unknown keys), then its defaults are filled in by ``snakemake.utils.validate``;
-3. per experiment, what the schema cannot express (``pipeline.validate_experiment``:
-   β grid, time grid, shapes, Assumptions 1–3 on the matrices and ρ0);
+   unknown keys), then its defaults are filled in (``check_schema``, as
+   ``snakemake.utils.validate`` does it, without importing Snakemake);
+3. per experiment, what the schema cannot express (``validate_experiment``:
+   β grid, time grid, shapes, Assumptions 1–3 on the matrices and ρ0, the
+   convergence block);
 4. the memory of the largest job against ``memory_limit_gb``;
 5. the results folder can be written.
 
@@ -22,10 +24,12 @@ import tempfile
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import yaml
 
-from . import matrices, resources
-from .pipeline import ConfigError, validate_experiment
+from . import convergence, matrices, measures, resources
+from .experiment import ConfigError, build_matrices, snapshot_times, time_grid
+
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -72,12 +76,119 @@ def check_schema(config: dict, schema_path: str | os.PathLike) -> None:
     with open(schema_path) as fh:
         schema = yaml.safe_load(fh)
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is None:  # valid: a second pass fills in the defaults
+        error = jsonschema.exceptions.best_match(_DefaultFillingValidator(schema).iter_errors(config))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
         raise ConfigError(f"config key {where}: {error.message}")
-    from snakemake.utils import validate  # fills the defaults in place
 
-    validate(config, str(schema_path))
+
+_PROPERTIES = jsonschema.Draft202012Validator.VALIDATORS["properties"]
+
+
+def _fill_defaults(validator, properties, instance, schema):
+    """The ``properties`` keyword that first sets every absent property that has a ``default``."""
+    if isinstance(instance, dict):
+        for prop, subschema in properties.items():
+            if "default" in subschema:
+                instance.setdefault(prop, subschema["default"])
+    yield from _PROPERTIES(validator, properties, instance, schema)
+
+
+#: the schema's validator (JSON Schema 2020-12, as the schema declares) extended to fill in defaults
+#: in place while it validates: the recipe of the jsonschema FAQ that ``snakemake.utils.validate`` uses
+_DefaultFillingValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                                        {"properties": _fill_defaults})
+
+
+def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices.AttentionMatrices:
+    """Checks the schema cannot express; raises ConfigError naming the key. Cheap (d×d work).
+
+    Returns the experiment's matrices, checked against Assumption 1.
+    """
+    where = f"experiments.{name}"
+    d = int(experiment["dim"])
+    betas = [float(b) for b in experiment["betas"]]
+    if len(set(betas)) != len(betas):
+        raise ConfigError(f"{where}.betas has duplicate values: {betas}")
+    if any(not np.isfinite(b) or b <= 0 for b in betas):
+        raise ConfigError(f"{where}.betas must be positive and finite, got {betas}")
+    try:
+        grid = time_grid(experiment)
+    except ValueError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    for t in snapshot_times(experiment):
+        if not 0 <= t <= grid.horizon:
+            raise ConfigError(f"{where}.figures.snapshot_times: {t} is outside [0, time.horizon = {grid.horizon}]")
+    m = experiment["matrices"]
+    for key in ("eigenvalues", "eigenvalues_V"):
+        if key in m and len(m[key]) != d:
+            raise ConfigError(f"{where}.matrices.{key} must have length dim = {d}, got {len(m[key])}")
+    kernel = experiment.get("kernel", "auto")
+    if kernel in ("dense", "cap") and d not in (2, 3):
+        raise ConfigError(f"{where}.kernel: {kernel!r} supports dim 2 and 3, got dim = {d}; use 'numpy' or 'auto'")
+    if m["family"] == "explicit":
+        for key in ("K", "Q", "V"):
+            try:
+                shape = np.shape(np.asarray(m[key], dtype=float))
+            except ValueError:
+                raise ConfigError(f"{where}.matrices.{key} is not a rectangular matrix (rows of unequal length)") from None
+            if shape != (d, d):
+                raise ConfigError(f"{where}.matrices.{key} must be a {d}x{d} matrix (dim = {d}), got shape {shape}")
+    _check_initial_measure_shapes(where, experiment["initial_measure"], d)
+    try:
+        M = build_matrices(name, experiment, root_seed)
+    except matrices.AssumptionViolation as exc:
+        raise matrices.AssumptionViolation(f"{where}.matrices: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{where}.matrices: {exc}") from None
+    _check_initial_measure_assumptions(where, experiment["initial_measure"], M)
+    if "convergence" in experiment:  # the optional studies' block: steps dividing the grid, N list, …
+        convergence.study_settings(name, experiment)
+    return M
+
+
+def _check_initial_measure_shapes(where: str, mu: dict, d: int) -> None:
+    """Vector lengths, non-zero directions and mixture weights of ``initial_measure``."""
+    where = f"{where}.initial_measure"
+    for key in ("mean", "center"):
+        if key in mu and len(mu[key]) != d:
+            raise ConfigError(f"{where}.{key} must have length dim = {d}, got {len(mu[key])}")
+    for key in ("means", "points"):
+        if key in mu and any(len(v) != d for v in mu[key]):
+            raise ConfigError(f"{where}.{key}: every vector must have length dim = {d}")
+        if key in mu and any(not np.any(np.asarray(v, dtype=float)) for v in mu[key]):
+            raise ConfigError(f"{where}.{key}: a vector is zero (it has no direction on the sphere)")
+    if "center" in mu and not np.any(np.asarray(mu["center"], dtype=float)):
+        raise ConfigError(f"{where}.center is the zero vector")
+    if "means" in mu and len(mu["means"]) != len(mu.get("kappas", [])):
+        raise ConfigError(f"{where}.means and kappas must have the same length")
+    if "weights" in mu:
+        components = "points" if mu["name"] == "atoms" else "kappas"
+        n = len(mu.get(components, []))
+        weights = np.asarray(mu["weights"], dtype=float)
+        if weights.size != n:
+            raise ConfigError(f"{where}.weights must have one entry per {components[:-1]} ({n}), got {weights.size}")
+        if not np.isclose(weights.sum(), 1.0):
+            raise ConfigError(f"{where}.weights must sum to 1, got {weights.sum():.6g}")
+
+
+def _check_initial_measure_assumptions(where: str, mu: dict, M: matrices.AttentionMatrices) -> None:
+    """Assumption 3 (positive density) unless waived, and Assumption 2 (∫|P1 x|^(-1/2) dρ0 < ∞)."""
+    where = f"{where}.initial_measure"
+    name = mu["name"]
+    if mu.get("positive_density", True) and not measures.has_positive_density(name, mu):
+        what = f"a cap of angle {mu['angle']:g}° has zero density outside it" if name == "cap" else \
+            "finitely many atoms have no density"
+        raise matrices.AssumptionViolation(
+            f"{where}: {name!r} is not a positive density on the sphere ({what}; Assumption 3). "
+            f"Set {where}.positive_density: false to run it outside the theorem")
+    if name == "atoms":
+        bad = measures.atoms_on_E1_complement(mu["points"], M.E1)
+        if bad.size:
+            raise matrices.AssumptionViolation(
+                f"{where}: Assumption 2 fails: point(s) {bad.tolist()} lie on E1⊥ (P1 x = 0), so "
+                f"∫|P1 x|^(-1/2) dρ0 is infinite; these tokens never reach E1 and Π is undefined for them")
 
 
 def machine_memory_bytes() -> int:

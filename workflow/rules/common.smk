@@ -4,6 +4,7 @@ import re
 import os
 
 from lowtemp import convergence as lowtemp_convergence
+from lowtemp import experiment as lowtemp_experiment
 from lowtemp import params as lowtemp_params
 from lowtemp import validation
 
@@ -28,7 +29,7 @@ os.environ.update(LOWTEMP_SOURCE=workflow.basedir)
 ROOT_SEED = config["root_seed"]
 EXPERIMENTS = config["experiments"]
 
-FIGURES = ["w2_projection", "collapse", "end_phase", "time_scale", "snapshots"]
+FIGURES = lowtemp_experiment.FIGURES
 
 
 def beta_label(beta):
@@ -86,7 +87,7 @@ def convergence_labels(wildcards):
 
 
 def experiment_figures(name):
-    figures = [f for f in FIGURES if f != "snapshots" or EXPERIMENTS[name]["dim"] == 3]
+    figures = lowtemp_experiment.figures_for(EXPERIMENTS[name])
     return [f"{RESULTS}/{name}/figures/{fig}.{ext}" for fig in figures for ext in ("pdf", "png")]
 
 

@@ -49,6 +49,11 @@ rule claims:
         "../scripts/claims.py"
 
 
+# a few lines of Markdown from the claims files: run where Snakemake runs, not as a cluster job
+localrules:
+    claims_summary,
+
+
 rule claims_summary:
     input:
         expand(f"{RESULTS}/{{experiment}}/claims.nc", experiment=list(EXPERIMENTS)),

@@ -1,9 +1,9 @@
 """Snakemake adapter: rule convergence -> lowtemp.convergence.stage_convergence."""
-from lowtemp import convergence, kernels, pipeline
+from lowtemp import convergence, joblog, kernels
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params.stage
 kernels.set_threads(sm.threads)
-with pipeline.logged(sm.log[0]):
+with joblog.logged(sm.log[0]):
     convergence.stage_convergence(p["name"], p["experiment"], p["root_seed"], matrices_path=sm.input.matrices,
                                   tokens_path=sm.input.tokens, output=sm.output[0])

@@ -1,9 +1,9 @@
 """Snakemake adapter: rule distances_beta -> lowtemp.pipeline.stage_distances_beta."""
-from lowtemp import pipeline
+from lowtemp import joblog, pipeline
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params.stage
-with pipeline.logged(sm.log[0]):
+with joblog.logged(sm.log[0]):
     pipeline.stage_distances_beta(p["name"], p["experiment"], p["root_seed"], matrices_path=sm.input.matrices,
                                   tokens_path=sm.input.tokens, finite_path=sm.input.finite,
                                   zero_path=sm.input.zero, output=sm.output[0])

@@ -1,10 +1,10 @@
 """Snakemake adapter: rule finite_temperature -> lowtemp.pipeline.stage_finite_temperature."""
-from lowtemp import kernels, pipeline
+from lowtemp import joblog, kernels, pipeline
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params.stage
 kernels.set_threads(sm.threads)
-with pipeline.logged(sm.log[0]):
+with joblog.logged(sm.log[0]):
     pipeline.stage_finite_temperature(p["name"], p["experiment"], p["root_seed"], beta=sm.params.beta,
                                       matrices_path=sm.input.matrices, tokens_path=sm.input.tokens,
                                       output=sm.output[0], checkpoint_path=sm.params.checkpoint,

@@ -1,8 +1,8 @@
 """Snakemake adapter: rule fit -> lowtemp.pipeline.stage_fit."""
-from lowtemp import pipeline
+from lowtemp import joblog, pipeline
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params.stage
-with pipeline.logged(sm.log[0]):
+with joblog.logged(sm.log[0]):
     pipeline.stage_fit(p["name"], p["experiment"], p["root_seed"], matrices_path=sm.input.matrices,
                        distances_path=sm.input.distances, output=sm.output[0])

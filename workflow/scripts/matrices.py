@@ -1,6 +1,6 @@
 """Snakemake adapter: rule matrices -> lowtemp.pipeline.stage_matrices."""
-from lowtemp import pipeline
+from lowtemp import joblog, pipeline
 
 p = snakemake.params.stage  # noqa: F821 (injected by Snakemake)
-with pipeline.logged(snakemake.log[0]):  # noqa: F821
+with joblog.logged(snakemake.log[0]):  # noqa: F821
     pipeline.stage_matrices(p["name"], p["experiment"], p["root_seed"], output=snakemake.output[0])  # noqa: F821

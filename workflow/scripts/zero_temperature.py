@@ -1,9 +1,9 @@
 """Snakemake adapter: rule zero_temperature -> lowtemp.pipeline.stage_zero_temperature."""
-from lowtemp import pipeline
+from lowtemp import joblog, pipeline
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params.stage
-with pipeline.logged(sm.log[0]):
+with joblog.logged(sm.log[0]):
     pipeline.stage_zero_temperature(p["name"], p["experiment"], p["root_seed"],
                                     matrices_path=sm.input.matrices, tokens_path=sm.input.tokens,
                                     output=sm.output[0], checkpoint_path=sm.params.checkpoint,

@@ -1,0 +1,237 @@
+"""What each NetCDF of the pipeline holds: variables, dimensions, attributes.
+
+One builder per file, fed with computed arrays (no numerics here), and the
+readers of the stored inputs. ``lowtemp.io`` writes and reads them (schema
+version, kind, provenance, atomic writes); README.md's table "What appears in
+``results/``" describes them for a reader of the files.
+
+=========================  ==========================================  ==================
+file                        builder                                     written by
+=========================  ==========================================  ==================
+matrices.nc                 ``matrices_dataset``                        ``pipeline.stage_matrices``
+initial_tokens.nc           ``initial_tokens_dataset``                  ``pipeline.stage_initial_tokens``
+finite_temperature/*.nc     ``finite_temperature_dataset``              ``pipeline.stage_finite_temperature``
+zero_temperature.nc         ``zero_temperature_dataset``                ``pipeline.stage_zero_temperature``
+distances/beta*.nc          ``distances_beta_dataset``                  ``pipeline.stage_distances_beta``
+distances.nc                ``distances_dataset``                       ``pipeline.stage_collect_distances``
+convergence.nc              ``convergence_dataset``                     ``convergence.stage_convergence``
+=========================  ==========================================  ==================
+
+fit.nc is laid out by ``estimates.fit_experiment`` and claims.nc by
+``claims.claims_dataset``, next to the estimates and checks that fill them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from . import integrate, io, matrices
+
+
+# ------------------------------------------------------------------ matrices.nc
+def matrices_dataset(M: matrices.AttentionMatrices) -> xr.Dataset:
+    """matrices.nc: K, Q, V, B, A, the spectrum of A, E1, γ, σ(B), the rate bounds, V's eigenspaces."""
+    sq = ("row", "col")
+    ds = xr.Dataset(
+        {
+            "K": (sq, M.K, io.attrs("key matrix K")),
+            "Q": (sq, M.Q, io.attrs("query matrix Q")),
+            "V": (sq, M.V, io.attrs("value matrix V")),
+            "B": (sq, M.B, io.attrs("B = Q^T K")),
+            "A": (sq, M.A, io.attrs("A = V B^T (symmetrised)")),
+            "mu": (("eigen",), M.mu, io.attrs("eigenvalues of A, descending")),
+            "E1": (("dim", "e1"), M.E1, io.attrs("orthonormal basis of E1, the leading eigenspace of A")),
+            "E1_V_real": (("dim", "e1_v_real"), M.E1_V_real,
+                          io.attrs("orthonormal basis of the leading eigenspace of V (largest real part)")),
+            "E1_V_modulus": (("dim", "e1_v_modulus"), M.E1_V_modulus,
+                             io.attrs("orthonormal basis of the leading eigenspace of V (largest modulus)")),
+            "V_eigenvalues_real": (("eigen",), M.V_eigenvalues.real, io.attrs("real part of V's eigenvalues")),
+            "V_eigenvalues_imag": (("eigen",), M.V_eigenvalues.imag, io.attrs("imaginary part of V's eigenvalues")),
+            "gamma": ((), M.gamma, io.attrs("spectral gap mu1 - mu2 of A")),
+            "sigma_min": ((), M.sigma_min, io.attrs("smallest singular value of B")),
+            "sigma_max": ((), M.sigma_max, io.attrs("largest singular value of B")),
+            "rate_lower": ((), M.rate_bounds[0], io.attrs("gamma / sigma_max(B)", "1/time")),
+            "rate_upper": ((), M.rate_bounds[1], io.attrs("gamma / sigma_min(B)", "1/time")),
+        }
+    )
+    ds.attrs["dim_E1"] = M.E1.shape[1]
+    ds.attrs["V_leading_differs"] = int(M.E1_V_real.shape != M.E1_V_modulus.shape
+                                        or not np.allclose(M.E1_V_real @ M.E1_V_real.T,
+                                                           M.E1_V_modulus @ M.E1_V_modulus.T))
+    return ds
+
+
+def load_matrices(path) -> matrices.AttentionMatrices:
+    """Matrices from matrices.nc, re-checked against Assumption 1."""
+    ds = io.read_netcdf(path, "matrices")
+    return matrices.check_assumption_1(ds["K"].values, ds["Q"].values, ds["V"].values)
+
+
+# ------------------------------------------------------------------ initial_tokens.nc
+def initial_tokens_dataset(X0: np.ndarray, moment: np.ndarray) -> xr.Dataset:
+    """initial_tokens.nc: the tokens (replica, token, dim) and the Assumption 2 moment per replica."""
+    return xr.Dataset(
+        {
+            "tokens": (("replica", "token", "dim"), X0, io.attrs("initial token positions x_i(0) on the sphere")),
+            "assumption_2_moment": (("replica",), moment,
+                                    io.attrs("empirical moment mean_i |P1 x_i|^(-1/2) (Assumption 2)")),
+        },
+        coords={"replica": np.arange(X0.shape[0])},
+    )
+
+
+def load_initial_tokens(path) -> np.ndarray:
+    """The initial tokens (replica, token, dim) from initial_tokens.nc."""
+    return io.read_netcdf(path, "initial_tokens")["tokens"].values
+
+
+# ------------------------------------------------------------------ simulations
+def _positions_dataset(positions, grid: integrate.TimeGrid, description: str, drift) -> xr.Dataset:
+    """The simulation outputs shared by both temperatures: positions and the integrator's norm drift."""
+    return xr.Dataset(
+        {"positions": (("time", "replica", "token", "dim"), positions, io.attrs(description)),
+         "norm_drift": (("time", "replica"), drift,
+                        io.attrs("largest | |x| - 1 | of any token after an integrator step and before its "
+                                 "renormalisation, over the steps since the previous snapshot (0 at t = 0): "
+                                 "a lower bound on those steps' local error, O(h^5) per step for rk4, "
+                                 f"O(h^2) for euler; a step above {integrate.DRIFT_TOLERANCE:g} stops the run"))},
+        coords={"time": ("time", grid.times, io.attrs("time t (depth of the infinite-depth transformer)", "1")),
+                "replica": np.arange(positions.shape[1])},
+    )
+
+
+def finite_temperature_dataset(positions, drift, ess, grid: integrate.TimeGrid, beta: float, method: str,
+                               kernel: str) -> xr.Dataset:
+    """finite_temperature/beta<β>.nc: positions, norm drift, and the median and 5th percentile over
+    tokens of the effective sample size ``ess`` (time, replica, token)."""
+    ds = _positions_dataset(positions, grid, "token positions at finite temperature", drift)
+    ds["ess_median"] = (("time", "replica"), np.median(ess, axis=-1),
+                        io.attrs("median over tokens of the effective sample size 1/sum_j w_ij^2"))
+    ds["ess_p05"] = (("time", "replica"), np.percentile(ess, 5, axis=-1),
+                     io.attrs("5th percentile over tokens of the effective sample size"))
+    ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
+    ds.attrs.update(integrator=method, step=grid.step, kernel=kernel)
+    return ds
+
+
+def zero_temperature_dataset(positions, drift, reference, error, grid: integrate.TimeGrid,
+                             method: str) -> xr.Dataset:
+    """zero_temperature.nc: integrated positions, norm drift, the exact solution and the largest deviation."""
+    ds = _positions_dataset(positions, grid, "token positions at zero temperature (Eq. 3, integrated)", drift)
+    ds["positions_exact"] = (("time", "replica", "token", "dim"), reference,
+                             io.attrs("exact time-changed solution e^{s(t)A}x0/|e^{s(t)A}x0|"))
+    ds["max_error_vs_exact"] = (("time",), error, io.attrs("max |x_integrated - x_exact| over all tokens"))
+    ds.attrs.update(integrator=method, step=grid.step)
+    return ds
+
+
+# ------------------------------------------------------------------ distances
+#: attributes of the distance curves (their ``_zero_temperature`` versions add ", zero temperature")
+DISTANCE_ATTRS = {
+    "w2_projection": io.attrs("W2(rho^beta_t, Pi_# rho0), chordal cost"),
+    "w2_zero_temperature": io.attrs("W2(rho^beta_t, rho^inf_t), chordal cost, exact (POT); NaN at snapshots "
+                                    "skipped by distances.exact_every"),
+    "coupling_zero_temperature": io.attrs(
+        "sqrt(mean_i |x_i^beta(t) - x_i^inf(t)|^2), synchronous-coupling upper bound on w2_zero_temperature"),
+    "w2_zero_to_projection": io.attrs("W2(rho^inf_t, Pi_# rho0), chordal cost"),
+    "dist_leading_A": io.attrs("distance to measures on E1(A) ∩ S: sqrt(mean(2 - 2|P1 x|))"),
+    "dist_leading_V": io.attrs("distance to measures on V's leading eigenspace (largest real part) ∩ S"),
+    "dist_leading_V_modulus": io.attrs("distance to measures on V's leading eigenspace (largest modulus) ∩ S"),
+}
+#: suffix of the eigenspace distances of the zero-temperature run in distances.nc
+ZERO_SUFFIX = "_zero_temperature"
+
+
+def distances_beta_dataset(curves: dict[str, np.ndarray], finite: xr.Dataset) -> xr.Dataset:
+    """distances/beta<β>.nc: the (replica, time) ``curves`` named in ``DISTANCE_ATTRS`` and the ESS of
+    the finite-temperature file ``finite`` (whose time, replica and beta coordinates it takes)."""
+    ds = xr.Dataset({k: (("replica", "time"), v, DISTANCE_ATTRS[k]) for k, v in curves.items()},
+                    coords={"time": finite["time"], "replica": finite["replica"], "beta": finite["beta"]})
+    ds["ess_median"] = (("replica", "time"), finite["ess_median"].values.T, finite["ess_median"].attrs)
+    ds["ess_p05"] = (("replica", "time"), finite["ess_p05"].values.T, finite["ess_p05"].attrs)
+    return ds
+
+
+def distances_dataset(parts: list[xr.Dataset], w2_zero_to_projection: np.ndarray,
+                      zero_eigenspace: dict[str, np.ndarray]) -> xr.Dataset:
+    """distances.nc: the per-β ``parts`` stacked along ``beta`` (sorted), W2(ρ^∞_t, Π♯ρ0) and the
+    zero-temperature eigenspace distances (names ending in ``ZERO_SUFFIX``), all float64."""
+    ds = xr.concat(parts, dim="beta").sortby("beta")
+    ds = ds.drop_attrs()
+    ds["w2_zero_to_projection"] = (("replica", "time"), w2_zero_to_projection,
+                                   DISTANCE_ATTRS["w2_zero_to_projection"])
+    for key, val in zero_eigenspace.items():
+        ds[key] = (("replica", "time"), val, io.attrs(DISTANCE_ATTRS[key.replace(ZERO_SUFFIX, "")]
+                                                        ["long_name"] + ", zero temperature"))
+    for key in list(DISTANCE_ATTRS):
+        if key in ds:
+            ds[key].attrs = DISTANCE_ATTRS[key]
+    ds["beta"].attrs = io.attrs("inverse temperature beta")
+    ds["time"].attrs = io.attrs("time t", "1")
+    for v in ds.data_vars:
+        ds[v] = ds[v].astype("float64")
+    return ds
+
+
+# ------------------------------------------------------------------ convergence.nc
+def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff, position_order, position_error,
+                        w2_steps, w2_diff, w2_order, zero_diff, zero_order, zero_err, zero_order_vs_exact,
+                        nominal, tokens, replicas: int, times, w2_particles, stats: dict, ratios, n_star: int,
+                        attrs: dict) -> xr.Dataset:
+    """convergence.nc: the step-halving study (dimensions integrator, step or coarse_step, check_time) and
+    the particle-number study (tokens, replica, time); see ``lowtemp.convergence`` for each quantity.
+
+    ``stats`` holds the replica ``mean``, ``sem``, ``min`` and ``max`` of ``w2_particles``; ``attrs``
+    the run's settings (β, sizes, kernels, rounding floor, spread)."""
+    steps = np.asarray(steps)
+    ds = xr.Dataset(
+        {
+            "position_difference": (("integrator", "coarse_step", "check_time"), diff, io.attrs(
+                "Richardson difference max |X_h - X_h/2| over replicas, tokens, dims, finite temperature")),
+            "position_order": (("integrator", "check_time"), position_order, io.attrs(
+                "observed order log2(e(h)/e(h/2)), finite temperature; NaN at the rounding floor")),
+            "position_error_estimate": (("integrator", "check_time"), position_error,
+                                        io.attrs("Richardson estimate of the position error of the run at the "
+                                                 "coarsest step: e(h) 2^p/(2^p - 1), p nominal")),
+            "w2_projection_steps": (("integrator", "step", "step_replica", "check_time"), w2_steps, io.attrs(
+                "W2(rho^beta_t, Pi_# rho0) of the run at each step, chordal cost")),
+            "w2_difference": (("integrator", "coarse_step", "check_time"), w2_diff, io.attrs(
+                "max over replicas of |W2_h - W2_h/2|")),
+            "w2_order": (("integrator", "check_time"), w2_order, io.attrs(
+                "observed order of W2(rho^beta_t, Pi_# rho0): log2 of the ratio of successive differences")),
+            "zero_position_difference": (("integrator", "coarse_step", "check_time"), zero_diff, io.attrs(
+                "Richardson difference max |X_h - X_h/2|, zero temperature (Eq. 3)")),
+            "zero_position_order": (("integrator", "check_time"), zero_order,
+                                    io.attrs("observed order (Richardson), zero temperature")),
+            "zero_error_vs_exact": (("integrator", "step", "check_time"), zero_err, io.attrs(
+                "max |X_h - X_exact| against the exact time-changed solution, zero temperature")),
+            "zero_order_vs_exact": (("integrator", "coarse_step", "check_time"), zero_order_vs_exact,
+                                    io.attrs("observed order log2(E(h)/E(h/2)) against the exact solution")),
+            "nominal_order": (("integrator",), nominal, io.attrs("order of the scheme")),
+            "w2_projection_particles": (("tokens", "replica", "time"), w2_particles, io.attrs(
+                "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N, chordal cost")),
+            "w2_mean": (("tokens", "time"), stats["mean"], io.attrs("mean over replicas of W2(rho^beta_t, Pi_# rho0)")),
+            "w2_sem": (("tokens", "time"), stats["sem"], io.attrs("standard error over replicas (ddof 1)")),
+            "w2_min": (("tokens", "time"), stats["min"], io.attrs("minimum over replicas")),
+            "w2_max": (("tokens", "time"), stats["max"], io.attrs("maximum over replicas")),
+            "change_over_spread": (("tokens_pair",), ratios, io.attrs(
+                "max over time of |mean_N - mean_2N| / (2 sqrt(sem_N^2 + sem_2N^2)); <= 1: no change within "
+                "the replica spread")),
+            "stops_moving_at": ((), n_star, io.attrs(
+                "first N whose W2 curve agrees with every larger N's within the replica spread (-1: none)")),
+        },
+        coords={
+            "integrator": methods,
+            "step": ("step", steps, io.attrs("time step h", "1")),
+            "coarse_step": ("coarse_step", steps[:-1], io.attrs("coarser step h of a pair (h, h/2)", "1")),
+            "check_time": ("check_time", np.asarray(check_times), io.attrs("fixed time of the step study", "1")),
+            "step_replica": np.arange(step_replicas),
+            "tokens": ("tokens", np.asarray(tokens), io.attrs("number of tokens N")),
+            "tokens_pair": ("tokens_pair", np.asarray(tokens[:-1]), io.attrs("N of the pair (N_k, N_k+1)")),
+            "replica": np.arange(replicas),
+            "time": ("time", times, io.attrs("time t", "1")),
+        },
+    )
+    ds.attrs.update(attrs)
+    return ds

@@ -1,0 +1,73 @@
+"""What one experiment's config decides, computed in one place.
+
+``experiment`` is one entry of the validated config's ``experiments`` mapping
+(schema defaults applied), or the slice of it a stage reads
+(``params.STAGE_KEYS``). Every stage, the config check (``lowtemp.validation``),
+the resource estimates (``lowtemp.resources``) and the figures ask this module,
+so a job and its estimate cannot disagree on the time grid, the kernel, the
+snapshots with an exact W2 or the figures drawn.
+
+Cheap (no arrays beyond d×d) and free of numba, POT and plotting libraries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import integrate, matrices
+from .kernel_choice import choose_kernel
+from .seeding import generator
+
+
+class ConfigError(ValueError):
+    """The config is inconsistent; the message names the key."""
+
+
+#: every figure of an experiment, in the order of the report (one job of the rule ``figure`` each)
+FIGURES = ("w2_projection", "collapse", "end_phase", "time_scale", "snapshots")
+#: figures drawn on S² itself: only for dim = 3
+SPHERE_FIGURES = ("snapshots",)
+
+
+def figures_for(experiment: dict) -> list[str]:
+    """The figures drawn for ``experiment``: all of ``FIGURES``, the sphere figures only for dim = 3."""
+    return [f for f in FIGURES if f not in SPHERE_FIGURES or int(experiment["dim"]) == 3]
+
+
+def time_grid(experiment: dict) -> integrate.TimeGrid:
+    """The simulations' grid: snapshot times and the uniform step (``time.horizon``, ``snapshots``, ``dt``)."""
+    t = experiment["time"]
+    return integrate.TimeGrid(horizon=float(t["horizon"]), snapshots=int(t["snapshots"]), dt=float(t["dt"]))
+
+
+def snapshot_times(experiment: dict) -> list[float]:
+    """The three times of the sphere snapshots (default 0, horizon/3, horizon)."""
+    horizon = float(experiment["time"]["horizon"])
+    return list(experiment["figures"].get("snapshot_times") or [0.0, horizon / 3, horizon])
+
+
+def exact_w2_snapshots(experiment: dict, n_times: int) -> np.ndarray:
+    """Snapshots at which the exact N×N W2(ρ^β_t, ρ^∞_t) is solved: every ``distances.exact_every``-th and the last."""
+    every = int(experiment.get("distances", {}).get("exact_every", 1))
+    mask = np.arange(n_times) % every == 0
+    mask[-1] = True
+    return mask
+
+
+def field_kernel(experiment: dict, beta: float, M: matrices.AttentionMatrices | None = None) -> str:
+    """The kernel of the finite-temperature field: the config's ``kernel``, or the automatic rule
+    (``kernel_choice.choose_kernel``, which needs σmin(B) from ``M``; without ``M`` it never
+    picks ``cap``, the budget the resource estimates use before the matrices exist)."""
+    kernel = experiment.get("kernel", "auto")
+    if kernel == "auto":
+        sigma_min = None if M is None else M.sigma_min
+        return choose_kernel(float(beta), int(experiment["tokens"]), int(experiment["dim"]), sigma_min)
+    return kernel
+
+
+def build_matrices(name: str, experiment: dict, root_seed: int) -> matrices.AttentionMatrices:
+    """Generate the experiment's K, Q, V (stream ``(name, "matrices")``) and check Assumption 1."""
+    params = dict(experiment["matrices"])
+    family = params.pop("family")
+    return matrices.generate_matrices(family, int(experiment["dim"]), generator(root_seed, name, "matrices"),
+                                      **params)
