@@ -88,41 +88,72 @@ def temperature_exponents(beta, early_error) -> np.ndarray:
     return np.array([fitting.power_law_exponent(beta, err[:, r]) for r in range(err.shape[1])])
 
 
-def departure_slopes(beta, departure, censored, horizon: float) -> np.ndarray:
-    """Per replica, a lower bound on the least-squares slope of departure time against log β.
+def departure_slope_bounds(beta, departure, censored, horizon: float, step: float):
+    """Per replica, lower and upper bounds on the least-squares slope of departure time against log β.
 
-    A censored departure is only known to lie beyond ``horizon``. The slope is
-    linear in the departure times with weight (x_i − x̄)/Σ(x − x̄)², x = log β:
-    a censored time with a positive weight is replaced by its lower bound, the
-    horizon; one with a negative weight leaves the slope without a lower bound
-    (−inf). β without a metastable phase (never arrived) are left out.
+    The slope is linear in the departure times with weight w_i = (x_i − x̄)/Σ(x − x̄)²,
+    x = log β. A departure detected at snapshot t_k happened in (t_k − step, t_k]; a
+    censored one lies beyond ``horizon``. The lower bound takes each time at the end
+    of its range that lowers the slope (t_k − step, or the horizon when censored, for
+    w_i > 0; t_k for w_i < 0, −inf if censored), the upper bound the other ends (+inf
+    for a censored time with w_i > 0). β without a metastable phase (never arrived)
+    are left out. Returns two arrays over replicas (NaN with fewer than two β).
     """
     x_all = np.log(np.asarray(beta, float))
     dep = np.asarray(departure, float)
     cen = np.asarray(censored, bool)
-    out = np.full(dep.shape[1], np.nan)
+    lower = np.full(dep.shape[1], np.nan)
+    upper = np.full(dep.shape[1], np.nan)
     for r in range(dep.shape[1]):
         known = np.isfinite(dep[:, r]) | cen[:, r]
         if known.sum() < 2:
             continue
-        x = x_all[known]
-        y = np.where(cen[known, r], horizon, dep[known, r])
-        weight = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
-        out[r] = -np.inf if np.any(cen[known, r] & (weight < 0)) else float(np.sum(weight * y))
-    return out
+        x, c, d = x_all[known], cen[known, r], dep[known, r]
+        w = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+        pos = w > 0
+        if np.any(c & ~pos):
+            lower[r] = -np.inf
+        else:
+            lower[r] = float(np.sum(w * np.where(c, horizon, np.where(pos, d - step, d))))
+        if np.any(c & pos):
+            upper[r] = np.inf
+        else:
+            upper[r] = float(np.sum(w * np.where(c, horizon, np.where(pos, d, d - step))))
+    return lower, upper
 
 
-def _interval_allowing_unbounded(values, confidence):
-    """t interval of per-replica lower bounds; (−inf, NaN) when one of them is unbounded."""
-    v = np.asarray(values, float)
-    if np.any(np.isneginf(v)):
-        return -np.inf, np.nan
-    return fitting.t_interval(v, confidence)
+def one_sided_bounds(lower, upper, confidence):
+    """(lower confidence bound of the mean of ``lower``, upper confidence bound of the mean of ``upper``).
+
+    Each is one-sided at ``confidence`` (Student-t over replicas); an infinite
+    per-replica bound makes that side infinite, NaN where fewer than two replicas.
+    """
+    lo = np.asarray(lower, float)
+    hi = np.asarray(upper, float)
+    low = -np.inf if np.any(np.isneginf(lo)) else fitting.t_interval(lo, 2 * confidence - 1)[0]
+    high = np.inf if np.any(np.isposinf(hi)) else fitting.t_interval(hi, 2 * confidence - 1)[1]
+    return low, high
+
+
+def temperature_pairs(beta, early_error, confidence):
+    """For each pair of consecutive β: the exponent of the error between them (per replica), its interval, and
+    the local exponent of sqrt(log(β+1)/β) there. One least-squares exponent over all β can hide a pair where
+    the error stalls or grows; the claim checks every pair too."""
+    beta = np.asarray(beta, float)
+    err = np.asarray(early_error, float)
+    labels, intervals, bounds = [], [], []
+    for i in range(beta.size - 1):
+        pair = np.log(err[i + 1] / err[i]) / np.log(beta[i + 1] / beta[i])
+        labels.append(f"{beta[i]:g}-{beta[i + 1]:g}")
+        intervals.append(fitting.t_interval(pair, confidence))
+        bounds.append(fitting.temperature_scale_exponent(beta[i:i + 2]))
+    return labels, np.array(intervals).reshape(-1, 2), np.array(bounds)
 
 
 def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict, ess_threshold: float,
                    n_tokens: int) -> xr.Dataset:
     """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied)."""
+    dist = dist.sortby("beta")
     t = dist.time.values
     beta = dist.beta.values
     reps = dist.replica.values
@@ -156,35 +187,48 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     dist_A = dist["dist_leading_A"].transpose("beta", "replica", "time").values
     gap = fitting.subspace_gap(M.E1, M.E1_V_real)
     departure, censored = fitting.geometric_departure(t, dist_A, gap)
-    judged = fitting.judged_until_departure(t, departure)
+    until = fitting.judged_until(t, departure, censored, gap)
+    judged = fitting.judged_mask(t, until)
     ess_to_departure = min_median_ess(ess, np.any(judged, axis=1))
     cal_beta, cal_growth = calibration_betas(t, beta, w2_zero, ess_to_departure >= ess_threshold,
                                              int(cfg["calibration_betas"]), cfg, name)
     bound_C1 = cal_growth.mean if cal_growth else np.nan
     fitted_rates = c_regime.mean(axis=1)
     bound_c = np.nanmin(fitted_rates) if np.isfinite(fitted_rates).any() else np.nan  # the slower regime bounds all t
-    bound_b = fitting.calibrated_decay_prefactor(t, w0, bound_c)
+    # b up to the end of the last decay window: past it W2(ρ^∞_t, Π♯ρ0) may sit on a numerical floor, where
+    # w0·e^{ct} grows without bound and would inflate b (the exponential decay is verified up to there only)
+    verified = t <= (np.nanmax(c_window[:, 1]) if np.isfinite(c_window).any() else -np.inf)
+    bound_b = fitting.calibrated_decay_prefactor(t[verified], w0[:, verified], bound_c) if verified.any() else np.nan
     bound_a = fitting.calibrated_growth_prefactor(t, beta[cal_beta], w2_proj[cal_beta], judged[cal_beta],
                                                   bound_C1, bound_b, bound_c)
 
     # ---- the finite-temperature error at an early time, exponent of β over the resolved β
-    exact = np.all(np.isfinite(w2_zero), axis=(0, 1)) & (t > 0)
-    if not exact.any():
-        raise ValueError("no snapshot with an exact W2(rho^beta_t, rho^inf_t) after t = 0")
-    idx = np.flatnonzero(exact)
-    k_early = int(idx[np.argmin(np.abs(t[idx] - float(cfg["early_time"])))])
-    early_error = w2_zero[..., k_early]
-    ess_early = min_median_ess(ess, np.broadcast_to(t <= t[k_early], (nb, t.size)))
-    used = (ess_early >= ess_threshold) & np.all(np.isfinite(early_error) & (early_error > 0), axis=1)
+    # the exact snapshot nearest early_time (exact W2 may be skipped), within half of early_time, and
+    # only for β that have not departed by then (after it the error measures the end phase)
+    early = float(cfg["early_time"])
+    exact = np.all(np.isfinite(w2_zero), axis=1) & (t > 0)  # (beta, time)
+    near = np.any(exact, axis=0) & (np.abs(t - early) <= 0.5 * early)
+    k_early = int(np.flatnonzero(near)[np.argmin(np.abs(t[near] - early))]) if near.any() else None
+    t_early = float(t[k_early]) if k_early is not None else float("nan")
+    early_error = w2_zero[..., k_early] if k_early is not None else np.full((nb, nr), np.nan)
+    ess_early = min_median_ess(ess, np.broadcast_to(t <= t_early, (nb, t.size))) if k_early is not None \
+        else np.full(nb, np.nan)
+    with np.errstate(invalid="ignore"):
+        departed_early = np.any(departure <= t_early, axis=1)
+    used = (ess_early >= ess_threshold) & np.all(np.isfinite(early_error) & (early_error > 0), axis=1) \
+        & ~departed_early
     alpha = temperature_exponents(beta[used], early_error[used]) if used.sum() >= 2 else np.full(nr, np.nan)
     bound_exponent = fitting.temperature_scale_exponent(beta[used]) if used.sum() >= 2 else np.nan
+    pair_labels, pair_intervals, pair_bounds = temperature_pairs(beta[used], early_error[used], conf)
 
     # ---- departure time against log β
     horizon = float(t[-1])
     ess_to_horizon = min_median_ess(ess, np.ones((nb, t.size), bool))
     meta_used = ess_to_departure >= ess_threshold
-    slopes = departure_slopes(beta[meta_used], departure[meta_used], censored[meta_used], horizon) \
-        if meta_used.sum() >= 2 else np.full(nr, np.nan)
+    step = float(np.min(np.diff(t))) if t.size > 1 else 0.0
+    slope_low, slope_high = departure_slope_bounds(beta[meta_used], departure[meta_used], censored[meta_used],
+                                                   horizon, step) if meta_used.sum() >= 2 \
+        else (np.full(nr, np.nan), np.full(nr, np.nan))
 
     level = f"{100 * conf:g}% Student-t interval over replicas of the mean"
     A = io.attrs
@@ -225,9 +269,15 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
         "bound_a": ((), bound_a, A("a: smallest value with a sqrt(log(beta+1)/beta) e^{C1 t} + b e^{-ct} above "
                                    "W2(rho^beta_t, Pi_# rho0) on the calibration data up to departure")),
         "early_error": (("beta", "replica"), early_error,
-                        A(f"W2(rho^beta_t, rho^inf_t) at the early time t = {t[k_early]:g}")),
+                        A(f"W2(rho^beta_t, rho^inf_t) at the early time t = {t_early:g} (NaN: no exact snapshot "
+                          f"within early_time/2)")),
         "temperature_beta_used": (("beta",), used, A("beta resolved over [0, early time] (median ESS >= "
-                                                     "ess_threshold) with a positive exact W2: the exponent's beta")),
+                                                     "ess_threshold), not departed by then, with a positive exact W2: "
+                                                     "the exponent's beta")),
+        "temperature_pair_interval": (("pair", "bound"), pair_intervals,
+                                      A(f"exponent of beta between consecutive used beta, {level}")),
+        "temperature_pair_bound_exponent": (("pair",), pair_bounds,
+                                            A("local exponent of sqrt(log(beta+1)/beta) between the same beta")),
         "temperature_exponent": (("replica",), alpha, A("exponent of beta of early_error over the used beta")),
         "temperature_exponent_interval": (("bound",), np.array(fitting.t_interval(alpha, conf)),
                                           A(f"exponent of beta, {level}")),
@@ -239,18 +289,22 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
         "departure_censored": (("beta", "replica"), censored,
                                A("still in the metastable phase at the horizon (departure beyond it)")),
         "metastable_beta_used": (("beta",), meta_used, A("beta resolved up to departure (median ESS)")),
-        "metastable_slope": (("replica",), slopes,
-                             A("lower bound on the slope of departure time against log beta (censored times at "
-                               "the horizon; -inf: no lower bound)", "1")),
-        "metastable_slope_interval": (("bound",), np.array(_interval_allowing_unbounded(slopes, conf)),
-                                      A(f"slope of departure time against log beta, {level}", "1")),
+        "metastable_slope": (("replica", "bound"), np.stack([slope_low, slope_high], axis=1),
+                             A("bounds on the slope of departure time against log beta per replica (departures "
+                               "known to a snapshot step, censored ones beyond the horizon; +-inf: unbounded)", "1")),
+        "metastable_slope_interval": (("bound",), np.array(one_sided_bounds(slope_low, slope_high, conf)),
+                                      A(f"one-sided {100 * conf:g}% Student-t lower bound of the slope's lower "
+                                        f"bounds and upper bound of its upper bounds", "1")),
+        "judged_until": (("beta", "replica"), until,
+                         A("last time of the metastable phase judged against the bound (departure; horizon if "
+                           "censored or no end phase; NaN: never arrived, not judged)", "1")),
         "ess_min_early": (("beta",), ess_early, A("smallest median ESS over [0, early time]")),
         "ess_min_to_departure": (("beta",), ess_to_departure, A("smallest median ESS up to the last departure")),
         "ess_min_to_horizon": (("beta",), ess_to_horizon, A("smallest median ESS over the whole run")),
     }
     out = xr.Dataset(data, coords={"beta": beta, "replica": reps, "bound": ["start", "stop"],
-                                   "regime": list(ranges)})
-    out.attrs.update(early_time=float(t[k_early]), horizon=float(t[-1]), end_phase_gap=gap,
+                                   "regime": list(ranges), "pair": pair_labels})
+    out.attrs.update(early_time=t_early, requested_early_time=early, horizon=float(t[-1]), end_phase_gap=gap,
                      laplace_exponent=LAPLACE_EXPONENT, confidence=conf, ess_threshold=float(ess_threshold))
     return out
 

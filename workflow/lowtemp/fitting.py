@@ -32,6 +32,7 @@ from scipy.stats import t as student_t
 
 DEFAULT_MAX_RESIDUAL = 0.05
 DEFAULT_MIN_POINTS = 5
+DEFAULT_MIN_LOG_DROP = 1.0
 
 
 def temperature_scale(beta) -> np.ndarray:
@@ -103,12 +104,16 @@ def _log(y: np.ndarray) -> np.ndarray:
 def fit_decay_rate(t: np.ndarray, w2: np.ndarray, *, floor: float = 1e-7,
                    max_residual: float = DEFAULT_MAX_RESIDUAL,
                    min_points: int = DEFAULT_MIN_POINTS,
-                   t_range: tuple[float, float] = (-np.inf, np.inf)) -> RateFit:
+                   t_range: tuple[float, float] = (-np.inf, np.inf),
+                   min_log_drop: float = DEFAULT_MIN_LOG_DROP) -> RateFit:
     """c from W2(ρ^∞_t, Π_♯ρ0) with shape (replica, time): log W2 ≈ log b − c t.
 
     Only snapshots with ``t_range[0] ≤ t ≤ t_range[1]`` are admissible (one
     regime of the decay, see ``rates.regime_boundary``), and values below
-    ``floor`` (where rounding, not the dynamics, sets W2) are not.
+    ``floor`` (where rounding, not the dynamics, sets W2) are not. A window
+    must also see W2 fall by a factor e^{min_log_drop} at least: a plateau
+    (a numerical floor, a stalled curve) is log-linear with a slope near 0 and
+    would otherwise pass for a decay rate.
     """
     t = np.asarray(t, float)
     logw = _log(w2)
@@ -116,6 +121,9 @@ def fit_decay_rate(t: np.ndarray, w2: np.ndarray, *, floor: float = 1e-7,
     admissible = np.all(np.asarray(w2) > floor, axis=0) & (t >= t_range[0]) & (t <= t_range[1])
     win = log_linear_window(t, mean_log, sign=-1, max_residual=max_residual,
                             min_points=min_points, admissible=admissible)
+    if win is not None and mean_log[win[0]] - mean_log[win[1] - 1] < min_log_drop:
+        raise ValueError(f"the longest log-linear window of W2(ρ^∞_t, Π_♯ρ0) in t in [{t[win[0]]:.3g}, "
+                         f"{t[win[1] - 1]:.3g}] drops by less than e^{min_log_drop:g}: a plateau, not a decay")
     if win is None:
         raise ValueError(f"no log-linear decay window found for W2(ρ^∞_t, Π_♯ρ0) in t in "
                          f"[{t_range[0]:.3g}, {t_range[1]:.3g}]; lengthen the horizon or add snapshots")
@@ -229,11 +237,26 @@ def geometric_departure(t: np.ndarray, dist_A: np.ndarray, gap: float) -> tuple[
     return departure.reshape(d.shape[:-1]), censored.reshape(d.shape[:-1])
 
 
-def judged_until_departure(t, departure) -> np.ndarray:
-    """(…, time) mask of the snapshots up to each curve's departure (all snapshots where there is none)."""
+def judged_until(t, departure, censored, gap: float) -> np.ndarray:
+    """(…) last time of each curve that the metastable phase covers (NaN: the curve is not judged).
+
+    With an end phase to leave for (``gap`` > 0): up to the departure; to the
+    horizon when censored (still metastable there); NaN when the tokens never
+    arrived, since then the curve holds no metastable phase and its late part is
+    the end phase, which Theorem 1's bound does not cover. Without one (gap = 0)
+    the whole run is the metastable phase: the horizon.
+    """
     t = np.asarray(t, float)
     dep = np.asarray(departure, float)
-    return np.where(np.isfinite(dep)[..., None], t <= dep[..., None], True)
+    if not gap > 0:
+        return np.full(dep.shape, t[-1])
+    return np.where(np.isfinite(dep), dep, np.where(np.asarray(censored, bool), t[-1], np.nan))
+
+
+def judged_mask(t, until) -> np.ndarray:
+    """(…, time) mask of the snapshots t ≤ ``until`` (none where ``until`` is NaN)."""
+    until = np.asarray(until, float)
+    return np.asarray(t, float) <= np.where(np.isfinite(until), until, -np.inf)[..., None]
 
 
 def mean_of_finite(x) -> np.ndarray:
