@@ -372,3 +372,25 @@ def test_nan_curves_give_statuses_not_exceptions():
     _, found = judge(dist)
     assert set(c.status for c in found.values()) <= set(claims.STATUS_WORD)
     assert found["conjecture_1"].status == claims.PASSED
+
+
+def test_a_particle_study_still_moving_makes_its_beta_under_resolved():
+    """convergence.nc says W2 still moves with N at β = 1000 (never stopped, or only beyond the experiment's N):
+    that β leaves every claim, as a low ESS would; a study that stopped at N ≤ tokens changes nothing."""
+    dist = synthetic()
+    base = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N)
+    for study in ((1000.0, -1), (1000.0, 2 * N)):
+        fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_study=study)
+        assert fit["particle_study_moving"].values.tolist() == [False, False, True, False]
+        for var in ("resolved_early", "resolved_to_departure", "resolved_to_horizon", "temperature_beta_used"):
+            assert fit[var].values.tolist()[2] is False, var
+    stopped = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_study=(1000.0, N // 2))
+    assert not stopped["particle_study_moving"].values.any()
+    for var in ("resolved_early", "resolved_to_departure", "resolved_to_horizon", "temperature_beta_used"):
+        np.testing.assert_array_equal(stopped[var].values, base[var].values)
+    # every β moving: nothing stands for the mean field
+    every = dist.isel(beta=[2])
+    fit = estimates.fit_experiment("synthetic", every, M, FIT, THRESHOLD, N, particle_study=(1000.0, -1))
+    found = {c.name: c for c in claims.evaluate(every, fit, CFG)}
+    assert found["conjecture_1"].status == claims.UNDER_RESOLVED
+    assert "still moving with N" in found["conjecture_1"].numbers

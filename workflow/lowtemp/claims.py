@@ -132,7 +132,7 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
     a, C1, b, c = fitted_bound(fit)
     thr = float(fit.attrs["ess_threshold"])
     cal_beta = fit["calibration_beta"].values.astype(bool)
-    resolved = fit["ess_min_to_departure"].values >= thr
+    resolved = fit["resolved_to_departure"].values.astype(bool)
     above = beta > (beta[cal_beta].max() if cal_beta.any() else np.inf)
     held = above & resolved
     fractions = np.full(beta.size, np.nan)
@@ -140,7 +140,8 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
                                                              "where the bound is above"))}
     if not resolved.any():
         return Claim(name, statement, UNDER_RESOLVED, per_beta=per_beta,
-                     numbers=f"median ESS below {thr:g} up to departure at every β: nothing to calibrate on")
+                     numbers=f"every β under-resolved up to departure (median ESS below {thr:g}, or W2 still moving "
+                             f"with N): nothing to calibrate on")
     if not np.all(np.isfinite([a, C1, b, c])):
         return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
                      numbers="the bound could not be calibrated: no resolved β with a growth window of "
@@ -151,7 +152,8 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
     if not held.any():
         return Claim(name, statement, UNDER_RESOLVED, per_beta=per_beta,
                      numbers=f"calibrated on β {_betas(beta, cal_beta)}; every β above it is under-resolved "
-                             f"(median ESS below {thr:g} up to departure: {_betas(beta, above & ~resolved)})")
+                             f"(median ESS below {thr:g} up to departure, or W2 still moving with N: "
+                             f"{_betas(beta, above & ~resolved)})")
     if not a > 0:
         return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
                      numbers=f"a = 0: the calibration data never exceed b·e^(−ct) = {b:.3g}·e^(−{c:.3g} t), so the "
@@ -205,9 +207,10 @@ def check_temperature_scaling(fit: xr.Dataset) -> Claim:
                      numbers=f"no exact W2(ρ^β_t, ρ^∞_t) within half of fit.early_time = "
                              f"{float(fit.attrs['requested_early_time']):g} (distances.exact_every skips it)")
     if used.sum() < 2:
-        low_ess = fit["ess_min_early"].values < thr
+        low_ess = ~fit["resolved_early"].values.astype(bool)
         status = UNDER_RESOLVED if (low_ess & ~used).any() else NOT_EVALUABLE
-        why = (f"median ESS below {thr:g} over [0, {t_early:g}] at β = {_betas(beta, low_ess)}"
+        why = (f"under-resolved over [0, {t_early:g}] (median ESS below {thr:g}, or W2 still moving with N) at "
+               f"β = {_betas(beta, low_ess)}"
                if status == UNDER_RESOLVED else
                f"fewer than two β with a positive exact W2 at t = {t_early:g} that had not departed by then")
         return Claim(name, statement, status, numbers=f"{why}: fewer than two β to fit an exponent",
@@ -257,7 +260,8 @@ def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
     if used.sum() < 2:
         status = UNDER_RESOLVED if (arrived.any(axis=1) & ~used).any() else NOT_EVALUABLE
         return Claim(name, statement, status, per_beta=per_beta,
-                     numbers=f"fewer than two β resolved (median ESS ≥ {thr:g}) up to departure; "
+                     numbers=f"fewer than two β resolved up to departure (median ESS ≥ {thr:g}, W2 not moving with "
+                             f"N); "
                              f"under-resolved β {_betas(beta, ~used)} ({shown})")
     if arrived[used].any(axis=1).sum() < 2:
         return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
@@ -294,7 +298,7 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
     per_beta["chosen_eigenspace"] = (chosen, io.attrs("the eigenspace the tokens are closest to at the last snapshot"))
     departed = np.isfinite(fit["departure_time"].values) & np.isfinite(
         dist["dist_leading_V"].transpose("beta", "replica", "time").values[..., -1])
-    resolved = fit["ess_min_to_horizon"].values >= thr
+    resolved = fit["resolved_to_horizon"].values.astype(bool)
     to_v = final["E1(V), largest real part"]
     shown = "; ".join(f"β={b:g} ({departed[i].sum()} of {departed.shape[1]} departed): A {means['E1(A)'][i]:.3f}, "
                       f"V(Re) {means[names[1]][i]:.3f}, V(|λ|) {means[names[2]][i]:.3f} -> {chosen[i]}"
@@ -303,7 +307,8 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
     judged = departed & resolved[:, None]
     if not judged.any():
         status = UNDER_RESOLVED if departed.any() else NOT_EVALUABLE
-        why = (f"the β that departed are under-resolved (median ESS below {thr:g}): {_betas(beta, ~resolved)}"
+        why = (f"the β that departed are under-resolved (median ESS below {thr:g}, or W2 still moving with N): "
+               f"{_betas(beta, ~resolved)}"
                if status == UNDER_RESOLVED else "no β left the metastable phase before the horizon")
         return Claim(name, statement, status, target=(0.0, float(tolerance)), numbers=f"{why} ({shown})",
                      per_beta=per_beta)

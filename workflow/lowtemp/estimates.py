@@ -150,9 +150,29 @@ def temperature_pairs(beta, early_error, confidence):
     return labels, np.array(intervals).reshape(-1, 2), np.array(bounds)
 
 
+def still_moving(beta, n_tokens: int, particle_study) -> np.ndarray:
+    """Per β: the particle-number study says W2 still moves with N at this experiment's N.
+
+    ``particle_study`` is (β of the study, N at which W2 stopped moving, −1 if it
+    never did) from convergence.nc, or None (no study: nothing is known, nothing
+    is flagged).
+    """
+    moving = np.zeros(np.size(beta), bool)
+    if particle_study is not None:
+        study_beta, n_star = particle_study
+        if n_star < 0 or n_star > n_tokens:
+            moving |= np.isclose(np.asarray(beta, float), float(study_beta))
+    return moving
+
+
 def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict, ess_threshold: float,
-                   n_tokens: int) -> xr.Dataset:
-    """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied)."""
+                   n_tokens: int, particle_study=None) -> xr.Dataset:
+    """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied).
+
+    A β is *resolved* over a window when its median ESS stays at or above
+    ``ess_threshold`` there and the particle-number study (``particle_study``, see
+    ``still_moving``), if there is one, does not say W2 still moves with N at it.
+    """
     dist = dist.sortby("beta")
     t = dist.time.values
     beta = dist.beta.values
@@ -190,7 +210,9 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     until = fitting.judged_until(t, departure, censored, gap)
     judged = fitting.judged_mask(t, until)
     ess_to_departure = min_median_ess(ess, np.any(judged, axis=1))
-    cal_beta, cal_growth = calibration_betas(t, beta, w2_zero, ess_to_departure >= ess_threshold,
+    moving = still_moving(beta, n_tokens, particle_study)
+    resolved_to_departure = (ess_to_departure >= ess_threshold) & ~moving
+    cal_beta, cal_growth = calibration_betas(t, beta, w2_zero, resolved_to_departure,
                                              int(cfg["calibration_betas"]), cfg, name)
     bound_C1 = cal_growth.mean if cal_growth else np.nan
     fitted_rates = c_regime.mean(axis=1)
@@ -215,8 +237,8 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
         else np.full(nb, np.nan)
     with np.errstate(invalid="ignore"):
         departed_early = np.any(departure <= t_early, axis=1)
-    used = (ess_early >= ess_threshold) & np.all(np.isfinite(early_error) & (early_error > 0), axis=1) \
-        & ~departed_early
+    resolved_early = (ess_early >= ess_threshold) & ~moving
+    used = resolved_early & np.all(np.isfinite(early_error) & (early_error > 0), axis=1) & ~departed_early
     alpha = temperature_exponents(beta[used], early_error[used]) if used.sum() >= 2 else np.full(nr, np.nan)
     bound_exponent = fitting.temperature_scale_exponent(beta[used]) if used.sum() >= 2 else np.nan
     pair_labels, pair_intervals, pair_bounds = temperature_pairs(beta[used], early_error[used], conf)
@@ -224,7 +246,7 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     # ---- departure time against log β
     horizon = float(t[-1])
     ess_to_horizon = min_median_ess(ess, np.ones((nb, t.size), bool))
-    meta_used = ess_to_departure >= ess_threshold
+    meta_used = resolved_to_departure
     step = float(np.min(np.diff(t))) if t.size > 1 else 0.0
     slope_low, slope_high = departure_slope_bounds(beta[meta_used], departure[meta_used], censored[meta_used],
                                                    horizon, step) if meta_used.sum() >= 2 \
@@ -299,6 +321,13 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
                          A("last time of the metastable phase judged against the bound (departure; horizon if "
                            "censored or no end phase; NaN: never arrived, not judged)", "1")),
         "ess_min_early": (("beta",), ess_early, A("smallest median ESS over [0, early time]")),
+        "particle_study_moving": (("beta",), moving, A("the particle-number study says W2 still moves with N at "
+                                                       "this experiment's N (False where there is no study)")),
+        "resolved_early": (("beta",), resolved_early, A("resolved over [0, early time]: median ESS >= ess_threshold "
+                                                        "and not still moving with N")),
+        "resolved_to_departure": (("beta",), resolved_to_departure, A("resolved up to the last departure")),
+        "resolved_to_horizon": (("beta",), (ess_to_horizon >= ess_threshold) & ~moving,
+                                A("resolved over the whole run")),
         "ess_min_to_departure": (("beta",), ess_to_departure, A("smallest median ESS up to the last departure")),
         "ess_min_to_horizon": (("beta",), ess_to_horizon, A("smallest median ESS over the whole run")),
     }

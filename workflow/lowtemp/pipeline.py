@@ -185,12 +185,20 @@ def stage_collect_distances(name, experiment, root_seed, matrices_path, tokens_p
 
 
 # ---------------------------------------------------------------- stage 6: fit
-def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output):
-    """fit.nc: every constant and interval of the experiment, computed once (``estimates.fit_experiment``)."""
+def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output, convergence_path=None):
+    """fit.nc: every constant and interval of the experiment, computed once (``estimates.fit_experiment``).
+
+    With ``convergence_path`` (an experiment with a ``convergence`` block), its
+    particle-number study also decides which β are resolved.
+    """
     M = datasets.load_matrices(matrices_path)
     ds = io.read_netcdf(distances_path, "distances")
+    study = None
+    if convergence_path is not None:
+        conv = io.read_netcdf(convergence_path, "convergence")
+        study = (float(conv.attrs["beta"]), int(conv["stops_moving_at"]))
     out = estimates.fit_experiment(name, ds, M, experiment["fit"], float(experiment["ess_threshold"]),
-                                   int(experiment["tokens"]))
+                                   int(experiment["tokens"]), particle_study=study)
     for line in estimates.describe(out, name):
         log.info("%s", line)
     for beta, low in zip(out.beta.values, out["ess_min_to_horizon"].values):

@@ -86,6 +86,16 @@ def convergence_labels(wildcards):
     return {"experiment": name, "β": f"{beta:g}", "figure": "convergence"}
 
 
+def fit_inputs(wildcards):
+    """The fit's inputs; with a ``convergence`` block, also the particle-number study, which then decides with the
+    ESS which beta are resolved (so the study runs before the fit of that experiment)."""
+    e = wildcards.experiment
+    inputs = {"matrices": f"{RESULTS}/{e}/matrices.nc", "distances": f"{RESULTS}/{e}/distances.nc"}
+    if "convergence" in EXPERIMENTS[e]:
+        inputs["convergence"] = f"{RESULTS}/{e}/convergence.nc"
+    return inputs
+
+
 def experiment_figures(name):
     figures = lowtemp_experiment.figures_for(EXPERIMENTS[name])
     return [f"{RESULTS}/{name}/figures/{fig}.{ext}" for fig in figures for ext in ("pdf", "png")]

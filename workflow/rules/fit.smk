@@ -3,8 +3,7 @@
 
 rule fit:
     input:
-        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
-        distances=f"{RESULTS}/{{experiment}}/distances.nc",
+        unpack(fit_inputs),
     output:
         f"{RESULTS}/{{experiment}}/fit.nc",
     log:

@@ -5,4 +5,5 @@ sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params.stage
 with joblog.logged(sm.log[0]):
     pipeline.stage_fit(p["name"], p["experiment"], p["root_seed"], matrices_path=sm.input.matrices,
-                       distances_path=sm.input.distances, output=sm.output[0])
+                       distances_path=sm.input.distances, output=sm.output[0],
+                       convergence_path=sm.input.get("convergence"))
