@@ -51,6 +51,7 @@ test-container: $(STAMP)
 ## bench: kernel and W2 benchmark (table on stdout, results/bench/bench.nc)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_kernels.py --out results/bench/bench.nc
+	$(BIN)/python benchmarks/bench_w2.py --sizes 2048 4096
 
 clean:
 	rm -rf results .snakemake

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import argparse
 import time
-import tracemalloc
 
 import numpy as np
 import ot
+from bench_kernels import peak_bytes  # the same memory measurement as the kernel benchmark (same folder)
 
 from lowtemp import assignment, exact, integrate, kernel_choice, kernels, matrices, measures, transport
 from lowtemp.seeding import generator
@@ -40,14 +40,6 @@ def best_time(fn, repeats):
         out = fn()
         best = min(best, time.perf_counter() - t)
     return best, out
-
-
-def peak_bytes(fn):
-    tracemalloc.start()
-    fn()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak
 
 
 def _normalise(P):

@@ -384,6 +384,24 @@ def _augment_all(indptr, cols, costs, free_rows, v, col_of, row_of, acost):
     return total_scanned, largest
 
 
+@numba.njit(cache=False, inline="always")
+def _keep_most_negative(worst_r, worst_j, nkeep, r, j):
+    """Insert (r, j) into the row's list of its most negative reduced costs, kept sorted increasingly."""
+    per_row = worst_r.size
+    if nkeep < per_row or r < worst_r[per_row - 1]:
+        pos = nkeep if nkeep < per_row else per_row - 1
+        while pos > 0 and worst_r[pos - 1] > r:
+            if pos < per_row:
+                worst_r[pos] = worst_r[pos - 1]
+                worst_j[pos] = worst_j[pos - 1]
+            pos -= 1
+        worst_r[pos] = r
+        worst_j[pos] = j
+        if nkeep < per_row:
+            nkeep += 1
+    return nkeep
+
+
 @numba.njit(parallel=True, cache=False)
 def _certify_kernel(X, Y, perm, u, v, tol, per_row, worst_j, worst_r, counts, rowmin, slack):
     """Reduced costs of all pairs, streamed by rows: count, min and the ``per_row`` worst violators per row."""
@@ -406,18 +424,7 @@ def _certify_kernel(X, Y, perm, u, v, tol, per_row, worst_j, worst_r, counts, ro
                 m = min(m, r)
                 if r < -tol:
                     cnt += 1
-                    # keep the per_row most negative, sorted increasingly
-                    if nkeep < per_row or r < worst_r[i, per_row - 1]:
-                        pos = nkeep if nkeep < per_row else per_row - 1
-                        while pos > 0 and worst_r[i, pos - 1] > r:
-                            if pos < per_row:
-                                worst_r[i, pos] = worst_r[i, pos - 1]
-                                worst_j[i, pos] = worst_j[i, pos - 1]
-                            pos -= 1
-                        worst_r[i, pos] = r
-                        worst_j[i, pos] = j
-                        if nkeep < per_row:
-                            nkeep += 1
+                    nkeep = _keep_most_negative(worst_r[i], worst_j[i], nkeep, r, j)
         else:
             for j in range(n):
                 s = 0.0
@@ -428,17 +435,7 @@ def _certify_kernel(X, Y, perm, u, v, tol, per_row, worst_j, worst_r, counts, ro
                 m = min(m, r)
                 if r < -tol:
                     cnt += 1
-                    if nkeep < per_row or r < worst_r[i, per_row - 1]:
-                        pos = nkeep if nkeep < per_row else per_row - 1
-                        while pos > 0 and worst_r[i, pos - 1] > r:
-                            if pos < per_row:
-                                worst_r[i, pos] = worst_r[i, pos - 1]
-                                worst_j[i, pos] = worst_j[i, pos - 1]
-                            pos -= 1
-                        worst_r[i, pos] = r
-                        worst_j[i, pos] = j
-                        if nkeep < per_row:
-                            nkeep += 1
+                    nkeep = _keep_most_negative(worst_r[i], worst_j[i], nkeep, r, j)
         counts[i] = cnt
         rowmin[i] = m
         j = perm[i]
