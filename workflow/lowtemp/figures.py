@@ -154,17 +154,23 @@ def plot_time_scale(data, experiment):
     ax.scatter(x[cx], np.full(cx.size, horizon), marker="^", color="C1", s=18,
                label="censored: still metastable at the horizon" if cx.size else None)
     mean = fitting.mean_of_finite(dep)
-    ax.plot(x, mean, "o-", color="C0", label="mean over replicas that departed")
-    slope = fit["metastable_slope"].values
+    used = fit["metastable_beta_used"].values.astype(bool)
+    ax.plot(x, mean, "-", color="C0", lw=0.8)
+    ax.plot(x[used], mean[used], "o", color="C0", label="mean over replicas that departed (judged)")
+    ax.plot(x[~used], mean[~used], "o", mfc="none", color="C0",
+            label="under-resolved β (not judged)" if (~used).any() else None)
+    # the slope's bounds per replica (snapshot step, censoring) drawn through the judged β only
+    bounds = fit["metastable_slope"].values
     lo, hi = fit["metastable_slope_interval"].values
-    ok = np.isfinite(mean)
-    if np.all(np.isfinite(slope)) and ok.sum() >= 2:
-        s_mean = float(np.mean(slope))
-        xx = np.linspace(x.min(), x.max(), 20)
-        ax.plot(xx, np.mean(mean[ok]) + s_mean * (xx - np.mean(x[ok])), "--", color="C3",
-                label=f"slope {s_mean:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else ""))
+    ok = used & np.isfinite(mean)
+    if np.all(np.isfinite(bounds)) and ok.sum() >= 2:
+        s_mid = float(np.mean(bounds))
+        xx = np.linspace(x[ok].min(), x[ok].max(), 20)
+        ax.plot(xx, np.mean(mean[ok]) + s_mid * (xx - np.mean(x[ok])), "--", color="C3",
+                label=f"slope over the judged β: bounds [{lo:.2f}, {hi:.2f}]")
     else:
-        ax.plot([], [], "--", color="C3", label="no slope: fewer than two β departed, or censoring leaves it unbounded")
+        ax.plot([], [], "--", color="C3",
+                label="no slope: fewer than two judged β departed, or censoring leaves it unbounded")
     ax.set_xlabel("log β")
     ax.set_ylabel("departure time (farther than half the way from E1(A) to E1(V))")
     ax.set_title("Metastable time scale against log β")
