@@ -294,6 +294,26 @@ def _heap_pop(hk, hv, size):
     return key, val, size
 
 
+@numba.njit(cache=False, inline="always")
+def _relax_row(i, h, indptr, cols, costs, v, scanned, dist, pred, pcost, touched, ntouched, hk, hv, size):
+    """Dijkstra relaxation of row i's candidate columns at offset h (= d_j − u_i of the column that reached i;
+    0 for the free row the search starts from): reduced path length h + c_ij − v_j. Returns (ntouched, size)."""
+    for e in range(indptr[i], indptr[i + 1]):
+        j = cols[e]
+        if scanned[j]:
+            continue
+        nd = h + costs[e] - v[j]
+        if nd < dist[j]:
+            if dist[j] == np.inf:
+                touched[ntouched] = j
+                ntouched += 1
+            dist[j] = nd
+            pred[j] = i
+            pcost[j] = costs[e]
+            size = _heap_push(hk, hv, size, nd, j)
+    return ntouched, size
+
+
 @numba.njit(cache=False)
 def _augment_all(indptr, cols, costs, free_rows, v, col_of, row_of, acost):
     """Shortest augmenting path (Dijkstra on reduced costs) from every free row, in order.
@@ -318,17 +338,8 @@ def _augment_all(indptr, cols, costs, free_rows, v, col_of, row_of, acost):
         ntouched = 0
         ndone = 0
         size = 0
-        for e in range(indptr[s], indptr[s + 1]):
-            j = cols[e]
-            d = costs[e] - v[j]
-            if d < dist[j]:
-                if dist[j] == np.inf:
-                    touched[ntouched] = j
-                    ntouched += 1
-                dist[j] = d
-                pred[j] = s
-                pcost[j] = costs[e]
-                size = _heap_push(hk, hv, size, d, j)
+        ntouched, size = _relax_row(s, 0.0, indptr, cols, costs, v, scanned, dist, pred, pcost, touched, ntouched,
+                                    hk, hv, size)
         sink = -1
         mu = 0.0
         while size > 0:
@@ -344,19 +355,8 @@ def _augment_all(indptr, cols, costs, free_rows, v, col_of, row_of, acost):
                 mu = d
                 break
             h = d - (acost[i] - v[j])  # d_j − u_i
-            for e in range(indptr[i], indptr[i + 1]):
-                j2 = cols[e]
-                if scanned[j2]:
-                    continue
-                nd = h + costs[e] - v[j2]
-                if nd < dist[j2]:
-                    if dist[j2] == np.inf:
-                        touched[ntouched] = j2
-                        ntouched += 1
-                    dist[j2] = nd
-                    pred[j2] = i
-                    pcost[j2] = costs[e]
-                    size = _heap_push(hk, hv, size, nd, j2)
+            ntouched, size = _relax_row(i, h, indptr, cols, costs, v, scanned, dist, pred, pcost, touched,
+                                        ntouched, hk, hv, size)
         if sink < 0:
             return -1, s
         total_scanned += ndone
