@@ -183,19 +183,25 @@ def test_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, monkeypat
     assert not ckpt.exists() and not ckpt.parent.exists()
 
 
-def test_stage_stops_on_non_finite_positions_naming_step_beta_replica(tiny, tmp_path, monkeypatch):
+def _corrupt_field_at_call(monkeypatch, call: int, corrupt) -> None:
+    """Replace kernels.attention_field by one whose ``call``-th evaluation is passed through ``corrupt(X, F)``."""
     real = kernels.attention_field
     calls = {"n": 0}
 
-    def poisoned(X, *args, **kw):
+    def field(X, *args, **kw):
         calls["n"] += 1
         F = real(X, *args, **kw)
-        if calls["n"] == 12:  # the third RK4 step's last stage: only token 17 of replica 1 goes bad
-            F = F.copy()
-            F[1, 17, 0] = np.nan
+        return corrupt(X, F.copy()) if calls["n"] == call else F
+
+    monkeypatch.setattr(kernels, "attention_field", field)
+
+
+def test_stage_stops_on_non_finite_positions_naming_step_beta_replica(tiny, tmp_path, monkeypatch):
+    def poison(X, F):  # the third RK4 step's last stage: only token 17 of replica 1 goes bad
+        F[1, 17, 0] = np.nan
         return F
 
-    monkeypatch.setattr(kernels, "attention_field", poisoned)
+    _corrupt_field_at_call(monkeypatch, 12, poison)
     with pytest.raises(FloatingPointError,
                        match=r"tiny beta = 50: positions became non-finite at t = 0\.3 \(step 3\), replica 1, token 17"):
         _run_finite(tiny, tmp_path / "bad.nc")
@@ -225,20 +231,13 @@ def test_stage_outputs_norm_drift(tiny, tmp_path, caplog):
 
 
 def test_stage_stops_on_a_step_far_too_large_naming_step_beta_replica(tiny, tmp_path, monkeypatch):
-    real = kernels.attention_field
-    calls = {"n": 0}
-
-    def kicked(X, *args, **kw):
-        calls["n"] += 1
-        F = real(X, *args, **kw)
-        if calls["n"] == 9:  # the third RK4 step's first stage: token 5 of replica 0 is thrown off
-            F = F.copy()
-            x = X[0, 5]
-            e = np.eye(3)[0] - x[0] * x
-            F[0, 5] = 100.0 * e / np.linalg.norm(e)
+    def kick(X, F):  # the third RK4 step's first stage: token 5 of replica 0 is thrown off
+        x = X[0, 5]
+        e = np.eye(3)[0] - x[0] * x
+        F[0, 5] = 100.0 * e / np.linalg.norm(e)
         return F
 
-    monkeypatch.setattr(kernels, "attention_field", kicked)
+    _corrupt_field_at_call(monkeypatch, 9, kick)
     with pytest.raises(FloatingPointError, match=r"tiny beta = 50: the step is far too large: at t = 0\.3 "
                                                  r"\(step 3\) it left the sphere .*replica 0, token 5"):
         _run_finite(tiny, tmp_path / "bad.nc")
