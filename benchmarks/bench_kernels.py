@@ -149,7 +149,7 @@ def bench_w2(sizes, log, exact_max):
         t_atoms = best_time(lambda: transport.w2_two_atoms(X, u, masses), 3)
         t_exact = np.nan
         if n <= exact_max:
-            t_exact = best_time(lambda: transport.w2(X, Y), 1)
+            t_exact = best_time(lambda: transport.w2_network_simplex(X, Y), 1)
         rows.append(dict(tokens=n, two_atom_s=t_atoms, exact_s=t_exact))
         log(f"   W2 N={n:>6}: two-atom closed form {t_atoms * 1e3:8.2f} ms; exact N×N (POT) "
             f"{t_exact:8.2f} s per snapshot")

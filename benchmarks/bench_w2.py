@@ -89,7 +89,7 @@ def main(argv=None):
             peak = peak_bytes(lambda: assignment.w2_exact(X, Y)) / 2**20 if n <= 16384 else np.nan
             t_emd = ref = t_lazy = t_lazy_warm = np.nan
             if n <= args.emd2_max:
-                t_emd, ref = best_time(lambda: transport.w2(X, Y), 1)
+                t_emd, ref = best_time(lambda: transport.w2_network_simplex(X, Y), 1)
             if n <= args.lazy_max:
                 t_lazy, _ = best_time(lambda: ot.emd2_lazy(X, Y, numItermax=10**9), 1)
                 t_lazy_warm, _ = best_time(lambda: ot.emd2_lazy(X, Y, numItermax=10**9,

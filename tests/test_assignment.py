@@ -136,3 +136,31 @@ def test_bad_input():
         assignment.w2_exact(X, Y[:5])
     with pytest.raises(ValueError):
         assignment.w2_exact(X, np.full_like(Y, np.nan))
+
+
+def test_separation_ratio_on_a_shifted_grid():
+    """Y a line of tokens spaced h, X the same line shifted by D ⟂ it: the ratio is D / h exactly."""
+    h, D = 0.01, 0.37
+    Y = np.column_stack([h * np.arange(50), np.zeros(50), np.zeros(50)])
+    X = Y + np.array([0.0, D, 0.0])
+    assert assignment.separation_ratio(X, Y) == pytest.approx(D / h, rel=1e-12)
+    assert assignment.separation_ratio(Y, Y) == 0.0
+
+
+def test_far_clouds_go_to_the_network_simplex_directly():
+    """Clusters on different axes (the clouds after the departure): the gate sends them to POT, certified;
+    the same clusters on the same axes do not pass the gate and are solved sparsely."""
+    rng = np.random.default_rng(11)
+    n = 600
+    sign = np.where(rng.random(n) < 0.55, 1.0, -1.0)[:, None]
+    X = sign * np.array([1.0, 0.0, 0.0]) + 1e-3 * rng.standard_normal((n, 3))
+    Y = sign * np.array([0.6, 0.8, 0.0]) + 1e-5 * rng.standard_normal((n, 3))
+    assert assignment.separation_ratio(X, Y) > assignment.SEPARATION_MAX
+    far = assignment.w2_exact(X, Y)
+    assert far.stats["separation_gate"] and far.fallback and far.certified and far.rounds == 0
+    _assert_same_w2(far.value, _emd2_value(X, Y))
+    near = X + 1e-3 * rng.standard_normal((n, 3))
+    assert assignment.separation_ratio(X, near) < assignment.SEPARATION_MAX
+    res = assignment.w2_exact(X, near)
+    assert not res.stats["separation_gate"] and res.certified
+    _assert_same_w2(res.value, _emd2_value(X, near))

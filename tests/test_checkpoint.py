@@ -263,3 +263,60 @@ def test_stage_stops_on_non_finite_effective_sample_size(tiny, tmp_path, monkeyp
                                                  r"\(snapshot 7\), replica 1, token 23"):
         _run_finite(tiny, tmp_path / "bad.nc")
     assert not (tmp_path / "bad.nc").exists()
+
+
+# ------------------------------------------------------------------ the exact W2 loop of the distances stage
+def _run_distances(tiny, root, out, **kw):
+    exp, seed, base = tiny
+    if not (root / "finite.nc").exists():
+        _run_finite(tiny, root / "finite.nc")
+        pipeline.stage_zero_temperature("tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "zero.nc")
+    pipeline.stage_distances_beta("tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "finite.nc",
+                                  root / "zero.nc", out, **kw)
+    return io.read_netcdf(out, "distances_beta")
+
+
+def test_distances_stage_resumes_its_exact_w2_loop_losing_at_most_one_solve(tiny, tmp_path, monkeypatch):
+    from lowtemp import transport
+    plain = _run_distances(tiny, tmp_path, tmp_path / "plain.nc")
+    solves = int(np.sum(np.isfinite(plain["w2_zero_temperature"].values)))
+    assert solves >= 6
+    ckpt = tmp_path / "checkpoints" / "distances.nc"
+    real = transport.w2
+    calls = {"n": 0}
+
+    def dying(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] > 3:  # killed during the fourth solve
+            raise Interrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(transport, "w2", dying)
+    with pytest.raises(Interrupt):
+        _run_distances(tiny, tmp_path, tmp_path / "resumed.nc", checkpoint_path=ckpt)
+    assert not (tmp_path / "resumed.nc").exists()
+    stored = io.read_netcdf(ckpt, "checkpoint")
+    assert int(stored["done"].values.sum()) == 3  # every finished solve is kept: only the fourth is lost
+    calls["n"] = -10**9  # no more kills
+    resumed = _run_distances(tiny, tmp_path, tmp_path / "resumed.nc", checkpoint_path=ckpt)
+    assert calls["n"] == -10**9 + solves - 3  # the resumed run solves only what was missing
+    for var in plain.variables:
+        np.testing.assert_array_equal(resumed[var].values, plain[var].values, err_msg=var)
+    assert not ckpt.exists() and not ckpt.parent.exists()
+
+
+def test_solve_checkpoint_of_other_inputs_or_shape_starts_afresh(tmp_path):
+    path = tmp_path / "solves.nc"
+    ckpt = checkpoint.SolveCheckpoint(path, "abc", ("w2",), (2, 5))
+    values, done = ckpt.load()
+    assert not done.any() and np.isnan(values["w2"]).all()
+    values["w2"][1, 3], done[1, 3] = 0.25, True
+    ckpt.save(values, done)
+    again, done2 = checkpoint.SolveCheckpoint(path, "abc", ("w2",), (2, 5)).load()
+    assert done2.sum() == 1 and again["w2"][1, 3] == 0.25 and np.isnan(again["w2"][0, 0])
+    other, done3 = checkpoint.SolveCheckpoint(path, "xyz", ("w2",), (2, 5)).load()  # other inputs
+    assert not done3.any()
+    other, done4 = checkpoint.SolveCheckpoint(path, "abc", ("w2",), (3, 5)).load()  # other shape
+    assert not done4.any()
+    path.write_bytes(b"not a netcdf file")  # unreadable: start afresh, no crash
+    assert not checkpoint.SolveCheckpoint(path, "abc", ("w2",), (2, 5)).load()[1].any()

@@ -14,6 +14,7 @@ import yaml
 
 from lowtemp import experiment as lowtemp_experiment
 from lowtemp import resources
+from lowtemp import assignment
 from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
 MB = 2**20
@@ -62,14 +63,27 @@ def test_trajectories_fit_in_the_memory_request(n):
     assert dist.mem_mb * MB > 3 * P  # reads the finite file and the zero-temperature file (two solutions)
 
 
-@pytest.mark.parametrize("n", [2048, 4096, 16384])
+@pytest.mark.parametrize("n", [2048, 4096, 8192])
 def test_exact_w2_cost_matrix_fits(n):
-    """POT holds at least the N×N float64 cost matrix and the N×N plan."""
+    """Up to DENSE_MAX tokens the fallback (POT) holds at least the N×N float64 cost matrix and the N×N plan."""
+    assert n <= assignment.DENSE_MAX
     exp = experiment(tokens=n)
     est = resources.estimate("distances_beta", exp)
     assert est.mem_mb * MB > 2 * 8 * n * n
     # measured peak: 5.13 × 8N² above the baseline (0.4 s, 42 s for one solve at 2048, 16384)
     assert est.mem_mb * MB > 5 * 8 * n * n
+
+
+def test_exact_w2_memory_is_linear_above_the_dense_fallback():
+    """Above DENSE_MAX no N×N matrix is built: the W2 estimate grows like N, so N = 65 536 fits a laptop."""
+    big = 4 * assignment.DENSE_MAX
+    assert resources.w2_bytes(2 * big) == pytest.approx(2 * resources.w2_bytes(big))
+    assert resources.w2_bytes(65536) < 1e9
+    assert resources.w2_bytes(assignment.DENSE_MAX) > 5 * 8 * assignment.DENSE_MAX ** 2
+    exp = experiment(tokens=65536, replicas=2, time={"horizon": 10.0, "dt": 0.1, "snapshots": 10})
+    est = resources.estimate("distances_beta", exp)
+    P = 11 * 2 * 65536 * 3 * 8
+    assert est.mem_mb * MB < 6 * P + resources.BASE_MB * MB + 2e9  # positions, not N² pairs
 
 
 def test_exact_w2_time_matches_the_measured_solves():

@@ -150,3 +150,21 @@ def test_w2_to_projection_dim2_is_exact_solve_against_great_circle_cloud():
     assert transport.w2_to_projection(X, X0, E1) == pytest.approx(_assignment_w2(X, P), rel=1e-9)
     # W2(ρ0, Π_♯ρ0) ≤ the coupling x ↦ Π(x)
     assert transport.w2_to_projection(X0, X0, E1) <= transport.synchronous_coupling(X0, P) + 1e-12
+
+
+def test_w2_of_uniform_clouds_is_the_certified_assignment(monkeypatch):
+    """transport.w2 returns the certified solver's value, and refuses an uncertified one."""
+    from lowtemp import assignment
+    rng = np.random.default_rng(4)
+    X, Y = rng.standard_normal((200, 3)), rng.standard_normal((200, 3))
+    assert transport.w2(X, Y) == pytest.approx(transport.w2_network_simplex(X, Y), rel=1e-9)
+    real = assignment.w2_exact
+
+    def uncertified(*args, **kw):
+        res = real(*args, **kw)
+        res.certified = False
+        return res
+
+    monkeypatch.setattr(assignment, "w2_exact", uncertified)
+    with pytest.raises(transport.TransportNotConverged, match="not certified"):
+        transport.w2(X, Y)

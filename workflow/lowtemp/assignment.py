@@ -44,10 +44,19 @@ DEFAULT_TOL = 1e-12
 #: w2_exact's default tolerance: REL_TOL·W2² of the assignment, at least ROUNDING_TOL·max(|u|, |v|, c)
 REL_TOL = 1e-11
 ROUNDING_TOL = 1e-14
-#: tolerance of the certificate of POT's duals after a fallback
+#: tolerance of the certificate of POT's duals after a fallback: max(FALLBACK_TOL, FALLBACK_TOL_PER_TOKEN·N).
+#: POT's duals are exact up to errors that grow with N (its simplex accumulates potentials along tree
+#: paths): measured 4e-13 (dense, N = 4096), 2.9e-12 (lazy, 4096) and 1.45e-11 (lazy, 16 384).
 FALLBACK_TOL = 1e-11
-#: the fallback builds the dense N×N matrix (ot.emd2) up to this many tokens, else ot.emd2_lazy
-DENSE_MAX = 20_000
+FALLBACK_TOL_PER_TOKEN = 2e-15
+#: the fallback builds the dense N×N matrix (ot.emd) up to this many tokens (2.6 GB peak at 8192),
+#: else ot.emd2_lazy (costs computed on the fly, O(N) memory)
+DENSE_MAX = 8192
+#: above this separation ratio (``separation_ratio``) the clouds are far apart compared with their own
+#: spacing, nearest-neighbour candidates say nothing about the plan, and the network simplex is used
+#: directly. Measured on the default config's snapshots (N = 4096): the sparse solve certified every
+#: snapshot with a ratio up to 11 and gave up (after ~0.7 s of wasted work) on every one above 36.
+SEPARATION_MAX = 30.0
 EXTEND = 'ctransform'
 ARR_PASSES = 2
 
@@ -494,6 +503,22 @@ def certify(X, Y, perm, u, v, tol: float = DEFAULT_TOL, *, per_row: int = 8,
 
 # ----------------------------------------------------------------------------- the solver
 
+def separation_ratio(X, Y, workers: int = -1) -> float:
+    """median_i dist(x_i, Y) / median_j dist(y_j, Y∖{y_j}): how far the clouds are apart in units of Y's own spacing.
+
+    About 1 or less for the pipeline's clouds before the departure (each token's partner is among its
+    nearest neighbours); 10³–10⁹ after it, when the clouds are clusters on different eigenspaces.
+    """
+    tree = cKDTree(Y)
+    across, _ = tree.query(X, k=1, workers=workers)
+    within, _ = tree.query(Y, k=2, workers=workers)
+    spacing = float(np.median(within[:, 1]))
+    far = float(np.median(across))
+    if spacing > 0:
+        return far / spacing
+    return 0.0 if far == 0 else np.inf
+
+
 def candidate_neighbours(X, Y, k: int, k_sync: int, k_own: int = 0, workers: int = -1) -> list[np.ndarray]:
     """Neighbour lists (N, ·) of the candidate set, −1 for none.
 
@@ -594,14 +619,21 @@ def multiscale_potentials(X, Y, *, factor: int = 4, base: int = 1024, k: int = 8
     return np.mean(vs[idx], axis=1)
 
 
+@numba.njit(parallel=True, cache=False)
+def _dense_cost(X, Y, C):
+    """C_ij = |x_i − y_j|² by differences, as in the sparse solver and the certificate (no expansion)."""
+    for i in numba.prange(X.shape[0]):
+        for j in range(Y.shape[0]):
+            C[i, j] = _sqdist(X, Y, i, j)
+
+
 def _pot_fallback(X, Y, dense_max):
     """POT's network simplex on the whole problem: the permutation and the duals u, v (|x − y|² cost)."""
     n = X.shape[0]
     a = np.full(n, 1.0 / n)
     if n <= dense_max:
         C = np.empty((n, n))
-        for s in range(0, n, 2048):  # |x − y|² as in the sparse solver (differences, not the expansion)
-            C[s:s + 2048] = np.sum((X[s:s + 2048, None, :] - Y[None, :, :]) ** 2, axis=-1)
+        _dense_cost(X, Y, C)
         G, log = ot.emd(a, a, C, numItermax=max(100_000, 100 * n * n), log=True)
         if log["result_code"] != 1:
             raise RuntimeError(f"POT fallback did not reach an optimal plan: {log['warning']}")
@@ -621,7 +653,8 @@ def _pot_fallback(X, Y, dense_max):
 def w2_exact(X, Y, *, k: int = 16, k_sync: int = 8, k_own: int = 0, k_dual: int = 8, warm=None,
              multiscale: bool = False, precheck: bool = True, tol: float | None = None,
              max_rounds: int = 6, per_row: int = 8,
-             dense_max: int = DENSE_MAX, workers: int = -1) -> W2Result:
+             dense_max: int = DENSE_MAX, separation_max: float = SEPARATION_MAX,
+             workers: int = -1) -> W2Result:
     """Exact W2 (Euclidean cost in R^d, uniform weights 1/N) between the clouds X and Y, both (N, d).
 
     Sparse shortest-augmenting-path assignment on the candidate set (k nearest y's of
@@ -629,6 +662,8 @@ def w2_exact(X, Y, *, k: int = 16, k_sync: int = 8, k_own: int = 0, k_dual: int 
     and the k_dual columns minimising c_ij − v_j for the starting potentials v), certified
     on all N² pairs by :func:`certify`; violating pairs are added and the assignment
     repaired, up to ``max_rounds`` certificate passes, then POT's network simplex decides.
+    Clouds further apart than ``separation_max`` (:func:`separation_ratio`) go to the network
+    simplex directly; its answer is certified the same way.
 
     Starting potentials: ``warm`` (a previous :class:`W2Result` or column potentials v,
     shape (N,)), else with ``multiscale`` those of :func:`multiscale_potentials`, else 0.
@@ -642,6 +677,10 @@ def w2_exact(X, Y, *, k: int = 16, k_sync: int = 8, k_own: int = 0, k_dual: int 
     n = X.shape[0]
     if n == 0:
         raise ValueError("empty clouds")
+    if n > 1 and separation_ratio(X, Y, workers) > separation_max:
+        return _certified_fallback(X, Y, dense_max, tol, per_row,
+                                   dict(separation_gate=True, greedy_free_rows=0, scanned_columns=0,
+                                        largest_search=0, added_pairs=0, prechecks=0), rounds=0, n_candidates=0)
     if warm is not None:
         v = np.array(warm.v if isinstance(warm, W2Result) else warm, dtype=np.float64)
         if v.shape != (n,) or not np.all(np.isfinite(v)):
@@ -704,15 +743,26 @@ def w2_exact(X, Y, *, k: int = 16, k_sync: int = 8, k_own: int = 0, k_dual: int 
         stats["largest_search"] = max(stats["largest_search"], int(largest))
         stats["added_pairs"] += int(pairs.shape[0])
     stats["min_reduced"] = cert.min_reduced if cert is not None else np.nan
-    fallback = False
-    perm = col_of
+    stats["separation_gate"] = False
     if cert is None or not cert.ok:
-        fallback = True
-        perm, u, v = _pot_fallback(X, Y, dense_max)
-        # POT's duals carry errors of ~1e-13 (its simplex works to its own epsilon): certify them loosely
-        cert = certify(X, Y, perm, u, v, max(tol_r, FALLBACK_TOL), per_row=per_row)
+        return _certified_fallback(X, Y, dense_max, tol_r, per_row, stats, rounds, int(cols.size))
+    return _result(X, Y, col_of, u, v, cert, rounds, False, int(cols.size), stats)
+
+
+def _result(X, Y, perm, u, v, cert, rounds, fallback, n_candidates, stats) -> W2Result:
     pair_costs = np.sum((X - Y[perm]) ** 2, axis=1)
-    value = float(np.sqrt(max(float(np.sum(pair_costs)) / n, 0.0)))
+    value = float(np.sqrt(max(float(np.sum(pair_costs)) / X.shape[0], 0.0)))
     gap = max(0.0, -cert.min_reduced) + cert.max_slack
     return W2Result(value=value, perm=perm, u=u, v=v, rounds=rounds, fallback=fallback, certified=cert.ok,
-                    gap_bound=float(gap), n_candidates=int(cols.size), stats=stats)
+                    gap_bound=float(gap), n_candidates=n_candidates, stats=stats)
+
+
+def _certified_fallback(X, Y, dense_max, tol, per_row, stats, rounds, n_candidates) -> W2Result:
+    """POT's network simplex, its plan and duals certified on all pairs like the sparse solve's."""
+    perm, u, v = _pot_fallback(X, Y, dense_max)
+    if tol is None:
+        tol = REL_TOL * float(np.mean(np.sum((X - Y[perm]) ** 2, axis=1)))
+    # POT's duals carry errors of ~1e-13 (its simplex works to its own epsilon): certify them loosely
+    cert = certify(X, Y, perm, u, v, max(float(tol), FALLBACK_TOL, FALLBACK_TOL_PER_TOKEN * X.shape[0]),
+                   per_row=per_row)
+    return _result(X, Y, perm, u, v, cert, rounds, True, n_candidates, stats)

@@ -18,6 +18,11 @@ A checkpoint whose fingerprint differs (config, inputs or code changed since) is
 ignored with a warning and overwritten; an unreadable one (killed mid-write
 cannot happen with the rename, but a full disk can) likewise. After the stage's
 output is written the checkpoint is deleted.
+
+``SolveCheckpoint`` does the same for a loop of expensive independent solves
+(the exact W2 of every replica and snapshot of one β): named float arrays filled
+slot by slot and a mask of the slots done, written after every solve, so a
+killed job loses at most the solve it was in.
 """
 
 from __future__ import annotations
@@ -50,7 +55,44 @@ def fingerprint(*arrays: np.ndarray, **values) -> str:
     return h.hexdigest()
 
 
-class SimulationCheckpoint:
+class _Checkpoint:
+    """A checkpoint file tied to a fingerprint: read it back if it matches, remove it when done."""
+
+    def __init__(self, path: str | Path, fingerprint: str):
+        self.path = Path(path)
+        self.fingerprint = fingerprint
+        self.writes = 0
+
+    def _read(self) -> xr.Dataset | None:
+        """The stored dataset if it exists, is readable and carries this fingerprint, else None (logged)."""
+        if not self.path.exists():
+            return None
+        try:
+            ds = io.read_netcdf(self.path, KIND)
+        except (io.NetCDFSchemaError, OSError) as exc:
+            log.warning("checkpoint %s is unreadable (%s); starting from the beginning", self.path, exc)
+            return None
+        if ds.attrs.get("fingerprint") != self.fingerprint:
+            log.warning("checkpoint %s belongs to other inputs, config or code; starting from the beginning",
+                        self.path)
+            return None
+        return ds
+
+    def _write(self, ds: xr.Dataset, **attrs) -> None:
+        ds.attrs["fingerprint"] = self.fingerprint
+        io.write_netcdf(ds, self.path, KIND, {"fingerprint": self.fingerprint, **attrs})
+        self.writes += 1
+
+    def discard(self) -> None:
+        """Remove the checkpoint (after the output is written) and its folder if empty."""
+        self.path.unlink(missing_ok=True)
+        try:
+            self.path.parent.rmdir()
+        except OSError:
+            pass
+
+
+class SimulationCheckpoint(_Checkpoint):
     """Load, write and discard the checkpoint of one simulation (see the module docstring).
 
     Use ``resume = ckpt.load(X0.shape)`` and pass ``on_snapshot=ckpt`` to
@@ -62,28 +104,19 @@ class SimulationCheckpoint:
                  clock=time.monotonic):
         if not every_seconds >= 0:
             raise ValueError(f"checkpoint interval must be >= 0 seconds, got {every_seconds}")
-        self.path = Path(path)
-        self.fingerprint = fingerprint
+        super().__init__(path, fingerprint)
         self.every_seconds = float(every_seconds)
         self.times = np.asarray(times, dtype=float)
         self.clock = clock
         self._last = clock()
-        self.writes = 0
 
     def load(self, shape: tuple[int, ...]) -> tuple[int, np.ndarray, np.ndarray] | None:
         """``(k, positions of snapshots 0..k, their norm drift)`` from a matching checkpoint, or None
         to start from t = 0."""
-        if not self.path.exists():
+        ds = self._read()
+        if ds is None:
             return None
         n_times = self.times.size
-        try:
-            ds = io.read_netcdf(self.path, KIND)
-        except (io.NetCDFSchemaError, OSError) as exc:
-            log.warning("checkpoint %s is unreadable (%s); starting from t = 0", self.path, exc)
-            return None
-        if ds.attrs.get("fingerprint") != self.fingerprint:
-            log.warning("checkpoint %s belongs to other inputs, config or code; starting from t = 0", self.path)
-            return None
         done = ds["positions"].values
         k = done.shape[0] - 1
         if done.shape[1:] != tuple(shape) or not 0 <= k < n_times:
@@ -103,9 +136,7 @@ class SimulationCheckpoint:
         ds = xr.Dataset({"positions": (("time", "replica", "token", "dim"), out[: k + 1]),
                          "norm_drift": (("time", "replica"), drift[: k + 1])},
                         coords={"time": self.times[: k + 1]})
-        ds.attrs["fingerprint"] = self.fingerprint
-        io.write_netcdf(ds, self.path, KIND, {"fingerprint": self.fingerprint, "snapshot": int(k)})
-        self.writes += 1
+        self._write(ds, snapshot=int(k))
         self._last = self.clock()
 
     def __call__(self, k: int, out: np.ndarray, drift: np.ndarray) -> None:
@@ -115,10 +146,45 @@ class SimulationCheckpoint:
         if self.clock() - self._last >= self.every_seconds:
             self.save(k, out, drift)
 
-    def discard(self) -> None:
-        """Remove the checkpoint (after the output is written) and its folder if empty."""
-        self.path.unlink(missing_ok=True)
-        try:
-            self.path.parent.rmdir()
-        except OSError:
-            pass
+
+class SolveCheckpoint(_Checkpoint):
+    """The checkpoint of a loop of independent solves: float arrays of one ``shape`` named ``names``,
+    filled slot by slot, and the mask ``done`` of the slots computed (see the module docstring).
+
+    ``values, done = ckpt.load()`` gives the stored slots (NaN and False elsewhere, all of them when
+    there is no matching checkpoint); ``ckpt.save(values, done)`` after every solve; ``discard()``
+    once the output is written.
+    """
+
+    def __init__(self, path: str | Path, fingerprint: str, names: tuple[str, ...], shape: tuple[int, ...]):
+        super().__init__(path, fingerprint)
+        self.names = tuple(names)
+        self.shape = tuple(int(s) for s in shape)
+
+    def _dims(self) -> tuple[str, ...]:
+        return tuple(f"axis{a}" for a in range(len(self.shape)))
+
+    def load(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The stored values and done mask, or NaN arrays and an all-False mask to start afresh."""
+        values = {name: np.full(self.shape, np.nan) for name in self.names}
+        done = np.zeros(self.shape, dtype=bool)
+        ds = self._read()
+        if ds is None:
+            return values, done
+        if "done" not in ds or ds["done"].shape != self.shape or any(
+                name not in ds or ds[name].shape != self.shape for name in self.names):
+            log.warning("checkpoint %s holds other arrays than %s of shape %s; starting from the beginning",
+                        self.path, self.names, self.shape)
+            return values, done
+        done = ds["done"].values.astype(bool)
+        for name in self.names:
+            values[name] = np.where(done, ds[name].values, np.nan)
+        log.info("resuming from checkpoint %s: %d of %d solves done", self.path, int(done.sum()), done.size)
+        return values, done
+
+    def save(self, values: dict[str, np.ndarray], done: np.ndarray) -> None:
+        """Write the values and the done mask atomically."""
+        dims = self._dims()
+        ds = xr.Dataset({name: (dims, np.asarray(values[name], dtype=float)) for name in self.names}
+                        | {"done": (dims, np.asarray(done, dtype=np.int8))})
+        self._write(ds, solves=int(np.sum(done)))

@@ -148,28 +148,58 @@ def _eigenspace_distances(X, M, suffix=""):
     }
 
 
-def stage_distances_beta(name, experiment, root_seed, matrices_path, tokens_path, finite_path, zero_path, output):
-    """Distances for one β: (replica, time) arrays, written to distances/beta<β>.nc."""
+def stage_distances_beta(name, experiment, root_seed, matrices_path, tokens_path, finite_path, zero_path, output,
+                         checkpoint_path=None):
+    """Distances for one β: (replica, time) arrays, written to distances/beta<β>.nc.
+
+    The exact W2(ρ^β_t, ρ^∞_t) at the configured snapshots is the expensive part: with
+    ``checkpoint_path`` every solve is checkpointed (``checkpoint.SolveCheckpoint``), so a killed
+    job resumes and loses at most the solve it was in.
+    """
     M, X0 = _inputs(matrices_path, tokens_path)
     fin = io.read_netcdf(finite_path, "finite_temperature")
     Y = fin["positions"].values
     Z = io.read_netcdf(zero_path, "zero_temperature")["positions"].values
     nt, nr = Y.shape[:2]
-    out = {k: np.full((nr, nt), np.nan)
-           for k in ("w2_projection", "w2_zero_temperature", "coupling_zero_temperature")}
-    exact_at = exact_w2_snapshots(experiment, nt)
-    start = _time.perf_counter()
+    beta = float(fin.beta)
+    out = {k: np.full((nr, nt), np.nan) for k in ("w2_projection", "coupling_zero_temperature")}
     for r in range(nr):
         for k in range(nt):
             out["w2_projection"][r, k] = transport.w2_to_projection(Y[k, r], X0[r], M.E1)
             out["coupling_zero_temperature"][r, k] = transport.synchronous_coupling(Y[k, r], Z[k, r])
-            if exact_at[k]:  # the N×N exact solve, at the configured snapshots only
-                out["w2_zero_temperature"][r, k] = transport.w2(Y[k, r], Z[k, r])
-        log.info("%s beta=%g: distances for replica %d / %d done, %.1f s elapsed", name, float(fin.beta),
-                 r + 1, nr, _time.perf_counter() - start)
+    out["w2_zero_temperature"], ckpt = _exact_w2_loop(name, beta, Y, Z, exact_w2_snapshots(experiment, nt),
+                                                      checkpoint_path)
     out.update(_eigenspace_distances(np.swapaxes(Y, 0, 1), M))
     io.write_netcdf(datasets.distances_beta_dataset(out, fin), output, "distances_beta",
-                    io.provenance(name, experiment, root_seed, beta=float(fin.beta)))
+                    io.provenance(name, experiment, root_seed, beta=beta))
+    _finish(ckpt)
+
+
+def _exact_w2_loop(name, beta, Y, Z, exact_at, checkpoint_path):
+    """W2(ρ^β_t, ρ^∞_t) (replica, time) at the snapshots ``exact_at`` (NaN elsewhere), one certified
+    solve (``transport.w2``) at a time, resuming from and writing ``checkpoint_path`` when given.
+    Returns the values and the checkpoint (None without a path), to discard once the output is written."""
+    nt, nr = Y.shape[:2]
+    ckpt = None
+    if checkpoint_path is None:
+        values, done = {"w2": np.full((nr, nt), np.nan)}, np.zeros((nr, nt), dtype=bool)
+    else:
+        fp = checkpoint.fingerprint(Y, Z, exact_at, beta=beta)
+        ckpt = checkpoint.SolveCheckpoint(checkpoint_path, fp, ("w2",), (nr, nt))
+        values, done = ckpt.load()
+    snapshots = np.flatnonzero(exact_at)
+    start = logged = _time.perf_counter()
+    for r, k in [(r, k) for r in range(nr) for k in snapshots if not done[r, k]]:
+        values["w2"][r, k] = transport.w2(Y[k, r], Z[k, r])
+        done[r, k] = True
+        if ckpt is not None:
+            ckpt.save(values, done)
+        if k == snapshots[-1] or _time.perf_counter() - logged >= 60.0:  # progress for long jobs
+            logged = _time.perf_counter()
+            log.info("%s beta=%g: exact W2 %d / %d solves done (replica %d / %d at t index %d), %.1f s elapsed",
+                     name, beta, int(done.sum()), done.size // nt * snapshots.size, r + 1, nr, k,
+                     _time.perf_counter() - start)
+    return values["w2"], ckpt
 
 
 def stage_collect_distances(name, experiment, root_seed, matrices_path, tokens_path, zero_path, parts, output):

@@ -24,9 +24,13 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
     normalisation), plus the kernel's own: ``dense`` a coordinate-major copy,
     ``cap`` cell lists and a KD-tree (~10 arrays of R·N·d), ``numpy`` blocks of
     R·256·N scores;
-  - the exact W2 (POT's network simplex) on an N×N float64 cost matrix: the
-    solver's peak was measured at 5.13 × 8N² bytes above the process's baseline
-    (N = 2048, 4096, 8192: 164 MB, 656 MB, 2.6 GB), budgeted as ``W2_BYTES_PER_PAIR``.
+  - the exact W2 (``w2_bytes``): the certified sparse assignment holds O(N·k)
+    (candidate lists, costs, heap: ``W2_SPARSE_BYTES_PER_TOKEN``); its fallback,
+    POT's network simplex, builds the N×N float64 cost matrix up to
+    ``assignment.DENSE_MAX`` tokens (peak measured at 5.13 × 8N² bytes above the
+    process's baseline, N = 2048, 4096, 8192: 164 MB, 656 MB, 2.6 GB; budgeted as
+    ``W2_BYTES_PER_PAIR``) and above it runs ``ot.emd2_lazy``, costs computed on the
+    fly, O(N) memory. So the memory no longer caps N; the wall time does.
 
 * wall time = ``STARTUP_SECONDS`` (job start, imports, DAG of the job's own
   Snakemake, numba compiles at ~1.5 s per kernel and process) plus
@@ -81,7 +85,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import convergence, integrate
+from . import assignment, convergence, integrate
 from .experiment import exact_w2_snapshots, field_kernel, time_grid
 
 STAGES = ("matrices", "initial_tokens", "finite_temperature", "zero_temperature",
@@ -95,6 +99,9 @@ FIGURE_BASE_MB = 500
 MEMORY_MARGIN = 1.25
 #: peak bytes of one exact W2 per token pair (POT network simplex on an N×N float64 cost)
 W2_BYTES_PER_PAIR = 5.5 * 8
+#: the sparse exact W2 and the lazy network simplex, per token (bytes): about 40 candidate columns
+#: (index and cost, 16 bytes each), the heap and the per-row certificate lists, with room to spare
+W2_SPARSE_BYTES_PER_TOKEN = 4096
 #: float64
 _F = 8
 #: query rows per block of the numpy kernel (``dynamics.DEFAULT_BLOCK_ROWS``)
@@ -169,6 +176,14 @@ def w2_seconds(n_tokens: int) -> float:
     return W2_SECONDS_2048 * (n_tokens / 2048.0) ** W2_EXPONENT
 
 
+def w2_bytes(n_tokens: int) -> float:
+    """Peak bytes of one exact W2 between two clouds of N tokens (``transport.w2``): O(N) above
+    ``assignment.DENSE_MAX`` tokens, where the fallback no longer builds the N×N matrix."""
+    n = int(n_tokens)
+    dense = W2_BYTES_PER_PAIR * n * n if n <= assignment.DENSE_MAX else 0.0
+    return dense + W2_SPARSE_BYTES_PER_TOKEN * n
+
+
 # ------------------------------------------------------------------ per stage
 def _finite(experiment, beta, matrices, threads):
     n, d, r, times = _sizes(experiment)
@@ -202,7 +217,7 @@ def _distances_beta(experiment):
     n, d, r, times = _sizes(experiment)
     positions = times * r * n * d * _F
     exact = exact_w2_count(experiment)
-    data = 4 * positions + times * r * n * _F + (W2_BYTES_PER_PAIR * n * n if exact else 0)
+    data = 4 * positions + times * r * n * _F + (w2_bytes(n) if exact else 0)
     seconds = exact * r * w2_seconds(n) + times * r * n * DISTANCE_NS_PER_TOKEN_SNAPSHOT * 1e-9
     return data, seconds
 
@@ -270,7 +285,7 @@ def _convergence(experiment, matrices, threads):
         seconds += (evals * pa.replicas * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
                     + evals * pa.replicas * n * LINEAR_NS * 1e-9 + (snapshots + 1) * pa.replicas * w2_cost(n))
     n = max(pa.tokens)
-    particle_bytes = (snapshots + 1 + 12) * pa.replicas * n * d * _F + (W2_BYTES_PER_PAIR * n * n if exact_w2 else 0)
+    particle_bytes = (snapshots + 1 + 12) * pa.replicas * n * d * _F + (w2_bytes(n) if exact_w2 else 0)
     return max(step_bytes, particle_bytes), seconds
 
 

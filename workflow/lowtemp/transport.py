@@ -1,8 +1,12 @@
 """Exact Wasserstein-2 distances between empirical measures.
 
 W2 uses the Euclidean (chordal) cost in R^d and is the distance itself, not
-its square. The general solver is POT's network simplex (``ot.emd2`` on the
-squared Euclidean cost); a solve that did not reach optimality raises
+its square. Two uniform clouds of the same size (every W2 the pipeline
+computes) go to ``assignment.w2_exact``: a sparse assignment certified optimal
+on all N² pairs, with POT's network simplex as its fallback, in O(N·k) memory
+except where that fallback builds the dense matrix (N ≤ ``assignment.DENSE_MAX``).
+Weighted measures go to POT's network simplex (``ot.emd2`` on the squared
+Euclidean cost). A solve that did not reach optimality raises
 ``TransportNotConverged`` instead of returning a number. A two-atom target
 ±u (Π_♯ρ for dim E1 = 1) has a closed form by sorting (``w2_two_atoms``).
 """
@@ -14,6 +18,7 @@ import warnings
 import numpy as np
 import ot
 
+from . import assignment
 from .projection import projection_map, two_atom_masses
 
 #: POT's result code for an optimal solution of the network simplex
@@ -32,7 +37,26 @@ def squared_euclidean_cost(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
 
 def w2(X: np.ndarray, Y: np.ndarray, a: np.ndarray | None = None, b: np.ndarray | None = None,
        max_iterations: int | None = None) -> float:
-    """Exact W2 between Σ a_i δ_{x_i} and Σ b_j δ_{y_j} (uniform weights by default)."""
+    """Exact W2 between Σ a_i δ_{x_i} and Σ b_j δ_{y_j} (uniform weights by default).
+
+    Uniform clouds of the same size: ``assignment.w2_exact`` (certified); otherwise, or with an
+    iteration cap, ``w2_network_simplex``.
+    """
+    X = np.ascontiguousarray(X, dtype=float)
+    Y = np.ascontiguousarray(Y, dtype=float)
+    if a is None and b is None and max_iterations is None and X.shape == Y.shape and len(X) > 0:
+        result = assignment.w2_exact(X, Y)
+        if not result.certified:
+            raise TransportNotConverged(
+                f"exact W2 between {len(X)} tokens was not certified optimal (smallest reduced cost "
+                f"{result.stats.get('min_reduced')}, gap bound {result.gap_bound:.3g})")
+        return result.value
+    return w2_network_simplex(X, Y, a, b, max_iterations)
+
+
+def w2_network_simplex(X: np.ndarray, Y: np.ndarray, a: np.ndarray | None = None, b: np.ndarray | None = None,
+                       max_iterations: int | None = None) -> float:
+    """Exact W2 by POT's network simplex on the dense cost matrix (``ot.emd2``), any weights."""
     X = np.ascontiguousarray(X, dtype=float)
     Y = np.ascontiguousarray(Y, dtype=float)
     a = np.full(len(X), 1.0 / len(X)) if a is None else np.asarray(a, dtype=float)

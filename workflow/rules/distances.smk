@@ -23,6 +23,7 @@ rule distances_beta:
         cpus_per_task=stage_cpus("distances_beta"),
     params:
         stage=stage_params("distances_beta"),
+        checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/distances_beta{{beta}}.nc",
     script:
         "../scripts/distances_beta.py"
 

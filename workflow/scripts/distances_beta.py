@@ -6,4 +6,5 @@ p = sm.params.stage
 with joblog.logged(sm.log[0]):
     pipeline.stage_distances_beta(p["name"], p["experiment"], p["root_seed"], matrices_path=sm.input.matrices,
                                   tokens_path=sm.input.tokens, finite_path=sm.input.finite,
-                                  zero_path=sm.input.zero, output=sm.output[0])
+                                  zero_path=sm.input.zero, output=sm.output[0],
+                                  checkpoint_path=sm.params.checkpoint)
