@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce circle test lint test-faults test-slurm test-container bench venv report clean
+.PHONY: reproduce circle paper-scale paper-scale-cost test lint test-faults test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,16 @@ reproduce: $(STAMP)
 ## circle: the d = 2 experiment over four decades of beta (config/circle.yaml, ~20 min); results/circle/
 circle: $(STAMP)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES) --configfile config/circle.yaml
+
+## paper-scale-cost: the paper-scale run's cost per job from the resource model, before running it
+paper-scale-cost: $(STAMP)
+	$(BIN)/python benchmarks/estimate_cost.py config/paper_scale.yaml --cores $(or $(filter-out all,$(CORES)),2)
+
+## paper-scale: d = 3 at N = 65 536 (config/paper_scale.yaml), with its particle-number study; days on 2 cores
+## (docs/paper_scale.md), so PROFILE=slurm sends it through the SLURM profile
+PROFILE ?= default
+paper-scale: paper-scale-cost
+	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) --configfile config/paper_scale.yaml all convergence_all
 
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)

@@ -1,6 +1,7 @@
 """Benchmark of the finite-temperature field kernels and of W2 (run with `make bench`).
 
-For every (kernel, d, β, N): nanoseconds per token pair (best of ``--repeats``
+For every (kernel, d, β, N) and token cloud (spread, as ρ0, and clustered, as in the
+metastable phase, where the cap kernel's cap holds a whole cluster): nanoseconds per token pair (best of ``--repeats``
 calls after a warm-up call, so numba's compilation is not timed; the naive
 reference: best of ``--repeats`` after a warm-up, 2 above 8192 tokens), the speed-up
 against a naive float64 numpy reference implemented below and run in the same
@@ -81,11 +82,27 @@ CASES = [  # (d, beta, N)
 ]
 
 
+#: token clouds of the benchmark: spread (ρ0 uniform, the start) and clustered (the metastable phase:
+#: two antipodal clusters of angular radius ~0.02, where a cap holds a whole cluster)
+CLOUDS = ("spread", "clustered")
+
+
+def bench_cloud(cloud, n, d):
+    """The benchmark's (1, n, d) token cloud of kind ``cloud`` (``CLOUDS``)."""
+    rng = generator(1, "bench", "tokens", str(d), str(n), cloud)
+    X = measures.uniform(rng, 1, n, d)
+    if cloud == "clustered":
+        sign = np.where(X[..., :1] >= 0, 1.0, -1.0)
+        X = sign * np.eye(d)[0] + 0.02 * rng.standard_normal(X.shape)
+        X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    return X
+
+
 def bench_fields(cases, repeats, log):
     rows = []
-    for d, beta, n in cases:
+    for (d, beta, n), cloud in [(case, cloud) for case in cases for cloud in CLOUDS]:
         M = matrices_for(d)
-        X = measures.uniform(generator(1, "bench", "tokens", str(d), str(n)), 1, n, d)
+        X = bench_cloud(cloud, n, d)
         reference = naive_field(X, M.B, M.V, beta)  # also the warm-up (first touch of its memory)
         t_naive = best_time(lambda: naive_field(X, M.B, M.V, beta), 2 if n > 8192 else repeats)
         scale = np.max(np.linalg.norm(reference, axis=-1))
@@ -94,11 +111,11 @@ def bench_fields(cases, repeats, log):
             F = call()  # warm-up (JIT)
             t = best_time(call, repeats)
             err = float(np.max(np.linalg.norm(F - reference, axis=-1)) / scale)
-            row = dict(kernel=kernel, dim=d, beta=beta, tokens=n, ns_per_pair=t / n**2 * 1e9,
+            row = dict(kernel=kernel, cloud=cloud, dim=d, beta=beta, tokens=n, ns_per_pair=t / n**2 * 1e9,
                        speedup=t_naive / t, peak_mb=peak_bytes(call) / 2**20, rel_error=err,
                        naive_ns_per_pair=t_naive / n**2 * 1e9)
             rows.append(row)
-            log(f"{kernel:>6} d={d} beta={beta:>7g} N={n:>6}  {row['ns_per_pair']:7.3f} ns/pair  "
+            log(f"{kernel:>6} {cloud:>9} d={d} beta={beta:>7g} N={n:>6}  {row['ns_per_pair']:7.3f} ns/pair  "
                 f"x{row['speedup']:6.1f} vs naive ({row['naive_ns_per_pair']:.2f} ns/pair)  "
                 f"peak {row['peak_mb']:8.1f} MB  rel.err {err:.1e}  auto: "
                 f"{kernel_choice.choose_kernel(beta, n, d, M.sigma_min)}")
@@ -178,7 +195,8 @@ def main(argv=None):
         {key: (("case",), np.array([r[key] for r in rows]), io.attrs(key.replace("_", " "), unit))
          for key, unit in [("ns_per_pair", "ns"), ("speedup", "1"), ("peak_mb", "MiB"), ("rel_error", "1"),
                            ("naive_ns_per_pair", "ns"), ("dim", "1"), ("beta", "1"), ("tokens", "1")]},
-        coords={"case": case, "kernel": ("case", [r["kernel"] for r in rows])},
+        coords={"case": case, "kernel": ("case", [r["kernel"] for r in rows]),
+                "cloud": ("case", [r["cloud"] for r in rows])},
     )
     ds["w2_two_atom_seconds"] = (("w2_tokens",), np.array([r["two_atom_s"] for r in w2_rows]),
                                  io.attrs("W2 to two atoms, closed form, per snapshot", "s"))

@@ -147,20 +147,54 @@ def test_separation_ratio_on_a_shifted_grid():
     assert assignment.separation_ratio(Y, Y) == 0.0
 
 
-def test_far_clouds_go_to_the_network_simplex_directly():
-    """Clusters on different axes (the clouds after the departure): the gate sends them to POT, certified;
-    the same clusters on the same axes do not pass the gate and are solved sparsely."""
-    rng = np.random.default_rng(11)
-    n = 600
+def _departed(rng, n):
+    """Clusters on different axes, a few tokens on the other side (the clouds after the departure)."""
     sign = np.where(rng.random(n) < 0.55, 1.0, -1.0)[:, None]
     X = sign * np.array([1.0, 0.0, 0.0]) + 1e-3 * rng.standard_normal((n, 3))
+    flip = rng.choice(n, n // 50, replace=False)
+    sign[flip] *= -1
     Y = sign * np.array([0.6, 0.8, 0.0]) + 1e-5 * rng.standard_normal((n, 3))
-    assert assignment.separation_ratio(X, Y) > assignment.SEPARATION_MAX
+    return X, Y
+
+
+@pytest.mark.parametrize("n", [600, 1024, 1000])
+def test_far_clouds_are_solved_from_matched_cells(n):
+    """Far apart (separation ratio above CELL_SEPARATION): matched-cell candidates, certified without the
+    network simplex, equal to emd2 (N = 1000: cells of unequal size); closer clouds keep the synchronous
+    candidates; with ``separation_max`` the network simplex decides directly."""
+    rng = np.random.default_rng(n)
+    X, Y = _departed(rng, n)
+    assert assignment.separation_ratio(X, Y) > assignment.CELL_SEPARATION
     far = assignment.w2_exact(X, Y)
-    assert far.stats["separation_gate"] and far.fallback and far.certified and far.rounds == 0
+    assert far.stats["cells"] and not far.fallback and far.certified
     _assert_same_w2(far.value, _emd2_value(X, Y))
-    near = X + 1e-3 * rng.standard_normal((n, 3))
-    assert assignment.separation_ratio(X, near) < assignment.SEPARATION_MAX
+    gated = assignment.w2_exact(X, Y, separation_max=30.0)
+    assert gated.stats["separation_gate"] and gated.fallback and gated.certified
+    _assert_same_w2(gated.value, far.value)
+    near = X + 1e-4 * rng.standard_normal((n, 3))
+    assert assignment.separation_ratio(X, near) < assignment.CELL_SEPARATION
     res = assignment.w2_exact(X, near)
-    assert not res.stats["separation_gate"] and res.certified
+    assert not res.stats["cells"] and res.certified
     _assert_same_w2(res.value, _emd2_value(X, near))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 200), size=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_balanced_cells_partition_the_cloud(n, size, seed):
+    P = np.random.default_rng(seed).standard_normal((n, 3))
+    cells = assignment.balanced_cells(P, size)
+    tokens = cells[cells >= 0]
+    assert np.array_equal(np.sort(tokens), np.arange(n))  # every token in exactly one cell
+    counts = np.sum(cells >= 0, axis=1)
+    assert counts.max() <= size and (n <= size or counts.min() >= size // 2)
+    if n == size * 2 ** int(np.log2(max(n // size, 1))) and n % size == 0:
+        assert np.all(counts == size)
+
+
+def test_matched_cells_feed_a_solve_that_can_fail():
+    """The cells' candidates alone (no nearest neighbours, one certificate pass) cannot certify
+    a departed pair: the solve falls back to the network simplex, which still gives emd2's value."""
+    X, Y = _departed(np.random.default_rng(3), 512)
+    res = assignment.w2_exact(X, Y, k_dual=0, precheck=False, max_rounds=1, per_row=1)
+    assert res.stats["cells"] and res.fallback and res.stats["min_reduced"] < -1e-6
+    _assert_same_w2(res.value, _emd2_value(X, Y))

@@ -1,0 +1,62 @@
+"""Cost of a config before running it: every job's compute time and memory from the resource model.
+
+``python benchmarks/estimate_cost.py config/paper_scale.yaml`` validates the config
+(schema, matrices, memory against this machine or ``memory_limit_gb``) and prints, per
+job, the compute seconds and memory that ``lowtemp.resources`` budgets (the same numbers
+the SLURM profile requests, before the safety factor and the start-up time), then the
+total CPU hours and the wall time on ``--cores`` cores if the jobs were packed
+perfectly. The per-pair field costs and the W2 solve times it uses are the measured
+constants of ``lowtemp.resources`` (``make bench`` measures them again); the W2 time is
+the network simplex's, an upper estimate of the certified assignment, which falls back
+to it when the clouds are clusters far apart (after the departure).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lowtemp import resources, validation
+
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def jobs(config: dict, checked: dict, threads: int):
+    """(experiment, job, beta, Estimate) of every job of the config's default target and studies."""
+    for name, exp in config["experiments"].items():
+        M = checked[name]
+        for beta in exp["betas"]:
+            yield name, "finite_temperature", beta, resources.estimate("finite_temperature", exp, beta=beta,
+                                                                       matrices=M, threads=threads)
+            yield name, "distances_beta", beta, resources.estimate("distances_beta", exp)
+        for stage in ("zero_temperature", "distances", "fit", "figure"):
+            yield name, stage, None, resources.estimate(stage, exp)
+        if "convergence" in exp:
+            yield name, "convergence", None, resources.estimate("convergence", exp, matrices=M, threads=threads)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config")
+    ap.add_argument("--cores", type=int, default=2, help="cores of the machine (default 2)")
+    ap.add_argument("--threads", type=int, default=2, help="threads of the simulation jobs (default 2)")
+    args = ap.parse_args(argv)
+    config = validation.load_config_file(args.config)
+    checked = validation.validate_config(config, SCHEMA, configfiles=[args.config])
+    rows = list(jobs(config, checked, args.threads))
+    print(f"{'experiment':<16} {'job':<20} {'beta':>8} {'compute h':>10} {'memory GB':>10} {'cpus':>5}")
+    cpu_seconds = 0.0
+    for name, stage, beta, est in rows:
+        b = "" if beta is None else f"{beta:g}"
+        print(f"{name:<16} {stage:<20} {b:>8} {est.compute_seconds / 3600:>10.2f} {est.mem_mb / 1024:>10.1f} "
+              f"{est.cpus:>5}")
+        cpu_seconds += est.compute_seconds * est.cpus
+    longest = max(est.compute_seconds for *_, est in rows)
+    wall = max(longest, cpu_seconds / args.cores)
+    print(f"total: {cpu_seconds / 3600:.1f} CPU hours; at least {wall / 3600:.1f} h of wall time on {args.cores} "
+          f"cores (longest job {longest / 3600:.1f} h)")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
