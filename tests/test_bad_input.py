@@ -302,12 +302,14 @@ def test_snakemake_job_with_a_truncated_input_fails_and_removes_its_output(tmp_p
 
 
 def test_memory_refusal_against_this_machine_when_no_limit_is_set(tmp_path, base_config):
-    base_config["experiments"]["tiny"]["tokens"] = 1_000_000  # the exact W2 alone needs 8 N² bytes = 8 TB
-    with pytest.raises(ConfigError, match=r"GiB \(tokens = 1000000, .* more than the [0-9.]+ GiB of this "
+    exp = base_config["experiments"]["tiny"]
+    exp["tokens"] = 200_000_000  # the stored positions alone: (snapshots + 1)·R·N·d·8 bytes, terabytes
+    with pytest.raises(ConfigError, match=r"GiB \(tokens = 200000000, .* more than the [0-9.]+ GiB of this "
                                           r"machine's memory"):
         _validate(base_config, tmp_path / "results")
-    need = validation.largest_job_memory_bytes(base_config["experiments"]["tiny"])
-    assert need > 8 * 1_000_000**2  # at least the N×N cost matrix of the exact W2
+    need = validation.largest_job_memory_bytes(exp)
+    positions = (exp["time"]["snapshots"] + 1) * exp["replicas"] * exp["tokens"] * exp["dim"] * 8
+    assert need > positions  # at least the trajectory (the exact W2 is O(N) at this size)
     assert validation.machine_memory_bytes() < need
 
 
