@@ -1,4 +1,5 @@
-"""The certified sparse assignment W2 (lowtemp.assignment) against POT's network simplex."""
+"""The certified W2 (lowtemp.assignment: multiscale guide, sparse network simplex, all-pairs pricing) against
+POT's network simplex on the dense matrix."""
 
 from __future__ import annotations
 
@@ -55,12 +56,15 @@ def _assert_same_w2(value, ref):
     assert abs(value**2 - ref**2) <= 1e-9 * ref**2 + 1e-14, (value, ref)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 60), d=st.sampled_from([2, 3]),
-       kind=st.sampled_from(["random", "perturbed", "clustered", "ties"]), k=st.sampled_from([1, 4, 16]))
-def test_equals_emd2(seed, n, d, kind, k):
+       kind=st.sampled_from(["random", "perturbed", "clustered", "ties"]), k=st.sampled_from([1, 4, 16]),
+       dense_base=st.sampled_from([4, 16, 256]), guide=st.sampled_from([None, True, False]))
+def test_equals_emd2(seed, n, d, kind, k, dense_base, guide):
+    """Every path: all pairs (N ≤ dense_base), or the sparse solve with and without the coarse guide,
+    recursively down to dense_base (4 makes even N = 60 three levels deep)."""
     X, Y = _clouds(seed, n, d, kind)
-    res = assignment.w2_exact(X, Y, k=k, k_sync=k // 2)
+    res = assignment.w2_exact(X, Y, k=k, k_sync=k // 2, dense_base=dense_base, guide=guide)
     _assert_same_w2(res.value, _emd2_value(X, Y))
     assert res.certified
     assert np.array_equal(np.sort(res.perm), np.arange(n))
@@ -105,16 +109,29 @@ def test_certificate_reports_violating_pairs_of_perturbed_duals():
 
 
 def test_candidate_growth_reaches_the_optimum():
-    """Only the synchronous pairs as candidates: certificates add the violating pairs until optimal."""
+    """Only the synchronous pairs as candidates: the pricing passes add the pairs that beat the assignment
+    until the duality gap closes; the restricted optimum of the first pass was not the optimum."""
     X, Y = _clouds(5, 400, 3, "perturbed")
-    res = assignment.w2_exact(X, Y, k=0, k_sync=0, precheck=False, max_rounds=100)
+    first = assignment.w2_exact(X, Y, k=0, k_sync=0, guide=False, max_rounds=1, fallback=False)
+    assert not first.certified and first.gap_bound > 1e-3 and first.value > _emd2_value(X, Y) * (1 + 1e-6)
+    res = assignment.w2_exact(X, Y, k=0, k_sync=0, guide=False, max_rounds=100)
     assert res.rounds > 1 and not res.fallback and res.certified
     _assert_same_w2(res.value, _emd2_value(X, Y))
 
 
+def test_gap_bound_bounds_the_error_of_an_uncertified_assignment():
+    """Weak duality: W2²(perm) − W2²_opt ≤ gap_bound for whatever assignment the solve stopped at."""
+    X, Y = _clouds(11, 400, 3, "perturbed")
+    ref = _emd2_value(X, Y) ** 2
+    for rounds in (1, 2, 3):
+        res = assignment.w2_exact(X, Y, k=0, k_sync=0, guide=False, max_rounds=rounds, fallback=False)
+        assert 0.0 <= res.value**2 - ref <= res.gap_bound + 1e-15
+        assert res.certified == (res.gap_bound <= 1e-11 * res.value**2 + 1e-14)
+
+
 def test_fallback_to_network_simplex():
     X, Y = _clouds(6, 400, 3, "perturbed")
-    res = assignment.w2_exact(X, Y, k=0, k_sync=0, precheck=False, max_rounds=1)
+    res = assignment.w2_exact(X, Y, k=0, k_sync=0, guide=False, max_rounds=1)
     assert res.fallback and res.rounds == 1 and res.certified
     _assert_same_w2(res.value, _emd2_value(X, Y))
 
@@ -138,13 +155,13 @@ def test_bad_input():
         assignment.w2_exact(X, np.full_like(Y, np.nan))
 
 
-def test_separation_ratio_on_a_shifted_grid():
-    """Y a line of tokens spaced h, X the same line shifted by D ⟂ it: the ratio is D / h exactly."""
+def test_separation_on_a_shifted_grid():
+    """Y a line of tokens spaced h, X the same line shifted by D ⟂ it: the separation is D / h exactly."""
     h, D = 0.01, 0.37
     Y = np.column_stack([h * np.arange(50), np.zeros(50), np.zeros(50)])
     X = Y + np.array([0.0, D, 0.0])
-    assert assignment.separation_ratio(X, Y) == pytest.approx(D / h, rel=1e-12)
-    assert assignment.separation_ratio(Y, Y) == 0.0
+    assert assignment.candidate_neighbours(X, Y, 2, 2)[1] == pytest.approx(D / h, rel=1e-12)
+    assert assignment.candidate_neighbours(Y, Y, 2, 2)[1] == 0.0
 
 
 def _departed(rng, n):
@@ -159,22 +176,23 @@ def _departed(rng, n):
 
 @pytest.mark.parametrize("n", [600, 1024, 1000])
 def test_far_clouds_are_solved_from_matched_cells(n):
-    """Far apart (separation ratio above CELL_SEPARATION): matched-cell candidates, certified without the
-    network simplex, equal to emd2 (N = 1000: cells of unequal size); closer clouds keep the synchronous
-    candidates; with ``separation_max`` the network simplex decides directly."""
+    """Far apart (separation above LOCAL_SEPARATION): the coarse guide's cells start the simplex, which
+    certifies without POT and equals emd2 (N = 1000: cells of unequal size); without the guide the
+    nearest-neighbour candidates need more pricing passes; clouds close together skip the guide."""
     rng = np.random.default_rng(n)
     X, Y = _departed(rng, n)
-    assert assignment.separation_ratio(X, Y) > assignment.CELL_SEPARATION
     far = assignment.w2_exact(X, Y)
-    assert far.stats["cells"] and not far.fallback and far.certified
+    assert far.stats["separation"] > assignment.LOCAL_SEPARATION
+    assert far.stats["coarse"] is not None and far.stats["start"] in ("cells", "synchronous")
+    assert not far.fallback and far.certified
     _assert_same_w2(far.value, _emd2_value(X, Y))
-    gated = assignment.w2_exact(X, Y, separation_max=30.0)
-    assert gated.stats["separation_gate"] and gated.fallback and gated.certified
-    _assert_same_w2(gated.value, far.value)
+    bare = assignment.w2_exact(X, Y, guide=False)
+    assert bare.stats["coarse"] is None and bare.rounds > far.rounds
+    _assert_same_w2(bare.value, far.value)
     near = X + 1e-4 * rng.standard_normal((n, 3))
-    assert assignment.separation_ratio(X, near) < assignment.CELL_SEPARATION
     res = assignment.w2_exact(X, near)
-    assert not res.stats["cells"] and res.certified
+    assert res.stats["separation"] < assignment.LOCAL_SEPARATION and res.stats["coarse"] is None
+    assert res.certified
     _assert_same_w2(res.value, _emd2_value(X, near))
 
 
@@ -192,9 +210,11 @@ def test_balanced_cells_partition_the_cloud(n, size, seed):
 
 
 def test_matched_cells_feed_a_solve_that_can_fail():
-    """The cells' candidates alone (no nearest neighbours, one certificate pass) cannot certify
-    a departed pair: the solve falls back to the network simplex, which still gives emd2's value."""
+    """The cells' candidates alone (no nearest neighbours, one pricing pass) cannot certify a departed
+    pair: the solve falls back to the network simplex, which still gives emd2's value."""
     X, Y = _departed(np.random.default_rng(3), 512)
-    res = assignment.w2_exact(X, Y, k_dual=0, precheck=False, max_rounds=1, per_row=1)
-    assert res.stats["cells"] and res.fallback and res.stats["min_reduced"] < -1e-6
+    alone = assignment.w2_exact(X, Y, k=0, k_sync=0, k_dual=0, max_rounds=1, fallback=False)
+    assert alone.stats["start"] == "cells" and not alone.certified and alone.gap_bound > 1e-9
+    res = assignment.w2_exact(X, Y, k=0, k_sync=0, k_dual=0, max_rounds=1)
+    assert res.fallback and res.certified
     _assert_same_w2(res.value, _emd2_value(X, Y))
