@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp import convergence, dynamics, exact, integrate, io, matrices, measures, seeding, validation
+from lowtemp import convergence, dynamics, exact, integrate, io, matrices, measures, projection, seeding, transport, validation
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
 
 ConfigError = validation.ConfigError
@@ -440,3 +440,40 @@ def test_snakemake_refuses_a_step_that_does_not_divide_the_interval(tmp_path):
     assert proc.returncode != 0
     assert "experiments.tiny.convergence.steps.dt = 0.03 does not divide" in proc.stdout + proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.e2e
+def test_particle_study_reuses_the_experiments_own_run(tmp_path):
+    """N = tokens at one of the experiment's betas, R ≤ replicas: the study reads the experiment's run
+    instead of simulating it again; its W2 and ESS are that run's, recomputed here from the stored file;
+    the fresh N's ESS is recomputed from their regenerated runs. The module's run above, with R = 3 > 2
+    replicas, reused nothing."""
+    block = {**BLOCK, "particles": {**BLOCK["particles"], "replicas": 2}}
+    cfg = _config(block)
+    proc = _snakemake(tmp_path, cfg, "convergence_all")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    res = tmp_path / "results" / "tiny"
+    ds = _open(res / "convergence.nc")
+    assert ds["reused_run"].values.tolist() == [0.0, 0.0, 0.0, 1.0]
+    assert (res / "finite_temperature" / "beta5.nc").is_file()  # the study's input
+    fin = _open(res / "finite_temperature" / "beta5.nc")
+    mats = _open(res / "matrices.nc")
+    M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
+    X0 = _open(res / "initial_tokens.nc")["tokens"].values
+    k = ds.sizes["time"]
+    np.testing.assert_array_equal(ds["ess_particles"].sel(tokens=64).values, fin["ess_median"].values[:k, :2].T)
+    u = M.E1[:, 0]
+    for r in range(2):
+        for t in (0, k - 1):
+            x = fin["positions"].values[t, r]
+            masses = projection.two_atom_masses(X0[r], u)
+            assert ds["w2_projection_particles"].sel(tokens=64).values[r, t] == pytest.approx(
+                transport.w2_two_atoms(x, u, masses), rel=1e-12)
+    # a fresh N: its ESS from the regenerated run with the numpy reference field's weights
+    Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", "16"), 2, 16, 3)
+    pos = integrate.simulate(_finite(M, 5.0), Xn, integrate.TimeGrid(2.0, 10, 0.1), "rk4")
+    w = np.exp(5.0 * np.einsum("rid,de,rje->rij", pos[-1], M.B, pos[-1]))
+    w /= w.sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(ds["ess_particles"].sel(tokens=16).values[:, -1],
+                               np.median(1.0 / np.sum(w**2, axis=-1), axis=-1), rtol=1e-8)
+    assert not list((res / "checkpoints").glob("convergence_*")) if (res / "checkpoints").exists() else True

@@ -232,19 +232,25 @@ def test_rules_request_the_estimates_and_the_profile_groups(tmp_path):
 # ------------------------------------------------------------------ the convergence studies (EXTRA_STAGES)
 def test_convergence_estimate_covers_the_studys_field_evaluations():
     """Independent count on the defaults (β = 1000; steps h = 0.05 up to t = 20 at h, h/2, h/4 with
-    1024 tokens; N = 512 … 4096 with 4 replicas): at least 0.27 ns per pair and evaluation."""
+    1024 tokens; N = 512 … 2048 with 4 replicas, N = 4096 being the experiment's own run at β = 1000,
+    reused): at least 0.27 ns per pair and evaluation. With more replicas than the experiment has, the
+    N = 4096 run is simulated and counted too."""
     exp = experiment()
     M = matrices_of(exp)
     est = resources.estimate("convergence", exp, matrices=M, threads=2)
     step_evals = (4 + 1) * (400 + 800 + 1600)  # RK4 and Euler at the three steps
-    particle_evals = 4 * 400
-    pairs = step_evals * 1024**2 + particle_evals * 4 * sum(n * n for n in (512, 1024, 2048, 4096))
+    particle_evals = 4 * 400 + 81  # RK4 steps, and the effective sample size at every snapshot
+    pairs = step_evals * 1024**2 + particle_evals * 4 * sum(n * n for n in (512, 1024, 2048))
     assert est.compute_seconds >= pairs * 0.27e-9
     assert est.runtime_min * 60 >= 2 * pairs * 0.27e-9
     assert est.mem_mb * MB > 81 * 4 * 4096 * 3 * 8  # the N = 4096 trajectories
     assert est.cpus == 2 == resources.estimate("convergence", exp, matrices=M, threads=2).cpus
     assert resources.estimate("convergence", exp, matrices=M, threads=8).cpus == 8
     assert "convergence" not in resources.STAGES  # not in the default target, nor in the config's memory check
+    fresh = experiment(convergence={"particles": {"replicas": 5}})
+    extra = particle_evals * 5 * 4096**2 * 0.27e-9
+    assert resources.estimate("convergence", fresh, matrices=M, threads=2).compute_seconds >= \
+        est.compute_seconds + extra
     bigger = experiment(tokens=8192)
     assert resources.estimate("convergence", bigger, matrices=matrices_of(bigger), threads=2).compute_seconds > \
         est.compute_seconds

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from . import __version__, io
+from . import __version__, integrate, io
 
 log = logging.getLogger("lowtemp")
 
@@ -188,3 +188,22 @@ class SolveCheckpoint(_Checkpoint):
         ds = xr.Dataset({name: (dims, np.asarray(values[name], dtype=float)) for name in self.names}
                         | {"done": (dims, np.asarray(done, dtype=np.int8))})
         self._write(ds, solves=int(np.sum(done)))
+
+
+def simulate_resumable(field, X0: np.ndarray, grid: integrate.TimeGrid, method: str, label: str,
+                       path: str | Path | None, every_seconds: float, arrays: tuple, progress=None, **settings):
+    """``integrate.simulate`` resuming from, and writing, the checkpoint at ``path`` (None: no checkpoint).
+
+    The fingerprint covers X0, the field's ``arrays`` (matrices), the integrator, the time grid
+    and the field's other ``settings`` (β, kernel). Returns the positions, the norm drift
+    (time, replica) and the checkpoint (call ``discard()`` once the output is written), or None.
+    """
+    if path is None:
+        positions, drift = integrate.simulate(field, X0, grid, method, progress, label=label, return_drift=True)
+        return positions, drift, None
+    fp = fingerprint(X0, *arrays, method=method, horizon=grid.horizon, snapshots=grid.snapshots, step=grid.step,
+                     **settings)
+    ckpt = SimulationCheckpoint(path, fp, grid.times, every_seconds)
+    positions, drift = integrate.simulate(field, X0, grid, method, progress, label=label,
+                                          resume=ckpt.load(X0.shape), on_snapshot=ckpt, return_drift=True)
+    return positions, drift, ckpt

@@ -14,9 +14,13 @@ itself, an independent check of the estimate. Differences below
 ``ROUNDING_FLOOR`` are rounding, not truncation: no order is read from them.
 
 Particle number. W2(ρ^β_t, Π♯ρ0) (the closed form against ±u for dim E1 = 1,
-``transport.w2_to_projection``, as in the distances stage) for N doubling over at
-least four values, R replicas each drawn afresh from the experiment's initial
-measure. The curve "stops moving" at the first N_k whose replica mean differs
+``transport.w2_to_projection``, as in the distances stage) and the median effective
+sample size of the softmax, for N doubling over at least four values, R replicas each
+drawn afresh from the experiment's initial measure; where N is the experiment's own
+token count and β one of its betas, the experiment's run (its first R replicas, i.i.d.
+draws from the same ρ0, on the same grid) stands in for a fresh one instead of being
+simulated twice (``reused_run`` in convergence.nc). Each fresh run is checkpointed like
+the simulation stages. The curve "stops moving" at the first N_k whose replica mean differs
 from that of N_{k+1} by at most the two-standard-error half-width of the
 difference, 2·sqrt(sem_k² + sem_{k+1}²), at every time, and every later pair
 agrees too (``stops_moving``).
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import datasets, dynamics, exact, integrate, io, kernels, measures, transport
+from . import checkpoint, datasets, dynamics, exact, integrate, io, kernels, measures, transport
 from .experiment import ConfigError, field_kernel, time_grid
 from .joblog import progress_logger
 from .seeding import generator
@@ -314,25 +318,62 @@ def _step_study(label, experiment, S, M, X0):
     return {k: np.stack(v) for k, v in out.items()}, reference, kernel
 
 
-def _particle_study(name, label, experiment, root_seed, S, M):
+def median_ess(positions: np.ndarray, M, beta: float, kernel: str) -> np.ndarray:
+    """Median over tokens of the softmax's effective sample size, (replica, time) for positions (time, replica, …)."""
+    return np.stack([np.median(kernels.effective_sample_size(X, M.B, M.V, beta, kernel), axis=-1)
+                     for X in positions], axis=-1)
+
+
+def reusable_run(experiment: dict, S: Settings) -> bool:
+    """Whether the experiment's own run at the study's β can stand for the study's run at N = tokens."""
+    pa = S.particles
+    return (int(experiment["tokens"]) in pa.tokens and pa.replicas <= int(experiment["replicas"])
+            and any(float(b) == S.beta for b in experiment["betas"]))
+
+
+def _particle_study(name, label, experiment, root_seed, S, M, finite_path=None, checkpoint_dir=None,
+                    checkpoint_every=300.0):
     pa = S.particles
     grid = particle_grid(experiment, S)
     method = experiment["integrator"]
-    w2, used = [], []
+    w2, ess, used, reused = [], [], [], []
     for n in pa.tokens:
-        X0 = particle_tokens(name, experiment, root_seed, n, pa.replicas)
-        field, kernel = _finite_field(experiment, S.beta, M, n)
-        used.append(kernel)
         run = f"{label} beta = {S.beta:g}, N = {n}"
-        log.info("%s: %s, step %.4g, %d steps, kernel %s", run, method, grid.step, grid.total_steps, kernel)
-        progress = progress_logger(run, grid, n, pa.replicas)
-        positions = integrate.simulate(field, X0, grid, method, progress, label=run)
+        if finite_path is not None and n == int(experiment["tokens"]):
+            fin = io.read_netcdf(finite_path, "finite_temperature")
+            k = grid.times.size
+            positions = fin["positions"].values[:k, : pa.replicas]
+            X0 = positions[0]
+            used.append(str(fin.attrs.get("kernel", "")))
+            reused.append(True)
+            ess.append(fin["ess_median"].values[:k, : pa.replicas].T)
+            log.info("%s: the experiment's own run (%s, replicas 0-%d), not simulated again", run, finite_path,
+                     pa.replicas - 1)
+        else:
+            X0 = particle_tokens(name, experiment, root_seed, n, pa.replicas)
+            field, kernel = _finite_field(experiment, S.beta, M, n)
+            used.append(kernel)
+            reused.append(False)
+            log.info("%s: %s, step %.4g, %d steps, kernel %s", run, method, grid.step, grid.total_steps, kernel)
+            path = None if checkpoint_dir is None else f"{checkpoint_dir}/convergence_particles_N{n}.nc"
+            positions, _, ckpt = checkpoint.simulate_resumable(
+                field, X0, grid, method, run, path, checkpoint_every, (M.B, M.V), progress_logger(run, grid, n, pa.replicas),
+                beta=S.beta, kernel=kernel)
+            ess.append(median_ess(positions, M, S.beta, kernel))
+            if ckpt is not None:
+                ckpt.discard()
         w2.append(w2_to_projection_curves(positions, X0, M.E1))
-    return np.stack(w2), grid, used
+        low = np.min(ess[-1])
+        log.info("%s: smallest median effective sample size %.1f (t = %g)", run, low,
+                 grid.times[np.unravel_index(np.argmin(ess[-1]), ess[-1].shape)[1]])
+    return np.stack(w2), np.stack(ess), reused, grid, used
 
 
-def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, output):
-    """Both studies for one experiment, written to ``convergence.nc``."""
+def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, output, finite_path=None,
+                      checkpoint_dir=None, checkpoint_every=300.0):
+    """Both studies for one experiment, written to ``convergence.nc``. ``finite_path``: the experiment's
+    finite-temperature file at the study's β, reused for N = tokens (``reusable_run``); ``checkpoint_dir``:
+    where the fresh particle runs keep their checkpoints."""
     S = study_settings(name, experiment)
     M = datasets.load_matrices(matrices_path)
     X0 = datasets.load_initial_tokens(tokens_path)
@@ -364,7 +405,10 @@ def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, o
 
     log.info("%s: particle number at beta = %g, N = %s, %d replicas, horizon %g", label, S.beta, list(pa.tokens),
              pa.replicas, pa.horizon)
-    w2, grid, particle_kernels = _particle_study(name, label, experiment, root_seed, S, M)
+    if finite_path is not None and not reusable_run(experiment, S):
+        finite_path = None
+    w2, ess, reused, grid, particle_kernels = _particle_study(name, label, experiment, root_seed, S, M, finite_path,
+                                                              checkpoint_dir, checkpoint_every)
     stats = replica_statistics(w2)
     ratios = change_over_spread(stats["mean"], stats["sem"])
     k = stops_moving(ratios)
@@ -385,7 +429,8 @@ def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, o
         w2_steps=runs["w2"], w2_diff=w2_diff, w2_order=observed_order(w2_diff[:, 0], w2_diff[:, 1]),
         zero_diff=zero_diff, zero_order=observed_order(zero_diff[:, 0], zero_diff[:, 1]), zero_err=zero_err,
         zero_order_vs_exact=observed_order(zero_err[:, :-1], zero_err[:, 1:]), nominal=nominal,
-        tokens=pa.tokens, replicas=pa.replicas, times=grid.times, w2_particles=w2, stats=stats, ratios=ratios,
+        tokens=pa.tokens, replicas=pa.replicas, times=grid.times, w2_particles=w2, ess_particles=ess,
+        reused=reused, stats=stats, ratios=ratios,
         n_star=n_star,
         attrs=dict(beta=S.beta, step_tokens=st.tokens, step_replicas=st.replicas, step_kernel=step_kernel,
                    particle_integrator=experiment["integrator"], particle_step=grid.step,

@@ -177,8 +177,8 @@ def distances_dataset(parts: list[xr.Dataset], w2_zero_to_projection: np.ndarray
 # ------------------------------------------------------------------ convergence.nc
 def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff, position_order, position_error,
                         w2_steps, w2_diff, w2_order, zero_diff, zero_order, zero_err, zero_order_vs_exact,
-                        nominal, tokens, replicas: int, times, w2_particles, stats: dict, ratios, n_star: int,
-                        attrs: dict) -> xr.Dataset:
+                        nominal, tokens, replicas: int, times, w2_particles, ess_particles, reused, stats: dict,
+                        ratios, n_star: int, attrs: dict) -> xr.Dataset:
     """convergence.nc: the step-halving study (dimensions integrator, step or coarse_step, check_time) and
     the particle-number study (tokens, replica, time); see ``lowtemp.convergence`` for each quantity.
 
@@ -210,7 +210,13 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
                                     io.attrs("observed order log2(E(h)/E(h/2)) against the exact solution")),
             "nominal_order": (("integrator",), nominal, io.attrs("order of the scheme")),
             "w2_projection_particles": (("tokens", "replica", "time"), w2_particles, io.attrs(
-                "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N, chordal cost")),
+                "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N (the experiment's own run "
+                "where reused_run is 1), chordal cost")),
+            "ess_particles": (("tokens", "replica", "time"), ess_particles, io.attrs(
+                "median over tokens of the effective sample size 1/sum_j w_ij^2 of the softmax, per N")),
+            "reused_run": (("tokens",), np.asarray(reused, dtype=np.float64), io.attrs(
+                "1: this N is the experiment's own finite-temperature run at the study's beta (its stored "
+                "tokens and positions, the first replicas), not a fresh one")),
             "w2_mean": (("tokens", "time"), stats["mean"], io.attrs("mean over replicas of W2(rho^beta_t, Pi_# rho0)")),
             "w2_sem": (("tokens", "time"), stats["sem"], io.attrs("standard error over replicas (ddof 1)")),
             "w2_min": (("tokens", "time"), stats["min"], io.attrs("minimum over replicas")),

@@ -60,23 +60,14 @@ def stage_initial_tokens(name, experiment, root_seed, matrices_path, output):
 # ---------------------------------------------------------------- stages 3–4: simulations
 def _simulate_with_checkpoint(field, X0, grid, method, label, checkpoint_path, checkpoint_every, arrays,
                               **settings):
-    """``integrate.simulate`` resuming from, and writing, a checkpoint when ``checkpoint_path`` is given.
+    """``checkpoint.simulate_resumable`` with the job's progress log; logs the largest norm drift.
 
-    The checkpoint's fingerprint covers X0, the field's ``arrays`` (matrices), the
-    integrator, the time grid and the field's other ``settings`` (β, kernel).
     Returns the positions, the norm drift (time, replica) and the checkpoint (call
-    ``discard()`` once the output is written), or None; logs the largest drift.
+    ``discard()`` once the output is written), or None.
     """
     progress = progress_logger(label, grid, X0.shape[1], X0.shape[0])
-    ckpt = None
-    if checkpoint_path is None:
-        positions, drift = integrate.simulate(field, X0, grid, method, progress, label=label, return_drift=True)
-    else:
-        fp = checkpoint.fingerprint(X0, *arrays, method=method, horizon=grid.horizon, snapshots=grid.snapshots,
-                                    step=grid.step, **settings)
-        ckpt = checkpoint.SimulationCheckpoint(checkpoint_path, fp, grid.times, checkpoint_every)
-        positions, drift = integrate.simulate(field, X0, grid, method, progress, label=label,
-                                              resume=ckpt.load(X0.shape), on_snapshot=ckpt, return_drift=True)
+    positions, drift, ckpt = checkpoint.simulate_resumable(field, X0, grid, method, label, checkpoint_path,
+                                                           checkpoint_every, arrays, progress, **settings)
     k, r = np.unravel_index(np.argmax(drift), drift.shape)
     log.info("%s: largest norm drift of a step before renormalisation %.3e (snapshot interval ending at t = %g, "
              "replica %d; the run stops above %g)", label, drift[k, r], grid.times[k], r, integrate.DRIFT_TOLERANCE)

@@ -60,6 +60,16 @@ def stage_params(stage):
     return params
 
 
+def convergence_reused_run(wildcards):
+    """{"finite": the experiment's run at the study's beta} when the particle-number study reuses it
+    for N = tokens (``lowtemp.convergence.reusable_run``), else nothing."""
+    exp = EXPERIMENTS[wildcards.experiment]
+    settings = lowtemp_convergence.study_settings(wildcards.experiment, exp)
+    if not lowtemp_convergence.reusable_run(exp, settings):
+        return {}
+    return {"finite": f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{beta_label(settings.beta)}.nc"}
+
+
 def finite_temperature_files(wildcards):
     return [
         f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{label}.nc" for label in BETAS[wildcards.experiment]

@@ -6,6 +6,7 @@
 
 rule convergence:
     input:
+        unpack(convergence_reused_run),
         matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
         tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
     output:
@@ -23,6 +24,7 @@ rule convergence:
         cpus_per_task=stage_cpus("convergence"),
     params:
         stage=stage_params("convergence"),
+        checkpoints=f"{RESULTS}/{{experiment}}/checkpoints",
     script:
         "../scripts/convergence.py"
 

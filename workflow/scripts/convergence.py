@@ -6,4 +6,6 @@ p = sm.params.stage
 kernels.set_threads(sm.threads)
 with joblog.logged(sm.log[0]):
     convergence.stage_convergence(p["name"], p["experiment"], p["root_seed"], matrices_path=sm.input.matrices,
-                                  tokens_path=sm.input.tokens, output=sm.output[0])
+                                  tokens_path=sm.input.tokens, output=sm.output[0],
+                                  finite_path=sm.input.get("finite"), checkpoint_dir=sm.params.checkpoints,
+                                  checkpoint_every=sm.config["checkpoint_every_seconds"])
