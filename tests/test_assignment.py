@@ -189,7 +189,7 @@ def test_far_clouds_are_solved_from_matched_cells(n):
     bare = assignment.w2_exact(X, Y, guide=False)
     assert bare.stats["coarse"] is None and bare.rounds > far.rounds
     _assert_same_w2(bare.value, far.value)
-    near = X + 1e-4 * rng.standard_normal((n, 3))
+    near = X + 3e-5 * rng.standard_normal((n, 3))
     res = assignment.w2_exact(X, near)
     assert res.stats["separation"] < assignment.LOCAL_SEPARATION and res.stats["coarse"] is None
     assert res.certified
@@ -217,4 +217,16 @@ def test_matched_cells_feed_a_solve_that_can_fail():
     assert alone.stats["start"] == "cells" and not alone.certified and alone.gap_bound > 1e-9
     res = assignment.w2_exact(X, Y, k=0, k_sync=0, k_dual=0, max_rounds=1)
     assert res.fallback and res.certified
+    _assert_same_w2(res.value, _emd2_value(X, Y))
+
+
+def test_an_unguided_solve_that_stalls_starts_again_with_the_guide(monkeypatch):
+    """Clouds taken for local (the separation threshold raised past them) whose nearest-neighbour
+    candidates do not certify within UNGUIDED_ROUNDS passes are solved again with the coarse guide,
+    not handed to POT."""
+    X, Y = _departed(np.random.default_rng(5), 1024)
+    monkeypatch.setattr(assignment, "LOCAL_SEPARATION", np.inf)
+    res = assignment.w2_exact(X, Y)
+    assert res.stats["unguided_rounds"] == assignment.UNGUIDED_ROUNDS and res.stats["coarse"] is not None
+    assert res.certified and not res.fallback
     _assert_same_w2(res.value, _emd2_value(X, Y))

@@ -70,7 +70,7 @@ def test_exact_w2_cost_matrix_fits(n):
     exp = experiment(tokens=n)
     est = resources.estimate("distances_beta", exp)
     assert est.mem_mb * MB > 2 * 8 * n * n
-    # measured peak: 5.13 × 8N² above the baseline (0.4 s, 42 s for one solve at 2048, 16384)
+    # measured peak of POT's fallback: 5.13 × 8N² above the baseline
     assert est.mem_mb * MB > 5 * 8 * n * n
 
 
@@ -87,13 +87,17 @@ def test_exact_w2_memory_is_linear_above_the_dense_fallback():
 
 
 def test_exact_w2_time_matches_the_measured_solves():
-    assert 0.37 <= resources.w2_seconds(2048) <= 2.0
-    assert 42 <= resources.w2_seconds(16384) <= 200
+    """The slowest solves measured on the pipeline's own clouds (docs/w2_solver.md): 1.0 s at N = 4096,
+    12 s at 16384, 79 s at 65536 (t = 5 of the paper-scale run); the estimate covers them within the
+    runtime safety factor and stays below POT's times (2.6 s, 93 s at 4096, 16384)."""
+    assert 1.0 <= resources.RUNTIME_SAFETY * resources.w2_seconds(4096) and resources.w2_seconds(4096) < 2.6
+    assert 12 <= resources.RUNTIME_SAFETY * resources.w2_seconds(16384) and resources.w2_seconds(16384) < 93
+    assert 79 <= resources.RUNTIME_SAFETY * resources.w2_seconds(65536)
     exp = experiment(tokens=16384, replicas=2, time={"horizon": 10.0, "dt": 0.1, "snapshots": 10})
     est = resources.estimate("distances_beta", exp)
     solves = 2 * 11  # every snapshot by default (exact_every = 1), per replica
-    assert est.compute_seconds >= solves * 42
-    assert est.runtime_min * 60 >= solves * 42
+    assert est.compute_seconds >= solves * resources.w2_seconds(16384)
+    assert est.runtime_min * 60 >= solves * 12
     fewer = copy.deepcopy(exp)
     fewer["distances"] = {"exact_every": 5}  # snapshots 0, 5, 10
     assert resources.exact_w2_count(fewer) == 3

@@ -66,18 +66,23 @@ DENSE_MAX = 8192
 #: clouds of at most this many tokens are solved with every pair a candidate (the recursion's floor)
 DENSE_BASE = 256
 #: tokens per cell of the multiscale guide, and how many Y cells (nearest to the matched one) give
-#: their tokens to every row of a cell
+#: their tokens to every row of a cell (8 rather than 4 plus the lifted candidates of ``k_dual``: as
+#: fast at N = 4096 on the default run's snapshots, 12 % faster at 16384, where the lifted query in
+#: four dimensions costs 50x a plain nearest-neighbour query)
 CELL_SIZE = 4
-CELL_NEIGHBOURS = 4
+CELL_NEIGHBOURS = 8
 #: the coarse levels guide the fine one: fewer pricing passes and no fallback (their duals are the
 #: fine level's starting potentials, so they are solved to the same relative tolerance: at 1e-8
 #: instead, the late snapshots of the default run needed 3.6x more pivots)
 COARSE_ROUNDS = 3
 #: below this separation (median distance from x_i to Y over the median nearest-neighbour spacing of Y)
 #: the clouds are local (each token's partner among its nearest neighbours): the synchronous start and
-#: nearest-neighbour candidates need no coarse guide (on the default run, up to t = 2 at beta = 100,
-#: 2-4x faster without it; above 1.4 the guide wins, by 10x once the clusters have formed)
-LOCAL_SEPARATION = 1.0
+#: nearest-neighbour candidates need no coarse guide (on the default run at beta = 100, t <= 1:
+#: separation <= 0.3, 3-4x faster without it; at separation 0.5-1 either is as fast at N = 4096, but
+#: without the guide N = 16384 at t = 4 (separation 0.99) had not converged after 10 passes)
+LOCAL_SEPARATION = 0.5
+#: an unguided solve that is not certified after this many pricing passes starts again with the guide
+UNGUIDED_ROUNDS = 3
 #: KD-tree queries of fewer points run on one thread
 THREADED_QUERY_MIN = 16384
 #: pricing passes of the finest level before the fallback
@@ -580,7 +585,7 @@ def _tolerance(rel_tol, w2sq, u, v, c_max):
     return max(rel_tol * w2sq, ROUNDING_TOL * max(float(np.max(np.abs(u))), float(np.max(np.abs(v))), c_max), 1e-300)
 
 
-def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 8, cell_neighbours: int = CELL_NEIGHBOURS,
+def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 0, cell_neighbours: int = CELL_NEIGHBOURS,
              warm=None, tol: float | None = None, rel_tol: float = REL_TOL, max_rounds: int = MAX_ROUNDS,
              per_row: int = 8, dense_max: int = DENSE_MAX, dense_base: int = DENSE_BASE, fallback: bool = True,
              guide: bool | None = None, workers: int = -1) -> W2Result:
@@ -653,6 +658,12 @@ def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 8, cell_neighbo
         tol_r = _tolerance(rel_tol, w2sq_est, u, v, float(pair_costs.max())) if tol is None else float(tol)
         if gap <= tol_r or rounds >= max_rounds:
             break
+        if rounds >= UNGUIDED_ROUNDS and stats["coarse"] is None and n > dense_base and guide is None:
+            retry = w2_exact(X, Y, k=k, k_sync=k_sync, k_dual=k_dual, cell_neighbours=cell_neighbours, warm=warm,
+                             tol=tol, rel_tol=rel_tol, max_rounds=max_rounds, per_row=per_row, dense_max=dense_max,
+                             dense_base=dense_base, fallback=fallback, guide=True, workers=workers)
+            retry.stats["unguided_rounds"] = rounds
+            return retry
         new = pricing.pairs
         S.add_arcs(new[:, 0], new[:, 1], np.sum((X[new[:, 0]] - Y[new[:, 1]]) ** 2, axis=1))
         stats["added_pairs"] += int(new.shape[0])

@@ -246,9 +246,11 @@ def render(figure, name, experiment, *, matrices_path, distances_path, fit_path,
 # ------------------------------------------------------------------ convergence studies
 def plot_convergence(conv, experiment):
     """Left: step halving, errors against the step (max over the check times) with slopes 4 and 1.
-    Right: W2(ρ^β_t, Π♯ρ0) against t per N, mean ± 2 sem over replicas (``lowtemp.convergence``)."""
+    Middle: W2(ρ^β_t, Π♯ρ0) against t per N, mean ± 2 sem over replicas (``lowtemp.convergence``).
+    Right: the median effective sample size of the softmax against t per N (smallest over replicas),
+    with the experiment's ``ess_threshold``."""
     beta = float(conv.attrs["beta"])
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(16.5, 4.4))
     steps, coarse = conv["step"].values, conv["coarse_step"].values
     floor = float(conv.attrs["rounding_floor"])
     for color, method in zip(("C0", "C3"), conv["integrator"].values):
@@ -285,6 +287,20 @@ def plot_convergence(conv, experiment):
     verdict = f"stops moving at N = {n_star}" if n_star > 0 else f"still moving at N = {tokens[-1]}"
     bx.set_title(f"Particle number, β = {beta:g}, {conv.sizes['replica']} replicas: {verdict}", fontsize=9)
     bx.legend(fontsize=7)
+    threshold = float(experiment.get("ess_threshold", 30.0))
+    for color, n in zip(_palette(tokens.size), tokens):
+        ess = conv["ess_particles"].sel(tokens=n).min("replica").values
+        reused = bool(conv["reused_run"].sel(tokens=n)) if "reused_run" in conv else False
+        cx.plot(t, ess, color=color, lw=1.1, label=f"N = {n}: min {np.min(ess):.3g}" + (" (the experiment's run)"
+                                                                                      if reused else ""))
+    cx.axhline(threshold, color="gray", ls="--", lw=0.8)
+    cx.annotate(f"ess_threshold {threshold:g}", (t[0], threshold), fontsize=7, color="gray", xytext=(2, 3),
+                textcoords="offset points")
+    cx.set_yscale("log")
+    cx.set_xlabel("time t")
+    cx.set_ylabel("median effective sample size (smallest replica)")
+    cx.set_title(f"Softmax resolution per N, β = {beta:g}", fontsize=9)
+    cx.legend(fontsize=7)
     fig.tight_layout()
     return fig
 

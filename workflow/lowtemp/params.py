@@ -49,8 +49,8 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     # replicas, time), initial_measure and dim for fresh tokens, integrator, experiment.field_kernel
     "convergence": ("betas", "convergence", "dim", "initial_measure", "integrator", "kernel", "replicas",
                     "time", "tokens"),
-    # figures.render_convergence: nothing beyond convergence.nc
-    "convergence_figure": (),
+    # figures.render_convergence: convergence.nc and the ESS threshold it draws
+    "convergence_figure": ("ess_threshold",),
 }
 
 

@@ -24,8 +24,8 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
     normalisation), plus the kernel's own: ``dense`` a coordinate-major copy,
     ``cap`` cell lists and a KD-tree (~10 arrays of R·N·d), ``numpy`` blocks of
     R·256·N scores;
-  - the exact W2 (``w2_bytes``): the certified sparse assignment holds O(N·k)
-    (candidate lists, costs, heap: ``W2_SPARSE_BYTES_PER_TOKEN``); its fallback,
+  - the exact W2 (``w2_bytes``): the certified sparse network simplex holds O(N·k)
+    (candidate arcs, the spanning tree, the coarse levels: ``W2_SPARSE_BYTES_PER_TOKEN``); its fallback,
     POT's network simplex, builds the N×N float64 cost matrix up to
     ``assignment.DENSE_MAX`` tokens (peak measured at 5.13 × 8N² bytes above the
     process's baseline, N = 2048, 4096, 8192: 164 MB, 656 MB, 2.6 GB; budgeted as
@@ -53,10 +53,12 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
     (64 ns measured) and ``EXACT_NS_PER_TOKEN_SNAPSHOT`` for the exact
     time-changed solution (2.6 µs measured).
   - distances: per replica and exact snapshot (``distances.exact_every``) one
-    exact W2, ``w2_seconds(N)`` = 0.85 s·(N/2048)^2.25 (measured on independent
-    uniform clouds: 0.84 s, 2.3 s, 11.3 s at N = 2048, 4096, 8192; the README's
-    nearly matched clouds: 0.37 s at 2048, 42 s at 16384); the closed-form W2 to
-    Π♯ρ0, the coupling bound and the eigenspace distances are linear in N.
+    exact W2, ``w2_seconds(N)`` = 0.9 s·(N/4096)^1.6, the certified sparse
+    network simplex (``assignment.w2_exact``) on the pipeline's own clouds with
+    another job on the two cores: 0.05–1.0 s at N = 4096 (concentration, β = 100,
+    t = 0…20), 0.4–12 s at 16384, 9 s (t = 1) and 79 s (t = 5, the slowest kind:
+    clusters forming) at 65536; the closed-form W2 to Π♯ρ0, the coupling bound and
+    the eigenspace distances are linear in N.
   - fit and figures: small arrays; startup dominates.
 
   ``RUNTIME_SAFETY`` = 3: the same dense step was measured 2–3.6× slower with
@@ -121,9 +123,9 @@ ZERO_NS_PER_TOKEN_EVAL = 70.0
 EXACT_NS_PER_TOKEN_SNAPSHOT = 3000.0
 #: closed-form W2 to Π♯ρ0, coupling bound, eigenspace distances: per token and snapshot (ns)
 DISTANCE_NS_PER_TOKEN_SNAPSHOT = 200.0
-#: one exact W2 at N = 2048 (s) and the exponent of its growth with N
-W2_SECONDS_2048 = 0.85
-W2_EXPONENT = 2.25
+#: one exact W2 at N = 4096 (s) and the exponent of its growth with N (the slower snapshots)
+W2_SECONDS_4096 = 0.9
+W2_EXPONENT = 1.6
 
 STARTUP_SECONDS = 60.0
 RUNTIME_SAFETY = 3.0
@@ -172,8 +174,8 @@ def ns_per_pair(kernel: str, d: int) -> float:
 
 
 def w2_seconds(n_tokens: int) -> float:
-    """Wall time of one exact W2 between two clouds of N tokens (POT), upper estimate."""
-    return W2_SECONDS_2048 * (n_tokens / 2048.0) ** W2_EXPONENT
+    """Wall time of one exact W2 between two clouds of N tokens (``assignment.w2_exact``), upper estimate."""
+    return W2_SECONDS_4096 * (n_tokens / 4096.0) ** W2_EXPONENT
 
 
 def w2_bytes(n_tokens: int) -> float:
