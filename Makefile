@@ -58,10 +58,11 @@ test-slurm: $(STAMP)
 test-container: $(STAMP)
 	bash tests/container/run.sh
 
-## bench: kernel and W2 benchmark (table on stdout, results/bench/bench.nc)
+## bench: kernel and W2 benchmarks (tables on stdout, results/bench/bench.nc and w2.nc); the W2 solvers side by
+## side at N = 2048 ... 65536 with per-solve peak memory (about half an hour on 2 cores, most of it POT at 16384)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_kernels.py --out results/bench/bench.nc
-	$(BIN)/python benchmarks/bench_w2.py --sizes 2048 4096
+	$(BIN)/python benchmarks/bench_w2.py --sizes 2048 4096 16384 65536 --memory --out results/bench/w2.nc
 
 clean:
 	rm -rf results .snakemake

@@ -29,3 +29,23 @@ def test_bench_quick_writes_table(tmp_path):
     assert np.all(np.isfinite(rel)) and np.all(rel >= 0) and np.all(rel <= 1e-9), rel
     assert np.all(np.isfinite(ds["w2_exact_seconds"].values))
     assert "ns/pair" in proc.stdout and "W2 N=" in proc.stdout
+
+
+def test_w2_bench_reports_the_solvers_side_by_side(tmp_path):
+    """bench_w2 at a small N: every solver's row, values equal to emd2's, the certified solver's pricing
+    cost and a peak memory from a fresh process (the dense solver's above the sparse one's)."""
+    out = tmp_path / "w2.nc"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_w2.py"), "--sizes", "1024",
+                           "--kinds", "perturbed", "departed", "--repeats", "1", "--memory", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ds = io.read_netcdf(out, "bench")
+    solvers = ds["solver"].values.tolist()
+    assert sorted(set(solvers)) == ["emd2", "emd2_lazy", "emd2_lazy_warm", "w2_exact"]
+    rel = ds["rel_diff"].values
+    assert np.all(rel[np.isfinite(rel)] <= 1e-9) and np.isfinite(rel).sum() == len(solvers)
+    new = ds.where(ds["solver"] == "w2_exact", drop=True)
+    dense = ds.where(ds["solver"] == "emd2", drop=True)
+    assert np.all(new["pricing_ns"].values > 0) and np.all(new["gap"].values <= 1e-11)
+    assert np.all(dense["peak_mb"].values > new["peak_mb"].values)
+    assert "speed-up" in proc.stdout
