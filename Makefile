@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce circle paper-scale paper-scale-cost test lint test-faults test-slurm test-container bench venv report clean
+.PHONY: reproduce circle paper-scale paper-scale-beta1000 paper-scale-cost test lint test-faults test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ paper-scale-cost: $(STAMP)
 PROFILE ?= default
 paper-scale: paper-scale-cost
 	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) --configfile config/paper_scale.yaml all convergence_all
+
+## paper-scale-beta1000: the same at beta = 1000 only (config/overrides/paper_scale_beta1000.yaml merged over it): about
+## 6 h on 2 cores, the simulation 4 of them
+paper-scale-beta1000: $(STAMP)
+	$(BIN)/python benchmarks/estimate_cost.py config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml --cores $(or $(filter-out all,$(CORES)),2)
+	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) --configfile config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml all convergence_all
 
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)

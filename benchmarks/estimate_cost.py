@@ -1,14 +1,14 @@
 """Cost of a config before running it: every job's compute time and memory from the resource model.
 
-``python benchmarks/estimate_cost.py config/paper_scale.yaml`` validates the config
+``python benchmarks/estimate_cost.py config/paper_scale.yaml [more.yaml ...]`` merges the files
+key by key as Snakemake merges ``--configfile`` files, validates the config
 (schema, matrices, memory against this machine or ``memory_limit_gb``) and prints, per
 job, the compute seconds and memory that ``lowtemp.resources`` budgets (the same numbers
 the SLURM profile requests, before the safety factor and the start-up time), then the
 total CPU hours and the wall time on ``--cores`` cores if the jobs were packed
 perfectly. The per-pair field costs and the W2 solve times it uses are the measured
 constants of ``lowtemp.resources`` (``make bench`` measures them again); the W2 time is
-the network simplex's, an upper estimate of the certified assignment, which falls back
-to it when the clouds are clusters far apart (after the departure).
+that of the slower snapshots of the certified network simplex (``resources.w2_seconds``).
 """
 
 from __future__ import annotations
@@ -35,14 +35,24 @@ def jobs(config: dict, checked: dict, threads: int):
             yield name, "convergence", None, resources.estimate("convergence", exp, matrices=M, threads=threads)
 
 
+def merged(base: dict, update: dict) -> dict:
+    """``base`` with ``update`` merged in, mappings key by key (how Snakemake combines config files)."""
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("config")
+    ap.add_argument("config", nargs="+")
     ap.add_argument("--cores", type=int, default=2, help="cores of the machine (default 2)")
     ap.add_argument("--threads", type=int, default=2, help="threads of the simulation jobs (default 2)")
     args = ap.parse_args(argv)
-    config = validation.load_config_file(args.config)
-    checked = validation.validate_config(config, SCHEMA, configfiles=[args.config])
+    config = {}
+    for path in args.config:
+        config = merged(config, validation.load_config_file(path))
+    checked = validation.validate_config(config, SCHEMA, configfiles=args.config)
     rows = list(jobs(config, checked, args.threads))
     print(f"{'experiment':<16} {'job':<20} {'beta':>8} {'compute h':>10} {'memory GB':>10} {'cpus':>5}")
     cpu_seconds = 0.0

@@ -184,6 +184,24 @@ def _schema_keys(node, out):
     return out
 
 
+def test_overrides_merge_into_valid_configs():
+    """config/overrides/*.yaml are merged over a shipped config (as Snakemake merges --configfile files):
+    paper_scale_beta1000 leaves the paper-scale experiment with beta = 1000 alone and valid; alone, an
+    override is no config (no root seed), so it cannot be run by mistake on its own."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("estimate_cost", ROOT / "benchmarks" / "estimate_cost.py")
+    est = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(est)
+    with open(ROOT / "config" / "paper_scale.yaml") as fh:
+        base = yaml.safe_load(fh)
+    with open(ROOT / "config" / "overrides" / "paper_scale_beta1000.yaml") as fh:
+        override = yaml.safe_load(fh)
+    cfg = validated(est.merged(base, override))
+    assert cfg["experiments"]["paper_scale"]["betas"] == [1000]
+    assert cfg["experiments"]["paper_scale"]["tokens"] == base["experiments"]["paper_scale"]["tokens"]
+    assert "root_seed" not in override
+
+
 def test_shipped_configs_validate_and_every_schema_key_is_documented():
     """config/*.yaml pass the schema and the semantic checks; config/README.md names every schema key."""
     for path in sorted((ROOT / "config").glob("*.yaml")):
