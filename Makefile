@@ -38,7 +38,7 @@ paper-scale: paper-scale-cost
 	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) --configfile config/paper_scale.yaml all convergence_all
 
 ## paper-scale-beta1000: the same at beta = 1000 only (config/overrides/paper_scale_beta1000.yaml merged over it): about
-## 6 h on 2 cores, the simulation 4 of them
+## 17 h on 2 cores (make paper-scale-cost), the simulation 12 of them
 paper-scale-beta1000: $(STAMP)
 	$(BIN)/python benchmarks/estimate_cost.py config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml --cores $(or $(filter-out all,$(CORES)),2)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) --configfile config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml all convergence_all

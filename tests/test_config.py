@@ -188,10 +188,7 @@ def test_overrides_merge_into_valid_configs():
     """config/overrides/*.yaml are merged over a shipped config (as Snakemake merges --configfile files):
     paper_scale_beta1000 leaves the paper-scale experiment with beta = 1000 alone and valid; alone, an
     override is no config (no root seed), so it cannot be run by mistake on its own."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("estimate_cost", ROOT / "benchmarks" / "estimate_cost.py")
-    est = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(est)
+    est = _estimate_cost()
     with open(ROOT / "config" / "paper_scale.yaml") as fh:
         base = yaml.safe_load(fh)
     with open(ROOT / "config" / "overrides" / "paper_scale_beta1000.yaml") as fh:
@@ -214,3 +211,30 @@ def test_shipped_configs_validate_and_every_schema_key_is_documented():
     doc = (ROOT / "config" / "README.md").read_text()
     missing = sorted(k for k in keys if f"`{k}`" not in doc)
     assert not missing, f"config/README.md does not document: {missing}"
+
+
+def _estimate_cost():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("estimate_cost", ROOT / "benchmarks" / "estimate_cost.py")
+    est = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(est)
+    return est
+
+
+def test_estimate_cost_sets_measured_jobs_against_their_estimates(tmp_path, capsys):
+    """--measured reads Snakemake's benchmark files: the job that has one gets its seconds, peak memory and
+    the ratios to the estimate (computed here from the printed estimate); a job without one gets none."""
+    est = _estimate_cost()
+    bench = tmp_path / "tiny" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "finite_temperature_beta5.tsv").write_text("s\th:m:s\tmax_rss\tmax_vms\n12.5\t0:00:12\t512.0\t900\n")
+    (bench / "distances_beta50.tsv").write_text("s\th:m:s\tmax_rss\tmax_vms\n3.0\t0:00:03\t256.0\t900\n")
+    rows = est.main([str(ROOT / "config" / "test.yaml"), "--measured", str(tmp_path)])
+    lines = {tuple(line.split()[:3]): line.split() for line in capsys.readouterr().out.splitlines()}
+    ft = lines[("tiny", "finite_temperature", "5")]
+    e = next(e for n, s, b, e in rows if (n, s, b) == ("tiny", "finite_temperature", 5))
+    assert float(ft[6]) == 12.5 or ft[6] == "12"  # printed to whole seconds
+    assert abs(float(ft[7]) - 12.5 / e.compute_seconds) <= 0.01 * 12.5 / e.compute_seconds + 0.005
+    assert float(ft[8]) == 0.5 and abs(float(ft[9]) - 0.5 / (e.mem_mb / 1024)) < 0.01
+    assert len(lines[("tiny", "distances_beta", "50")]) == 10
+    assert len(lines[("tiny", "distances_beta", "5")]) == 6  # no benchmark file: estimate only

@@ -39,12 +39,15 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
   - finite temperature: field evaluations × R·N² token pairs × the kernel's cost
     per pair, with evaluations = 4 per RK4 step (1 per Euler step) + one per
     snapshot for the effective sample size. Costs per pair and evaluation
-    measured on the 2-core development machine with 2 threads (``make bench``):
-    ``dense`` 0.27 ns (β = 10) to 0.51 ns (β = 1000, exact row max), budgeted at
-    0.5 ns; ``cap`` 0.21–0.24 ns at β = 1000, N = 32768 (the automatic rule only
-    picks it where a cap holds ≤ 3 % of a spread-out cloud; once tokens cluster a
-    cap holds a cluster, about half the cloud for two clusters, so the cost per
-    N² pair stays near this value), budgeted at 0.25 ns; ``numpy`` 2.4–8.3 ns,
+    with 2 threads, budgeted at the slowest 2-core machine they were measured on:
+    ``dense`` 0.27 ns (β = 10) to 0.51 ns (β = 1000, exact row max) on the
+    machine of the ``make bench`` table in docs/kernels.md, but 1.2 ns (β = 10)
+    to 2.2–2.5 ns (β = 1000) on a later one (the pipeline's own β = 1000 runs,
+    RK4 included: 2.4 ns), budgeted at 2.5 ns; ``cap`` 0.21–0.24 ns at β = 1000,
+    N = 32768 on the first machine, 0.49 of the dense kernel's cost there (0.69 at
+    N = 2048 on the second), budgeted at 1.3 ns (the automatic rule only picks it where a cap holds ≤ 3 %
+    of a spread-out cloud; once tokens cluster a cap holds a whole cluster and
+    it costs up to 4× more per pair, docs/kernels.md); ``numpy`` 2.4–8.3 ns,
     budgeted at 10 ns + 0.5 ns·d. The numba kernels split queries over threads:
     cost × 2 / threads (no parallel efficiency loss assumed; the safety factor
     covers it). Plus ``LINEAR_NS`` per token and evaluation (RK4 sums,
@@ -110,7 +113,7 @@ _F = 8
 _NUMPY_BLOCK_ROWS = 256
 
 #: seconds per token pair and field evaluation, with ``KERNEL_THREADS`` threads
-NS_PER_PAIR = {"dense": 0.5, "cap": 0.25}
+NS_PER_PAIR = {"dense": 2.5, "cap": 1.3}
 #: the numpy reference kernel: base plus per dimension (ns per pair)
 NUMPY_NS_PER_PAIR = 10.0
 NUMPY_NS_PER_PAIR_PER_DIM = 0.5
