@@ -49,3 +49,21 @@ def test_w2_bench_reports_the_solvers_side_by_side(tmp_path):
     assert np.all(new["pricing_ns"].values > 0) and np.all(new["gap"].values <= 1e-11)
     assert np.all(dense["peak_mb"].values > new["peak_mb"].values)
     assert "speed-up" in proc.stdout
+
+
+def test_ess_scaling_measures_the_growth_with_n(tmp_path):
+    """ess_scaling runs the particle-number study at several N and reports the median ESS per N. On the
+    spread initial cloud (uniform on S², t = 0) the ESS grows like N (the softmax weights a fixed
+    fraction of the tokens), so doubling N doubles it to within sampling noise: the measurement can show
+    the premise where it holds. The W2 curves start at the same value for every N (same ρ0, W2 to Π_# ρ0
+    from the run's own tokens) only to sampling accuracy, so only finiteness is asserted on them."""
+    out = tmp_path / "ess.nc"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ess_scaling.py"), str(ROOT / "config" / "test.yaml"),
+                           "--experiment", "tiny", "--beta", "10", "--tokens", "128", "256", "512", "1024",
+                           "--horizon", "1.0", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ds = io.read_netcdf(out, "bench")
+    ess0 = ds["ess_median"].isel(time=0).mean("replica").values
+    np.testing.assert_allclose(ess0[1:] / ess0[:-1], 2.0, rtol=0.15)
+    assert np.all(np.isfinite(ds["w2"].values))
+    assert "min ESS" in proc.stdout and "1024" in proc.stdout

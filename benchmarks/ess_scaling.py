@@ -1,0 +1,95 @@
+"""How the softmax's effective sample size grows with N at one β: the premise of a paper-scale run.
+
+The paper-scale run picks N so that the median effective sample size (ESS) of the
+attention weights over the metastable window reaches a target, on the premise that the
+ESS grows like N. This script tests the premise before anyone pays for the run: it runs the
+particle-number study of an experiment (``lowtemp.convergence``: the same initial tokens
+per N, the same field, step and kernel rule as the pipeline) at several N, over a shorter
+horizon if asked, and prints per N the median ESS (over tokens, then its smallest value over
+replicas) at the start, its minimum over the window and when, and the change of
+W2(ρ^β_t, Π_# ρ0) from one N to the next against its spread over replicas (the pipeline's
+"stops moving" test, ``convergence.change_over_spread``).
+
+    python benchmarks/ess_scaling.py config/paper_scale.yaml --tokens 2048 4096 8192 16384 --horizon 14
+
+Writes results/bench/ess_scaling.nc (``--out``) with the ESS and W2 curves per N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from lowtemp import convergence, datasets, io, pipeline, validation
+
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def study_experiment(experiment: dict, beta: float, tokens: list[int], replicas: int, horizon: float | None) -> dict:
+    """The experiment with its particle-number study set to these N, replicas and horizon (nothing else changed)."""
+    exp = copy.deepcopy(experiment)
+    conv = exp["convergence"] = dict(exp.get("convergence") or {})
+    conv["beta"] = float(beta)
+    conv["particles"] = {"tokens": list(tokens), "replicas": int(replicas)}
+    if horizon is not None:
+        conv["particles"]["horizon"] = float(horizon)
+    return exp
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config")
+    ap.add_argument("--experiment", help="experiment name (default: the config's only or first experiment)")
+    ap.add_argument("--beta", type=float, default=1000.0)
+    ap.add_argument("--tokens", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--horizon", type=float, help="horizon of the runs (a snapshot time; default the experiment's)")
+    ap.add_argument("--out", default="results/bench/ess_scaling.nc")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+
+    config = validation.load_config_file(args.config)
+    name = args.experiment or next(iter(config["experiments"]))
+    config["experiments"][name] = study_experiment(config["experiments"][name], args.beta, args.tokens,
+                                                   args.replicas, args.horizon)
+    validation.validate_config(config, SCHEMA, configfiles=[args.config])  # fills in the schema's defaults
+    experiment, root_seed = config["experiments"][name], int(config["root_seed"])
+    S = convergence.study_settings(name, experiment)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        matrices_path = str(Path(tmp) / "matrices.nc")
+        pipeline.stage_matrices(name, experiment, root_seed, matrices_path)
+        M = datasets.load_matrices(matrices_path)
+        w2, ess, _, grid, kernels = convergence._particle_study(name, f"{name} ess scaling", experiment,
+                                                                root_seed, S, M)
+    seconds = time.perf_counter() - start
+    ratios = convergence.change_over_spread(**{k: v for k, v in convergence.replica_statistics(w2).items()
+                                               if k in ("mean", "sem")})
+    worst = ess.min(axis=1)  # (N, time): the smaller replica's median ESS
+    print(f"beta = {S.beta:g}, {S.particles.replicas} replicas, horizon {grid.horizon:g}, {seconds:.0f} s")
+    print(f"{'N':>7} {'kernel':>7} {'ESS t=0':>8} {'min ESS':>8} {'at t':>6} {'min/N x 1e4':>12} {'W2 change/2sem':>15}")
+    for i, n in enumerate(S.particles.tokens):
+        k = int(np.argmin(worst[i]))
+        change = "" if i == 0 else f"{ratios[i - 1]:.3g}"
+        print(f"{n:>7} {kernels[i]:>7} {worst[i, 0]:>8.1f} {worst[i, k]:>8.2f} {grid.times[k]:>6.2f} "
+              f"{1e4 * worst[i, k] / n:>12.3f} {change:>15}")
+    ds = xr.Dataset(
+        {"ess_median": (("tokens", "replica", "time"), ess), "w2": (("tokens", "replica", "time"), w2)},
+        coords={"tokens": list(S.particles.tokens), "time": grid.times},
+        attrs=dict(beta=S.beta, experiment=name, config=args.config, seconds=seconds, kernels=",".join(kernels)))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    io.write_netcdf(ds, args.out, "bench", io.provenance(name, experiment, root_seed))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
