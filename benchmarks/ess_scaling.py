@@ -21,14 +21,14 @@ import argparse
 import copy
 import logging
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
-from lowtemp import convergence, datasets, io, pipeline, validation
+from lowtemp import convergence, io, validation
+from lowtemp.experiment import build_matrices
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -64,15 +64,11 @@ def main(argv=None) -> int:
     experiment, root_seed = config["experiments"][name], int(config["root_seed"])
     S = convergence.study_settings(name, experiment)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        matrices_path = str(Path(tmp) / "matrices.nc")
-        pipeline.stage_matrices(name, experiment, root_seed, matrices_path)
-        M = datasets.load_matrices(matrices_path)
-        w2, ess, _, grid, kernels = convergence._particle_study(name, f"{name} ess scaling", experiment,
-                                                                root_seed, S, M)
+    M = build_matrices(name, experiment, root_seed)  # what the matrices stage writes
+    w2, ess, _, grid, kernels = convergence._particle_study(name, f"{name} ess scaling", experiment, root_seed, S, M)
     seconds = time.perf_counter() - start
-    ratios = convergence.change_over_spread(**{k: v for k, v in convergence.replica_statistics(w2).items()
-                                               if k in ("mean", "sem")})
+    stats = convergence.replica_statistics(w2)
+    ratios = convergence.change_over_spread(stats["mean"], stats["sem"])
     worst = ess.min(axis=1)  # (N, time): the smaller replica's median ESS
     print(f"beta = {S.beta:g}, {S.particles.replicas} replicas, horizon {grid.horizon:g}, {seconds:.0f} s")
     print(f"{'N':>7} {'kernel':>7} {'ESS t=0':>8} {'min ESS':>8} {'at t':>6} {'min/N x 1e4':>12} {'W2 change/2sem':>15}")
