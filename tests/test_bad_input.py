@@ -43,6 +43,15 @@ def explicit(**changes):
     return tiny(matrices={**EXPLICIT, **changes})
 
 
+def renamed(name):
+    """The ``tiny`` experiment under another name."""
+    return lambda cfg: cfg["experiments"].update({name: cfg["experiments"].pop("tiny")})
+
+
+def vmf(**params):
+    return tiny(initial_measure={"name": "vmf_mixture", **params})
+
+
 # (id, mutation of the parsed test config, exception, exact message as a regular expression)
 BAD_CONFIGS = [
     ("unknown-top-level-key", lambda c: c.update(foo=1), ConfigError,
@@ -56,7 +65,7 @@ BAD_CONFIGS = [
     ("zero-beta", tiny(betas=[0]), ConfigError,
      r"config key experiments\.tiny\.betas\.0: 0 is less than or equal to the minimum of 0"),
     ("nan-beta", tiny(betas=[math.nan]), ConfigError,
-     r"experiments\.tiny\.betas must be positive and finite, got \[nan\]"),
+     r"config key experiments\.tiny\.betas\.0: nan is not a finite number"),
     ("empty-beta-grid", tiny(betas=[]), ConfigError, r"config key experiments\.tiny\.betas: \[\] should be non-empty"),
     ("duplicate-beta", tiny(betas=[5, 5.0]), ConfigError,
      r"experiments\.tiny\.betas has duplicate values: \[5\.0, 5\.0\]"),
@@ -71,19 +80,36 @@ BAD_CONFIGS = [
     ("dt-larger-than-horizon", tiny_in("time", dt=7.0), ConfigError,
      r"experiments\.tiny\.time\.dt = 7\.0 is larger than time\.horizon = 6\.0"),
     ("infinite-horizon", tiny_in("time", horizon=math.inf), ConfigError,
-     r"experiments\.tiny\.time\.horizon must be a positive finite number, got inf"),
+     r"config key experiments\.tiny\.time\.horizon: inf is not a finite number"),
+    ("nan-under-fit", tiny(fit={"max_residual": math.nan}), ConfigError,
+     r"config key experiments\.tiny\.fit\.max_residual: nan is not a finite number"),
+    ("nan-memory-limit", lambda c: c.update(memory_limit_gb=math.nan), ConfigError,
+     r"config key memory_limit_gb: nan is not a finite number"),
+    ("infinite-checkpoint-interval", lambda c: c.update(checkpoint_every_seconds=math.inf), ConfigError,
+     r"config key checkpoint_every_seconds: inf is not a finite number"),
+    ("tokens-beyond-int64", tiny(tokens=2**64), ConfigError,
+     r"config key experiments\.tiny\.tokens: 18446744073709551616 is out of range \(integers must lie within "
+     r"±2\*\*63, numpy's int64\)"),
+    ("tokens-as-a-float", tiny(tokens=1.0e300), ConfigError,
+     r"config key experiments\.tiny\.tokens: 1e\+300 is not of type 'integer'"),
+    ("tokens-beyond-the-estimate", tiny(tokens=2**62), ConfigError,
+     r"experiments\.tiny: the memory of the largest job cannot be estimated \(tokens = 4611686018427387904, "
+     r"replicas = 2, snapshots = 30\): .*; these sizes are far beyond any machine"),
     ("no-experiments", lambda c: c.update(experiments={}), ConfigError,
      r"config key experiments: \{\} should be non-empty"),
     ("bad-experiment-name", lambda c: c["experiments"].update({"9 lives": c["experiments"]["tiny"]}), ConfigError,
      r"config key experiments: '9 lives' does not match"),
+    ("experiment-name-with-newline", renamed("tiny\n"), ConfigError,
+     r"config key experiments: 'tiny\\n' does not match"),
+    ("experiment-name-too-long", renamed("a" * 300), ConfigError, r"config key experiments: 'a{300}' is too long"),
     ("matrix-wrong-shape", explicit(K=[[1, 0], [0, 1]]), ConfigError,
      r"experiments\.tiny\.matrices\.K must be a 3x3 matrix \(dim = 3\), got shape \(2, 2\)"),
     ("matrix-ragged", explicit(Q=[[1, 0, 0], [0, 1], [0, 0, 1]]), ConfigError,
      r"experiments\.tiny\.matrices\.Q is not a rectangular matrix \(rows of unequal length\)"),
-    ("matrix-nan", explicit(V=[[2, 0, 0], [0, math.nan, 0], [0, 0, 0.5]]), Violation,
-     r"experiments\.tiny\.matrices: matrix V has NaN or Inf entries"),
-    ("matrix-inf", explicit(K=[[1, 0, 0], [0, math.inf, 0], [0, 0, 1]]), Violation,
-     r"experiments\.tiny\.matrices: matrix K has NaN or Inf entries"),
+    ("matrix-nan", explicit(V=[[2, 0, 0], [0, math.nan, 0], [0, 0, 0.5]]), ConfigError,
+     r"config key experiments\.tiny\.matrices\.V\.1\.1: nan is not a finite number"),
+    ("matrix-inf", explicit(K=[[1, 0, 0], [0, math.inf, 0], [0, 0, 1]]), ConfigError,
+     r"config key experiments\.tiny\.matrices\.K\.1\.1: inf is not a finite number"),
     ("singular-B", explicit(K=[[1, 0, 0], [0, 1, 0], [0, 0, 0]]), Violation,
      r"experiments\.tiny\.matrices: Assumption 1 violated: B = QᵀK is singular or ill-conditioned "
      r"\(σmin = 0\.000e\+00, σmax = 1\.000e\+00, condition number inf > 1\.0e\+08\)"),
@@ -109,6 +135,13 @@ BAD_CONFIGS = [
     ("kernel-for-another-dim", tiny(kernel="dense", dim=4, matrices={"family": "spectral", "eigenvalues": [1, .5, .3, .2],
                                                                       "sigma_min": .8, "sigma_max": 1.25}), ConfigError,
      r"experiments\.tiny\.kernel: 'dense' supports dim 2 and 3, got dim = 4; use 'numpy' or 'auto'"),
+    ("kappa-infinite", vmf(kappas=[math.inf, 1.0]), ConfigError,
+     r"config key experiments\.tiny\.initial_measure\.kappas\.0: inf is not a finite number"),
+    ("kappa-beyond-the-sampler", vmf(kappas=[1e300, 1.0]), ConfigError,
+     r"experiments\.tiny\.initial_measure\.kappas must be finite numbers in \[0, 1e\+12\] \(the vMF sampler's "
+     r"range\), got \[1e\+300, 1\.0\]"),
+    ("weights-summing-to-1.00001", vmf(kappas=[2.0, 1.0], weights=[0.5, 0.50001]), ConfigError,
+     r"experiments\.tiny\.initial_measure\.weights must sum to 1 \(to 1\.5e-08\), got 1\.00001"),
     ("unknown-integrator", tiny(integrator="leapfrog"), ConfigError,
      r"config key experiments\.tiny\.integrator: 'leapfrog' is not one of \['rk4', 'euler'\]"),
     ("unknown-measure", tiny(initial_measure={"name": "gaussian"}), ConfigError,
@@ -152,6 +185,67 @@ def test_the_unchanged_test_config_passes(tmp_path, base_config):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.fixture
+def every_numeric_key(base_config) -> dict:
+    """The test config with the optional numeric keys set too and the schema's defaults filled in:
+    a config with a number at (nearly) every numeric key of the schema."""
+    base_config.update(memory_limit_gb=64, checkpoint_every_seconds=300)
+    tiny = base_config["experiments"]["tiny"]
+    tiny["matrices"]["max_condition_B"] = 1e8
+    tiny["convergence"] = {"beta": 50, "steps": {"dt": 0.1, "times": [1.6, 6.0], "tokens": 32, "replicas": 1},
+                           "particles": {"tokens": [8, 16, 32, 64], "replicas": 2, "horizon": 6.0}}
+    circle = base_config["experiments"]["tiny_circle"]
+    circle["initial_measure"].update(means=[[1, 0], [0, 1]], weights=[0.25, 0.75])
+    circle["matrices"].update(angle_V=45, V_shear=0.1)
+    validation.check_schema(base_config, SCHEMA)
+    return base_config
+
+
+def _numeric_leaves(node, path=()):
+    """Key path of every int or float in the config (independently of ``lowtemp.validation``)."""
+    if isinstance(node, dict):
+        return [leaf for key, value in node.items() for leaf in _numeric_leaves(value, (*path, key))]
+    if isinstance(node, list):
+        return [leaf for i, value in enumerate(node) for leaf in _numeric_leaves(value, (*path, i))]
+    return [path] if isinstance(node, (int, float)) and not isinstance(node, bool) else []
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 2**63, -2**63 - 1],
+                         ids=["nan", "inf", "-inf", "2**63", "-2**63-1"])
+def test_a_non_finite_or_overflowing_number_is_refused_at_every_numeric_key(tmp_path, every_numeric_key, value):
+    """The schema's bounds let NaN through (every comparison with NaN is false): one walk over the whole
+    config refuses NaN, ±inf and integers beyond int64 wherever they are, naming the key. (Where the schema
+    refuses the value first, e.g. NaN for an integer or -inf below a minimum, its error names the key too.)"""
+    _validate(copy.deepcopy(every_numeric_key), tmp_path / "results")  # the base passes every check
+    leaves = _numeric_leaves(every_numeric_key)
+    assert len(leaves) > 60
+    wrong = []
+    for path in leaves:
+        if isinstance(value, int) and isinstance(_get(every_numeric_key, path), float):
+            continue  # an integer where a float is: an ordinary number, within any float's range
+        config = copy.deepcopy(every_numeric_key)
+        _put(config, path, value)
+        where = ".".join(map(str, path))
+        try:
+            _validate(config, tmp_path / "results")
+            wrong.append(f"{where}: accepted")
+        except ConfigError as exc:
+            if not str(exc).startswith(f"config key {where}: {value!r} "):
+                wrong.append(f"{where}: {exc}")
+    assert not wrong, wrong
+    assert list(tmp_path.iterdir()) == []
+
+
+def _get(node, path):
+    for key in path:
+        node = node[key]
+    return node
+
+
+def _put(node, path, value):
+    _get(node, path[:-1])[path[-1]] = value
+
+
 # ------------------------------------------------------------------ config files and the results folder
 def test_duplicate_experiment_names_in_the_yaml_file(tmp_path):
     text = TEST_CONFIG.read_text().replace("  tiny_circle:", "  tiny:")
@@ -161,6 +255,59 @@ def test_duplicate_experiment_names_in_the_yaml_file(tmp_path):
     with pytest.raises(ConfigError, match=rf"dup\.yaml, line {second}: duplicate key 'tiny' \(first at line {first}\); "
                                           r"YAML would silently keep only the last one"):
         validation.load_config_file(path)
+
+
+def _alias_bomb(levels: int) -> str:
+    """A 'billion laughs' config: each level maps nine keys to the level below (9**levels values)."""
+    lines = ["l0: &l0 {a: lol, b: lol, c: lol, d: lol, e: lol, f: lol, g: lol, h: lol, i: lol}"]
+    lines += [f"l{i}: &l{i} {{" + ", ".join(f"{k}: *l{i - 1}" for k in "abcdefghi") + "}" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_alias_bomb_is_refused(tmp_path, base_config):
+    """A file of aliases standing for 9**9 values (docs/reliability.md) is refused by the project's loader,
+    naming the file and its first alias, before anything builds or walks the expanded config; so is an
+    alias inside the node it refers to."""
+    path = tmp_path / "bomb.yaml"
+    bomb = "".join(f"  {line}\n" for line in _alias_bomb(9).splitlines())
+    path.write_text(TEST_CONFIG.read_text() + "bomb:\n" + bomb)
+    line = TEST_CONFIG.read_text().count("\n") + 3  # the first alias: the second line of the bomb
+    message = (rf"bomb\.yaml: its YAML aliases \(the first: \*l0, line {line}\) expand it to more than "
+               rf"{validation.MAX_EXPANDED_NODES} keys and values, which Snakemake and this check would visit one by "
+               r"one; write a config of that size out, or use fewer aliases")
+    with pytest.raises(ConfigError, match=message):
+        validation.load_config_file(path)
+    with pytest.raises(ConfigError, match=message):
+        validation.validate_config(base_config, SCHEMA, configfiles=[path], results=tmp_path / "results")
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("root_seed: 7\nexperiments:\n  a: &a [1, *a]\n")
+    with pytest.raises(ConfigError, match=r"loop\.yaml, line 3: this node contains a YAML alias to itself, which "
+                                          r"would expand forever"):
+        validation.load_config_file(loop)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.yaml", "loop.yaml"]  # nothing written
+
+
+def test_yaml_aliases_within_the_budget_are_read(tmp_path, base_config):
+    """PyYAML's dumper writes an alias (&id001) wherever a config built in Python holds one object twice:
+    within MAX_EXPANDED_NODES (keys and values, counted once per path to them) aliases are read as usual."""
+    tiny = base_config["experiments"]["tiny"]
+    base_config["experiments"]["tiny_copy"] = tiny  # the same object twice: dumped as an anchor and an alias
+    text = yaml.safe_dump(base_config)
+    assert "*id001" in text
+    path = tmp_path / "shared.yaml"
+    path.write_text(text)
+    assert validation.load_config_file(path) == yaml.safe_load(text)
+    # n levels of doubling lists stand for 1 + Σ_i (key + list of 2**(i+2) - 1 nodes) = 2**(n+2) - 3 nodes
+    under = int(math.log2(validation.MAX_EXPANDED_NODES + 3)) - 2
+    assert 2 ** (under + 2) - 3 <= validation.MAX_EXPANDED_NODES < 2 ** (under + 3) - 3
+    for levels in (under, under + 1):
+        lines = ["l0: &l0 [x, x]"] + [f"l{i}: &l{i} [*l{i - 1}, *l{i - 1}]" for i in range(1, levels)]
+        (tmp_path / "doubling.yaml").write_text("\n".join(lines) + "\n")
+        if levels == under:
+            assert len(validation.load_config_file(tmp_path / "doubling.yaml")) == under
+        else:
+            with pytest.raises(ConfigError, match=r"doubling\.yaml: its YAML aliases \(the first: \*l0, line 2\)"):
+                validation.load_config_file(tmp_path / "doubling.yaml")
 
 
 @pytest.mark.parametrize("text, message", [
@@ -182,16 +329,38 @@ def test_results_folder_that_is_a_file(tmp_path, base_config):
         _validate(base_config, tmp_path / "results")
 
 
+@pytest.mark.parametrize("target", ["/nonexistent-lowtemp-target/results", "results"], ids=["dangling", "loop"])
+def test_results_folder_that_is_a_link_to_nothing(tmp_path, base_config, target):
+    """Snakemake's os.makedirs cannot create a folder through a link whose target is missing: refused,
+    naming the link and its target (the check creates nothing, not even the target)."""
+    (tmp_path / "results").symlink_to(target)
+    with pytest.raises(ConfigError, match=rf"results folder '.*results': .*results is a link to '{target}', "
+                                          r"which does not exist \(or is a loop of links\)"):
+        _validate(base_config, tmp_path / "results")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
+def test_results_folder_that_is_a_link_to_a_folder(tmp_path, base_config):
+    """The link's target is what is checked: a link to a writable folder passes, a link to a file does not."""
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "results").symlink_to(tmp_path / "scratch")
+    _validate(copy.deepcopy(base_config), tmp_path / "results")
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "results2").symlink_to(tmp_path / "a-file")
+    with pytest.raises(ConfigError, match=r"results folder '.*results2 -> .*a-file' exists but is not a folder"):
+        _validate(base_config, tmp_path / "results2")
+
+
 def test_results_folder_that_cannot_be_written(tmp_path, base_config):
     """/proc/self/fdinfo accepts no new file, even for root (chmod does not stop root)."""
     (tmp_path / "results").symlink_to("/proc/self/fdinfo")
-    with pytest.raises(ConfigError, match=r"results folder '.*results' is not writable"):
+    with pytest.raises(ConfigError, match=r"results folder '.*results -> /proc/[0-9]+/fdinfo' is not writable"):
         _validate(base_config, tmp_path / "results")
 
 
 # ------------------------------------------------------------------ through the Snakemake command line
 CLI_ROWS = ["unknown-experiment-key", "negative-beta", "singular-B", "assumption-2-mass-on-E1-complement",
-            "too-many-tokens-for-memory"]
+            "too-many-tokens-for-memory", "experiment-name-with-newline"]
 
 
 def _snakemake(work: Path, configfile: Path, *extra) -> subprocess.CompletedProcess:
@@ -315,6 +484,8 @@ def test_memory_refusal_against_this_machine_when_no_limit_is_set(tmp_path, base
 
 @pytest.mark.parametrize("name", ["config.yaml", "test.yaml", "circle.yaml"])
 def test_shipped_configs_pass_every_check(tmp_path, name):
+    """Through the project's loader (no duplicate keys, no aliases) and every check, memory included
+    (paper_scale.yaml needs a bigger machine than the test's: tests/test_config.py checks it without memory)."""
     path = TEST_CONFIG.parent / name
     config = validation.load_config_file(path)
     checked = validation.validate_config(config, SCHEMA, configfiles=[path], results=tmp_path / "results")

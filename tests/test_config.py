@@ -47,9 +47,12 @@ def _delete(path):
     (_set(["experiments", "tiny", "integrator"], "leapfrog"), ["integrator", "'leapfrog'"]),
     (_set(["experiments", "tiny", "initial_measure"], {"name": "vmf_mixture"}), ["'kappas' is a required"]),
     (_set(["root_seed"], -3), ["root_seed", "-3"]),
+    (_set(["experiments", "tiny", "tokens"], 64.0), ["tokens", "64.0", "integer"]),
+    (_set(["experiments", "tiny\n"], {}), ["config key experiments:", "'tiny\\n' does not match"]),
+    (_set(["experiments", "a" * 65], {}), ["config key experiments:", "is too long"]),
 ], ids=["top-level-key", "experiment-key", "tokens-type", "tokens-float", "negative-beta", "zero-beta",
         "zero-dim", "unknown-family", "matrices-key", "missing-horizon", "negative-dt", "integrator",
-        "vmf-needs-kappas", "negative-seed"])
+        "vmf-needs-kappas", "negative-seed", "tokens-integral-float", "name-with-final-newline", "name-too-long"])
 def test_schema_violation_names_the_key(test_config, mutate, expected):
     mutate(test_config)
     with pytest.raises(validation.ConfigError) as info:
@@ -57,6 +60,19 @@ def test_schema_violation_names_the_key(test_config, mutate, expected):
     message = str(info.value)
     for fragment in expected:
         assert fragment in message, (fragment, message[:500])
+
+
+@pytest.mark.parametrize("name", ["tiny", "E", "a" * 64, "b-2_c", "x\ny", "tiny\n", "tiny\r", " tiny", "tiny ",
+                                  "9lives", "a/b", "a.b", "", "a" * 65, "tinÿ"])
+def test_experiment_names_are_folder_names(test_config, name):
+    """A name is the folder results/<name>/: a letter, then letters, digits, _ or -, at most 64 characters,
+    and nothing after (Python's $ would match before a final newline)."""
+    test_config["experiments"] = {name: test_config["experiments"]["tiny"]}
+    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,63}", name):
+        validation.check_schema(test_config, SCHEMA)
+    else:
+        with pytest.raises(validation.ConfigError, match=r"^config key experiments: "):
+            validation.check_schema(test_config, SCHEMA)
 
 
 def test_schema_fills_defaults(test_config):
@@ -79,6 +95,10 @@ def test_schema_fills_defaults(test_config):
     # the package's own defaults agree with the schema's
     assert exp["fit"]["max_residual"] == fitting.DEFAULT_MAX_RESIDUAL
     assert exp["fit"]["min_points"] == fitting.DEFAULT_MIN_POINTS
+    # each experiment gets its own copy of a default, not the one dict of the schema shared by all
+    other = test_config["experiments"]["tiny_circle"]
+    assert other["fit"] == exp["fit"] and other["fit"] is not exp["fit"]
+    assert other["distances"] is not exp["distances"]
 
 
 def test_test_config_is_valid_and_consistent(test_config):
@@ -200,10 +220,15 @@ def test_overrides_merge_into_valid_configs():
 
 
 def test_shipped_configs_validate_and_every_schema_key_is_documented():
-    """config/*.yaml pass the schema and the semantic checks; config/README.md names every schema key."""
-    for path in sorted((ROOT / "config").glob("*.yaml")):
-        with open(path) as fh:
-            cfg = validated(yaml.safe_load(fh))
+    """config/*.yaml (and the overrides) pass the project's loader (no duplicate keys, no aliases), the schema,
+    the finiteness and integer-range walk and the semantic checks; config/README.md names every schema key."""
+    paths = sorted((ROOT / "config").glob("*.yaml"))
+    assert len(paths) >= 4
+    for path in sorted((ROOT / "config" / "overrides").glob("*.yaml")):
+        validation.check_numbers(validation.load_config_file(path))
+    for path in paths:
+        cfg = validated(validation.load_config_file(path))
+        validation.check_numbers(cfg)
         for name, exp in cfg["experiments"].items():
             validation.validate_experiment(name, exp, cfg["root_seed"])
     with open(ROOT / "workflow" / "schemas" / "config.schema.yaml") as fh:

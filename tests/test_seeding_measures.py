@@ -79,6 +79,11 @@ def test_sample_initial_tokens_reproducible_and_on_sphere(name, params):
     ("vmf_mixture", 1, 4, 3, {"kappas": [-1.0]}, "kappas"),
     ("vmf_mixture", 1, 4, 3, {"kappas": [1.0, 2.0], "means": [[1, 0, 0]]}, "means"),
     ("vmf_mixture", 1, 4, 3, {"kappas": [1.0, 2.0], "weights": [0.9, 0.9]}, "weights"),
+    ("vmf_mixture", 1, 4, 3, {"kappas": [1.0, 2.0], "weights": [0.5, 0.50001]},
+     r"weights must sum to 1 \(to 1\.5e-08\)"),
+    ("vmf_mixture", 1, 4, 3, {"kappas": [1e300]}, r"kappas must be finite numbers in \[0, 1e\+12\]"),
+    ("vmf_mixture", 1, 4, 3, {"kappas": [float("nan")]}, "kappas"),
+    ("atoms", 1, 4, 3, {"points": [[1, 0, 0], [0, 1, 0]], "weights": [0.5, 0.50001]}, "weights must sum to 1"),
     ("projected_gaussian", 1, 4, 3, {"mean": [1, 0], "scale": 1.0}, "mean"),
     ("projected_gaussian", 1, 4, 3, {"mean": [1, 0, 0], "scale": 0.0}, "scale"),
 ])
@@ -107,6 +112,21 @@ def test_von_mises_fisher_mean_matches_bessel_ratio(d, kappa):
     mean_vec = X.mean(axis=0)
     se_vec = X.std(axis=0) / np.sqrt(n)
     assert np.all(np.abs(mean_vec - _mean_resultant_length(kappa, d) * mu) < 5 * se_vec + 1e-12)
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_von_mises_fisher_is_accurate_up_to_kappa_max(d):
+    """At κ = KAPPA_MAX, the largest κ the config accepts, the sampler still gets E[1 − w] = (d − 1)/(2κ)
+    right (κ(1 − w) → Gamma((d − 1)/2), relative standard deviation of the mean √(2/((d − 1) n)));
+    the mixture's weights are the draw's own tolerance: a sum off by less passes numpy's choice."""
+    kappa, n = measures.KAPPA_MAX, 20_000
+    rng = np.random.default_rng(7 + d)
+    w = measures._vmf_cosines(rng, kappa, d, n)
+    expected = (d - 1) / (2 * kappa)
+    assert abs(np.mean(1 - w) / expected - 1) < 5 * np.sqrt(2 / ((d - 1) * n))
+    weights = [0.5, 0.5 + 0.9 * measures.WEIGHTS_SUM_TOLERANCE]
+    X = measures.vmf_mixture(rng, 1, 8, d, kappas=[1.0, kappa], weights=weights)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=-1), 1.0, atol=1e-12)
 
 
 @pytest.mark.parametrize("d", [2, 3, 4])

@@ -23,8 +23,23 @@ config must say so (``positive_density: false``):
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy import special
+
+#: largest concentration κ the vMF sampler takes. Wood's algorithm in float64 resolves the cosine
+#: w = ⟨μ, x⟩ only while 1 − w ≈ (d − 1)/(2κ) stays well above the spacing of floats near 1, and its
+#: rejection test κw − c carries a rounding error of about κ·ε: at 1e12 they are a few thousand
+#: spacings and 2e-4, and the mean of 1 − w is still right to 1% (``tests/test_seeding_measures.py``);
+#: by 1e15 it is 10% off in d = 2, at 1e16 the sampler takes log(0) (d = 2, 3), beyond 1e154 κ²
+#: overflows. A vMF law that concentrated (angular spread 1e-6) is an atom in all but name.
+KAPPA_MAX = 1e12
+
+#: how far mixture weights may sum from 1: the tolerance of numpy's ``Generator.choice`` (√ε of
+#: float64, about 1.5e-8), which draws the components with them, so weights this check passes are
+#: never refused there, mid-job
+WEIGHTS_SUM_TOLERANCE = float(np.sqrt(np.finfo(np.float64).eps))
 
 
 def normalise(X: np.ndarray) -> np.ndarray:
@@ -69,13 +84,40 @@ def von_mises_fisher(rng: np.random.Generator, mean: np.ndarray, kappa: float, n
     return w[:, None] * mean + np.sqrt(np.clip(1.0 - w**2, 0.0, None))[:, None] * v
 
 
+def check_kappas(kappas) -> np.ndarray:
+    """The concentrations as a float array; ValueError unless each is in [0, ``KAPPA_MAX``] (so finite)."""
+    kappas = np.atleast_1d(np.asarray(kappas, dtype=float))
+    if not np.all((kappas >= 0) & (kappas <= KAPPA_MAX)):  # NaN fails both comparisons
+        raise ValueError(f"kappas must be finite numbers in [0, {KAPPA_MAX:g}] (the vMF sampler's range), "
+                         f"got {kappas.tolist()}")
+    return kappas
+
+
+def check_weights(weights, k: int) -> np.ndarray:
+    """Mixture weights of k components (equal if None); ValueError unless k numbers ≥ 0 summing to 1.
+
+    "Sum to 1" is ``WEIGHTS_SUM_TOLERANCE``, the tolerance of the draw itself; the config check
+    calls this too, so both refuse exactly the same weights.
+    """
+    if weights is None:
+        return np.full(k, 1.0 / k)
+    weights = np.asarray(weights, dtype=float)
+    if weights.shape != (k,) or not np.all(weights >= 0):
+        raise ValueError(f"weights must be {k} non-negative numbers summing to 1, got {weights.tolist()}")
+    total = math.fsum(weights)
+    if not abs(total - 1.0) <= WEIGHTS_SUM_TOLERANCE:
+        raise ValueError(f"weights must sum to 1 (to {WEIGHTS_SUM_TOLERANCE:.1e}), got {total!r}")
+    return weights
+
+
 def vmf_mixture(rng: np.random.Generator, replicas: int, tokens: int, dim: int, *,
                 kappas, means=None, weights=None) -> np.ndarray:
     """Mixture of vMF laws; ``means`` given (one per κ) or drawn uniformly once (shared by replicas)."""
-    kappas = np.atleast_1d(np.asarray(kappas, dtype=float))
+    try:
+        kappas = check_kappas(kappas)
+    except ValueError as exc:
+        raise ValueError(f"vmf_mixture: {exc}") from None
     k = kappas.size
-    if np.any(kappas < 0) or not np.all(np.isfinite(kappas)):
-        raise ValueError(f"vmf_mixture: kappas must be finite and >= 0, got {kappas.tolist()}")
     if means is None:
         means = uniform(rng, 1, k, dim)[0]
     means = np.asarray(means, dtype=float)
@@ -83,9 +125,10 @@ def vmf_mixture(rng: np.random.Generator, replicas: int, tokens: int, dim: int, 
         raise ValueError(f"vmf_mixture: means must have shape ({k}, {dim}), got {means.shape}")
     if np.any(np.linalg.norm(means, axis=1) == 0):
         raise ValueError("vmf_mixture: a mean direction is the zero vector")
-    weights = np.full(k, 1.0 / k) if weights is None else np.asarray(weights, dtype=float)
-    if weights.shape != (k,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
-        raise ValueError(f"vmf_mixture: weights must be {k} non-negative numbers summing to 1")
+    try:
+        weights = check_weights(weights, k)
+    except ValueError as exc:
+        raise ValueError(f"vmf_mixture: {exc}") from None
     labels = rng.choice(k, size=(replicas, tokens), p=weights)
     X = np.empty((replicas, tokens, dim))
     for j in range(k):
@@ -136,9 +179,10 @@ def atoms(rng: np.random.Generator, replicas: int, tokens: int, dim: int, *, poi
     if np.any(np.linalg.norm(P, axis=1) == 0):
         raise ValueError("atoms: a point is the zero vector")
     k = P.shape[0]
-    weights = np.full(k, 1.0 / k) if weights is None else np.asarray(weights, dtype=float)
-    if weights.shape != (k,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
-        raise ValueError(f"atoms: weights must be {k} non-negative numbers summing to 1")
+    try:
+        weights = check_weights(weights, k)
+    except ValueError as exc:
+        raise ValueError(f"atoms: {exc}") from None
     return normalise(P)[rng.choice(k, size=(replicas, tokens), p=weights)]
 
 

@@ -3,15 +3,20 @@
 Order (the first failure stops with one error naming the key or file):
 
 1. every config file parses as YAML with no duplicate keys (PyYAML would keep the
-   last of two experiments of the same name, silently);
+   last of two experiments of the same name, silently) and aliases that expand
+   to no more than ``MAX_EXPANDED_NODES`` nodes (a few lines of aliases can
+   stand for billions of values);
 2. the JSON schema (``workflow/schemas/config.schema.yaml``: types, ranges,
-   unknown keys), then its defaults are filled in (``check_schema``, as
-   ``snakemake.utils.validate`` does it, without importing Snakemake);
-3. per experiment, what the schema cannot express (``validate_experiment``:
+   unknown keys, experiment names), then its defaults are filled in
+   (``check_schema``, as ``snakemake.utils.validate`` does it, without importing
+   Snakemake, but with integers that are Python ints, not floats such as 1e300);
+3. every number is finite and every integer fits int64 (``check_numbers``: the
+   schema's bounds let NaN through);
+4. per experiment, what the schema cannot express (``validate_experiment``:
    β grid, time grid, shapes, Assumptions 1–3 on the matrices and ρ0, the
-   convergence block);
-4. the memory of the largest job against ``memory_limit_gb``;
-5. the results folder can be written.
+   samplers' parameters, the convergence block);
+5. the memory of the largest job against ``memory_limit_gb``;
+6. the results folder, or the real target of a link to it, can be written.
 
 Nothing is written by these checks (the results-folder probe creates and
 removes one temporary file).
@@ -19,6 +24,8 @@ removes one temporary file).
 
 from __future__ import annotations
 
+import copy
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -32,8 +39,24 @@ from .experiment import ConfigError, build_matrices, snapshot_times, time_grid
 
 
 
+#: most YAML nodes (keys and values) a config file may stand for once its aliases are expanded. The
+#: largest shipped config has a few hundred; nine lines of aliases can stand for 9⁹ ≈ 4·10⁸, which
+#: Snakemake's merge and every later walk of the config visit one by one (docs/reliability.md,
+#: "YAML aliases"). Aliases themselves stay allowed: PyYAML's dumper writes them (``&id001``)
+#: wherever a config built in Python holds one object twice.
+MAX_EXPANDED_NODES = 100_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping with the same key twice."""
+    """SafeLoader that refuses a mapping with the same key twice, and notes the first alias."""
+
+    first_alias = None  # (anchor, line) of the first alias, for the error of check_alias_expansion
+
+    def compose_node(self, parent, index):
+        if self.first_alias is None and self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            self.first_alias = (event.anchor, event.start_mark.line + 1)
+        return super().compose_node(parent, index)
 
 
 def _construct_unique_mapping(loader, node, deep=False):
@@ -52,7 +75,11 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def load_config_file(path: str | os.PathLike) -> dict:
-    """Parse a YAML config, refusing duplicate keys and non-mapping documents."""
+    """Parse a YAML config, refusing duplicate keys, alias bombs and non-mapping documents.
+
+    The document's nodes are composed (cheap: an alias is a reference to its anchor's node)
+    and their expanded size checked before any Python object is built from them.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -61,7 +88,10 @@ def load_config_file(path: str | os.PathLike) -> dict:
     loader = _UniqueKeyLoader(text)
     loader.name = str(path)
     try:
-        data = loader.get_single_data()
+        node = loader.get_single_node()
+        if loader.first_alias is not None:
+            check_alias_expansion(node, str(path), loader.first_alias)
+        data = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     finally:
@@ -71,11 +101,43 @@ def load_config_file(path: str | os.PathLike) -> dict:
     return data
 
 
+def check_alias_expansion(root: yaml.Node, name: str, first_alias: tuple[str, int]) -> None:
+    """ConfigError unless the document, every alias expanded, has at most ``MAX_EXPANDED_NODES`` nodes.
+
+    Counted on the composed nodes, each shared node once (linear in the file, however large the
+    expansion); an alias inside the node it refers to would expand forever and is refused too.
+    """
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise ConfigError(f"{name}, line {node.start_mark.line + 1}: this node contains a YAML alias to "
+                              f"itself, which would expand forever")
+        open_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        else:
+            children = node.value if isinstance(node, yaml.SequenceNode) else []
+        sizes[id(node)] = min(1 + sum(size(child) for child in children), MAX_EXPANDED_NODES + 1)
+        open_nodes.discard(id(node))
+        return sizes[id(node)]
+
+    if size(root) > MAX_EXPANDED_NODES:
+        anchor, line = first_alias
+        raise ConfigError(
+            f"{name}: its YAML aliases (the first: *{anchor}, line {line}) expand it to more than "
+            f"{MAX_EXPANDED_NODES} keys and values, which Snakemake and this check would visit one by one; "
+            f"write a config of that size out, or use fewer aliases")
+
+
 def check_schema(config: dict, schema_path: str | os.PathLike) -> None:
     """Validate against the JSON schema, filling in its defaults; ConfigError names the key."""
     with open(schema_path) as fh:
         schema = yaml.safe_load(fh)
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    error = jsonschema.exceptions.best_match(_Validator(schema).iter_errors(config))
     if error is None:  # valid: a second pass fills in the defaults
         error = jsonschema.exceptions.best_match(_DefaultFillingValidator(schema).iter_errors(config))
     if error is not None:
@@ -83,22 +145,70 @@ def check_schema(config: dict, schema_path: str | os.PathLike) -> None:
         raise ConfigError(f"config key {where}: {error.message}")
 
 
+def _is_integer(checker, instance) -> bool:
+    """``type: integer`` means a Python int: JSON Schema also counts 64.0 and 1e300 as integers, and
+    ``int(1e300)`` is a count no array can have (it fails deep in numpy, naming no key)."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+#: JSON Schema 2020-12 (as the schema declares) with integers that are Python ints
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer))
+
 _PROPERTIES = jsonschema.Draft202012Validator.VALIDATORS["properties"]
 
 
 def _fill_defaults(validator, properties, instance, schema):
-    """The ``properties`` keyword that first sets every absent property that has a ``default``."""
+    """The ``properties`` keyword that first sets every absent property that has a ``default``.
+
+    A copy of it: the schema's own ``{}`` would otherwise be one dict shared by every experiment,
+    filled once and changed in all of them by a change to one.
+    """
     if isinstance(instance, dict):
         for prop, subschema in properties.items():
-            if "default" in subschema:
-                instance.setdefault(prop, subschema["default"])
+            if "default" in subschema and prop not in instance:
+                instance[prop] = copy.deepcopy(subschema["default"])
     yield from _PROPERTIES(validator, properties, instance, schema)
 
 
-#: the schema's validator (JSON Schema 2020-12, as the schema declares) extended to fill in defaults
-#: in place while it validates: the recipe of the jsonschema FAQ that ``snakemake.utils.validate`` uses
-_DefaultFillingValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
-                                                        {"properties": _fill_defaults})
+#: the schema's validator extended to fill in defaults in place while it validates: the recipe of
+#: the jsonschema FAQ that ``snakemake.utils.validate`` uses
+_DefaultFillingValidator = jsonschema.validators.extend(_Validator, {"properties": _fill_defaults})
+
+#: the largest integer a config may hold: counts and seeds become numpy int64 (array sizes, indices)
+INT_MAX = int(np.iinfo(np.int64).max)
+
+
+def check_numbers(config: dict) -> None:
+    """Every number in the config is finite and every integer fits int64; ConfigError names the key.
+
+    One walk over every key, because the schema cannot say it: its bounds are comparisons and every
+    comparison with NaN is false, so NaN passes ``minimum`` and ``maximum`` alike (``memory_limit_gb:
+    .nan`` would switch the memory check off), and +inf passes any ``minimum``. No key of the config
+    means an infinite value. An integer beyond int64 passes ``type: integer`` and fails later inside
+    numpy with a TypeError naming no key.
+    """
+    for path, value in _numbers(config, ()):
+        where = ".".join(str(p) for p in path) or "(top level)"
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"config key {where}: {value} is not a finite number")
+        if isinstance(value, int) and not -INT_MAX - 1 <= value <= INT_MAX:
+            shown = value if value.bit_length() < 1000 else f"an integer of {value.bit_length()} bits"
+            raise ConfigError(f"config key {where}: {shown} is out of range (integers must lie within "
+                              f"±2**63, numpy's int64)")
+
+
+def _numbers(node, path: tuple):
+    """(key path, value) of every int and float in a tree of mappings and lists (a bool is no number)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _numbers(value, (*path, key))
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from _numbers(value, (*path, index))
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        yield path, node
 
 
 def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices.AttentionMatrices:
@@ -169,8 +279,15 @@ def _check_initial_measure_shapes(where: str, mu: dict, d: int) -> None:
         weights = np.asarray(mu["weights"], dtype=float)
         if weights.size != n:
             raise ConfigError(f"{where}.weights must have one entry per {components[:-1]} ({n}), got {weights.size}")
-        if not np.isclose(weights.sum(), 1.0):
-            raise ConfigError(f"{where}.weights must sum to 1, got {weights.sum():.6g}")
+        try:  # the sampler's own check, so the two cannot disagree on "sums to 1"
+            measures.check_weights(weights, n)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.{exc}") from None
+    if "kappas" in mu:
+        try:  # the sampler's own range (measures.KAPPA_MAX)
+            measures.check_kappas(mu["kappas"])
+        except ValueError as exc:
+            raise ConfigError(f"{where}.{exc}") from None
 
 
 def _check_initial_measure_assumptions(where: str, mu: dict, M: matrices.AttentionMatrices) -> None:
@@ -205,18 +322,37 @@ def machine_memory_bytes() -> int:
 
 
 def check_results_folder(results: str | os.PathLike) -> None:
-    """The results folder (or the nearest existing folder above it) accepts a new file."""
+    """The results folder (or the nearest existing folder above it) accepts a new file.
+
+    Links are followed: ``results`` is often a link to scratch space, and what counts is its
+    target. A link whose target is missing is refused, not created: this check writes
+    nothing, and Snakemake's ``os.makedirs`` cannot create a folder through such a link.
+    """
     results = Path(results)
-    if results.exists() and not results.is_dir():
-        raise ConfigError(f"results folder {str(results)!r} exists but is not a folder")
-    probe_dir = results
+    _refuse_dangling_link(results)
+    target = results.resolve()
+    shown = str(results) if target == results.absolute() else f"{str(results)} -> {target}"
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"results folder {shown!r} exists but is not a folder")
+    probe_dir = target
     while not probe_dir.exists():
         probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise ConfigError(f"results folder {shown!r} cannot be created: {probe_dir} is not a folder")
     try:
         with tempfile.TemporaryFile(dir=probe_dir, prefix=".lowtemp-write-probe-"):
             pass
     except OSError as exc:
-        raise ConfigError(f"results folder {str(results)!r} is not writable ({probe_dir}: {exc.strerror})") from None
+        raise ConfigError(f"results folder {shown!r} is not writable ({probe_dir}: {exc.strerror})") from None
+
+
+def _refuse_dangling_link(results: Path) -> None:
+    """ConfigError naming the link when ``results`` or a folder above it is a link to nothing (or a loop)."""
+    for path in (results, *results.parents):
+        if path.is_symlink() and not path.exists():
+            raise ConfigError(
+                f"results folder {str(results)!r}: {path} is a link to {os.readlink(path)!r}, which does not "
+                f"exist (or is a loop of links); create that folder or remove the link")
 
 
 def largest_job_memory_bytes(experiment: dict, M: matrices.AttentionMatrices | None = None) -> int:
@@ -239,13 +375,14 @@ def validate_config(config: dict, schema_path: str | os.PathLike, configfiles=()
     for path in configfiles:
         load_config_file(path)
     check_schema(config, schema_path)
+    check_numbers(config)
     checked = {name: validate_experiment(name, exp, config["root_seed"]) for name, exp in config["experiments"].items()}
     if memory_estimate is not None:
         limit_gb = config.get("memory_limit_gb")
         limit = machine_memory_bytes() if limit_gb is None else float(limit_gb) * 2**30
         source = "this machine's memory" if limit_gb is None else "memory_limit_gb"
         for name, exp in config["experiments"].items():
-            need = memory_estimate(exp, checked[name])
+            need = _estimated_memory(name, exp, checked[name], memory_estimate)
             if need > limit:
                 raise ConfigError(
                     f"experiments.{name}: the largest job needs about {need / 2**30:.1f} GiB "
@@ -254,3 +391,16 @@ def validate_config(config: dict, schema_path: str | os.PathLike, configfiles=()
                     f"use fewer tokens, replicas or snapshots, or set memory_limit_gb for the compute nodes")
     check_results_folder(results)
     return checked
+
+
+def _estimated_memory(name: str, experiment: dict, M: matrices.AttentionMatrices, memory_estimate) -> int:
+    """``memory_estimate(experiment, M)``; sizes too large for its arithmetic (N = 2**62 asks the cap
+    kernel for a truncation it has not, 2**62 snapshots for an array of them) are a ConfigError naming them."""
+    try:
+        return memory_estimate(experiment, M)
+    except (ValueError, OverflowError, MemoryError) as exc:
+        raise ConfigError(
+            f"experiments.{name}: the memory of the largest job cannot be estimated (tokens = "
+            f"{experiment['tokens']}, replicas = {experiment['replicas']}, snapshots = "
+            f"{experiment['time']['snapshots']}): {str(exc).rstrip('.')}; these sizes are far beyond any "
+            f"machine") from None
