@@ -83,6 +83,10 @@ def test_distances_contract(results, config):
         # W2 is bounded by the synchronous coupling stored beside it (up to the ~1e-8 rounding
         # floor of the square root of a cost computed as |x|² + |y|² − 2⟨x, y⟩)
         assert np.all(ds["w2_zero_temperature"].values <= ds["coupling_zero_temperature"].values + 1e-7)
+        # every exact value carries its certified bound, within the solver's target 1e-11·W2² (0 at W2 = 0)
+        w2, bound = ds["w2_zero_temperature"].values, ds["w2_zero_temperature_sq_bound"].values
+        assert np.array_equal(np.isnan(w2), np.isnan(bound))
+        assert np.all(bound[np.isfinite(bound)] >= 0) and np.all(bound[np.isfinite(w2)] <= 1e-11 * w2[np.isfinite(w2)]**2)
 
 
 def test_claims_contract(results, config):

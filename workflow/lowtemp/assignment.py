@@ -37,6 +37,7 @@ numba kernels are compiled in every process (no on-disk cache).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import numba
@@ -48,18 +49,29 @@ from .simplex import SparseAssignment
 
 #: default absolute tolerance of ``certify`` on reduced costs (costs are ≤ 4 on the sphere)
 DEFAULT_TOL = 1e-12
-#: w2_exact's default tolerance on the duality gap: REL_TOL·W2² of the assignment, at least
-#: ROUNDING_TOL·max(|u|, |v|, c) (the rounding of the reduced costs)
+#: w2_exact's default target: the certified error bound on W2² at most REL_TOL·W2² (relative to the problem's
+#: own value; W2 = 0 is certified only with a bound of exactly 0)
 REL_TOL = 1e-11
-ROUNDING_TOL = 1e-14
-#: the simplex stops pivoting when no candidate arc has reduced cost below PIVOT_FRACTION·REL_TOL·W2²
-#: (an arc above it cannot move the gap past the tolerance)
+#: the simplex stops pivoting when no candidate arc has reduced cost below PIVOT_FRACTION·REL_TOL·W2², or below
+#: PIVOT_ROUNDING·u·max|potential| (u = 2⁻⁵³; below it a reduced cost is the rounding of the tree's potentials,
+#: and pivoting on it can go on for ever: duplicate tokens at W2 = 0)
 PIVOT_FRACTION = 0.25
-#: tolerance of the certificate of POT's duals after a fallback: max(FALLBACK_TOL, FALLBACK_TOL_PER_TOKEN·N).
-#: POT's duals are exact up to errors that grow with N (its simplex accumulates potentials along tree
-#: paths): measured 4e-13 (dense, N = 4096), 2.9e-12 (lazy, 4096) and 1.45e-11 (lazy, 16 384).
-FALLBACK_TOL = 1e-11
-FALLBACK_TOL_PER_TOKEN = 2e-15
+PIVOT_ROUNDING = 64.0
+#: pivots of one simplex solve at most PIVOT_BUDGET·(arcs + N): the last guard against a solve without end
+#: (the default run's solves take 0.5–3 pivots per arc)
+PIVOT_BUDGET = 50
+#: label scans of the shortest-path potentials at most LOCAL_SCAN_BUDGET·(arcs + N)
+LOCAL_SCAN_BUDGET = 50
+#: the local re-solve (``_with_local_duals``) keeps the arcs costing at most this many times the assignment's
+#: dearest pair
+LOCAL_COST_FACTOR = 16.0
+#: POT's plan (the fallback) is certified at FALLBACK_REL_TOL·W2²: its duals carry errors that grow with N
+#: (its simplex accumulates potentials along tree paths: measured 4e-13 absolute, dense, N = 4096, and
+#: 1.45e-11, lazy, 16 384, on clouds with W2² ≈ 0.1)
+FALLBACK_REL_TOL = 1e-8
+#: unit roundoff of float64, and the cost below which a square of a coordinate difference may be subnormal
+_U = 2.0**-53
+_TINY = 2.0**-969
 #: the fallback builds the dense N×N matrix (ot.emd) up to this many tokens (2.6 GB peak at 8192),
 #: else ot.emd2_lazy (costs computed on the fly, O(N) memory)
 DENSE_MAX = 8192
@@ -118,8 +130,11 @@ class W2Result:
     perm: the assignment, token i of X ↔ token perm[i] of Y.
     u, v: dual potentials with c_ij − u_i − v_j ≥ 0 for all pairs (u is the c-transform of v).
     rounds: pricing passes over all N² pairs; fallback: POT's network simplex gave the plan.
-    gap_bound: (1/N) Σ_i (c_{iπ(i)} − u_i − v_{π(i)}), a certified bound on W2²(perm) − W2²_opt;
-    certified: gap_bound ≤ the tolerance.
+    gap_bound: ≥ W2²(perm) − W2²_opt, (1/N) Σ_i (c_{iπ(i)} − u_i − v_{π(i)}) with the rounding of every
+    term accounted for (it holds for the exact costs of the given coordinates);
+    error_bound: ≥ |value² − W2²_opt|, gap_bound plus the rounding of value² itself;
+    target: what error_bound had to reach; certified: error_bound ≤ target and error_bound < value²
+    (or both 0).
     """
 
     value: float
@@ -132,6 +147,8 @@ class W2Result:
     gap_bound: float
     n_candidates: int
     stats: dict = field(default_factory=dict)
+    error_bound: float = np.inf
+    target: float = 0.0
 
 
 # ----------------------------------------------------------------------------- numba kernels
@@ -215,28 +232,48 @@ def _keep_most_negative(worst_r, worst_j, nkeep, r, j):
     return nkeep
 
 
+@numba.njit(cache=False, inline="always")
+def _rounding_of(s, r, g, e, underflow, uf):
+    """Bound on |r̂ − r| for r̂ = fl(ĉ − v_j), ĉ = fl(Σ_a fl(x_a − y_a)²): g·ĉ (the cost's d + 2 roundings)
+    + e·|r̂| (the subtraction, and the one that applies this bound), plus the subnormal spacing when
+    ĉ may have underflowed (``underflow``: some coordinate difference was not zero)."""
+    b = g * s + e * abs(r)
+    if underflow:
+        b += uf
+    return b
+
+
 @numba.njit(parallel=True, cache=False)
-def _price_kernel(X, YT, perm, v, base, below_assigned, tol, keep_j, keep_r, counts, rowmin, assigned):
+def _price_kernel(X, YT, perm, v, base, below_assigned, tol, g, e, uf, keep_j, keep_r, counts, rowmin, assigned,
+                  rowmin_lo, assigned_hi):
     """All pairs, streamed by rows: r_ij = c_ij − v_j (c by differences, the same arithmetic everywhere).
 
     Per row: rowmin_i = min_j r_ij, assigned_i = r_{i,perm(i)}, and the pairs with r_ij < t_i − tol
     (t_i = assigned_i if ``below_assigned`` else base_i): their count and the ``keep_j.shape[1]``
     smallest r_ij − t_i, kept sorted with their columns. A row is streamed a second time only if
-    its minimum is below its threshold (after the first pricing passes, few rows are).
+    its minimum is below its threshold (after the first pricing passes, few rows are); that pass
+    starts at column i, so rows that tie (duplicate tokens) keep different columns.
+    With the rounding of every r̂_ij bounded (``_rounding_of``): rowmin_lo_i ≤ the exact min_j r_ij and
+    assigned_hi_i ≥ the exact r_{iπ(i)} (the rigorous certificate, ``_certificate``).
     Y is transposed (d, N) so that the first pass reads it contiguously."""
     n = X.shape[0]
     d = X.shape[1]
     for i in numba.prange(n):
         j0 = perm[i]
         a0 = 0.0
+        nz = False
         for a in range(d):
             t = X[i, a] - YT[a, j0]
+            nz = nz or t != 0.0
             a0 += t * t
+        s0 = a0
         a0 = a0 - v[j0]
         assigned[i] = a0
+        assigned_hi[i] = a0 + _rounding_of(s0, a0, g, e, nz and s0 < _TINY, uf)
         ref = a0 if below_assigned else base[i]
         cut = ref - tol
         m = np.inf
+        lo = np.inf
         if d == 3:
             x0 = X[i, 0]
             x1 = X[i, 1]
@@ -245,19 +282,30 @@ def _price_kernel(X, YT, perm, v, base, below_assigned, tol, keep_j, keep_r, cou
                 t0 = x0 - YT[0, j]
                 t1 = x1 - YT[1, j]
                 t2 = x2 - YT[2, j]
-                m = min(m, (t0 * t0 + t1 * t1 + t2 * t2) - v[j])
+                s = t0 * t0 + t1 * t1 + t2 * t2
+                r = s - v[j]
+                m = min(m, r)
+                lo = min(lo, r - _rounding_of(s, r, g, e, s < _TINY and (t0 != 0.0 or t1 != 0.0 or t2 != 0.0), uf))
         else:
             for j in range(n):
                 s = 0.0
+                nz = False
                 for a in range(d):
                     t = X[i, a] - YT[a, j]
+                    nz = nz or t != 0.0
                     s += t * t
-                m = min(m, s - v[j])
+                r = s - v[j]
+                m = min(m, r)
+                lo = min(lo, r - _rounding_of(s, r, g, e, nz and s < _TINY, uf))
         rowmin[i] = m
+        rowmin_lo[i] = lo
         cnt = 0
         if m < cut:
             nkeep = 0
-            for j in range(n):
+            for jj in range(n):
+                j = jj + i
+                if j >= n:
+                    j -= n
                 s = 0.0
                 for a in range(d):
                     t = X[i, a] - YT[a, j]
@@ -277,6 +325,20 @@ class _Pricing:
     assigned: np.ndarray  # c_{iπ(i)} − v_{π(i)}
     counts: np.ndarray  # pairs per row below the row's threshold
     pairs: np.ndarray  # (m, 2): the kept pairs, most negative first within each row, rows increasing
+    rowmin_lo: np.ndarray  # ≤ the exact c-transform, the rounding of every reduced cost accounted for
+    assigned_hi: np.ndarray  # ≥ the exact c_{iπ(i)} − v_{π(i)}
+
+
+def _rounding_constants(d):
+    """(g, e, uf) of ``_rounding_of`` for clouds in R^d.
+
+    ĉ = fl(Σ_a fl(fl(x_a − y_a)²)) is Σ_a c_a(1 + θ_a), |θ_a| ≤ γ_{d+1} (one rounding in the difference,
+    counted twice by the square, one in the square, d − 1 in the sum; γ_k = ku/(1 − ku), u = 2⁻⁵³), so
+    |ĉ − c| ≤ γ_{d+1}/(1 − γ_{d+1})·ĉ; fl(ĉ − v) and the subtraction of the bound itself each add at most
+    u·|r̂|(1 + O(u)). The constants round these up (d + 4 for d + 1, 3u for 2u) so that the O(u²) terms and
+    the rounding of g·ĉ + e·|r̂| are covered. Below ĉ = ``_TINY`` a square may have lost up to half the
+    subnormal spacing 2⁻¹⁰⁷⁴ (sums and differences of subnormals are exact): uf = d·2⁻¹⁰⁷⁴ more."""
+    return (d + 4) * _U, 3.0 * _U, d * 2.0**-1074
 
 
 def _price_all_pairs(X, Y, perm, v, tol, *, base=None, per_row=8, max_pairs=None) -> _Pricing:
@@ -287,28 +349,70 @@ def _price_all_pairs(X, Y, perm, v, tol, *, base=None, per_row=8, max_pairs=None
     keep_j = np.full((n, per_row), -1, dtype=np.int64)
     keep_r = np.zeros((n, per_row))
     counts = np.zeros(n, dtype=np.int64)
-    rowmin = np.empty(n)
-    assigned = np.empty(n)
+    rowmin, assigned, rowmin_lo, assigned_hi = (np.empty(n) for _ in range(4))
     below = base is None
-    _price_kernel(X, np.ascontiguousarray(Y.T), perm, v,
+    g, e, uf = _rounding_constants(X.shape[1])
+    _price_kernel(X, np.ascontiguousarray(Y.T), perm, np.ascontiguousarray(v, dtype=np.float64),
                   np.zeros(n) if below else np.ascontiguousarray(base, dtype=np.float64), below,
-                  float(tol), keep_j, keep_r, counts, rowmin, assigned)
+                  float(tol), g, e, uf, keep_j, keep_r, counts, rowmin, assigned, rowmin_lo, assigned_hi)
     kept = np.minimum(counts, per_row)
     rows = np.repeat(np.arange(n), kept)
     cols = keep_j[np.arange(per_row)[None, :] < kept[:, None]]
     pairs = np.stack([rows, cols], axis=1)
     if max_pairs is not None:
         pairs = pairs[:max_pairs]
-    return _Pricing(rowmin=rowmin, assigned=assigned, counts=counts, pairs=pairs)
+    return _Pricing(rowmin=rowmin, assigned=assigned, counts=counts, pairs=pairs, rowmin_lo=rowmin_lo,
+                    assigned_hi=assigned_hi)
 
 
-def _as_cloud(A, name):
-    A = np.ascontiguousarray(A, dtype=np.float64)
-    if A.ndim != 2:
-        raise ValueError(f"{name} must have shape (N, d), got {A.shape}")
-    if not np.all(np.isfinite(A)):
-        raise ValueError(f"{name} has non-finite coordinates")
-    return A
+@dataclass
+class _Bound:
+    """The rigorous certificate of an assignment π from column potentials v (``_certificate``).
+
+    gap: ≥ W2²(π) − W2²_opt in exact arithmetic on the given coordinates: (1/N) Σ_i (assigned_hi_i −
+    rowmin_lo_i), summed exactly (math.fsum) and rounded up; plain_gap: the same sum without the rounding
+    terms (what the reduced costs alone say); value_sq: W2²(π) as computed, value_err ≥ its rounding.
+    """
+
+    gap: float
+    plain_gap: float
+    value_sq: float
+    value_err: float
+    pricing: _Pricing
+
+    @property
+    def error_bound(self) -> float:
+        """≥ |value_sq − W2²_opt|: the assignment's excess over the optimum and the rounding of its cost."""
+        return self.gap + self.value_err
+
+
+def _certificate(X, Y, perm, v, price_tol, per_row=8) -> _Bound:
+    """Price all pairs with the column potentials v and bound the assignment's distance to the optimum.
+
+    The c-transform u*_i = min_j (c_ij − v_j) makes (u*, v) dual feasible for the whole problem, so by weak
+    duality W2²(π) − W2²_opt ≤ (1/N) Σ_i (c_{iπ(i)} − v_{π(i)} − u*_i), for any v. Every term is bounded
+    with the rounding of its own arithmetic (``_price_kernel``'s rowmin_lo and assigned_hi), so the bound
+    holds for the exact costs of the given coordinates, whatever the size of the potentials."""
+    n = X.shape[0]
+    pricing = _price_all_pairs(X, Y, perm, v, price_tol, per_row=per_row)
+    terms = pricing.assigned_hi - pricing.rowmin_lo  # each ≥ 0 up to one rounding, u·|term|
+    gap = math.fsum(terms.tolist()) * (1.0 + 4.0 * _U) / n
+    plain = math.fsum((pricing.assigned - pricing.rowmin).tolist()) / n
+    pair_costs = _pair_costs(X, Y, perm)
+    value_sq = math.fsum(pair_costs.tolist()) / n
+    g, _, uf = _rounding_constants(X.shape[1])
+    underflow = float(np.count_nonzero((pair_costs < _TINY) & np.any(X != Y[perm], axis=1))) * uf / n
+    value_err = (g + 3.0 * _U) * value_sq + underflow
+    return _Bound(gap=max(gap, 0.0), plain_gap=plain, value_sq=value_sq, value_err=value_err, pricing=pricing)
+
+
+def _pair_costs(X, Y, perm):
+    """|x_i − y_perm(i)|², by differences summed coordinate by coordinate (as the pricing kernel)."""
+    D = X - Y[perm]
+    out = D[:, 0] * D[:, 0]
+    for a in range(1, X.shape[1]):
+        out = out + D[:, a] * D[:, a]
+    return out
 
 
 def certify(X, Y, perm, u, v, tol: float = DEFAULT_TOL, *, per_row: int = 8,
@@ -322,8 +426,8 @@ def certify(X, Y, perm, u, v, tol: float = DEFAULT_TOL, *, per_row: int = 8,
     ``per_row`` violating pairs per row (the most negative) and ``max_pairs`` in total,
     rows in increasing order.
     """
-    X = _as_cloud(X, "X")
-    Y = _as_cloud(Y, "Y")
+    X = as_cloud(X, "X")
+    Y = as_cloud(Y, "Y")
     n = X.shape[0]
     if Y.shape != X.shape:
         raise ValueError(f"X and Y must have the same shape, got {X.shape} and {Y.shape}")
@@ -339,6 +443,150 @@ def certify(X, Y, perm, u, v, tol: float = DEFAULT_TOL, *, per_row: int = 8,
     return Certificate(ok=bool(ok), pairs=p.pairs, n_violations=n_viol,
                        min_reduced=float(np.min(p.rowmin - u)) if n else 0.0, max_slack=max_slack,
                        is_permutation=bool(is_perm))
+
+
+# ----------------------------------------------------------------------------- local potentials
+
+@numba.njit(cache=False)
+def _shortest_path_potentials(n, indptr, cols, costs, perm, max_scans, d_row, d_col, pred_row, pred_col):
+    """Potentials of the assignment ``perm`` on the arcs (CSR by row) as shortest-path distances.
+
+    The residual graph of perm: arcs row i → column j of cost c_ij (the matched one included) and
+    column perm(i) → row i of cost −c_{i,perm(i)}, every row a source at distance 0. If perm is optimal
+    on the arcs there is no negative cycle, and the distances (d_row ≤ 0, d_col) satisfy
+    c_ij + d_row_i − d_col_j ≥ 0 on every arc, with equality on the matched ones: u = −d_row, v = d_col
+    are optimal duals on the arcs. Unlike a spanning tree's potentials, which climb by whole costs
+    through every cluster on the way from the root, they are sums of costs along paths that improve
+    on 0: of the size of the costs near the assignment, so c_ij − v_j keeps its digits when W2² is far
+    below the clouds' extent. Label-correcting (FIFO queue); a label moves only when it improves by
+    more than the rounding of the two labels, so rounding alone never relabels.
+
+    Returns (status, scans): status 0 done; 1 a negative cycle was found and cancelled in perm (the rows
+    on it take the column that follows them: call again); 2 ``max_scans`` ran out."""
+    inf = np.inf
+    inv = np.empty(n, np.int64)
+    matched = np.empty(n)
+    for i in range(n):
+        inv[perm[i]] = i
+        matched[i] = inf
+        for e in range(indptr[i], indptr[i + 1]):
+            if cols[e] == perm[i]:
+                matched[i] = costs[e]
+    nodes = 2 * n
+    queue = np.empty(nodes + 1, np.int64)
+    inq = np.zeros(nodes, np.bool_)
+    length = np.zeros(nodes, np.int64)
+    for i in range(n):
+        d_row[i] = 0.0
+        pred_row[i] = -1
+        d_col[i] = inf
+        pred_col[i] = -1
+        queue[i] = i
+        inq[i] = True
+    head = 0
+    tail = n
+    count = n
+    scans = 0
+    eps = 8.0 * _U
+    while count > 0:
+        w = queue[head]
+        head += 1
+        if head > nodes:
+            head = 0
+        count -= 1
+        inq[w] = False
+        scans += 1
+        if scans > max_scans:
+            return 2, scans
+        if w < n:  # a row: its arcs to columns
+            for e in range(indptr[w], indptr[w + 1]):
+                j = cols[e]
+                nd = d_row[w] + costs[e]
+                old = d_col[j]
+                if old == inf or nd < old - eps * (abs(nd) + abs(old)):
+                    d_col[j] = nd
+                    pred_col[j] = w
+                    length[n + j] = length[w] + 1
+                    if length[n + j] > nodes and _cancel_cycle(n, n + j, perm, pred_row, pred_col):
+                        return 1, scans
+                    if not inq[n + j]:
+                        inq[n + j] = True
+                        queue[tail] = n + j
+                        tail += 1
+                        if tail > nodes:
+                            tail = 0
+                        count += 1
+        else:  # a column: back to the row matched to it
+            j = w - n
+            i = inv[j]
+            nd = d_col[j] - matched[i]
+            old = d_row[i]
+            if nd < old - eps * (abs(nd) + abs(old)):
+                d_row[i] = nd
+                pred_row[i] = j
+                length[i] = length[w] + 1
+                if length[i] > nodes and _cancel_cycle(n, i, perm, pred_row, pred_col):
+                    return 1, scans
+                if not inq[i]:
+                    inq[i] = True
+                    queue[tail] = i
+                    tail += 1
+                    if tail > nodes:
+                        tail = 0
+                    count += 1
+    return 0, scans
+
+
+@numba.njit(cache=False)
+def _cancel_cycle(n, start, perm, pred_row, pred_col):
+    """Walk the predecessors from ``start`` (a row < n or a column n + j); if they close a cycle, give every
+    row on it the column it reaches on the cycle and return True (a label path longer than the number of
+    nodes need not be a cycle any more: its predecessors may have moved since)."""
+    nodes = 2 * n
+    seen = np.zeros(nodes, np.bool_)
+    w = start
+    while not seen[w]:  # at most 2n steps: then a node repeats
+        seen[w] = True
+        p = pred_row[w] if w < n else pred_col[w - n]
+        if p < 0:  # reached a source row: no cycle
+            return False
+        w = n + p if w < n else p
+    # w is on the cycle: go round it once, giving each row the column its arc on the cycle leads to
+    first = w
+    while True:
+        if w >= n:
+            i = pred_col[w - n]
+            perm[i] = w - n
+            w = i
+        else:
+            w = n + pred_row[w]
+        if w == first:
+            return True
+
+
+def _local_duals(S: SparseAssignment, perm, max_scans):
+    """Shortest-path potentials of ``perm`` on the arcs of S (``_shortest_path_potentials``), cancelling
+    negative cycles on the way. Returns (perm, v, changed) or None when the scan budget ran out."""
+    n = S.n
+    rows, cols, costs = S.src[n: S.m], S.tgt[n: S.m] - n, S.cost[n: S.m]
+    order = np.argsort(rows, kind="stable")
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    cols, costs = np.ascontiguousarray(cols[order]), np.ascontiguousarray(costs[order])
+    perm = perm.copy()
+    d_row, d_col = np.empty(n), np.empty(n)
+    pred_row, pred_col = np.empty(n, np.int64), np.empty(n, np.int64)
+    budget, changed = int(max_scans), False
+    while budget > 0:
+        status, scans = _shortest_path_potentials(n, indptr, cols, costs, perm, budget, d_row, d_col,
+                                                  pred_row, pred_col)
+        budget -= scans
+        if status == 0:
+            return perm, d_col.copy(), changed
+        if status == 2:
+            return None
+        changed = True
+    return None
 
 
 # ----------------------------------------------------------------------------- the multiscale guide
@@ -581,8 +829,47 @@ def _pot_fallback(X, Y, dense_max):
 
 # ----------------------------------------------------------------------------- the solver
 
-def _tolerance(rel_tol, w2sq, u, v, c_max):
-    return max(rel_tol * w2sq, ROUNDING_TOL * max(float(np.max(np.abs(u))), float(np.max(np.abs(v))), c_max), 1e-300)
+def rank_pairs(X, Y) -> np.ndarray:
+    """Row i's partner in the lexicographic ranks of the two clouds, shape (N, 1): token of rank r in X ↔ token
+    of rank r in Y. When Y holds the tokens of X in another order (duplicates included) this is an optimal
+    assignment of cost 0, which nearest-neighbour lists miss: a query point with many exact copies gets the
+    same few of them as every other copy (ties broken alike)."""
+    rx = np.lexsort(X.T[::-1])
+    ry = np.lexsort(Y.T[::-1])
+    out = np.empty((X.shape[0], 1), dtype=np.int64)
+    out[rx, 0] = ry
+    return out
+
+
+def _binary_scale(X, Y) -> float:
+    """A power of two s with the largest |coordinate|·s in [0.5, 1), when the clouds' coordinates are so large
+    that squared differences overflow or so small that they underflow (else 1: the pipeline's clouds are
+    solved as given). W2(sX, sY) = s·W2(X, Y), and multiplying by a power of two is exact."""
+    top = max(float(np.max(np.abs(X))), float(np.max(np.abs(Y))))
+    if top == 0.0 or 2.0**-SCALE_EXPONENT <= top <= 2.0**SCALE_EXPONENT:
+        return 1.0
+    return math.ldexp(1.0, -math.frexp(top)[1])
+
+
+#: clouds whose largest |coordinate| lies outside [2^-SCALE_EXPONENT, 2^SCALE_EXPONENT] are solved rescaled
+SCALE_EXPONENT = 64
+
+
+def as_cloud(A, name: str) -> np.ndarray:
+    """A finite real (N, d) float64 array, or a ValueError/TypeError naming the problem (before any work)."""
+    arr = np.asarray(A)
+    if np.iscomplexobj(arr):
+        raise TypeError(f"{name} is complex ({arr.dtype}): W2 is defined here for real coordinates only")
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must have shape (N, d), got {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape}): W2 needs at least one token in d ≥ 1")
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} has non-finite coordinates")
+    return arr
 
 
 def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 0, cell_neighbours: int = CELL_NEIGHBOURS,
@@ -592,37 +879,73 @@ def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 0, cell_neighbo
     """Exact W2 (Euclidean cost in R^d, uniform weights 1/N) between the clouds X and Y, both (N, d).
 
     The network simplex on the candidate set of the module's steps 1–2, priced on all N² pairs
-    (step 4); pairs that beat the assignment are added until the duality gap is at most ``tol``
-    (default ``rel_tol``·W2² of the assignment, above the rounding of the reduced costs), up to
-    ``max_rounds`` passes, then POT's network simplex decides (``fallback``; without it the
-    result is returned uncertified). Clouds of at most ``dense_base`` tokens use every pair.
-    ``warm`` (a previous :class:`W2Result` of clouds of the same size) adds its assignment as a
-    possible start and its column potentials as the starting ones.
-    Returns a :class:`W2Result`; ``value`` is W2 itself, sqrt((1/N) Σ_i |x_i − y_perm(i)|²).
+    (step 4); pairs that beat the assignment are added until the certified error bound on W2² (the
+    rounding of every reduced cost and of the value accounted for) is at most ``tol`` (default
+    ``rel_tol``·W2²), up to ``max_rounds`` passes, then POT's network simplex decides (``fallback``;
+    without it the result is returned uncertified). A bound at or above W2² is never certified.
+    Clouds of at most ``dense_base`` tokens use every pair. ``warm`` (a previous :class:`W2Result` of
+    clouds of the same size) adds its assignment as a possible start and its column potentials as the
+    starting ones. Returns a :class:`W2Result`; ``value`` is W2 itself, sqrt((1/N) Σ_i |x_i − y_perm(i)|²).
     """
-    X = _as_cloud(X, "X")
-    Y = _as_cloud(Y, "Y")
+    X = as_cloud(X, "X")
+    Y = as_cloud(Y, "Y")
     if X.shape != Y.shape:
         raise ValueError(f"w2_exact needs clouds of the same shape, got {X.shape} and {Y.shape}")
+    opts = dict(k=k, k_sync=k_sync, k_dual=k_dual, cell_neighbours=cell_neighbours, warm=warm, tol=tol,
+                rel_tol=rel_tol, max_rounds=max_rounds, per_row=per_row, dense_max=dense_max, dense_base=dense_base,
+                fallback=fallback, guide=guide, workers=workers)
+    scale = _binary_scale(X, Y)
+    if scale == 1.0:
+        return _solve(X, Y, opts)
+    Xs, Ys = X * scale, Y * scale
+    if not (np.array_equal(Xs / scale, X) and np.array_equal(Ys / scale, Y)):
+        raise ValueError(f"the coordinates span more than float64 can hold at one scale (largest "
+                         f"{max(np.max(np.abs(X)), np.max(np.abs(Y))):.3g}, some underflow once rescaled)")
+    if warm is not None:
+        raise ValueError("a warm start needs clouds within the unscaled range (largest |coordinate| in "
+                         f"[2^-{SCALE_EXPONENT}, 2^{SCALE_EXPONENT}])")
+    if tol is not None:
+        opts["tol"] = float(tol) * scale * scale
+    res = _solve(Xs, Ys, opts)
+    res.value /= scale
+    res.gap_bound, res.error_bound, res.target = (b / scale / scale for b in (res.gap_bound, res.error_bound,
+                                                                              res.target))
+    with np.errstate(over="ignore"):  # duals of costs beyond float64 (coordinates near 1e154) are ±inf
+        res.u, res.v = res.u / scale / scale, res.v / scale / scale
+    res.stats["scale"] = scale
+    return res
+
+
+def _meets(bound: _Bound, target: float) -> bool:
+    """Certified: the error bound reaches the target and is below W2² itself (or W2² = 0 exactly, bound 0)."""
+    eb = bound.error_bound
+    return eb <= target and (eb < bound.value_sq or eb == 0.0)
+
+
+def _target(opts, value_sq):
+    return float(opts["tol"]) if opts["tol"] is not None else opts["rel_tol"] * value_sq
+
+
+def _start(X, Y, opts, stats):
+    """Candidate lists, starting assignment and starting column potentials (steps 1–2 of the module)."""
     n = X.shape[0]
-    if n == 0:
-        raise ValueError("empty clouds")
     sync = np.arange(n, dtype=np.int64)
-    stats = dict(start="synchronous", coarse=None, separation=np.nan)
     start, v0 = sync, None
-    if n <= dense_base:  # every pair a candidate
+    if n <= opts["dense_base"]:  # every pair a candidate
         lists = [np.tile(sync, (n, 1))]
     else:
-        lists, separation = candidate_neighbours(X, Y, k, k_sync, workers)
+        lists, separation = candidate_neighbours(X, Y, opts["k"], opts["k_sync"], opts["workers"])
+        lists.append(rank_pairs(X, Y))
         stats["separation"] = separation
-        if guide or (guide is None and separation > LOCAL_SEPARATION):
-            coarse_kw = dict(k=k, k_sync=k_sync, k_dual=k_dual, cell_neighbours=cell_neighbours, rel_tol=rel_tol,
-                             max_rounds=COARSE_ROUNDS, per_row=per_row, dense_base=dense_base, fallback=False,
-                             guide=True, workers=workers)  # cell numbers pair nothing: always guided
-            g = _multiscale_guide(X, Y, cell_neighbours, workers, coarse_kw)
+        if opts["guide"] or (opts["guide"] is None and separation > LOCAL_SEPARATION):
+            coarse_kw = {key: opts[key] for key in ("k", "k_sync", "k_dual", "cell_neighbours", "rel_tol", "per_row",
+                                                    "dense_base", "workers")}
+            coarse_kw.update(max_rounds=COARSE_ROUNDS, fallback=False, guide=True)  # cells: always guided
+            g = _multiscale_guide(X, Y, opts["cell_neighbours"], opts["workers"], coarse_kw)
             start, v0 = g.start, g.v
             stats.update(start=g.kind, coarse=g.coarse)
             lists += g.lists
+    warm = opts["warm"]
     if warm is not None:
         v_warm = np.asarray(warm.v, dtype=np.float64)
         if v_warm.shape != (n,) or not np.all(np.isfinite(v_warm)):
@@ -631,9 +954,63 @@ def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 0, cell_neighbo
         p = np.asarray(warm.perm, dtype=np.int64)
         if p.shape == (n,) and np.unique(p).size == n and np.sum((X - Y[p]) ** 2) < np.sum((X - Y[start]) ** 2):
             start, stats["start"] = p, "warm"
-    if v0 is not None and k_dual > 0:
-        lists.append(lifted_neighbours(Y, v0, X, k_dual, workers))
+    if v0 is not None and opts["k_dual"] > 0:
+        lists.append(lifted_neighbours(Y, v0, X, opts["k_dual"], opts["workers"]))
     lists.append(start[:, None].copy())
+    return lists, start, v0
+
+
+def _reduced_cost_tol(opts, w2sq, potentials):
+    """Reduced costs above −this cannot move the bound past the target, or are the rounding of the potentials:
+    the simplex's pivoting threshold (potentials: its tree's) and the pricing's (the column potentials)."""
+    base = PIVOT_FRACTION * (float(opts["tol"]) if opts.get("tol") is not None else opts["rel_tol"] * w2sq)
+    return max(base, PIVOT_ROUNDING * _U * float(np.max(np.abs(potentials))), 1e-300)
+
+
+def _restart(S, perm):
+    """A fresh basis of the assignment ``perm`` on the arcs of S (after a cycle was cancelled outside it)."""
+    n = S.n
+    T = SparseAssignment.start(S.src[n: S.m].copy(), S.tgt[n: S.m] - n, S.cost[n: S.m].copy(), perm)
+    T.pivots, T.degenerate = S.pivots, S.degenerate
+    return T
+
+
+def _with_local_duals(X, Y, S, perm, opts, stats):
+    """The assignment re-solved where the rounding of the tree's potentials, not the reduced costs, limits the
+    certificate: W2² far below the costs between clusters, whose spanning tree climbs through arcs of cost
+    O(1) and leaves potentials whose last digits are the whole of c_ij − v_j inside a cluster.
+
+    The simplex again on the arcs of S that cost at most LOCAL_COST_FACTOR times the assignment's dearest
+    pair, from ``perm``: clusters joined only by dearer arcs hang from the root each by a root arc of cost 0,
+    so each has potentials of its own size, and pivoting resolves them to their own rounding. Then the
+    shortest-path potentials of its assignment (``_local_duals``), the smallest such potentials, and the
+    certificate from them. Returns (perm, v, bound, T) with T the restricted basis (to continue from), or
+    None when a budget ran out."""
+    n = S.n
+    src, tgt, cost = S.src[n: S.m], S.tgt[n: S.m] - n, S.cost[n: S.m]
+    keep = cost <= LOCAL_COST_FACTOR * float(np.max(_pair_costs(X, Y, perm)))
+    T = SparseAssignment.start(src[keep].copy(), tgt[keep].copy(), cost[keep].copy(), perm)
+    T.pivots, T.degenerate = S.pivots, S.degenerate
+    stats["local_solves"] = stats.get("local_solves", 0) + 1
+    if not T.solve(_reduced_cost_tol(dict(tol=0.0), 0.0, T.pi), max_pivots=PIVOT_BUDGET * (T.n_arcs + n)):
+        stats["pivot_budget_out"] = True
+        return None
+    local = _local_duals(T, T.assignment(), LOCAL_SCAN_BUDGET * (T.n_arcs + n))
+    if local is None:
+        stats["local_budget_out"] = True
+        return None
+    perm_l, v_l, changed = local
+    if changed:  # a cycle the pivots could not see: the basis follows the new assignment
+        stats["cycles_cancelled"] = stats.get("cycles_cancelled", 0) + 1
+        T = _restart(T, perm_l)
+    price_tol = _reduced_cost_tol(opts, float(np.mean(_pair_costs(X, Y, perm_l))), v_l)
+    return perm_l, v_l, _certificate(X, Y, perm_l, v_l, price_tol, opts["per_row"]), T
+
+
+def _solve(X, Y, opts) -> W2Result:
+    n = X.shape[0]
+    stats = dict(start="synchronous", coarse=None, separation=np.nan)
+    lists, start, v0 = _start(X, Y, opts, stats)
     no_extra = np.empty(0, dtype=np.int64)
     indptr, cols, costs = _build_csr(X, Y, numba.typed.List(lists), no_extra, no_extra)
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
@@ -644,48 +1021,63 @@ def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 0, cell_neighbo
     stats.update(start_excess=float(np.mean(start_cost)), pivots=0, degenerate=0, added_pairs=0)
     w2sq_est = float(np.mean(start_cost))
     rounds = 0
+    finished = True
     while True:
-        S.solve(PIVOT_FRACTION * rel_tol * max(w2sq_est, 1e-300) if tol is None else PIVOT_FRACTION * float(tol))
+        finished = S.solve(_reduced_cost_tol(opts, w2sq_est, S.pi), max_pivots=PIVOT_BUDGET * (S.n_arcs + n))
         perm = S.assignment()
         _, v = S.duals()
-        pair_costs = np.sum((X - Y[perm]) ** 2, axis=1)
-        w2sq_est = float(np.mean(pair_costs))
-        pricing = _price_all_pairs(X, Y, perm, v, PIVOT_FRACTION * rel_tol * max(w2sq_est, 1e-300),
-                                   per_row=per_row)
+        w2sq_est = float(np.mean(_pair_costs(X, Y, perm)))
+        price_tol = _reduced_cost_tol(opts, w2sq_est, v)
+        bound = _certificate(X, Y, perm, v, price_tol, opts["per_row"])
         rounds += 1
-        u = pricing.rowmin
-        gap = float(np.mean(pricing.assigned - pricing.rowmin))
-        tol_r = _tolerance(rel_tol, w2sq_est, u, v, float(pair_costs.max())) if tol is None else float(tol)
-        if gap <= tol_r or rounds >= max_rounds:
+        target = _target(opts, bound.value_sq)
+        rounding = bound.gap - bound.plain_gap
+        if not _meets(bound, target) and (rounding > 0.5 * target or not finished or bound.pricing.pairs.size == 0):
+            local = _with_local_duals(X, Y, S, perm, opts, stats)
+            if local is not None and local[2].error_bound < bound.error_bound:
+                perm, v, bound, S = local
+                target = _target(opts, bound.value_sq)
+                finished = True
+        if not finished:
+            stats["pivot_budget_out"] = True
+        if _meets(bound, target) or rounds >= opts["max_rounds"] or not finished:
             break
-        if rounds >= UNGUIDED_ROUNDS and stats["coarse"] is None and n > dense_base and guide is None:
-            retry = w2_exact(X, Y, k=k, k_sync=k_sync, k_dual=k_dual, cell_neighbours=cell_neighbours, warm=warm,
-                             tol=tol, rel_tol=rel_tol, max_rounds=max_rounds, per_row=per_row, dense_max=dense_max,
-                             dense_base=dense_base, fallback=fallback, guide=True, workers=workers)
+        new = bound.pricing.pairs
+        if new.size == 0:  # nothing beats the assignment beyond the rounding: more passes cannot help
+            break
+        if rounds >= UNGUIDED_ROUNDS and stats["coarse"] is None and n > opts["dense_base"] and opts["guide"] is None:
+            retry = _solve(X, Y, dict(opts, guide=True))
             retry.stats["unguided_rounds"] = rounds
             return retry
-        new = pricing.pairs
         S.add_arcs(new[:, 0], new[:, 1], np.sum((X[new[:, 0]] - Y[new[:, 1]]) ** 2, axis=1))
         stats["added_pairs"] += int(new.shape[0])
     stats.update(pivots=S.pivots, degenerate=S.degenerate, rounds=rounds,
                  start_excess=stats["start_excess"] / max(w2sq_est, 1e-300) - 1.0)
-    if gap <= tol_r or not fallback:
-        return _result(X, Y, perm, u, v, gap, gap <= tol_r, rounds, False, S.n_arcs, stats)
-    return _certified_fallback(X, Y, dense_max, tol_r, stats, rounds, S.n_arcs)
+    if _meets(bound, target) or not opts["fallback"]:
+        return _result(perm, bound, v, target, _meets(bound, target), rounds, False, S.n_arcs, stats)
+    return _certified_fallback(X, Y, S, opts, stats, rounds)
 
 
-def _result(X, Y, perm, u, v, gap, certified, rounds, fallback, n_candidates, stats) -> W2Result:
-    pair_costs = np.sum((X - Y[perm]) ** 2, axis=1)
-    value = float(np.sqrt(max(float(np.sum(pair_costs)) / X.shape[0], 0.0)))
-    return W2Result(value=value, perm=perm, u=u, v=v, rounds=rounds, fallback=fallback, certified=bool(certified),
-                    gap_bound=float(max(gap, 0.0)), n_candidates=n_candidates, stats=stats)
+def _result(perm, bound: _Bound, v, target, certified, rounds, fallback, n_candidates, stats) -> W2Result:
+    return W2Result(value=float(np.sqrt(max(bound.value_sq, 0.0))), perm=perm, u=bound.pricing.rowmin, v=v,
+                    rounds=rounds, fallback=fallback, certified=bool(certified), gap_bound=float(bound.gap),
+                    n_candidates=n_candidates, stats=stats, error_bound=float(bound.error_bound),
+                    target=float(target))
 
 
-def _certified_fallback(X, Y, dense_max, tol, stats, rounds, n_candidates) -> W2Result:
-    """POT's network simplex, its plan certified like the sparse solve's (c-transform of its column duals)."""
-    perm, _, v = _pot_fallback(X, Y, dense_max)
-    pricing = _price_all_pairs(X, Y, perm, v, np.inf)
-    gap = float(np.mean(pricing.assigned - pricing.rowmin))
-    # POT's duals carry errors of ~1e-13 (its simplex works to its own epsilon): certify them loosely
-    ok = gap <= max(float(tol), FALLBACK_TOL, FALLBACK_TOL_PER_TOKEN * X.shape[0])
-    return _result(X, Y, perm, pricing.rowmin, v, gap, ok, rounds, True, n_candidates, stats)
+def _certified_fallback(X, Y, S, opts, stats, rounds) -> W2Result:
+    """POT's network simplex, its plan certified by the same rule (``_certificate`` of its column duals, then
+    of shortest-path potentials on the candidates and its plan), at FALLBACK_REL_TOL·W2² at most."""
+    n = X.shape[0]
+    perm, _, v = _pot_fallback(X, Y, opts["dense_max"])
+    bound = _certificate(X, Y, perm, v, np.inf)
+    target = max(_target(opts, bound.value_sq), FALLBACK_REL_TOL * bound.value_sq) if opts["tol"] is None \
+        else float(opts["tol"])
+    if not _meets(bound, target):
+        S.add_arcs(np.arange(n, dtype=np.int64), perm, _pair_costs(X, Y, perm))
+        local = _with_local_duals(X, Y, S, perm, opts, stats)
+        if local is not None and local[2].error_bound < bound.error_bound:
+            perm, v, bound, S = local
+            target = max(_target(opts, bound.value_sq), FALLBACK_REL_TOL * bound.value_sq) \
+                if opts["tol"] is None else float(opts["tol"])
+    return _result(perm, bound, v, target, _meets(bound, target), rounds, True, S.n_arcs, stats)

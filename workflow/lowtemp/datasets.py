@@ -130,8 +130,11 @@ def zero_temperature_dataset(positions, drift, reference, error, grid: integrate
 #: attributes of the distance curves (their ``_zero_temperature`` versions add ", zero temperature")
 DISTANCE_ATTRS = {
     "w2_projection": io.attrs("W2(rho^beta_t, Pi_# rho0), chordal cost"),
-    "w2_zero_temperature": io.attrs("W2(rho^beta_t, rho^inf_t), chordal cost, exact (POT); NaN at snapshots "
-                                    "skipped by distances.exact_every"),
+    "w2_zero_temperature": io.attrs("W2(rho^beta_t, rho^inf_t), chordal cost, exact (certified sparse network "
+                                    "simplex); NaN at snapshots skipped by distances.exact_every"),
+    "w2_zero_temperature_sq_bound": io.attrs(
+        "certified bound on |w2_zero_temperature^2 - W2^2_opt| (duality gap and rounding, absolute); NaN where "
+        "w2_zero_temperature is"),
     "coupling_zero_temperature": io.attrs(
         "sqrt(mean_i |x_i^beta(t) - x_i^inf(t)|^2), synchronous-coupling upper bound on w2_zero_temperature"),
     "w2_zero_to_projection": io.attrs("W2(rho^inf_t, Pi_# rho0), chordal cost"),

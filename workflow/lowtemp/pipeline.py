@@ -158,8 +158,8 @@ def stage_distances_beta(name, experiment, root_seed, matrices_path, tokens_path
         for k in range(nt):
             out["w2_projection"][r, k] = transport.w2_to_projection(Y[k, r], X0[r], M.E1)
             out["coupling_zero_temperature"][r, k] = transport.synchronous_coupling(Y[k, r], Z[k, r])
-    out["w2_zero_temperature"], ckpt = _exact_w2_loop(name, beta, Y, Z, exact_w2_snapshots(experiment, nt),
-                                                      checkpoint_path)
+    exact, ckpt = _exact_w2_loop(name, beta, Y, Z, exact_w2_snapshots(experiment, nt), checkpoint_path)
+    out["w2_zero_temperature"], out["w2_zero_temperature_sq_bound"] = exact["w2"], exact["w2_sq_bound"]
     out.update(_eigenspace_distances(np.swapaxes(Y, 0, 1), M))
     io.write_netcdf(datasets.distances_beta_dataset(out, fin), output, "distances_beta",
                     io.provenance(name, experiment, root_seed, beta=beta))
@@ -167,21 +167,23 @@ def stage_distances_beta(name, experiment, root_seed, matrices_path, tokens_path
 
 
 def _exact_w2_loop(name, beta, Y, Z, exact_at, checkpoint_path):
-    """W2(ρ^β_t, ρ^∞_t) (replica, time) at the snapshots ``exact_at`` (NaN elsewhere), one certified
-    solve (``transport.w2``) at a time, resuming from and writing ``checkpoint_path`` when given.
-    Returns the values and the checkpoint (None without a path), to discard once the output is written."""
+    """W2(ρ^β_t, ρ^∞_t) (replica, time) at the snapshots ``exact_at`` (NaN elsewhere) and the certified bound on
+    its square, one certified solve (``transport.w2_certified``) at a time, resuming from and writing
+    ``checkpoint_path`` when given. Returns the arrays {"w2", "w2_sq_bound"} and the checkpoint (None without a
+    path), to discard once the output is written."""
     nt, nr = Y.shape[:2]
     ckpt = None
+    keys = ("w2", "w2_sq_bound")
     if checkpoint_path is None:
-        values, done = {"w2": np.full((nr, nt), np.nan)}, np.zeros((nr, nt), dtype=bool)
+        values, done = {key: np.full((nr, nt), np.nan) for key in keys}, np.zeros((nr, nt), dtype=bool)
     else:
         fp = checkpoint.fingerprint(Y, Z, exact_at, beta=beta)
-        ckpt = checkpoint.SolveCheckpoint(checkpoint_path, fp, ("w2",), (nr, nt))
+        ckpt = checkpoint.SolveCheckpoint(checkpoint_path, fp, keys, (nr, nt))
         values, done = ckpt.load()
     snapshots = np.flatnonzero(exact_at)
     start = logged = _time.perf_counter()
     for r, k in [(r, k) for r in range(nr) for k in snapshots if not done[r, k]]:
-        values["w2"][r, k] = transport.w2(Y[k, r], Z[k, r])
+        values["w2"][r, k], values["w2_sq_bound"][r, k] = transport.w2_certified(Y[k, r], Z[k, r])
         done[r, k] = True
         if ckpt is not None:
             ckpt.save(values, done)
@@ -190,7 +192,7 @@ def _exact_w2_loop(name, beta, Y, Z, exact_at, checkpoint_path):
             log.info("%s beta=%g: exact W2 %d / %d solves done (replica %d / %d at t index %d), %.1f s elapsed",
                      name, beta, int(done.sum()), done.size // nt * snapshots.size, r + 1, nr, k,
                      _time.perf_counter() - start)
-    return values["w2"], ckpt
+    return values, ckpt
 
 
 def stage_collect_distances(name, experiment, root_seed, matrices_path, tokens_path, zero_path, parts, output):
