@@ -12,6 +12,14 @@ Solvers:
   emd2_lazy       ot.emd2_lazy, costs on the fly (O(N) memory), cold
   emd2_lazy_warm  ot.emd2_lazy warm-started with w2_exact's optimal duals (the ceiling of any
                   warm start of POT)
+  ortools         the independent truth (docs/w2_solver.md, "Independent truth"): OR-tools'
+                  linear_sum_assignment (Goldberg-Kennedy cost scaling, no code shared with
+                  w2_exact or POT) on the dense integer costs round(S·|x_i − y_j|²), N ≤
+                  ``--truth-max``; optional: without ortools the column says "not installed".
+                  its plan's W2², summed in float64, lies in [W2², W2² + truth_bound] (W2² the optimum),
+                  truth_bound = (1 + 2⁻⁸)/S; against w2_exact's W2² it is flagged (truth_flag = 1,
+                  "DISAGREE") beyond truth_bound + w2_exact's gap_bound + 1e-13·W2² (float
+                  evaluation of the two sums)
 
 Cloud pairs (X = finite β, Y = zero temperature, from the same initial tokens):
   finite-beta  RK4 with the attention field (β = 100, t = 3) vs the exact zero-temperature
@@ -48,7 +56,80 @@ import xarray as xr
 from lowtemp import assignment, exact, integrate, io, kernel_choice, kernels, matrices, measures, transport
 from lowtemp.seeding import generator
 
-SOLVERS = ("w2_exact", "emd2", "emd2_lazy", "emd2_lazy_warm")
+SOLVERS = ("w2_exact", "emd2", "emd2_lazy", "emd2_lazy_warm", "ortools")
+
+# OR-tools' LinearSumAssignment scales the costs by N + 1 internally and answers POSSIBLE_OVERFLOW once
+# its price bound leaves int64: measured at N = 16…1024, when max cost · N(N+1) exceeds 2^63/3. The
+# integer costs are kept to max cost · N(N+1) ≤ 2^61 (3/4 of that), and below 2^44 each, so that the
+# float64 product S·c (half an ulp: ≤ 2^-10) is rounded to an integer within 1/2 + 2^-10 of it.
+TRUTH_BUDGET = 2.0**61
+TRUTH_COST_MAX = 2.0**44
+TRUTH_SLACK = 1.0 + 2.0**-8  # truth_bound = TRUTH_SLACK / S ≥ 2·(1/2 + 2^-10) / S
+TRUTH_CHUNK = 2**22  # cost entries built per call of add_arcs_with_cost
+
+
+def _ortools():
+    """OR-tools' linear_sum_assignment module, or None when ortools is not installed."""
+    try:
+        from ortools.graph.python import linear_sum_assignment
+    except ImportError:
+        return None
+    return linear_sum_assignment
+
+
+def truth_scale(X, Y):
+    """S for the integer costs round(S·c_ij): the largest that OR-tools takes at this N without overflow
+    (TRUTH_BUDGET) and that keeps each S·c_ij below TRUTH_COST_MAX. The largest cost is bounded without
+    computing a cost twice: |x − y|² ≤ min((max|x| + max|y|)², Σ_d max(x_d − y_d)²), 4 on the sphere."""
+    n = X.shape[0]
+    span = np.maximum(X.max(0) - Y.min(0), Y.max(0) - X.min(0))
+    radii = np.sqrt(np.max(np.sum(X**2, 1))) + np.sqrt(np.max(np.sum(Y**2, 1)))
+    cmax = max(min(float(np.sum(span**2)), float(radii**2) * (1 + 1e-12)), 1e-300)
+    return min(TRUTH_BUDGET / (n * (n + 1.0)), TRUTH_COST_MAX) / cmax
+
+
+def w2_ortools(X, Y):
+    """Exact W2 of the integer-rounded assignment problem by OR-tools (dense, N² arcs, about 36 bytes each).
+
+    Returns (W2 of OR-tools' plan with its cost summed in float64, truth_bound, S). With
+    c̃_ij = round(S·c_ij), |c̃_ij − S·c_ij| ≤ 1/2 + 2^-10 =: δ, and π̃ optimal for c̃, π* for c:
+    S·W2²(π̃) ≤ (1/N) Σ c̃_iπ̃(i) + δ ≤ (1/N) Σ c̃_iπ*(i) + δ ≤ S·W2²(π*) + 2δ, so
+    0 ≤ W2²(π̃) − W2² ≤ 2δ/S ≤ (1 + 2⁻⁸)/S = truth_bound (and the integer optimum over N·S is within
+    δ/S of W2²). Raises RuntimeError unless OR-tools reports OPTIMAL."""
+    lsa = _ortools()
+    if lsa is None:
+        raise RuntimeError("ortools is not installed")
+    X = np.ascontiguousarray(X, dtype=float)
+    Y = np.ascontiguousarray(Y, dtype=float)
+    n = X.shape[0]
+    S = truth_scale(X, Y)
+    solver = lsa.SimpleLinearSumAssignment()
+    cols = np.arange(n, dtype=np.int32)
+    rows = max(1, TRUTH_CHUNK // n)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        C = ((X[r0:r1, None, :] - Y[None, :, :]) ** 2).sum(-1)
+        solver.add_arcs_with_cost(np.repeat(np.arange(r0, r1, dtype=np.int32), n), np.tile(cols, r1 - r0),
+                                  np.rint(C * S).astype(np.int64).ravel())
+    status = solver.solve()
+    if status != solver.OPTIMAL:
+        raise RuntimeError(f"OR-tools linear_sum_assignment: {status}")
+    perm = np.fromiter((solver.right_mate(i) for i in range(n)), dtype=np.int64, count=n)
+    if not np.array_equal(np.sort(perm), np.arange(n)):
+        raise RuntimeError("OR-tools returned no permutation")
+    w2sq = float(np.sum((X - Y[perm]) ** 2) / n)
+    return float(np.sqrt(max(w2sq, 0.0))), TRUTH_SLACK / S, S
+
+
+def truth_check(value, gap_bound, truth_value, truth_bound):
+    """(|W2²_truth − W2²_w2_exact|, the tolerance, flag): both are costs of assignments, w2_exact's within
+    gap_bound of the optimum and the truth's within truth_bound, so they differ by at most
+    max(gap_bound, truth_bound) ≤ their sum; 1e-13·W2² covers the float evaluation of the two sums.
+    flag = 1 when they differ by more."""
+    a, b = value**2, truth_value**2
+    diff = abs(a - b)
+    tol = truth_bound + gap_bound + 1e-13 * max(a, b)
+    return diff, tol, int(not diff <= tol)
 
 
 def best_time(fn, repeats):
@@ -112,6 +193,8 @@ def run_solver(name, X, Y, duals=None):
         return res.value, res
     if name == "emd2":
         return transport.w2_network_simplex(X, Y), None
+    if name == "ortools":
+        return w2_ortools(X, Y)[0], None
     kw = {} if name == "emd2_lazy" else dict(potentials_init=duals)
     cost = ot.emd2_lazy(X, Y, a, a, numItermax=10**9, return_matrix=False, **kw)
     return float(np.sqrt(max(float(cost), 0.0))), None
@@ -160,6 +243,17 @@ def compare(case, X, Y, args, log, warm=None):
         if n <= limit:
             t, (value, _) = best_time(lambda: run_solver(solver, X, Y, (res.u, res.v)), 1)
             rows[solver] = dict(seconds=t, value=value)
+    truth = ("not installed" if _ortools() is None else
+             f"skipped (N > --truth-max {args.truth_max})" if n > args.truth_max else None)
+    if truth is None:
+        try:
+            t, (value, bound, scale) = best_time(lambda: w2_ortools(X, Y), 1)
+        except (RuntimeError, MemoryError) as err:  # POSSIBLE_OVERFLOW, say: the row is left out, the log says why
+            truth = f"failed: {err}"
+        else:
+            diff, tol, flag = truth_check(res.value, res.gap_bound, value, bound)
+            rows["ortools"] = dict(seconds=t, value=value, truth_bound=bound, truth_scale=scale, truth_diff=diff,
+                                   truth_tol=tol, truth_flag=flag)
     if args.memory:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "clouds.npz"
@@ -178,8 +272,27 @@ def compare(case, X, Y, args, log, warm=None):
         + (f"  warm {new['warm_seconds']:.3f} s" if warm is not None else "")
         + "".join(f" | {s} {rows[s]['seconds']:8.2f} s {rows[s]['peak_mb']:8.1f} MB (x{speed[s]:.1f}) "
                   f"rel {rows[s]['rel_diff']:.1e}" for s in rows if s != "w2_exact")
+        + (f" | ortools {truth}" if truth else
+           f" vs w2_exact {rows['ortools']['truth_diff']:.1e} " + ("> " if rows["ortools"]["truth_flag"] else "<= ")
+           + f"{rows['ortools']['truth_tol']:.1e} " + ("DISAGREE" if rows["ortools"]["truth_flag"] else "ok"))
         + f" | W2 {new['value']:.8g}  new vs emd2 {new['rel_diff']:.1e}")
     return rows, res
+
+
+def job_share(results: str) -> str:
+    """The share of a finished run's job time (Snakemake's benchmark files, results/<experiment>/benchmarks/*.tsv,
+    wall seconds ``s``) spent in the distances_beta jobs, whose cost is the exact W2(ρ^β_t, ρ^∞_t) solves."""
+    seconds = {}
+    for tsv in sorted(Path(results).glob("*/benchmarks/*.tsv")):
+        rows = tsv.read_text().splitlines()
+        if len(rows) > 1 and rows[0].split("\t")[0] == "s":
+            seconds[f"{tsv.parent.parent.name}/{tsv.stem}"] = sum(float(r.split("\t")[0]) for r in rows[1:])
+    if not seconds:
+        return f"W2 share of job time: no finished run under {results}/ (make reproduce first)"
+    w2 = sum(v for k, v in seconds.items() if k.split("/")[1].startswith("distances_beta"))
+    total = sum(seconds.values())
+    return (f"W2 share of job time ({results}/, {len(seconds)} jobs): distances_beta {w2:.0f} s of {total:.0f} s "
+            f"= {100 * w2 / total:.0f} %")
 
 
 def main(argv=None):
@@ -191,11 +304,17 @@ def main(argv=None):
     ap.add_argument("--every", type=int, default=4, help="with --snapshots: every n-th snapshot (default 4)")
     ap.add_argument("--emd2-max", type=int, default=16384, help="largest N for ot.emd2 (dense N×N matrix)")
     ap.add_argument("--lazy-max", type=int, default=4096, help="largest N for ot.emd2_lazy")
+    ap.add_argument("--truth-max", type=int, default=8192,
+                    help="largest N for the independent truth (ortools, dense: ~36 bytes a pair, 2.3 GB at 8192)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--memory", action="store_true", help="peak memory of each solve in a fresh process")
+    ap.add_argument("--job-share", metavar="RESULTS", default=None,
+                    help="also report the exact-W2 jobs' share of the job time of a run under RESULTS")
     ap.add_argument("--out", default="results/bench/w2.nc")
     args = ap.parse_args(argv)
     log = lambda s: print(s, flush=True)  # noqa: E731
+    if args.job_share is not None:
+        log(job_share(args.job_share))
     for n in (64, 600):  # compile the numba kernels of every path outside the timings
         P = np.ascontiguousarray(measures.uniform(generator(1, "bench", "w2", "jit", str(n)), 1, n, 3)[0])
         assignment.w2_exact(P, P[::-1].copy(), guide=True)
@@ -210,12 +329,20 @@ def main(argv=None):
                 totals[solver] = totals.get(solver, 0.0) + r["seconds"]
                 records.append(dict(case=case, tokens=X.shape[0], solver=solver, **{
                     k: float(r.get(k, np.nan)) for k in ("seconds", "peak_mb", "rel_diff", "value", "pricing_ns",
-                                                         "rounds", "pivots", "gap", "warm_seconds")}))
+                                                         "rounds", "pivots", "gap", "warm_seconds", "truth_bound",
+                                                         "truth_scale", "truth_diff", "truth_tol", "truth_flag")}))
     both = [r["case"] + str(r["tokens"]) for r in records if r["solver"] == "emd2"]
     t_new = sum(r["seconds"] for r in records if r["solver"] == "w2_exact" and r["case"] + str(r["tokens"]) in both)
     t_emd = sum(r["seconds"] for r in records if r["solver"] == "emd2")
     if t_emd > 0:
         log(f"all solves with emd2: w2_exact {t_new:.2f} s, emd2 {t_emd:.2f} s, speed-up {t_emd / t_new:.2f}")
+    truth = [r for r in records if r["solver"] == "ortools"]
+    if truth:
+        bad = [f"{r['case']} N={r['tokens']}" for r in truth if r["truth_flag"]]
+        log(f"independent truth (ortools): {len(truth) - len(bad)} of {len(truth)} solves agree with w2_exact "
+            f"within the rounding bound + gap_bound" + (f"; DISAGREE: {', '.join(bad)}" if bad else ""))
+    elif _ortools() is None:
+        log("independent truth (ortools): not installed (pip install ortools, or .[truth])")
     if args.snapshots:
         warm = sum(r["warm_seconds"] for r in records if r["solver"] == "w2_exact" and np.isfinite(r["warm_seconds"]))
         log(f"w2_exact warm-started from the previous snapshot: {warm:.2f} s against {totals['w2_exact']:.2f} s cold")

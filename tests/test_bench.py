@@ -4,15 +4,26 @@ No timing is asserted here (timings belong to the benchmark's printed ratios);
 the accuracy column is, since it is a number the kernels must meet anywhere.
 """
 
+import importlib.util
+import itertools
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lowtemp import io
 
 ROOT = Path(__file__).resolve().parents[1]
+HAS_ORTOOLS = importlib.util.find_spec("ortools") is not None
+
+
+def _bench_w2_module():
+    spec = importlib.util.spec_from_file_location("bench_w2", ROOT / "benchmarks" / "bench_w2.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_bench_quick_writes_table(tmp_path):
@@ -41,14 +52,77 @@ def test_w2_bench_reports_the_solvers_side_by_side(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     ds = io.read_netcdf(out, "bench")
     solvers = ds["solver"].values.tolist()
-    assert sorted(set(solvers)) == ["emd2", "emd2_lazy", "emd2_lazy_warm", "w2_exact"]
+    expected = ["emd2", "emd2_lazy", "emd2_lazy_warm"] + ["ortools"] * HAS_ORTOOLS + ["w2_exact"]
+    assert sorted(set(solvers)) == expected
     rel = ds["rel_diff"].values
-    assert np.all(rel[np.isfinite(rel)] <= 1e-9) and np.isfinite(rel).sum() == len(solvers)
+    assert np.isfinite(rel).sum() == len(solvers)
+    # the independent truth (integer costs) is held to its rounding bound and its flag, below
+    assert np.all(rel[ds["solver"].values != "ortools"] <= 1e-9)
     new = ds.where(ds["solver"] == "w2_exact", drop=True)
     dense = ds.where(ds["solver"] == "emd2", drop=True)
     assert np.all(new["pricing_ns"].values > 0) and np.all(new["gap"].values <= 1e-11)
     assert np.all(dense["peak_mb"].values > new["peak_mb"].values)
     assert "speed-up" in proc.stdout
+    if HAS_ORTOOLS:
+        truth = ds.where(ds["solver"] == "ortools", drop=True)
+        assert np.all(truth["truth_flag"].values == 0)
+        assert np.all(truth["truth_diff"].values <= truth["truth_tol"].values)
+        assert "2 of 2 solves agree" in proc.stdout
+    else:
+        assert "ortools not installed" in proc.stdout
+
+
+@pytest.mark.skipif(not HAS_ORTOOLS, reason="ortools (the independent truth) is not installed")
+def test_w2_bench_independent_truth_agrees_at_tiny_n(tmp_path):
+    """bench_w2's ortools column at N = 128 on the cloud pairs that must agree (w2_exact certified, the
+    truth exact for the rounded costs): flag 0, difference within the rounding bound + gap_bound, and the
+    bound itself of the order 1/S (S from OR-tools' overflow budget)."""
+    out = tmp_path / "w2.nc"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_w2.py"), "--sizes", "128", "--kinds",
+                           "perturbed", "clusters", "departed", "--repeats", "1", "--lazy-max", "0", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ds = io.read_netcdf(out, "bench")
+    truth = ds.where(ds["solver"] == "ortools", drop=True)
+    assert truth.sizes["row"] == 3
+    assert np.all(truth["truth_flag"].values == 0)
+    assert np.all(truth["truth_diff"].values <= truth["truth_tol"].values)
+    assert np.all((truth["truth_bound"].values > 0) & (truth["truth_bound"].values < 1e-10))
+    assert "3 of 3 solves agree" in proc.stdout and "DISAGREE" not in proc.stdout
+
+
+def test_w2_bench_runs_without_the_independent_truth(tmp_path):
+    """With ortools not importable the benchmark still runs, and its column says so."""
+    out = tmp_path / "w2.nc"
+    argv = ["bench_w2.py", "--sizes", "64", "--kinds", "perturbed", "--repeats", "1", "--out", str(out)]
+    code = (f"import runpy, sys; sys.modules['ortools'] = None; sys.argv = {argv!r}; "
+            f"runpy.run_path({str(ROOT / 'benchmarks' / 'bench_w2.py')!r}, run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ortools not installed" in proc.stdout
+    assert "ortools" not in io.read_netcdf(out, "bench")["solver"].values.tolist()
+
+
+def test_truth_rounding_bound_and_flag():
+    """w2_ortools against brute force over all 7! assignments: its plan's W2² lies in [W2², W2² + bound]
+    (on the sphere and on a cloud of size 1e-4, where S is 10^8 times larger); truth_check passes a
+    value within gap_bound and flags one beyond bound + gap_bound."""
+    bench = _bench_w2_module()
+    if not HAS_ORTOOLS:
+        pytest.skip("ortools (the independent truth) is not installed")
+    rng = np.random.default_rng(3)
+    for scale in (1.0, 1e-4):
+        X, Y = (scale * P / np.linalg.norm(P, axis=1, keepdims=True) for P in rng.standard_normal((2, 7, 3)))
+        C = ((X[:, None] - Y[None]) ** 2).sum(-1)
+        opt = min(C[np.arange(7), list(p)].mean() for p in itertools.permutations(range(7)))
+        value, bound, S = bench.w2_ortools(X, Y)
+        assert 0 < bound < 1e-11 * scale**2 and S > 1e11 / scale**2
+        assert opt - 1e-15 * opt <= value**2 <= opt + bound
+        diff, tol, flag = bench.truth_check(np.sqrt(opt), 0.0, value, bound)
+        assert flag == 0 and diff <= tol
+        assert bench.truth_check(np.sqrt(opt + 4 * bound), bound, value, bound)[2] == 1
+        assert bench.truth_check(np.sqrt(opt + 4 * bound), 0.0, value, bound)[2] == 1
+        assert bench.truth_check(np.sqrt(opt + 0.5 * bound), bound, value, bound)[2] == 0
 
 
 def test_ess_scaling_measures_the_growth_with_n(tmp_path):
@@ -67,3 +141,16 @@ def test_ess_scaling_measures_the_growth_with_n(tmp_path):
     np.testing.assert_allclose(ess0[1:] / ess0[:-1], 2.0, rtol=0.15)
     assert np.all(np.isfinite(ds["w2"].values))
     assert "min ESS" in proc.stdout and "1024" in proc.stdout
+
+
+def test_job_share_sums_the_runs_benchmark_files(tmp_path):
+    """The exact-W2 share of a run's job time, from Snakemake's benchmark files (two repeats summed)."""
+    share = _bench_w2_module().job_share
+    assert "no finished run" in share(str(tmp_path))
+    bench = tmp_path / "exp" / "benchmarks"
+    bench.mkdir(parents=True)
+    header = "s\th:m:s\tmax_rss\n"
+    (bench / "distances_beta10.tsv").write_text(header + "30.0\t0:00:30\t1\n10.0\t0:00:10\t1\n")
+    (bench / "finite_temperature_beta10.tsv").write_text(header + "50.0\t0:00:50\t1\n")
+    (bench / "distances.tsv").write_text(header + "10.0\t0:00:10\t1\n")
+    assert "distances_beta 40 s of 100 s = 40 %" in share(str(tmp_path))

@@ -216,3 +216,14 @@ def test_build_context_ignore_files():
     for produced in (".venv/bin/python", "results/x/distances.nc", ".snakemake/log", ".git/HEAD",
                      "workflow/lowtemp/__pycache__/io.cpython-311.pyc", "workflow/lowtemp.egg-info/PKG-INFO"):
         assert _excluded(produced, patterns), f"{produced} must stay out of the build context"
+
+
+def test_bench_installs_the_truth_extra_pinned_in_pyproject():
+    """`make bench` installs the optional `truth` extra (the independent W2 solver) at pyproject's pin."""
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["truth"]
+    makefile = (ROOT / "Makefile").read_text()
+    pinned = re.search(r"^TRUTH\s*:=\s*(\S+)$", makefile, re.M)
+    assert pinned and extra == [pinned.group(1)], (extra, pinned)
+    assert all(PIN.match(req) for req in extra), extra
