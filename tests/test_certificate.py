@@ -229,3 +229,13 @@ def test_a_shifted_chain_among_matched_tokens():
     w2sq = _lsa_w2sq(X, Y) / len(X)
     assert w2sq == pytest.approx(128 * (8e-11) ** 2 / 1024, rel=1e-3)
     _assert_right(assignment.w2_exact(X, Y), w2sq)
+
+
+def test_the_pivot_budget_ends_a_solve_and_hands_it_to_the_fallback(monkeypatch):
+    """The last guard: a simplex out of pivots stops, and POT's plan, certified by the same bound, answers."""
+    rng = np.random.default_rng(12)
+    X, Y = _sphere(rng, 600, 3), _sphere(rng, 600, 3)
+    monkeypatch.setattr(assignment, "PIVOT_BUDGET", 0)
+    res = assignment.w2_exact(X, Y)
+    assert res.stats["pivot_budget_out"] and res.fallback and res.certified
+    assert abs(res.value**2 - _lsa_w2sq(X, Y) / 600) <= res.error_bound

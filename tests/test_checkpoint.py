@@ -282,7 +282,7 @@ def test_distances_stage_resumes_its_exact_w2_loop_losing_at_most_one_solve(tiny
     solves = int(np.sum(np.isfinite(plain["w2_zero_temperature"].values)))
     assert solves >= 6
     ckpt = tmp_path / "checkpoints" / "distances.nc"
-    real = transport.w2
+    real = transport.w2_certified
     calls = {"n": 0}
 
     def dying(*args, **kw):
@@ -291,7 +291,7 @@ def test_distances_stage_resumes_its_exact_w2_loop_losing_at_most_one_solve(tiny
             raise Interrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(transport, "w2", dying)
+    monkeypatch.setattr(transport, "w2_certified", dying)
     with pytest.raises(Interrupt):
         _run_distances(tiny, tmp_path, tmp_path / "resumed.nc", checkpoint_path=ckpt)
     assert not (tmp_path / "resumed.nc").exists()

@@ -58,7 +58,7 @@ REL_TOL = 1e-11
 PIVOT_FRACTION = 0.25
 PIVOT_ROUNDING = 64.0
 #: pivots of one simplex solve at most PIVOT_BUDGET·(arcs + N): the last guard against a solve without end
-#: (the default run's solves take 0.5–3 pivots per arc)
+#: (the default run's concentration experiment, every third snapshot of replica 0: median 0.29, at most 0.42)
 PIVOT_BUDGET = 50
 #: label scans of the shortest-path potentials at most LOCAL_SCAN_BUDGET·(arcs + N)
 LOCAL_SCAN_BUDGET = 50
