@@ -158,15 +158,15 @@ def test_equals_linear_sum_assignment(seed, n, d, kind):
 
 
 def test_coordinates_near_underflow_and_overflow_are_solved_rescaled():
-    """W2(sX, sY) = s·W2(X, Y): at s = 1e-170 every cost underflows and at 1e154 overflows unless the
-    solver rescales by a power of two (exact)."""
+    """W2(sX, sY) = s·W2(X, Y): at s = 1e-120 every cost underflows and at 1e120 overflows unless the
+    solver rescales by a power of two (exact); W2² and its bound are then normal float64 numbers."""
     rng = np.random.default_rng(2)
     X, Y = _sphere(rng, 300, 3), _sphere(rng, 300, 3)
     ref = assignment.w2_exact(X, Y)
-    for s in (1e-170, 1e154):
+    for s in (1e-120, 1e120):
         res = assignment.w2_exact(X * s, Y * s)
         assert res.certified and res.value == pytest.approx(ref.value * s, rel=1e-13)
-        assert res.stats["scale"] != 1.0
+        assert res.stats["scale_exponent"] != 0
     wide = X.copy()
     wide[0, 0], wide[1, 0] = 1e200, 1e-300
     with pytest.raises(ValueError, match="span more than float64"):
@@ -239,3 +239,42 @@ def test_the_pivot_budget_ends_a_solve_and_hands_it_to_the_fallback(monkeypatch)
     res = assignment.w2_exact(X, Y)
     assert res.stats["pivot_budget_out"] and res.fallback and res.certified
     assert abs(res.value**2 - _lsa_w2sq(X, Y) / 600) <= res.error_bound
+
+
+def test_bounds_too_small_or_large_for_float64_are_not_certified():
+    """At 1e-160 W2² is below float64's normal range and at 1e200 above it: the value is still given, but a
+    bound on W2² cannot be held, so nothing is certified; a subnormal difference of one coordinate (W2² ≈
+    1e-650) is not certified as W2 = 0 either."""
+    rng = np.random.default_rng(8)
+    X, Y = _sphere(rng, 300, 3), _sphere(rng, 300, 3)
+    ref = assignment.w2_exact(X, Y).value
+    for s in (1e-160, 1e200):
+        res = assignment.w2_exact(X * s, Y * s)
+        assert not res.certified and res.value == pytest.approx(ref * s, rel=1e-13)
+    W = X.copy()
+    W[0, 0] = 5e-324
+    V = W[rng.permutation(300)].copy()
+    V[V[:, 0] == 5e-324, 0] = 0.0  # one coordinate differs by the smallest subnormal: W2² ≈ 8e-650
+    res = assignment.w2_exact(W, V)
+    assert res.value == 0.0 and not res.certified and res.error_bound > 0.0
+    all_subnormal = np.ldexp(_sphere(rng, 20, 3), -1040)
+    res = assignment.w2_exact(all_subnormal, all_subnormal[::-1].copy())
+    assert res.value == 0.0 and res.certified
+
+
+@pytest.mark.parametrize("option,value", [("tol", "x"), ("tol", -1.0), ("rel_tol", -1.0), ("rel_tol", np.nan),
+                                          ("dense_base", 0), ("cell_neighbours", 0), ("k", -1), ("warm", "x")])
+def test_bad_options_are_named(option, value):
+    X = _sphere(np.random.default_rng(0), 10, 3)
+    with pytest.raises((ValueError, TypeError), match=option):
+        assignment.w2_exact(X, X, **{option: value})
+
+
+def test_masked_unequal_mass_and_inexact_inputs_are_refused():
+    X = np.ones((4, 2))
+    with pytest.raises(TypeError, match="masked"):
+        transport.w2(np.ma.masked_array(X, mask=False), X)
+    with pytest.raises(ValueError, match="same total mass"):
+        transport.w2(X, X, a=np.ones(4))
+    with pytest.raises(ValueError, match="does not hold exactly"):
+        transport.w2(np.full((4, 2), 2**62 + 1, dtype=np.int64), X)

@@ -234,7 +234,7 @@ def _keep_most_negative(worst_r, worst_j, nkeep, r, j):
 
 @numba.njit(cache=False, inline="always")
 def _rounding_of(s, r, g, e, underflow, uf):
-    """Bound on |r̂ − r| for r̂ = fl(ĉ − v_j), ĉ = fl(Σ_a fl(x_a − y_a)²): g·ĉ (the cost's d + 2 roundings)
+    """Bound on |r̂ − r| for r̂ = fl(ĉ − v_j), ĉ = fl(Σ_a fl(x_a − y_a)²): g·ĉ (the cost's own roundings)
     + e·|r̂| (the subtraction, and the one that applies this bound), plus the subnormal spacing when
     ĉ may have underflowed (``underflow``: some coordinate difference was not zero)."""
     b = g * s + e * abs(r)
@@ -396,14 +396,20 @@ def _certificate(X, Y, perm, v, price_tol, per_row=8) -> _Bound:
     n = X.shape[0]
     pricing = _price_all_pairs(X, Y, perm, v, price_tol, per_row=per_row)
     terms = pricing.assigned_hi - pricing.rowmin_lo  # each ≥ 0 up to one rounding, u·|term|
-    gap = math.fsum(terms.tolist()) * (1.0 + 4.0 * _U) / n
+    gap = _mean_up(math.fsum(terms.tolist()) * (1.0 + 4.0 * _U), n)
     plain = math.fsum((pricing.assigned - pricing.rowmin).tolist()) / n
     pair_costs = _pair_costs(X, Y, perm)
     value_sq = math.fsum(pair_costs.tolist()) / n
     g, _, uf = _rounding_constants(X.shape[1])
-    underflow = float(np.count_nonzero((pair_costs < _TINY) & np.any(X != Y[perm], axis=1))) * uf / n
-    value_err = (g + 3.0 * _U) * value_sq + underflow
+    underflow = float(np.count_nonzero((pair_costs < _TINY) & np.any(X != Y[perm], axis=1))) * uf
+    value_err = (g + 3.0 * _U) * value_sq + _mean_up(underflow, n)
     return _Bound(gap=max(gap, 0.0), plain_gap=plain, value_sq=value_sq, value_err=value_err, pricing=pricing)
+
+
+def _mean_up(total: float, n: int) -> float:
+    """total / n rounded up (a sum of subnormal rounding terms must not become 0 by the division)."""
+    r = total / n
+    return r if r * n >= total else float(np.nextafter(r, np.inf))
 
 
 def _pair_costs(X, Y, perm):
@@ -841,14 +847,20 @@ def rank_pairs(X, Y) -> np.ndarray:
     return out
 
 
-def _binary_scale(X, Y) -> float:
-    """A power of two s with the largest |coordinate|·s in [0.5, 1), when the clouds' coordinates are so large
-    that squared differences overflow or so small that they underflow (else 1: the pipeline's clouds are
-    solved as given). W2(sX, sY) = s·W2(X, Y), and multiplying by a power of two is exact."""
+def _binary_exponent(X, Y) -> int:
+    """e with the largest |coordinate|·2^e in [0.5, 1), when the clouds' coordinates are so large that squared
+    differences overflow or so small that they underflow (else 0: the pipeline's clouds are solved as given).
+    W2(sX, sY) = s·W2(X, Y), and multiplying by a power of two is exact (``np.ldexp``, subnormals included)."""
     top = max(float(np.max(np.abs(X))), float(np.max(np.abs(Y))))
     if top == 0.0 or 2.0**-SCALE_EXPONENT <= top <= 2.0**SCALE_EXPONENT:
-        return 1.0
-    return math.ldexp(1.0, -math.frexp(top)[1])
+        return 0
+    return -math.frexp(top)[1]
+
+
+def _up(x: float, e: int) -> float:
+    """x·2^e rounded up (a bound stays a bound when the result is subnormal, or 0 would be)."""
+    r = float(np.ldexp(x, e))
+    return r if np.ldexp(r, -e) >= x else float(np.nextafter(r, np.inf))
 
 
 #: clouds whose largest |coordinate| lies outside [2^-SCALE_EXPONENT, 2^SCALE_EXPONENT] are solved rescaled
@@ -857,6 +869,8 @@ SCALE_EXPONENT = 64
 
 def as_cloud(A, name: str) -> np.ndarray:
     """A finite real (N, d) float64 array, or a ValueError/TypeError naming the problem (before any work)."""
+    if isinstance(A, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array: drop the masked tokens first (W2 would ignore the mask)")
     arr = np.asarray(A)
     if np.iscomplexobj(arr):
         raise TypeError(f"{name} is complex ({arr.dtype}): W2 is defined here for real coordinates only")
@@ -866,10 +880,12 @@ def as_cloud(A, name: str) -> np.ndarray:
         raise ValueError(f"{name} must have shape (N, d), got {arr.shape}")
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{name} is empty (shape {arr.shape}): W2 needs at least one token in d ≥ 1")
-    arr = np.ascontiguousarray(arr, dtype=np.float64)
-    if not np.all(np.isfinite(arr)):
+    out = np.ascontiguousarray(arr, dtype=np.float64)
+    if not np.all(np.isfinite(out)):
         raise ValueError(f"{name} has non-finite coordinates")
-    return arr
+    if arr.dtype != np.float64 and arr.dtype.kind in "iuf" and not np.array_equal(out.astype(arr.dtype), arr):
+        raise ValueError(f"{name} ({arr.dtype}) has coordinates that float64 does not hold exactly")
+    return out
 
 
 def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 0, cell_neighbours: int = CELL_NEIGHBOURS,
@@ -894,26 +910,59 @@ def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 0, cell_neighbo
     opts = dict(k=k, k_sync=k_sync, k_dual=k_dual, cell_neighbours=cell_neighbours, warm=warm, tol=tol,
                 rel_tol=rel_tol, max_rounds=max_rounds, per_row=per_row, dense_max=dense_max, dense_base=dense_base,
                 fallback=fallback, guide=guide, workers=workers)
-    scale = _binary_scale(X, Y)
-    if scale == 1.0:
+    _check_options(opts)
+    e = _binary_exponent(X, Y)
+    if e == 0:
         return _solve(X, Y, opts)
-    Xs, Ys = X * scale, Y * scale
-    if not (np.array_equal(Xs / scale, X) and np.array_equal(Ys / scale, Y)):
+    Xs, Ys = np.ldexp(X, e), np.ldexp(Y, e)
+    if not (np.array_equal(np.ldexp(Xs, -e), X) and np.array_equal(np.ldexp(Ys, -e), Y)):
         raise ValueError(f"the coordinates span more than float64 can hold at one scale (largest "
                          f"{max(np.max(np.abs(X)), np.max(np.abs(Y))):.3g}, some underflow once rescaled)")
     if warm is not None:
         raise ValueError("a warm start needs clouds within the unscaled range (largest |coordinate| in "
                          f"[2^-{SCALE_EXPONENT}, 2^{SCALE_EXPONENT}])")
     if tol is not None:
-        opts["tol"] = float(tol) * scale * scale
+        opts["tol"] = float(np.ldexp(float(tol), 2 * e))
     res = _solve(Xs, Ys, opts)
-    res.value /= scale
-    res.gap_bound, res.error_bound, res.target = (b / scale / scale for b in (res.gap_bound, res.error_bound,
-                                                                              res.target))
-    with np.errstate(over="ignore"):  # duals of costs beyond float64 (coordinates near 1e154) are ±inf
-        res.u, res.v = res.u / scale / scale, res.v / scale / scale
-    res.stats["scale"] = scale
+    with np.errstate(over="ignore", under="ignore"):  # squares beyond float64 (coordinates near 1e154 or 1e-154)
+        res.value = float(np.ldexp(res.value, -e))
+        res.gap_bound, res.error_bound = _up(res.gap_bound, -2 * e), _up(res.error_bound, -2 * e)
+        res.target = float(np.ldexp(res.target, -2 * e))
+        res.u, res.v = np.ldexp(res.u, -2 * e), np.ldexp(res.v, -2 * e)
+    # a bound on W2² is only a bound where float64 holds W2², its target and the bound: normal, finite numbers
+    # (or 0 for 0)
+    finite = np.isfinite(res.value * res.value) and np.isfinite(res.target) and np.isfinite(res.error_bound)
+    exact_zero = res.error_bound == 0.0 and res.value == 0.0
+    representable = finite and (res.error_bound >= np.finfo(float).tiny or exact_zero)
+    if res.certified and not representable:
+        res.certified = False
+        res.stats["unrepresentable"] = True
+    res.stats["scale_exponent"] = e
     return res
+
+
+#: w2_exact's integer options and their smallest values
+_INTEGER_OPTIONS = dict(k=0, k_sync=0, k_dual=0, cell_neighbours=1, max_rounds=1, per_row=1, dense_max=0,
+                        dense_base=1)
+
+
+def _check_options(opts) -> None:
+    """ValueError/TypeError naming the option, before any work."""
+    for key, smallest in _INTEGER_OPTIONS.items():
+        value = opts[key]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < smallest:
+            raise ValueError(f"w2_exact: {key} must be an integer ≥ {smallest}, got {value!r}")
+    for key, allow_none in (("tol", True), ("rel_tol", False)):
+        value = opts[key]
+        if value is None and allow_none:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
+                or not math.isfinite(value) or value < 0 or (key == "rel_tol" and value >= 1):
+            raise ValueError(f"w2_exact: {key} must be a finite number ≥ 0{' below 1' if key == 'rel_tol' else ''}"
+                             f"{' or None' if allow_none else ''}, got {value!r}")
+    warm = opts["warm"]
+    if warm is not None and not (hasattr(warm, "v") and hasattr(warm, "perm")):
+        raise TypeError(f"w2_exact: warm must be a previous W2Result, got {type(warm).__name__}")
 
 
 def _meets(bound: _Bound, target: float) -> bool:

@@ -58,7 +58,7 @@ def w2_certified(X: np.ndarray, Y: np.ndarray, a: np.ndarray | None = None, b: n
         if not result.certified:
             raise TransportNotConverged(
                 f"exact W2 between {len(X)} tokens was not certified: error bound on W2² "
-                f"{result.error_bound:.3g} against the target {result.target:.3g} (W2² = {result.value**2:.3g}; "
+                f"{result.error_bound:.3g} against the target {result.target:.3g} (W2 = {result.value:.3g}; "
                 f"{result.rounds} pricing passes, POT fallback {'taken' if result.fallback else 'not taken'})")
         return result.value, result.error_bound
     return w2_network_simplex(X, Y, a, b, max_iterations), float("nan")
@@ -71,6 +71,8 @@ def w2_network_simplex(X: np.ndarray, Y: np.ndarray, a: np.ndarray | None = None
     Y = assignment.as_cloud(Y, "Y")
     a = np.full(len(X), 1.0 / len(X)) if a is None else _weights(a, len(X), "a")
     b = np.full(len(Y), 1.0 / len(Y)) if b is None else _weights(b, len(Y), "b")
+    if not np.isclose(np.sum(a), np.sum(b), rtol=1e-9, atol=0.0):
+        raise ValueError(f"weights a and b must have the same total mass, got {np.sum(a):.17g} and {np.sum(b):.17g}")
     C = squared_euclidean_cost(X, Y)
     if max_iterations is None:
         max_iterations = max(100_000, 100 * len(X) * len(Y))
