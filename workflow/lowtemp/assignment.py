@@ -17,17 +17,24 @@ pairs without storing them, and grown where the pricing finds better pairs:
    nearest neighbours say nothing about the plan and the matched cells do.
 2. Candidates (CSR, O(N·k) memory): besides the matched cells, the k nearest y's of x_i, the
    k_sync nearest y's of y_i, the ``k_dual`` columns minimising c_ij − v_j under the starting
-   potentials (``lifted_neighbours``), the starting assignment and (i, i).
+   potentials (``lifted_neighbours``), the starting assignment, (i, i) and the lexicographic rank
+   pairs (``rank_pairs``: every exact copy of a token gets its own partner).
 3. Network simplex on the candidates from the starting basis (``simplex.SparseAssignment``):
    exact on the candidate graph, insensitive to the degeneracy of clustered clouds.
 4. Pricing and certificate. A streamed numba pass over all N² pairs (parallel over rows) gives
    the c-transform u*_i = min_j (c_ij − v_j) of the simplex's column potentials, which makes (u*, v)
    dual feasible for the whole problem by construction. Weak duality then bounds the error of
-   the assignment π: W2²(π) − W2²_opt ≤ (1/N) Σ_i (c_{iπ(i)} − v_{π(i)} − u*_i) = ``gap_bound``.
-   The pass also returns, per row, the columns that beat the row's assignment; if the gap
-   exceeds ``tol`` they join the candidate set and the simplex resumes from its basis (column
+   the assignment π: W2²(π) − W2²_opt ≤ (1/N) Σ_i (c_{iπ(i)} − v_{π(i)} − u*_i) = ``gap_bound``,
+   every term bounded with the rounding of its own arithmetic (``_rounding_of``), so the bound holds
+   for the exact costs of the given coordinates; ``error_bound`` adds the rounding of W2²(π).
+   Certified: error_bound ≤ ``rel_tol``·W2² (or ``tol``) and below W2² (or both 0). Where the tree's
+   O(1) potentials leave the bound to rounding (W2² far below the costs between clusters), the
+   assignment is re-solved on its cheap arcs with potentials of their own size (``_with_local_duals``).
+   The pass also returns, per row, the columns that beat the row's assignment; if the bound
+   misses the target they join the candidate set and the simplex resumes from its basis (column
    generation), up to ``max_rounds`` passes; then POT's network simplex (``ot.emd`` dense up to
-   ``DENSE_MAX`` tokens, ``ot.emd2_lazy`` above) gives the answer, certified the same way.
+   ``DENSE_MAX`` tokens, ``ot.emd2_lazy`` above) gives the answer, certified by the same bound at
+   ``FALLBACK_REL_TOL``.
 
 Everything is sequential except the nearest-neighbour queries and the pricing pass (parallel
 over rows, each row writing its own output slots), so the same input gives the same bits.
