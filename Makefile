@@ -50,7 +50,7 @@ test: $(STAMP)
 ## lint: snakemake --lint finds nothing, the workflow files are snakefmt-formatted (also part of make test)
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
-	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/snakefmt --check Snakefile workflow/Snakefile workflow/rules
 
 ## test-faults: fault injection (SIGKILL mid-run and mid-write, resume bit for bit), bounded in time
 test-faults: $(STAMP)

@@ -3,6 +3,8 @@ import re
 
 import os
 
+from snakemake.sourcecache import LocalSourceFile
+
 from lowtemp import convergence as lowtemp_convergence
 from lowtemp import experiment as lowtemp_experiment
 from lowtemp import params as lowtemp_params
@@ -14,7 +16,9 @@ RESULTS = "results"
 # a bad config stops here with one error naming the key, before any job and any output.
 MATRICES = validation.validate_config(  # experiment name -> its checked K, Q, V (AttentionMatrices)
     config,
-    schema_path=os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
+    # relative to this file, wherever the Snakefile that includes it lies (workflow.basedir is the main
+    # Snakefile's folder: the repository root, workflow/, or a deployment's workflow/)
+    schema_path=workflow.source_path("../schemas/config.schema.yaml"),
     configfiles=workflow.configfiles,
     results=RESULTS,
 )
@@ -22,9 +26,11 @@ MATRICES = validation.validate_config(  # experiment name -> its checked K, Q, V
 # The software of every rule, named in its conda directive: the pinned environment, used
 # with --sdm conda (a plain run uses the environment Snakemake runs in, e.g. the .venv of
 # `make venv`). Relative to the rule files; envs/environment.post-deploy.sh installs this
-# checkout's package lowtemp into it.
+# checkout's package lowtemp into it: LOWTEMP_SOURCE, the checkout two folders above this file
+# (a workflow read from a remote source, a module's `github(...)`, has no checkout to name).
 SOFTWARE = "../../envs/environment.yaml"
-os.environ.update(LOWTEMP_SOURCE=workflow.basedir)
+if isinstance(workflow.current_basedir, LocalSourceFile):
+    os.environ.update(LOWTEMP_SOURCE=os.path.dirname(os.path.dirname(workflow.current_basedir.get_path_or_uri(False))))
 
 ROOT_SEED = config["root_seed"]
 EXPERIMENTS = config["experiments"]
