@@ -1,0 +1,351 @@
+"""The mean-field reference solvers (lowtemp.meanfield) against independent computations:
+scaled Bessel functions against scipy, the softmax averages against closed forms (uniform
+densities on S¹ and S²) and against adaptive quadrature cell by cell (deep Laplace points),
+initial masses against the von Mises–Fisher CDF, refusal of every input without the symmetry,
+the flow against the exact zero-temperature solution as β grows, against the particle system at
+small β, and its convergence in the number of cells."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import integrate, special
+
+from lowtemp import dynamics, exact, integrate as lt_integrate, matrices, meanfield as mf, transport
+
+HYP = settings(max_examples=30, deadline=None)
+
+
+def rotation(seed: int) -> np.ndarray:
+    return matrices.random_orthogonal(3, np.random.default_rng(seed))
+
+
+def axisymmetric(b_axis, b_perp, v_axis, v_perp, R=np.eye(3)):
+    B = R @ np.diag([b_axis, b_perp, b_perp]) @ R.T
+    V = R @ np.diag([v_axis, v_perp, v_perp]) @ R.T
+    return B, V
+
+
+def circle_matrices(seed: int = 1, angle_V: float = 30.0):
+    """A 2×2 pair with A = VBᵀ symmetric, γ = 1, V's leading eigenvector 30° from E1(A)."""
+    return matrices.generate_matrices("end_phase", 2, np.random.default_rng(seed), eigenvalues=[1.5, 0.5],
+                                      eigenvalues_V=[1.2, 0.6], angle_V=angle_V)
+
+
+# ------------------------------------------------------------------------------------------------
+# scaled Bessel functions
+
+
+@HYP
+@given(x=st.one_of(st.floats(0, 30), st.floats(30, 1e7)))
+def test_scaled_bessel_equals_scipy_ive(x):
+    i0, i1 = mf.scaled_bessel(np.array([x]))
+    np.testing.assert_allclose(i0, special.ive(0, x), rtol=1e-13, atol=1e-300)
+    np.testing.assert_allclose(i1, special.ive(1, x), rtol=1e-13, atol=1e-300)  # scipy: 6e-14 off x/2 at tiny x
+
+
+def test_scaled_bessel_refuses_negative_and_nan():
+    for bad in (-1.0, np.nan):
+        with pytest.raises(ValueError, match="finite and ≥ 0"):
+            mf.scaled_bessel(np.array([bad]))
+
+
+# ------------------------------------------------------------------------------------------------
+# softmax averages: closed forms and adaptive quadrature
+
+
+@HYP
+@given(kappa=st.one_of(st.floats(1e-3, 50), st.floats(50, 1e5)), alpha=st.floats(-np.pi, np.pi),
+       cells=st.integers(3, 200), seed=st.integers(0, 2**31))
+def test_circle_softmax_mean_of_uniform_density_is_bessel_ratio(kappa, alpha, cells, seed):
+    """Uniform density on S¹: ∫ y e^{κ cos(φ−α)} / ∫ e^{κ cos(φ−α)} = I₁(κ)/I₀(κ)·(cos α, sin α), on any cells."""
+    rng = np.random.default_rng(seed)
+    start = rng.uniform(-np.pi, np.pi)
+    edges = np.sort(np.concatenate([[start], start + rng.uniform(0, 2 * np.pi, cells - 1)]))
+    edges = np.append(edges, start + 2 * np.pi)
+    masses = np.diff(edges) / (2 * np.pi)
+    red = mf.reduce(np.eye(2) * kappa, np.eye(2))  # a = κ x: the query's angle is α
+    means = mf.softmax_means(red, edges, masses, 1.0, np.array([alpha]))
+    ratio = special.ive(1, kappa) / special.ive(0, kappa)
+    np.testing.assert_allclose(means[0], ratio * np.array([np.cos(alpha), np.sin(alpha)]), atol=5e-12)
+
+
+@HYP
+@given(scale=st.one_of(st.floats(1e-2, 50), st.floats(50, 1e5)), ratio=st.floats(0.2, 5.0),
+       query=st.floats(0.0, np.pi), cells=st.integers(3, 150), seed=st.integers(0, 2**31))
+def test_sphere_softmax_mean_of_uniform_density_is_langevin(scale, ratio, query, cells, seed):
+    """Uniform density on S²: the mean under e^{⟨a, y⟩} is (coth|a| − 1/|a|)·a/|a| with a = Bᵀx."""
+    rng = np.random.default_rng(seed)
+    inner = np.sort(rng.uniform(0, np.pi, cells - 1))
+    edges = np.concatenate([[0.0], inner, [np.pi]])
+    red = mf.reduce(*axisymmetric(scale, scale * ratio, 1.0, 0.5))
+    masses = mf.cell_measure(red, edges) / (4 * np.pi)
+    means = mf.softmax_means(red, edges, masses, 1.0, np.array([query]))
+    a = np.array([red.b_axis * np.cos(query), red.b_perp * np.sin(query)])  # (along e, along the azimuth)
+    n = np.linalg.norm(a)
+    langevin = 1 / np.tanh(n) - 1 / n if n > 1e-3 else n / 3
+    np.testing.assert_allclose(means[0], langevin * a / n, atol=5e-12)
+
+
+def reference_circle_means(edges, masses, kappa, alpha):
+    """Naive reference: scipy.integrate.quad on every cell, each scaled by the largest exponent of all cells."""
+    log_density = np.log(masses) - np.log(np.diff(edges))
+    peak = np.max(log_density + kappa * np.array([mf_cos_max(lo, hi, alpha) for lo, hi in zip(edges, edges[1:])]))
+    total = np.zeros(3)
+    for k in range(masses.size):
+        for j, g in enumerate((lambda p: 1.0, np.cos, np.sin)):
+            val, _ = integrate.quad(lambda p: g(p) * math.exp(log_density[k] + kappa * math.cos(p - alpha) - peak),
+                                    edges[k], edges[k + 1], epsabs=0, epsrel=1e-13, limit=200)
+            total[j] += val
+    return total[1:] / total[0]
+
+
+def mf_cos_max(lo, hi, alpha):
+    grid = np.linspace(lo, hi, 20001)
+    return float(np.max(np.cos(grid - alpha)))
+
+
+@pytest.mark.parametrize("depth", [5.0, 90.0, 400.0])
+def test_circle_softmax_resolves_a_deep_laplace_point(depth):
+    """A heavy cluster far from the Laplace point and a thin tail through it, e^{−depth} lighter in density:
+    the tail's share of the mean is resolved (against quad cell by cell), not lost to underflow."""
+    kappa = 2000.0
+    alpha = 0.3  # the Laplace point
+    edges = np.array([-np.pi, -0.2, -0.01, 0.01, 0.25, 0.35, np.pi])
+    density = np.array([1e-3, 1e-3, 1.0, math.exp(-600.0), math.exp(-depth), math.exp(-600.0)])
+    masses = density * np.diff(edges)
+    masses /= masses.sum()
+    red = mf.reduce(np.eye(2) * kappa, np.eye(2))
+    got = mf.softmax_means(red, edges, masses, 1.0, np.array([alpha]))[0]
+    np.testing.assert_allclose(got, reference_circle_means(edges, masses, kappa, alpha), atol=1e-11)
+    if depth <= 100:  # the tail matters at this depth: without it the mean is measurably different
+        thin = masses.copy()
+        thin[4] = 1e-300
+        without_tail = mf.softmax_means(red, edges, thin, 1.0, np.array([alpha]))[0]
+        assert np.abs(without_tail - got).max() > 1e-6
+
+
+# ------------------------------------------------------------------------------------------------
+# the reductions: what is accepted, what is refused
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_axisymmetric_reduction_finds_the_axis_in_any_frame(seed):
+    R = rotation(seed)
+    B, V = axisymmetric(2.0, 0.7, 0.8, 1.1, R)
+    red = mf.reduce(B, V)
+    assert red.geometry == "axisymmetric"
+    assert abs(abs(red.frame[:, 0] @ R[:, 0]) - 1) < 1e-12
+    np.testing.assert_allclose([red.b_axis, red.b_perp, red.v_axis, red.v_perp], [2.0, 0.7, 0.8, 1.1], rtol=1e-12)
+    np.testing.assert_allclose(red.frame.T @ red.frame, np.eye(3), atol=1e-14)
+
+
+def test_symmetry_breaking_inputs_are_refused_with_the_reason():
+    R = rotation(3)
+    B, V = axisymmetric(2.0, 0.7, 0.8, 1.1, R)
+    cases = [
+        ((B + 1e-3 * np.diag([0, 1, -1]), V), "three distinct eigenvalues"),
+        ((B, axisymmetric(2.0, 0.7, 0.8, 1.1, rotation(4))[1]), "do not share one axis"),
+        ((B + 1e-3 * np.triu(np.ones((3, 3)), 1), V), "not symmetric"),
+        ((np.eye(4), np.eye(4)), "d = 4"),
+    ]
+    for (b, v), message in cases:
+        with pytest.raises(mf.SymmetryBroken, match=message):
+            mf.reduce(b, v)
+    with pytest.raises(mf.SymmetryBroken, match="one axis"):
+        mf.reduce(B, V, "vmf_mixture", {"kappas": [2.0, 1.0], "means": [R[:, 0], R[:, 1]]})
+    with pytest.raises(mf.SymmetryBroken, match="explicit 'means'"):
+        mf.reduce(B, V, "vmf_mixture", {"kappas": [2.0]})
+    with pytest.raises(mf.SymmetryBroken, match="no density"):
+        mf.reduce(B, V, "atoms", {"points": [[1, 0, 0]]})
+    # the same axis given by ρ0 alone is accepted (B, V isotropic)
+    red = mf.reduce(np.eye(3), 0.5 * np.eye(3), "vmf_mixture", {"kappas": [2.0, 1.0], "means": [R[:, 0], -R[:, 0]]})
+    assert abs(abs(red.frame[:, 0] @ R[:, 0]) - 1) < 1e-12
+
+
+def test_bad_numbers_are_refused_before_any_work():
+    B, V = axisymmetric(2.0, 0.7, 0.8, 1.1)
+    with pytest.raises(ValueError, match="finite"):
+        mf.reduce(B * np.nan, V)
+    with pytest.raises(ValueError, match="singular"):
+        mf.reduce(np.diag([2.0, 0.0, 0.0]), V)
+    red = mf.reduce(B, V)
+    for beta in (0.0, -1.0, np.inf, np.nan):
+        with pytest.raises(ValueError, match="beta"):
+            mf.solve(red, beta, [0.0, 1.0])
+    for times in ([1.0, 0.5], [-1.0, 1.0], [0.0, np.nan], []):
+        with pytest.raises(ValueError, match="times"):
+            mf.solve(red, 10.0, times)
+
+
+# ------------------------------------------------------------------------------------------------
+# mass
+
+
+@pytest.mark.parametrize("kappa", [0.5, 4.0, 40.0])
+def test_initial_masses_follow_the_vmf_cdf_on_the_sphere(kappa):
+    """vMF on S² about e: the cap θ ≤ θ₀ has mass (1 − e^{−κ(1−cos θ₀)})/(1 − e^{−2κ})."""
+    red = mf.reduce(*axisymmetric(2.0, 0.7, 0.8, 1.1))
+    e = red.frame[:, 0]
+    edges = mf.graded_edges(red, 0.05, 1e-6)
+    masses = mf.initial_masses(red, edges, "vmf_mixture", {"kappas": [kappa], "means": [e]})
+    cdf = -np.expm1(-kappa * (1 - np.cos(edges))) / -np.expm1(-2 * kappa)
+    np.testing.assert_allclose(np.cumsum(masses), cdf[1:], rtol=1e-12, atol=1e-15)
+
+
+def test_initial_masses_of_a_vmf_mixture_on_the_circle_sum_to_one():
+    red = mf.reduce(*[m for m in (circle_matrices().B, circle_matrices().V)])
+    edges = mf.graded_edges(red, 0.05, 1e-6)
+    masses = mf.initial_masses(red, edges, "vmf_mixture",
+                               {"kappas": [3.0, 1.0], "weights": [0.3, 0.7], "means": [[1, 0], [0, -1]]})
+    assert abs(masses.sum() - 1) < 1e-13 and np.all(masses > 0)
+
+
+# ------------------------------------------------------------------------------------------------
+# the flow
+
+
+SPHERE = axisymmetric(1.8, 0.6, 0.8, 1.2, rotation(7))  # A = diag(1.44, 0.72, 0.72) about the axis: E1 = ±axis
+
+
+def fixed_quantiles(sol, count=20000):
+    """Positions of ``count`` fixed Lagrangian coordinates (mass fractions) at every snapshot, (time, count, 2):
+    (cos ϑ, sin ϑ) of the angle, the coupling of two solutions by their Lagrangian coordinate."""
+    c = (np.arange(count) + 0.5) / count
+    out = []
+    for t in range(sol.times.size):
+        keep = np.isfinite(sol.edges[t])
+        theta = np.interp(c, sol.cumulative_mass[t][keep], sol.edges[t][keep])
+        out.append(np.stack([np.cos(theta), np.sin(theta)], axis=-1))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("geometry", ["circle", "sphere"])
+def test_cells_tile_the_domain_and_keep_their_mass_at_every_snapshot(geometry):
+    """Mass conservation: the cells stay ordered, tile the circle (2π) or the sphere (4π), and their masses, split or
+    not, sum to 1; a cell's density times its measure is its mass."""
+    M = circle_matrices()
+    B, V = (M.B, M.V) if geometry == "circle" else SPHERE
+    red = mf.reduce(B, V)
+    sol = mf.solve(red, 30.0, [0.0, 1.0, 3.0], width=0.2, remesh_every=0.5, rtol=1e-8, atol=1e-10)
+    assert sol.info["cells"] > sol.info["cells_initial"]  # cells were split
+    total = 2 * np.pi if geometry == "circle" else 4 * np.pi
+    for k in range(sol.times.size):
+        edges, masses = sol.snapshot(k)
+        assert np.all(np.diff(edges) > 0) and np.all(masses > 0)
+        assert abs(mf.cell_measure(red, edges).sum() - total) < 1e-12
+        assert abs(masses.sum() - 1) < 1e-13
+        np.testing.assert_allclose(sol.density(k) * mf.cell_measure(red, edges), masses, rtol=1e-12)
+
+
+@HYP
+@given(seed=st.integers(0, 2**31), widest=st.floats(0.01, 0.5), geometry=st.sampled_from(["circle", "sphere"]))
+def test_split_cells_keeps_the_density_and_the_mass(seed, widest, geometry):
+    rng = np.random.default_rng(seed)
+    M = circle_matrices()
+    red = mf.reduce(M.B, M.V) if geometry == "circle" else mf.reduce(*SPHERE)
+    span = 2 * np.pi if geometry == "circle" else np.pi
+    edges = np.concatenate([[0.0], np.sort(rng.uniform(0, span, 7)), [span]])
+    masses = rng.uniform(0.1, 1, 8)
+    masses /= masses.sum()
+    new_edges, new_masses = mf.split_cells(red, edges, masses, widest)
+    assert np.all(np.diff(new_edges) <= widest * (1 + 1e-12)) and np.all(np.diff(new_edges) > 0)
+    assert set(edges) <= set(new_edges)
+    assert abs(new_masses.sum() - 1) < 1e-14
+    old_density = masses / mf.cell_measure(red, edges)
+    owner = np.searchsorted(edges, 0.5 * (new_edges[:-1] + new_edges[1:])) - 1
+    np.testing.assert_allclose(new_masses / mf.cell_measure(red, new_edges), old_density[owner], rtol=1e-10)
+
+
+def cell_convergence(betas=(10.0, 10.0, 10.0)):
+    """(L2 at the two halvings, observed L2 order, observed median order) of uniform cells n = 64, 128, 256 on the
+    circle at t = 1: distances of successive solutions over fixed mass fractions (the Lagrangian coupling, an upper
+    bound of W2)."""
+    M = circle_matrices()
+    red = mf.reduce(M.B, M.V)
+    sols = [mf.solve(red, beta, [0.0, 1.0], edges0=np.linspace(0, 2 * np.pi, n + 1), rtol=1e-11, atol=1e-13)
+            for n, beta in zip((64, 128, 256), betas)]
+    P = [fixed_quantiles(s)[1] for s in sols]
+    d1, d2 = (np.linalg.norm(P[k] - P[k + 1], axis=-1) for k in (0, 1))
+    l2 = np.sqrt([np.mean(d1**2), np.mean(d2**2)])
+    return l2, np.log2(l2[0] / l2[1]), np.log2(np.median(d1) / np.median(d2))
+
+
+def test_converges_in_the_number_of_cells_at_second_order_before_the_separatrix_dominates():
+    """Uniform cells halved twice at β = 10: observed order ≥ 1.5 in L2 and ≥ 1.8 for the median token (both about 2
+    at t = 1; later the tokens that change sides of the finite-β separatrix bring the L2 order towards 1, see
+    docs/mean_field.md). The violating input: a family that does not converge, β moving by 0.5 % with each halving."""
+    l2, order_l2, order_median = cell_convergence()
+    assert order_l2 >= 1.5 and order_median >= 1.8 and l2[1] < 5e-3, (l2, order_l2, order_median)
+    _, bad_l2, bad_median = cell_convergence(betas=(10.0, 10.05, 10.1))
+    assert bad_l2 < 1.5 or bad_median < 1.8, (bad_l2, bad_median)
+
+
+def zero_temperature_errors(geometry, perturb=1.0):
+    """rms distance at t = 1 between the reference at β = 30, 300 and the exact Eq. 3 flow of the same 3000 tokens;
+    ``perturb`` scales the reference's B on e⊥ (circle: its second column), a reference of another problem."""
+    M = circle_matrices()
+    B, V = (M.B, M.V) if geometry == "circle" else SPHERE
+    d = B.shape[0]
+    X = np.random.default_rng(11).standard_normal((3000, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    A = V @ B.T
+    times = np.array([0.0, 1.0])
+    Z = exact.exact_zero_temperature(X, 0.5 * (A + A.T), B, times)[1]
+    if geometry == "circle":
+        B_ref = B @ np.diag([1.0, perturb])
+    else:
+        e = mf.reduce(B, V).frame[:, 0]
+        B_ref = B + (perturb - 1.0) * 0.6 * (np.eye(3) - np.outer(e, e))
+    red = mf.reduce(B_ref, V)
+    errors = []
+    for beta in (30.0, 300.0):
+        P = mf.solve(red, beta, times, width=0.05, rtol=1e-10, atol=1e-12).push_forward(X)[1]
+        errors.append(np.sqrt(np.mean(np.sum((P - Z) ** 2, axis=-1))))
+    return errors
+
+
+@pytest.mark.parametrize("geometry", ["circle", "sphere"])
+def test_approaches_the_exact_zero_temperature_flow_as_beta_grows(geometry):
+    """The rms distance to the exact zero-temperature flow falls by ≥ 4 per decade of β (an O(1/β) Laplace correction
+    gives 10; cells of 0.05 rad limit it) and is below 0.01 at β = 300. Violating input: the reference of a problem
+    whose B differs by 5 % on one direction, which stays a fixed distance away."""
+    errors = zero_temperature_errors(geometry)
+    assert errors[0] / errors[1] >= 4 and errors[1] < 0.01, errors
+    bad = zero_temperature_errors(geometry, perturb=1.05)
+    assert not (bad[0] / bad[1] >= 4 and bad[1] < 0.01), bad
+
+
+def particle_errors(perturb=1.0):
+    """W2 at t = 1.5 between particles (β = 10, dense kernel, RK4, two replicas) and the reference's push-forward of
+    the same tokens, at N = 512 and 2048, averaged over the replicas; ``perturb`` scales the reference's V on e⊥."""
+    from lowtemp import kernels
+
+    B, V = SPHERE
+    e = mf.reduce(B, V).frame[:, 0]
+    red = mf.reduce(B, V + (perturb - 1.0) * 1.2 * (np.eye(3) - np.outer(e, e)))
+    grid = lt_integrate.TimeGrid(horizon=1.5, snapshots=1, dt=0.025)
+    sol = mf.solve(red, 10.0, grid.times, width=0.05, rtol=1e-10, atol=1e-12)
+    errors = {}
+    for n in (512, 2048):
+        X0 = np.random.default_rng(n).standard_normal((2, n, 3))
+        X0 /= np.linalg.norm(X0, axis=-1, keepdims=True)
+        X = lt_integrate.simulate(lambda Y: kernels.dense_field(Y, B, V, 10.0), X0, grid)[-1]
+        P = sol.push_forward(X0)[-1]
+        errors[n] = float(np.mean([transport.w2(X[r], P[r]) for r in range(2)]))
+    return errors
+
+
+def test_particles_at_small_beta_converge_to_the_reference_like_one_over_root_n():
+    """β = 10 on axisymmetric S²: W2 between the particle cloud and the reference's push-forward of the same tokens
+    falls by 1.6–2.8× from N = 512 to 2048 (N^{-1/2}: 2) and is below 0.045 at 2048. Violating input: the reference
+    of a problem whose V is 10 % larger on e⊥, whose distance to the particles stops falling with N. (A reference
+    at β = 20 instead of 10 passes: over t ≤ 1.5 the mean field moves less with β than the particles' N error.)"""
+    errors = particle_errors()
+    assert 1.6 <= errors[512] / errors[2048] <= 2.8 and errors[2048] < 0.045, errors
+    bad = particle_errors(perturb=1.1)
+    assert not (1.6 <= bad[512] / bad[2048] <= 2.8 and bad[2048] < 0.045), bad

@@ -1,0 +1,747 @@
+"""Mean-field reference solutions of Eq. 2 where a symmetry makes them one-dimensional.
+
+Two reductions (derivation, accuracy and measured convergence: docs/mean_field.md):
+
+* ``circle`` (d = 2, any B and V): a token is an angle θ, x = (cos θ, sin θ).
+* ``axisymmetric`` (d = 3): B = b_a e eᵀ + b_p (I − e eᵀ) and V = v_a e eᵀ + v_p (I − e eᵀ)
+  for one unit axis e, and ρ0 invariant under rotations about e. The density then
+  depends on the polar angle θ = ∠(x, e) alone, and (reflection symmetry through
+  every plane containing e) every token keeps its azimuth φ.
+
+Both are solved by the same Lagrangian scheme: the Lagrangian coordinate ϑ (θ on
+the circle, the polar angle on S²) is cut into cells [ϑ_k, ϑ_{k+1}] of fixed mass
+m_k, the density is constant on each cell (per unit angle on the circle, per unit
+area on S²), and the cell edges move with the mean-field velocity of that
+piecewise-constant density, dϑ_k/dt = v(ϑ_k). Mass is conserved exactly (a cell's
+mass never changes), and the velocity is the softmax average of V y over the
+piecewise-constant density, integrated over every cell to a relative accuracy
+``QUADRATURE_RTOL`` in log space: each cell's integral is scaled by its own
+largest exponent, so a cell whose weight is e^{−500} of the largest is still
+resolved, and cells that cannot matter (upper bound below e^{−PRUNE_DEPTH} of a
+proven lower bound of the total) are skipped, which makes the cost at large β
+independent of how deep the density at the Laplace point lies. On S² the
+azimuthal integral is 2π I_ν(β b_p sin θ sin θ') (ν = 0, 1), evaluated scaled
+(``scaled_bessel``).
+
+The initial cells are uniform in angle, or graded towards the points of E1⊥ (the
+unstable set of the zero-temperature flow) on request; cells that stretch (the
+one straddling the finite-β separatrix between two clusters) are split as they
+grow, with the density unchanged (``split_cells``), so every cell stays resolved.
+
+Arrays: ``edges`` has layout (time, edge); tokens (…, token, dim) as everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+from numba import njit, prange
+from scipy.integrate import solve_ivp
+
+from . import measures
+
+#: relative accuracy of every cell's softmax integral (Gauss–Legendre, order chosen per cell)
+QUADRATURE_RTOL = 1e-12
+#: cells whose contribution is provably below e^{−PRUNE_DEPTH} of the total's lower bound are skipped;
+#: the skipped mass is at most (cells)·e^{−50} ≈ 2e-22·cells of the total
+PRUNE_DEPTH = 50.0
+#: a cell is split into sub-intervals on which its log-integrand varies by at most 2·SUB_HALF_VARIATION
+SUB_HALF_VARIATION = 1.0
+#: relative tolerance of B, V's axisymmetric form and of ρ0's axis
+SYMMETRY_RTOL = 1e-10
+#: below this argument the scaled Bessel functions are summed as power series, above it asymptotically
+_BESSEL_SWITCH = 20.0
+#: tolerances of the edges' ODE (angles, so absolute and relative alike)
+ODE_RTOL = 1e-10
+ODE_ATOL = 1e-12
+#: initial measures with a density the reduction can take (atoms and caps have none or no smooth one)
+DENSITY_MEASURES = ("uniform", "vmf_mixture")
+
+
+class SymmetryBroken(ValueError):
+    """The input has no symmetry that reduces Eq. 2 to one dimension; the message says which."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Gauss–Legendre rules. The n-point rule integrates e^{cu} on [−1, 1] with relative error about
+# E_n c^{2n}, E_n = 2^{2n+1}(n!)^4 / ((2n+1)((2n)!)^3). A sub-interval of half-variation c uses
+# the smallest n in _ORDERS with E_n c^{2n} ≤ QUADRATURE_RTOL.
+
+_ORDERS = np.array([2, 4, 6, 8, 12])
+
+
+def _legendre_error_constant(n: int) -> float:
+    return 2.0 ** (2 * n + 1) * math.factorial(n) ** 4 / ((2 * n + 1) * math.factorial(2 * n) ** 3)
+
+
+def _order_limits(rtol: float) -> np.ndarray:
+    """Largest half-variation c each order in _ORDERS meets ``rtol`` at."""
+    return np.array([(rtol / _legendre_error_constant(int(n))) ** (1.0 / (2 * n)) for n in _ORDERS])
+
+
+def _rule_table() -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights of every order, padded to (orders, max order)."""
+    width = int(_ORDERS.max())
+    nodes = np.zeros((_ORDERS.size, width))
+    weights = np.zeros((_ORDERS.size, width))
+    for row, n in enumerate(_ORDERS):
+        x, w = np.polynomial.legendre.leggauss(int(n))
+        nodes[row, :n], weights[row, :n] = x, w
+    return nodes, weights
+
+
+_NODES, _WEIGHTS = _rule_table()
+# the error constant is that of e^{cu} alone; the integrands also carry cos, sin and (on S²) Bessel and
+# sine factors, so every order is chosen for 1e-4 of the target (measured: errors ≤ 1e-13 relative, tests)
+_LIMITS = _order_limits(QUADRATURE_RTOL * 1e-4)
+if _LIMITS[-1] < SUB_HALF_VARIATION:  # the largest order must cover a whole sub-interval
+    raise RuntimeError("meanfield: the largest Gauss–Legendre order cannot reach QUADRATURE_RTOL")
+
+
+@njit(cache=False, inline="always")
+def _pick_order(c, limits):
+    for row in range(limits.size):
+        if c <= limits[row]:
+            return row
+    return limits.size - 1
+
+
+@njit(cache=False, inline="always")
+def _cos_max(lo, hi, alpha):
+    """max of cos(ϑ − α) over [lo, hi] (hi − lo < 2π)."""
+    two_pi = 2.0 * np.pi
+    a = lo + ((alpha - lo) % two_pi)
+    if a <= hi:
+        return 1.0
+    return max(math.cos(lo - alpha), math.cos(hi - alpha))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaled modified Bessel functions e^{−x} I_0(x), e^{−x} I_1(x), x ≥ 0.
+
+
+@njit(cache=False)
+def _scaled_bessel01(x):
+    if x < _BESSEL_SWITCH:
+        # power series, all terms positive: I_0 = Σ q^k/(k!)², I_1 = (x/2) Σ q^k/(k!(k+1)!), q = x²/4
+        q = 0.25 * x * x
+        t0 = 1.0
+        t1 = 1.0
+        s0 = 1.0
+        s1 = 1.0
+        k = 1
+        while True:
+            t0 *= q / (k * k)
+            t1 *= q / (k * (k + 1))
+            s0 += t0
+            s1 += t1
+            if t0 <= 1e-17 * s0 and t1 <= 1e-17 * s1:
+                break
+            k += 1
+        e = math.exp(-x)
+        return s0 * e, 0.5 * x * s1 * e
+    # asymptotic series e^{−x} I_ν(x) ~ (2πx)^{−1/2} Σ_k (−1)^k a_k(ν) x^{−k},
+    # a_k(ν) = Π_{j≤k} (4ν² − (2j−1)²)/(8j); at x ≥ 20 its smallest term is below 1e-16
+    pre = 1.0 / math.sqrt(2.0 * np.pi * x)
+    s0 = 1.0
+    s1 = 1.0
+    t0 = 1.0
+    t1 = 1.0
+    for j in range(1, 60):
+        odd = (2 * j - 1) * (2 * j - 1)
+        n0 = -t0 * (0.0 - odd) / (8.0 * j * x)
+        n1 = -t1 * (4.0 - odd) / (8.0 * j * x)
+        if abs(n0) >= abs(t0) or abs(n1) >= abs(t1) and j > 1:
+            break
+        t0 = n0
+        t1 = n1
+        s0 += t0
+        s1 += t1
+        if abs(t0) <= 1e-17 * s0 and abs(t1) <= 1e-17 * abs(s1):
+            break
+    return pre * s0, pre * s1
+
+
+@njit(cache=False)
+def _scaled_bessel_array(x, out0, out1):
+    for i in range(x.size):
+        out0[i], out1[i] = _scaled_bessel01(x[i])
+
+
+def scaled_bessel(x) -> tuple[np.ndarray, np.ndarray]:
+    """(e^{−x} I_0(x), e^{−x} I_1(x)) for x ≥ 0, to about 1e-15 relative."""
+    x = np.asarray(x, dtype=float)
+    if np.any(~(x >= 0)):
+        raise ValueError("scaled_bessel: arguments must be finite and ≥ 0")
+    flat = np.ascontiguousarray(x.ravel())
+    out0, out1 = np.empty_like(flat), np.empty_like(flat)
+    _scaled_bessel_array(flat, out0, out1)
+    return out0.reshape(x.shape), out1.reshape(x.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# The softmax averages. For a query with score κ cos(ϑ' − α) (+ a Bessel factor on S²), cell k's
+# contribution is bounded above by log m̄_k + κ·max_cell cos(ϑ' − α), m̄_k ≥ its mass-like prefactor.
+# The cell with the largest bound is integrated first; its log-integral L is a lower bound of the
+# total, and every cell with bound < L − PRUNE_DEPTH is skipped.
+
+
+@njit(cache=False, inline="always")
+def _cell_sums(lo, hi, kappa, alpha, cmax, zeta, sphere, limits, nodes, weights, acc):
+    """Add the cell's Σ w e^{κ(cos(ϑ'−α) − cmax)}·(f0, f1, f2) to acc[0:3] (Gauss–Legendre, order per piece).
+
+    Circle: (f0, f1, f2) = (1, cos ϑ', sin ϑ'). S²: the azimuthal integrals, (sinθ' ive0, sinθ' cosθ' ive0,
+    sin²θ' ive1) with ive_ν = e^{−ζ'}I_ν(ζ'), ζ' = ζ sinθ'. The log-integrand's derivative is below κ + ζ + 1.
+    """
+    width = hi - lo
+    kappa_eff = kappa + zeta + 1.0
+    n_sub = max(1, int(math.ceil(kappa_eff * width / (2.0 * SUB_HALF_VARIATION))))
+    h = width / n_sub
+    row = _pick_order(0.5 * kappa_eff * h, limits)
+    n = _ORDERS_NB[row]
+    for s in range(n_sub):
+        mid = lo + (s + 0.5) * h
+        for g in range(n):
+            th = mid + 0.5 * h * nodes[row, g]
+            w = 0.5 * h * weights[row, g] * math.exp(kappa * (math.cos(th - alpha) - cmax))
+            if sphere:
+                st = math.sin(th)
+                i0, i1 = _scaled_bessel01(zeta * st)
+                acc[0] += w * st * i0
+                acc[1] += w * st * i0 * math.cos(th)
+                acc[2] += w * st * st * i1
+            else:
+                acc[0] += w
+                acc[1] += w * math.cos(th)
+                acc[2] += w * math.sin(th)
+
+
+_ORDERS_NB = _ORDERS.astype(np.int64)
+
+
+@njit(cache=False, parallel=True)
+def _softmax_sums(edges, log_density, kappa, alpha, zeta, sphere, limits, nodes, weights, out):
+    """Per query q, the ratios (Σ f1, Σ f2)/Σ f0 of ``_cell_sums`` over all cells that can matter; out (Q, 2).
+
+    ``edges`` (M+1,) increasing; ``log_density`` (M,) the log of each cell's constant density (any common
+    factor cancels). Cell k is at most e^{U_k}, U_k = log_density_k + log width_k + κ max_cell cos(ϑ' − α)
+    (every other factor is ≤ 1); the cell with the largest U is integrated first, giving a lower bound L of
+    the log of the total, and cells with U_k < L − PRUNE_DEPTH are skipped. Each cell is scaled by its own
+    largest exponent, so none underflows however deep it lies.
+    """
+    m = log_density.size
+    for q in prange(kappa.size):
+        bound = np.empty(m)
+        cm = np.empty(m)
+        best = 0
+        for k in range(m):
+            cm[k] = _cos_max(edges[k], edges[k + 1], alpha[q])
+            bound[k] = log_density[k] + math.log(edges[k + 1] - edges[k]) + kappa[q] * cm[k]
+            if bound[k] > bound[best]:
+                best = k
+        acc = np.zeros(3)
+        _cell_sums(edges[best], edges[best + 1], kappa[q], alpha[q], cm[best], zeta[q], sphere, limits, nodes,
+                   weights, acc)
+        shift = log_density[best] + kappa[q] * cm[best]
+        lower = shift + math.log(acc[0])
+        total = np.zeros(3)
+        for k in range(m):
+            if bound[k] < lower - PRUNE_DEPTH:
+                continue
+            acc[:] = 0.0
+            _cell_sums(edges[k], edges[k + 1], kappa[q], alpha[q], cm[k], zeta[q], sphere, limits, nodes, weights,
+                       acc)
+            scale = math.exp(log_density[k] + kappa[q] * cm[k] - shift)
+            total[0] += scale * acc[0]
+            total[1] += scale * acc[1]
+            total[2] += scale * acc[2]
+        out[q, 0] = total[1] / total[0]
+        out[q, 1] = total[2] / total[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reductions: which symmetry, its frame, and the velocity of the edges.
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A one-dimensional reduction of Eq. 2: its geometry, frame and matrices in that frame.
+
+    ``frame`` is orthonormal (columns): on S² its first column is the axis e. On the circle
+    ``B``, ``V`` are the 2×2 matrices; on S² ``b_axis, b_perp, v_axis, v_perp`` their eigenvalues
+    along e and on e⊥.
+    """
+
+    geometry: str
+    frame: np.ndarray
+    B: np.ndarray
+    V: np.ndarray
+    b_axis: float = 0.0
+    b_perp: float = 0.0
+    v_axis: float = 0.0
+    v_perp: float = 0.0
+
+    @property
+    def lower(self) -> float:
+        """Lower end of the Lagrangian coordinate (θ on the circle is unwrapped: no fixed ends)."""
+        return 0.0
+
+    @property
+    def upper(self) -> float:
+        return 2.0 * np.pi if self.geometry == "circle" else np.pi
+
+
+def _axis_form(M: np.ndarray, name: str) -> tuple[np.ndarray | None, float, float]:
+    """(axis or None if M = cI, eigenvalue along the axis, eigenvalue on its complement)."""
+    scale = max(float(np.abs(M).max()), 1e-300)
+    if np.abs(M - M.T).max() > SYMMETRY_RTOL * scale:
+        raise SymmetryBroken(f"axisymmetric reduction: {name} is not symmetric "
+                             f"(|{name} − {name}ᵀ| = {np.abs(M - M.T).max():.3g})")
+    lam, U = np.linalg.eigh(0.5 * (M + M.T))
+    gaps = np.abs(np.diff(lam))
+    if gaps.max() <= SYMMETRY_RTOL * scale:
+        return None, float(lam.mean()), float(lam.mean())
+    if gaps.min() > SYMMETRY_RTOL * scale:
+        raise SymmetryBroken(f"axisymmetric reduction: {name} has three distinct eigenvalues "
+                             f"{np.round(lam, 12).tolist()}; it must be diag(a, b, b) about one axis")
+    # the simple eigenvalue is the one not in the closest pair
+    simple = 2 if gaps[0] <= gaps[1] else 0
+    double = [i for i in range(3) if i != simple]
+    return U[:, simple], float(lam[simple]), float(lam[double].mean())
+
+
+def _frame_from_axis(e: np.ndarray) -> np.ndarray:
+    e = e / np.linalg.norm(e)
+    helper = np.eye(3)[int(np.argmin(np.abs(e)))]
+    f2 = helper - (helper @ e) * e
+    f2 /= np.linalg.norm(f2)
+    return np.column_stack([e, f2, np.cross(e, f2)])
+
+
+def _measure_axis(name: str, params: dict, dim: int) -> np.ndarray | None:
+    """The axis ρ0 is invariant about (None: every axis, the uniform law); refuses others."""
+    if name not in DENSITY_MEASURES:
+        raise SymmetryBroken(f"mean-field reference: initial measure {name!r} has no density the "
+                             f"reduction can use (supported: {', '.join(DENSITY_MEASURES)})")
+    if name == "uniform":
+        return None
+    means = params.get("means")
+    if means is None:
+        raise SymmetryBroken("mean-field reference: vmf_mixture needs explicit 'means' (random means "
+                             "break the symmetry)")
+    means = np.asarray(means, dtype=float)
+    kappas = measures.check_kappas(params["kappas"])
+    if means.shape != (kappas.size, dim) or np.any(np.linalg.norm(means, axis=1) == 0):
+        raise SymmetryBroken(f"mean-field reference: means must be {kappas.size} non-zero vectors of "
+                             f"length {dim}")
+    if dim == 2:
+        return None
+    axis = means[0] / np.linalg.norm(means[0])
+    for mean in means[1:]:
+        mean = mean / np.linalg.norm(mean)
+        if np.linalg.norm(np.cross(axis, mean)) > SYMMETRY_RTOL:
+            raise SymmetryBroken("axisymmetric reduction: the vmf_mixture means do not lie on one axis "
+                                 f"({np.round(means, 6).tolist()})")
+    return axis
+
+
+def reduce(B: np.ndarray, V: np.ndarray, measure: str = "uniform", params: dict | None = None) -> Reduction:
+    """The reduction of Eq. 2 with matrices B, V and initial measure ``measure``; SymmetryBroken if none."""
+    B = np.asarray(B, dtype=float)
+    V = np.asarray(V, dtype=float)
+    params = dict(params or {})
+    if B.ndim != 2 or B.shape[0] != B.shape[1] or V.shape != B.shape:
+        raise ValueError(f"mean-field reference: B and V must be square of one size, got {B.shape}, {V.shape}")
+    if not (np.all(np.isfinite(B)) and np.all(np.isfinite(V))):
+        raise ValueError("mean-field reference: B and V must be finite")
+    d = B.shape[0]
+    rho_axis = _measure_axis(measure, params, d)
+    if d == 2:
+        return Reduction("circle", np.eye(2), B, V)
+    if d != 3:
+        raise SymmetryBroken(f"mean-field reference: no one-dimensional reduction in d = {d} "
+                             "(the circle d = 2 and axisymmetric d = 3 only)")
+    axes = [a for a in (_axis_form(B, "B")[0], _axis_form(V, "V")[0], rho_axis) if a is not None]
+    if not axes:
+        axes = [np.eye(3)[0]]
+    e = axes[0] / np.linalg.norm(axes[0])
+    for other in axes[1:]:
+        if np.linalg.norm(np.cross(e, other)) > SYMMETRY_RTOL * np.linalg.norm(other):
+            raise SymmetryBroken("axisymmetric reduction: B, V and ρ0 do not share one axis "
+                                 f"(axes {[np.round(a, 6).tolist() for a in axes]})")
+    frame = _frame_from_axis(e)
+    values = {}
+    for name, M in (("B", B), ("V", V)):
+        a = float(e @ M @ e)
+        p = float(np.trace(M) - a) / 2.0
+        residual = np.abs(M - (a * np.outer(e, e) + p * (np.eye(3) - np.outer(e, e)))).max()
+        if residual > SYMMETRY_RTOL * max(float(np.abs(M).max()), 1e-300):
+            raise SymmetryBroken(f"axisymmetric reduction: {name} is not of the form a·eeᵀ + b(I − eeᵀ) "
+                                 f"about the shared axis (residual {residual:.3g})")
+        values[name] = (a, p)
+    if values["B"][0] == 0 or values["B"][1] == 0:
+        raise ValueError("mean-field reference: B is singular")
+    return Reduction("axisymmetric", frame, B, V, b_axis=values["B"][0], b_perp=values["B"][1],
+                     v_axis=values["V"][0], v_perp=values["V"][1])
+
+
+def softmax_means(red: Reduction, edges: np.ndarray, masses: np.ndarray, beta: float,
+                  queries: np.ndarray) -> np.ndarray:
+    """Softmax means of the piecewise-constant density at the query angles, shape (Q, 2).
+
+    Circle: the mean vector (x, y). S²: its components along e and along the query's azimuth.
+    """
+    edges = np.ascontiguousarray(edges, dtype=float)
+    queries = np.ascontiguousarray(queries, dtype=float)
+    out = np.empty((queries.size, 2))
+    with np.errstate(divide="ignore"):
+        log_density = np.log(masses) - np.log(cell_measure(red, edges))
+    if red.geometry == "circle":
+        # score β⟨Bᵀx, y⟩ = κ cos(φ − α), (κ, α) the polar form of βBᵀx
+        a = beta * np.stack([np.cos(queries), np.sin(queries)], axis=-1) @ red.B
+        kappa, alpha, zeta = np.hypot(a[:, 0], a[:, 1]), np.arctan2(a[:, 1], a[:, 0]), np.zeros(queries.size)
+        _softmax_sums(edges, log_density, kappa, alpha, zeta, False, _LIMITS, _NODES, _WEIGHTS, out)
+        return out
+    # β b_a cosθ cosθ' + β|b_p| sinθ sinθ' = κ cos(θ' − α); the rest of the azimuthal integral is e^{−ζ'}I_ν(ζ')
+    p1, p2 = red.b_axis * np.cos(queries), abs(red.b_perp) * np.sin(queries)
+    kappa, alpha = beta * np.hypot(p1, p2), np.arctan2(p2, p1)
+    zeta = beta * abs(red.b_perp) * np.sin(queries)
+    _softmax_sums(edges, log_density, kappa, alpha, zeta, True, _LIMITS, _NODES, _WEIGHTS, out)
+    out[:, 1] *= 1.0 if red.b_perp >= 0 else -1.0  # I₁ is odd
+    return out
+
+
+def cell_measure(red: Reduction, edges: np.ndarray) -> np.ndarray:
+    """Arc length (circle) or area (S²) of every cell, from its edges; accurate for tiny cells."""
+    if red.geometry == "circle":
+        return np.diff(edges, axis=-1)
+    # area 2π(cos θ_k − cos θ_{k+1}) = 4π sin(mid) sin(half-width)
+    lo, hi = edges[..., :-1], edges[..., 1:]
+    return 4.0 * np.pi * np.sin(0.5 * (lo + hi)) * np.sin(0.5 * (hi - lo))
+
+
+def edge_velocity(red: Reduction, edges: np.ndarray, masses: np.ndarray, beta: float,
+                  queries: np.ndarray) -> np.ndarray:
+    """dϑ/dt of the mean field at the query angles (the tangential component of Eq. 2's velocity)."""
+    means = softmax_means(red, edges, masses, beta, queries)
+    if red.geometry == "circle":
+        vm = means @ red.V.T  # V m
+        return -np.sin(queries) * vm[:, 0] + np.cos(queries) * vm[:, 1]
+    return -np.sin(queries) * red.v_axis * means[:, 0] + np.cos(queries) * red.v_perp * means[:, 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Initial cells: graded towards the unstable set of the zero-temperature flow, masses from ρ0.
+
+
+def unstable_points(red: Reduction) -> np.ndarray:
+    """Lagrangian angles of E1⊥ (A = VBᵀ), towards which the initial cells are graded.
+
+    Circle: ±(eigenvector of A's smaller eigenvalue) when A's eigenvalues are real and distinct;
+    S²: the equator when E1 is the axis, the poles when E1 is the plane e⊥.
+    """
+    if red.geometry == "circle":
+        A = red.V @ red.B.T
+        lam, W = np.linalg.eig(A)
+        if np.any(np.abs(lam.imag) > 0) or abs(lam[0] - lam[1]) <= SYMMETRY_RTOL * np.abs(lam).max():
+            return np.empty(0)
+        w = np.real(W[:, int(np.argmin(lam.real))])
+        theta = math.atan2(w[1], w[0]) % (2 * np.pi)
+        return np.sort(np.array([theta, (theta + np.pi) % (2 * np.pi)]))
+    mu_axis, mu_perp = red.v_axis * red.b_axis, red.v_perp * red.b_perp
+    if mu_axis > mu_perp:
+        return np.array([0.5 * np.pi])
+    if mu_perp > mu_axis:
+        return np.array([0.0, np.pi])
+    return np.empty(0)
+
+
+def uniform_edges(red: Reduction, width: float) -> np.ndarray:
+    """Initial edges of equal angle, at most ``width`` apart (0 … 2π on the circle, 0 … π on S²)."""
+    if not 0 < width < 1:
+        raise ValueError(f"mean-field reference: need 0 < width < 1, got width={width}")
+    return np.linspace(red.lower, red.upper, int(math.ceil((red.upper - red.lower) / width)) + 1)
+
+
+def check_edges(red: Reduction, edges: np.ndarray) -> None:
+    """Refuse initial edges that do not tile the circle (span 2π) or the polar range [0, π] in order."""
+    if edges.ndim != 1 or edges.size < 3 or not np.all(np.isfinite(edges)) or not np.all(np.diff(edges) > 0):
+        raise ValueError("mean-field reference: initial edges must be at least 3 finite, increasing angles")
+    if red.geometry == "circle" and abs(edges[-1] - edges[0] - 2 * np.pi) > 1e-12:
+        raise ValueError("mean-field reference: circle edges must span exactly 2π (last = first + 2π)")
+    if red.geometry == "axisymmetric" and (edges[0] != 0.0 or edges[-1] != np.pi):
+        raise ValueError("mean-field reference: polar edges must run from 0 to π")
+
+
+def graded_edges(red: Reduction, width: float, depth: float) -> np.ndarray:
+    """Initial edges: uniform of spacing ≤ ``width``, plus geometric spacing (ratio 1 + 2·width)
+    from ``width`` down to ``depth`` on either side of every unstable point.
+
+    A geometric grid ε_j = depth·r^j keeps every cell's image under the linearised unstable flow
+    (ε ↦ ε e^{λs}, seen as the angle arctan(ε e^{λs})) at most (r − 1)/2 = width wide at every time.
+    """
+    if not 0 < depth < width < 1:
+        raise ValueError(f"mean-field reference: need 0 < depth < width < 1, got width={width}, depth={depth}")
+    lo, hi = red.lower, red.upper
+    n = int(math.ceil((hi - lo) / width))
+    points = [np.linspace(lo, hi, n + 1)]
+    ratio = 1.0 + 2.0 * width
+    steps = int(math.ceil(math.log(width / depth) / math.log(ratio)))
+    offsets = depth * ratio ** np.arange(steps + 1)
+    offsets = offsets[offsets < width]
+    for p in unstable_points(red):
+        for sign in (-1.0, 1.0):
+            points.append(p + sign * offsets)
+        points.append(np.array([p]))
+    edges = np.concatenate(points)
+    if red.geometry == "circle":
+        edges = np.unique(edges % (2 * np.pi))
+        return np.append(edges, edges[0] + 2 * np.pi)
+    edges = np.unique(np.clip(edges, lo, hi))
+    # uniform spacing from the ends of the graded parts: drop uniform edges closer than depth to another
+    keep = np.concatenate([[True], np.diff(edges) > 0.5 * depth])
+    return edges[keep]
+
+
+def _log_density0(red: Reduction, measure: str, params: dict, theta: np.ndarray) -> np.ndarray:
+    """log of ρ0's density at the Lagrangian angles (per unit angle on the circle, per area on S²)."""
+    if measure == "uniform":
+        total = 2 * np.pi if red.geometry == "circle" else 4 * np.pi
+        return np.full(theta.shape, -math.log(total))
+    kappas = measures.check_kappas(params["kappas"])
+    weights = measures.check_weights(params.get("weights"), kappas.size)
+    means = np.asarray(params["means"], dtype=float)
+    means = means / np.linalg.norm(means, axis=1, keepdims=True)
+    parts = []
+    for kappa, w, mean in zip(kappas, weights, means):
+        if red.geometry == "circle":
+            cosine = np.cos(theta - math.atan2(mean[1], mean[0]))
+            # vMF on S¹: e^{κ cos}/(2π I_0(κ)) = e^{κ(cos − 1)}/(2π e^{−κ}I_0(κ))
+            log_norm = math.log(2 * np.pi) + math.log(scaled_bessel(kappa)[0])
+        else:
+            cosine = np.cos(theta) * float(mean @ red.frame[:, 0])
+            # vMF on S²: κ e^{κ cos}/(4π sinh κ) = κ e^{κ(cos − 1)}/(2π(1 − e^{−2κ}))
+            log_norm = math.log(2 * np.pi) + math.log(-math.expm1(-2 * kappa)) - math.log(kappa)
+        parts.append(math.log(w) + kappa * (cosine - 1.0) - log_norm)
+    return np.logaddexp.reduce(np.stack(parts), axis=0)
+
+
+def initial_masses(red: Reduction, edges: np.ndarray, measure: str, params: dict) -> np.ndarray:
+    """ρ0's mass of every cell, by Gauss–Legendre on sub-intervals (relative accuracy as the field's)."""
+    kappa = max(measures.check_kappas(params["kappas"]).max(), 0.0) if measure == "vmf_mixture" else 0.0
+    nodes, weights = np.polynomial.legendre.leggauss(12)
+    masses = np.zeros(edges.size - 1)
+    width = np.diff(edges)
+    n_sub = np.maximum(1, np.ceil((kappa + 1.0) * width / 2.0)).astype(int)
+    for s_count in np.unique(n_sub):
+        cells = np.nonzero(n_sub == s_count)[0]
+        h = width[cells] / s_count
+        for s in range(s_count):
+            mid = edges[cells] + (s + 0.5) * h
+            theta = mid[:, None] + 0.5 * h[:, None] * nodes[None, :]
+            f = np.exp(_log_density0(red, measure, params, theta))
+            if red.geometry == "axisymmetric":
+                f = f * 2 * np.pi * np.sin(theta)
+            masses[cells] += 0.5 * h * (f @ weights)
+    return masses
+
+
+# ---------------------------------------------------------------------------------------------
+# The solution.
+
+
+#: cells are split when wider than this many times the initial ``width`` (checked every ``remesh_every``)
+SPLIT_FACTOR = 2.0
+
+
+def _stable_cos_difference(lo, hi):
+    """cos lo − cos hi = 2 sin((lo + hi)/2) sin((hi − lo)/2), exact for tiny cells."""
+    return 2.0 * np.sin(0.5 * (lo + hi)) * np.sin(0.5 * (hi - lo))
+
+
+@dataclass
+class MeanFieldSolution:
+    """The Lagrangian cells at ``times``: edges and the cumulative mass at each edge.
+
+    Cells are split as they stretch (``solve``), so the number of edges grows with time: ``edges``
+    and ``cumulative_mass`` have layout (time, edge), padded with NaN after each snapshot's last
+    edge. The cumulative mass is the Lagrangian coordinate: an edge keeps its value for ever. On the
+    circle it starts at 0 on edge 0 and reaches 1 on the last edge (edge 0 + 2π); on S² it is the mass
+    of the polar cap above the edge (0 at θ = 0, 1 at θ = π).
+    """
+
+    reduction: Reduction
+    beta: float
+    times: np.ndarray
+    edges: np.ndarray
+    cumulative_mass: np.ndarray
+    evaluations: int = 0
+    info: dict = field(default_factory=dict)
+
+    def snapshot(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(edges, masses) of snapshot k, without padding."""
+        keep = np.isfinite(self.edges[k])
+        return self.edges[k][keep], np.diff(self.cumulative_mass[k][keep])
+
+    def density(self, k: int) -> np.ndarray:
+        """Density of every cell at snapshot k: per unit angle (circle), per unit area (S²)."""
+        edges, masses = self.snapshot(k)
+        return masses / cell_measure(self.reduction, edges)
+
+    def lagrangian_coordinate(self, X0: np.ndarray) -> np.ndarray:
+        """The cumulative mass of tokens X0 (…, token, dim) at t = 0, by ρ0's piecewise-constant density."""
+        X0 = np.asarray(X0, dtype=float)
+        local = X0 @ self.reduction.frame
+        edges, cum = self.edges[0][np.isfinite(self.edges[0])], self.cumulative_mass[0][np.isfinite(self.edges[0])]
+        if self.reduction.geometry == "circle":
+            theta0 = np.arctan2(local[..., 1], local[..., 0])
+            theta0 = edges[0] + (theta0 - edges[0]) % (2 * np.pi)
+            k = np.clip(np.searchsorted(edges, theta0, side="right") - 1, 0, edges.size - 2)
+            frac = (theta0 - edges[k]) / (edges[k + 1] - edges[k])
+        else:
+            theta0 = np.arccos(np.clip(local[..., 0], -1.0, 1.0))
+            k = np.clip(np.searchsorted(edges, theta0, side="right") - 1, 0, edges.size - 2)
+            # fraction of the cell's area above the token, written stably
+            frac = _stable_cos_difference(edges[k], theta0) / _stable_cos_difference(edges[k], edges[k + 1])
+        return cum[k] + np.clip(frac, 0.0, 1.0) * (cum[k + 1] - cum[k])
+
+    def push_forward(self, X0: np.ndarray) -> np.ndarray:
+        """The reference's flow map applied to tokens X0 (…, token, dim): layout (time, …, token, dim).
+
+        A token keeps its Lagrangian coordinate (``lagrangian_coordinate``); at time t it sits where the
+        piecewise-constant density puts that cumulative mass: linear in θ on the circle, in cos θ on S²,
+        azimuth kept.
+        """
+        X0 = np.asarray(X0, dtype=float)
+        red = self.reduction
+        c = self.lagrangian_coordinate(X0)
+        local = X0 @ red.frame
+        out = np.empty((self.times.size,) + X0.shape)
+        for t in range(self.times.size):
+            edges, masses = self.snapshot(t)
+            cum = self.cumulative_mass[t][np.isfinite(self.edges[t])]
+            k = np.clip(np.searchsorted(cum, c, side="right") - 1, 0, masses.size - 1)
+            frac = np.clip((c - cum[k]) / np.where(masses[k] > 0, masses[k], 1.0), 0.0, 1.0)
+            lo, hi = edges[k], edges[k + 1]
+            if red.geometry == "circle":
+                theta = lo + frac * (hi - lo)
+                out[t] = np.stack([np.cos(theta), np.sin(theta)], axis=-1) @ red.frame.T
+                continue
+            z = np.clip(np.cos(lo) - frac * _stable_cos_difference(lo, hi), -1.0, 1.0)
+            s = np.sqrt((1.0 - z) * (1.0 + z))
+            radial = np.hypot(local[..., 1], local[..., 2])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cphi = np.where(radial > 0, local[..., 1] / radial, 1.0)
+                sphi = np.where(radial > 0, local[..., 2] / radial, 0.0)
+            out[t] = np.stack([z, s * cphi, s * sphi], axis=-1) @ red.frame.T
+        return out
+
+
+def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: float
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Cut every cell wider than ``widest`` (radians) into equal-angle pieces no wider than it.
+
+    The density is constant on a cell, so a piece's mass is the cell's density times the piece's
+    length (circle) or area (S²): the density and the total mass are unchanged.
+    """
+    width = np.diff(edges)
+    pieces = np.maximum(1, np.ceil(width / widest - 1e-12)).astype(int)
+    if np.all(pieces == 1):
+        return edges, masses
+    new_edges = [edges[:1]]
+    new_masses = []
+    for k in range(masses.size):
+        if pieces[k] == 1:
+            new_edges.append(edges[k + 1:k + 2])
+            new_masses.append(masses[k:k + 1])
+            continue
+        cut = edges[k] + (edges[k + 1] - edges[k]) * np.arange(1, pieces[k] + 1) / pieces[k]
+        cut[-1] = edges[k + 1]
+        sub = np.concatenate([edges[k:k + 1], cut])
+        share = cell_measure(red, sub)
+        new_edges.append(cut)
+        new_masses.append(masses[k] * share / share.sum())
+    return np.concatenate(new_edges), np.concatenate(new_masses)
+
+
+def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", params: dict | None = None,
+          width: float = 0.05, depth: float | None = None, edges0: np.ndarray | None = None,
+          remesh_every: float = 0.25, rtol: float = ODE_RTOL, atol: float = ODE_ATOL) -> MeanFieldSolution:
+    """Move the Lagrangian cells with the mean-field velocity from t = 0 to every time in ``times``.
+
+    ``width`` is the largest initial cell (radians); with ``depth`` the cells are also graded towards
+    E1⊥ down to that distance (``graded_edges``; without it the cells are uniform, the family whose
+    convergence is measured); ``edges0`` replaces both. Every ``remesh_every`` (and at
+    every snapshot) cells wider than SPLIT_FACTOR·width are split (``split_cells``): a cell that
+    straddles the finite-β separatrix stretches between two clusters, and splitting keeps its
+    density resolved. DOP853 with ``rtol``/``atol`` on the edges' angles between remeshings.
+    """
+    params = dict(params or {})
+    times = np.asarray(times, dtype=float)
+    if not (beta > 0 and math.isfinite(beta)):
+        raise ValueError(f"mean-field reference: beta must be finite and > 0, got {beta}")
+    if (times.ndim != 1 or times.size == 0 or not np.all(np.isfinite(times)) or times[0] < 0
+            or np.any(np.diff(times) < 0)):
+        raise ValueError("mean-field reference: times must be finite, ≥ 0 and non-decreasing")
+    if not (remesh_every > 0 and math.isfinite(remesh_every)):
+        raise ValueError(f"mean-field reference: remesh_every must be finite and > 0, got {remesh_every}")
+    if edges0 is not None:
+        edges = np.asarray(edges0, dtype=float)
+    elif depth is not None:
+        edges = graded_edges(red, width, depth)
+    else:
+        edges = uniform_edges(red, width)
+    check_edges(red, edges)
+    masses = initial_masses(red, edges, measure, params)
+    widest = SPLIT_FACTOR * float(np.max(np.diff(edges)))
+    circle = red.geometry == "circle"
+    count = [0]
+
+    def rhs_for(current_masses):
+        def rhs(_t, y):
+            count[0] += 1
+            e = np.append(y, y[0] + 2 * np.pi) if circle else np.concatenate([[0.0], y, [np.pi]])
+            if not np.all(np.diff(e) > 0):
+                # a trial stage whose edges crossed: NaN fails the error test, so the step is rejected
+                return np.full_like(y, np.nan)
+            return edge_velocity(red, e, current_masses, beta, y)
+        return rhs
+
+    stops = np.union1d(times, np.arange(0.0, times[-1], remesh_every))
+    recorded: list[tuple[np.ndarray, np.ndarray]] = []
+    t_now, steps = 0.0, 0
+    for stop in stops:
+        if stop > t_now:
+            y0 = edges[:-1] if circle else edges[1:-1]
+            sol = solve_ivp(rhs_for(masses), (t_now, float(stop)), y0, method="DOP853", rtol=rtol, atol=atol)
+            if not sol.success:
+                raise RuntimeError(f"mean-field reference: the edges' ODE failed at β = {beta} between t = "
+                                   f"{t_now:g} and {stop:g} ({sol.message}); cells narrower than the float64 "
+                                   "resolution of angles end what this reference can compute (docs/mean_field.md)")
+            y = sol.y[:, -1]
+            edges = np.append(y, y[0] + 2 * np.pi) if circle else np.concatenate([[0.0], y, [np.pi]])
+            if not np.all(np.diff(edges) > 0):
+                raise FloatingPointError(f"mean-field reference: cell edges crossed at β = {beta}, t = {stop:g}")
+            steps += sol.t.size - 1
+            t_now = float(stop)
+        edges, masses = split_cells(red, edges, masses, widest)
+        if np.any(times == stop):
+            cum = np.concatenate([[0.0], np.cumsum(masses)])
+            recorded.extend([(edges.copy(), cum)] * int(np.sum(times == stop)))
+    size = max(e.size for e, _ in recorded)
+    E = np.full((times.size, size), np.nan)
+    C = np.full((times.size, size), np.nan)
+    for k, (e, c) in enumerate(recorded):
+        E[k, :e.size], C[k, :c.size] = e, c
+    return MeanFieldSolution(red, float(beta), times, E, C, evaluations=count[0],
+                             info={"steps": steps, "nfev": count[0], "cells": int(size - 1),
+                                   "cells_initial": int(np.isfinite(E[0]).sum() - 1)})
+
+
+def set_threads(n: int | None) -> None:
+    """Threads of the softmax kernels (numba's pool, shared with ``kernels``)."""
+    if n:
+        numba.set_num_threads(min(int(n), numba.config.NUMBA_NUM_THREADS))
