@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce circle paper-scale paper-scale-beta1000 paper-scale-cost test lint test-faults test-slurm test-container bench venv report clean
+.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost test lint test-faults test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ reproduce: $(STAMP)
 ## circle: the d = 2 experiment over four decades of beta (config/circle.yaml, ~20 min); results/circle/
 circle: $(STAMP)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES) --configfile config/circle.yaml
+
+## mean-field-departure: the circle's mean-field reference at every beta of config/mean_field_circle.yaml against
+## particles at N = 1024, 4096 (departure times, W2 particles-reference); regenerates docs/mean_field_departure.md
+mean-field-departure: $(STAMP)
+	$(BIN)/python benchmarks/mean_field_departure.py config/mean_field_circle.yaml --tokens 1024 4096 --replicas 2 \
+		--w2-every 8 --markdown docs/mean_field_departure.md
 
 ## paper-scale-cost: the paper-scale run's cost per job from the resource model, before running it
 paper-scale-cost: $(STAMP)

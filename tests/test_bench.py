@@ -154,3 +154,28 @@ def test_job_share_sums_the_runs_benchmark_files(tmp_path):
     (bench / "finite_temperature_beta10.tsv").write_text(header + "50.0\t0:00:50\t1\n")
     (bench / "distances.tsv").write_text(header + "10.0\t0:00:10\t1\n")
     assert "distances_beta 40 s of 100 s = 40 %" in share(str(tmp_path))
+
+
+def test_mean_field_departure_runs_on_a_tiny_circle(tmp_path):
+    """benchmarks/mean_field_departure.py end to end on a tiny copy of config/mean_field_circle.yaml: the reference's
+    distance to E1(A) and the particles' come back, the particle error falls from N = 64 to 256 on average."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "config" / "mean_field_circle.yaml").read_text())
+    exp = cfg["experiments"]["mean_field_circle"]
+    exp.update(betas=[10, 100], tokens=256)
+    exp["time"] = {"horizon": 2.0, "dt": 0.05, "snapshots": 4}
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    out, markdown = tmp_path / "mf.nc", tmp_path / "mf.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mean_field_departure.py"), str(config),
+                           "--tokens", "64", "256", "--replicas", "2", "--w2-every", "1", "--out", str(out),
+                           "--markdown", str(markdown)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ds = io.read_netcdf(out, "bench")
+    mf = ds["mf_dist_leading_A"].values
+    assert np.all(np.isfinite(mf)) and np.all(np.diff(mf, axis=-1) < 0)  # both β still approach E1(A) by t = 2
+    err = ds["particle_error_w2"].values  # (beta, tokens, replica, time)
+    assert np.all(err[..., 0] < 1e-12)  # the same initial tokens
+    assert np.all(err[:, 0, :, -1].mean(axis=-1) > err[:, 1, :, -1].mean(axis=-1))
+    assert "| 10 |" in markdown.read_text()

@@ -34,6 +34,7 @@ Arrays: ``edges`` has layout (time, edge); tokens (…, token, dim) as everywher
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numba
@@ -591,6 +592,36 @@ class MeanFieldSolution:
         edges, masses = self.snapshot(k)
         return masses / cell_measure(self.reduction, edges)
 
+    def distance_to_eigenspace(self, E: np.ndarray) -> np.ndarray:
+        """sqrt(∫ (2 − 2|P x|) dρ_t) per snapshot, P the projector onto span(E) (E: (d, k) orthonormal).
+
+        The mean-field counterpart of ``projection.distance_to_eigenspace``: 8-point Gauss–Legendre on every
+        cell. On S² the integrand must not depend on the azimuth: E the axis, or the plane orthogonal to it.
+        """
+        E = np.asarray(E, dtype=float).reshape(self.reduction.frame.shape[0], -1)
+        local = self.reduction.frame.T @ E  # E in the reduction's frame
+        P = local @ local.T
+        if self.reduction.geometry == "axisymmetric" and not (
+                np.allclose(P, np.diag([1.0, 0, 0]), atol=1e-9) or np.allclose(P, np.diag([0, 1.0, 1.0]), atol=1e-9)):
+            raise ValueError("mean-field reference: on S² the distance is computed to the axis or to the plane "
+                             "orthogonal to it only")
+        nodes, weights = np.polynomial.legendre.leggauss(8)
+        out = np.empty(self.times.size)
+        for k in range(self.times.size):
+            edges, masses = self.snapshot(k)
+            lo, hi = edges[:-1, None], edges[1:, None]
+            theta = 0.5 * (lo + hi) + 0.5 * (hi - lo) * nodes
+            if self.reduction.geometry == "circle":
+                x = np.stack([np.cos(theta), np.sin(theta)], axis=-1)
+                dens = np.ones_like(theta)  # density per unit angle is constant on the cell
+            else:
+                x = np.stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)], axis=-1)
+                dens = np.sin(theta)  # area element
+            f = 2.0 - 2.0 * np.sqrt(np.einsum("...i,ij,...j->...", x, P, x).clip(0.0))
+            cell_mean = (f * dens) @ weights / (dens @ weights)
+            out[k] = math.sqrt(max(float(masses @ cell_mean), 0.0))
+        return out
+
     def lagrangian_coordinate(self, X0: np.ndarray) -> np.ndarray:
         """The cumulative mass of tokens X0 (…, token, dim) at t = 0, by ρ0's piecewise-constant density."""
         X0 = np.asarray(X0, dtype=float)
@@ -669,7 +700,8 @@ def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: f
 
 def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", params: dict | None = None,
           width: float = 0.05, depth: float | None = None, edges0: np.ndarray | None = None,
-          remesh_every: float = 0.25, rtol: float = ODE_RTOL, atol: float = ODE_ATOL) -> MeanFieldSolution:
+          remesh_every: float = 0.25, rtol: float = ODE_RTOL, atol: float = ODE_ATOL,
+          progress: Callable[[float, dict], None] | None = None) -> MeanFieldSolution:
     """Move the Lagrangian cells with the mean-field velocity from t = 0 to every time in ``times``.
 
     ``width`` is the largest initial cell (radians); with ``depth`` the cells are also graded towards
@@ -678,6 +710,7 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
     every snapshot) cells wider than SPLIT_FACTOR·width are split (``split_cells``): a cell that
     straddles the finite-β separatrix stretches between two clusters, and splitting keeps its
     density resolved. DOP853 with ``rtol``/``atol`` on the edges' angles between remeshings.
+    ``progress(t, info)`` is called at every snapshot (info: cells, field evaluations, steps so far).
     """
     params = dict(params or {})
     times = np.asarray(times, dtype=float)
@@ -731,6 +764,8 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
         if np.any(times == stop):
             cum = np.concatenate([[0.0], np.cumsum(masses)])
             recorded.extend([(edges.copy(), cum)] * int(np.sum(times == stop)))
+            if progress is not None:
+                progress(float(stop), {"cells": int(masses.size), "nfev": count[0], "steps": steps})
     size = max(e.size for e, _ in recorded)
     E = np.full((times.size, size), np.nan)
     C = np.full((times.size, size), np.nan)

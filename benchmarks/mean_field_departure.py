@@ -1,0 +1,170 @@
+"""Does the mean field depart when the particles do? The circle's mean-field reference against particles.
+
+For a d = 2 experiment of a config (any B, V: on the circle the mean field is one-dimensional), this
+script solves the mean-field equation (Eq. 2) with ``lowtemp.meanfield`` at every β of the experiment
+and runs the particle system (the pipeline's dense kernel, RK4 at the experiment's step) at several N
+from uniform tokens. For both it computes the distance to E1(A) ∩ S (``dist_leading_A``) and the
+geometric departure time (``fitting.geometric_departure``: the first time, after reaching E1(A), that
+this distance rises above half the distance between E1(A) and V's leading eigenspace), and, at every
+snapshot, the particle error: W2 between the particle cloud and the reference's push-forward of the same
+initial tokens (``transport.w2``). It prints a table and writes a markdown summary (``--markdown``) and
+the curves as NetCDF (``--out``).
+
+    python benchmarks/mean_field_departure.py config/mean_field_circle.yaml --tokens 1024 4096 --replicas 2
+
+The markdown names the commit, the CPU and the wall time; `make mean-field-departure` regenerates
+docs/mean_field_departure.md with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from lowtemp import fitting, integrate, io, kernels, meanfield, measures, projection, seeding, transport, validation
+from lowtemp.experiment import build_matrices
+
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+LOG = logging.getLogger("mean_field_departure")
+
+
+def cpu_name() -> str:
+    """The CPU's model name from lscpu (what the brief of every timing names)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return platform.processor() or "unknown"
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def departure(times: np.ndarray, dist_A: np.ndarray, gap: float) -> str:
+    """The departure time as text: a number, '> horizon' (censored) or 'never arrived'."""
+    dep, censored = fitting.geometric_departure(times, dist_A[None, :], gap)
+    if censored[0]:
+        return f"> {times[-1]:g}"
+    return "never arrived" if np.isnan(dep[0]) else f"{dep[0]:g}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config")
+    ap.add_argument("--experiment", help="a d = 2 experiment of the config (default: its first)")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 4096])
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--width", type=float, default=0.1, help="the reference's initial cell width (radians)")
+    ap.add_argument("--w2-every", type=int, default=4, help="particle error at every k-th snapshot")
+    ap.add_argument("--out", default="results/bench/mean_field_departure.nc")
+    ap.add_argument("--markdown", help="write the summary here (e.g. docs/mean_field_departure.md)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    start = time.time()
+
+    config = validation.load_config_file(str(args.config))
+    validation.validate_config(config, SCHEMA, configfiles=[args.config])  # fills in the schema's defaults
+    name = args.experiment or next(iter(config["experiments"]))
+    exp, root_seed = config["experiments"][name], int(config["root_seed"])
+    if exp["dim"] != 2:
+        raise SystemExit(f"{name}: the circle's reference needs dim = 2, got {exp['dim']}")
+    if exp["initial_measure"]["name"] != "uniform":
+        raise SystemExit(f"{name}: this study draws uniform tokens; the experiment's measure is "
+                         f"{exp['initial_measure']['name']!r}")
+    M = build_matrices(name, exp, root_seed)  # what the matrices stage writes
+    red = meanfield.reduce(M.B, M.V)
+    grid = integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"], exp["time"]["dt"])
+    times = grid.times
+    gap = fitting.subspace_gap(M.E1, M.E1_V_real)
+    betas = [float(b) for b in exp["betas"]]
+    tokens = sorted(set(args.tokens))
+    w2_at = np.arange(0, times.size, args.w2_every)
+
+    mf_dist = np.full((len(betas), times.size), np.nan)
+    p_dist = np.full((len(betas), len(tokens), args.replicas, times.size), np.nan)
+    p_err = np.full((len(betas), len(tokens), args.replicas, w2_at.size), np.nan)
+    mf_seconds = np.zeros(len(betas))
+    rows = []
+    for i, beta in enumerate(betas):
+        t0 = time.time()
+        try:
+            sol = meanfield.solve(red, beta, times, width=args.width, rtol=1e-8, atol=1e-13,
+                                  progress=lambda t, info, b=beta: LOG.info("beta %g: mean field at t = %g (%s)", b, t,
+                                                                            info))
+        except (RuntimeError, FloatingPointError) as exc:  # the reference's limit (docs/mean_field.md, "Limits")
+            LOG.warning("beta %g: no mean-field reference: %s", beta, exc)
+            rows.append({"beta": beta, "mf": f"not computed ({str(exc)[:120]})", "cells": "-",
+                         **{f"N={n}": "-" for n in tokens}, **{f"err{n}": np.nan for n in tokens}})
+            continue
+        mf_seconds[i] = time.time() - t0
+        mf_dist[i] = sol.distance_to_eigenspace(M.E1)
+        LOG.info("beta %g: mean field in %.0f s (%s)", beta, mf_seconds[i], sol.info)
+        row = {"beta": beta, "mf": departure(times, mf_dist[i], gap), "cells": sol.info["cells"]}
+        for j, n in enumerate(tokens):
+            X0 = measures.uniform(seeding.generator(root_seed, name, "mean_field_departure", str(n)),
+                                  args.replicas, n, 2)
+            X = integrate.simulate(lambda Y, b=beta: kernels.dense_field(Y, M.B, M.V, b), X0, grid)
+            P = sol.push_forward(X0)
+            p_dist[i, j] = np.moveaxis(projection.distance_to_eigenspace(X, M.E1), 0, -1)
+            for r in range(args.replicas):
+                p_err[i, j, r] = [transport.w2(X[k, r], P[k, r]) for k in w2_at]
+            deps = [departure(times, p_dist[i, j, r], gap) for r in range(args.replicas)]
+            row[f"N={n}"] = ", ".join(deps)
+            row[f"err{n}"] = float(np.nanmax(p_err[i, j]))
+            LOG.info("beta %g N %d: departures %s, largest particle error %.3g", beta, n, deps, row[f"err{n}"])
+        rows.append(row)
+
+    ds = xr.Dataset(
+        {"mf_dist_leading_A": (("beta", "time"), mf_dist),
+         "mf_seconds": (("beta",), mf_seconds),
+         "particle_dist_leading_A": (("beta", "tokens", "replica", "time"), p_dist),
+         "particle_error_w2": (("beta", "tokens", "replica", "w2_time"), p_err)},
+        coords={"beta": betas, "tokens": tokens, "replica": np.arange(args.replicas), "time": times,
+                "w2_time": times[w2_at]},
+        attrs={"experiment": name, "end_phase_gap": gap,
+               "description": "mean-field reference on the circle against particles: distance to E1(A) and "
+                              "W2 between particles and the reference's push-forward of the same tokens"})
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    io.write_netcdf(ds, args.out, "bench", io.provenance(name, exp, root_seed))
+    wall = time.time() - start
+    header = ["β", "mean field departs at", *[f"particles N = {n} (per replica)" for n in tokens],
+              *[f"max W2 particles–reference, N = {n}" for n in tokens], "cells (last)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        lines.append("| " + " | ".join([f"{row['beta']:g}", row["mf"], *[row[f"N={n}"] for n in tokens],
+                                        *[f"{row[f'err{n}']:.3g}" for n in tokens], str(row["cells"])]) + " |")
+    table = "\n".join(lines)
+    print(table)
+    if args.markdown:
+        text = (f"# Mean-field departure on the circle (generated)\n\n"
+                f"Generated by `benchmarks/mean_field_departure.py {args.config} --experiment {name} --tokens "
+                f"{' '.join(map(str, tokens))} --replicas {args.replicas}` (`make mean-field-departure`) at commit "
+                f"{commit()} on {cpu_name()}, {wall / 60:.1f} min of wall time. Do not edit: regenerate.\n\n"
+                f"Experiment `{name}` of `{args.config}`: d = 2, horizon {times[-1]:g}, snapshot every "
+                f"{times[1] - times[0]:g}; departure = the first time, after reaching E1(A), that the distance to "
+                f"E1(A) exceeds half the distance between E1(A) and V's leading eigenspace ({gap / 2:.3f}); "
+                f"'> T': still metastable at the horizon. The particle error is W2 between the particle cloud and "
+                f"the reference's push-forward of the same initial tokens, largest over replicas and over every "
+                f"{args.w2_every}-th snapshot. Method: docs/mean_field.md.\n\n{table}\n")
+        Path(args.markdown).write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
