@@ -370,3 +370,24 @@ def test_distance_to_eigenspace_equals_the_tokens_of_a_fine_push_forward(geometr
     # on the circle, so judged at the last snapshot)
     wrong = np.array([[-E[1, 0]], [E[0, 0]]]) if geometry == "circle" else red.frame[:, 1:]
     assert abs(sol.distance_to_eigenspace(wrong)[-1] - tokens[-1]) > 0.05
+
+
+def test_a_cell_below_the_resolution_of_angles_stops_the_reference_or_truncates_it():
+    """A cell of 1e-12 rad at the stable point u of the circle contracts (about e^{-t}) below RESOLVED_WIDTH within
+    t = 6: without ``truncate`` the solve raises CellsUnresolved naming the limit, never crawls on; with it the
+    snapshots after the limit are NaN and ``resolved_until`` says where it stopped."""
+    M = circle_matrices()
+    red = mf.reduce(M.B, M.V)
+    u = math.atan2(M.E1[1, 0], M.E1[0, 0]) % (2 * np.pi)
+    edges = np.sort(np.concatenate([np.linspace(0, 2 * np.pi, 33)[:-1], [u, u + 1e-12]]))
+    edges = np.append(edges, edges[0] + 2 * np.pi)
+    times = np.arange(0.0, 6.01, 1.0)
+    with pytest.raises(mf.CellsUnresolved, match="float64 resolution"):
+        mf.solve(red, 10.0, times, edges0=edges, rtol=1e-8, atol=1e-16)
+    sol = mf.solve(red, 10.0, times, edges0=edges, rtol=1e-8, atol=1e-16, truncate=True)
+    until = sol.info["resolved_until"]
+    assert 0 < until < 6
+    d = sol.distance_to_eigenspace(M.E1)
+    assert np.all(np.isfinite(d[times <= until])) and np.all(np.isnan(d[times > until]))
+    # the same run from ordinary cells reaches t = 6
+    assert mf.solve(red, 10.0, times, width=0.2, rtol=1e-8, atol=1e-12).info["resolved_until"] == 6

@@ -554,6 +554,14 @@ def initial_masses(red: Reduction, edges: np.ndarray, measure: str, params: dict
 # The solution.
 
 
+#: narrowest cell (radians) the float64 angles resolve: 64 ulp of 2π; below it the reference stops
+RESOLVED_WIDTH = 64 * float(np.spacing(2 * np.pi))
+
+
+class CellsUnresolved(RuntimeError):
+    """A cell has contracted below RESOLVED_WIDTH: the edges' angles cannot carry the solution further."""
+
+
 #: cells are split when wider than this many times the initial ``width`` (checked every ``remesh_every``)
 SPLIT_FACTOR = 2.0
 
@@ -609,6 +617,9 @@ class MeanFieldSolution:
         out = np.empty(self.times.size)
         for k in range(self.times.size):
             edges, masses = self.snapshot(k)
+            if edges.size == 0:  # beyond what the reference resolved (``solve(truncate=True)``)
+                out[k] = np.nan
+                continue
             lo, hi = edges[:-1, None], edges[1:, None]
             theta = 0.5 * (lo + hi) + 0.5 * (hi - lo) * nodes
             if self.reduction.geometry == "circle":
@@ -653,6 +664,9 @@ class MeanFieldSolution:
         out = np.empty((self.times.size,) + X0.shape)
         for t in range(self.times.size):
             edges, masses = self.snapshot(t)
+            if edges.size == 0:  # beyond what the reference resolved (``solve(truncate=True)``)
+                out[t] = np.nan
+                continue
             cum = self.cumulative_mass[t][np.isfinite(self.edges[t])]
             k = np.clip(np.searchsorted(cum, c, side="right") - 1, 0, masses.size - 1)
             frac = np.clip((c - cum[k]) / np.where(masses[k] > 0, masses[k], 1.0), 0.0, 1.0)
@@ -701,7 +715,7 @@ def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: f
 def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", params: dict | None = None,
           width: float = 0.05, depth: float | None = None, edges0: np.ndarray | None = None,
           remesh_every: float = 0.25, rtol: float = ODE_RTOL, atol: float = ODE_ATOL,
-          progress: Callable[[float, dict], None] | None = None) -> MeanFieldSolution:
+          progress: Callable[[float, dict], None] | None = None, truncate: bool = False) -> MeanFieldSolution:
     """Move the Lagrangian cells with the mean-field velocity from t = 0 to every time in ``times``.
 
     ``width`` is the largest initial cell (radians); with ``depth`` the cells are also graded towards
@@ -711,6 +725,10 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
     straddles the finite-β separatrix stretches between two clusters, and splitting keeps its
     density resolved. DOP853 with ``rtol``/``atol`` on the edges' angles between remeshings.
     ``progress(t, info)`` is called at every snapshot (info: cells, field evaluations, steps so far).
+
+    A cell narrower than RESOLVED_WIDTH (contracting clusters shrink their cells exponentially) ends
+    what float64 angles can carry: ``CellsUnresolved``, or with ``truncate`` the snapshots from then on
+    are NaN and ``info["resolved_until"]`` is the last time reached.
     """
     params = dict(params or {})
     times = np.asarray(times, dtype=float)
@@ -737,9 +755,14 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
         def rhs(_t, y):
             count[0] += 1
             e = np.append(y, y[0] + 2 * np.pi) if circle else np.concatenate([[0.0], y, [np.pi]])
-            if not np.all(np.diff(e) > 0):
+            narrowest = np.min(np.diff(e))
+            if not narrowest > 0:
                 # a trial stage whose edges crossed: NaN fails the error test, so the step is rejected
                 return np.full_like(y, np.nan)
+            if narrowest < RESOLVED_WIDTH:
+                raise CellsUnresolved(f"mean-field reference at β = {beta}: a cell contracted to {narrowest:.2g} rad "
+                                      f"after t = {t_now:g}, below the float64 resolution of angles "
+                                      f"({RESOLVED_WIDTH:.2g} rad; docs/mean_field.md, \"Limits\")")
             return edge_velocity(red, e, current_masses, beta, y)
         return rhs
 
@@ -749,7 +772,12 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
     for stop in stops:
         if stop > t_now:
             y0 = edges[:-1] if circle else edges[1:-1]
-            sol = solve_ivp(rhs_for(masses), (t_now, float(stop)), y0, method="DOP853", rtol=rtol, atol=atol)
+            try:
+                sol = solve_ivp(rhs_for(masses), (t_now, float(stop)), y0, method="DOP853", rtol=rtol, atol=atol)
+            except CellsUnresolved:
+                if not truncate:
+                    raise
+                break
             if not sol.success:
                 raise RuntimeError(f"mean-field reference: the edges' ODE failed at β = {beta} between t = "
                                    f"{t_now:g} and {stop:g} ({sol.message}); cells narrower than the float64 "
@@ -766,6 +794,9 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
             recorded.extend([(edges.copy(), cum)] * int(np.sum(times == stop)))
             if progress is not None:
                 progress(float(stop), {"cells": int(masses.size), "nfev": count[0], "steps": steps})
+    if not recorded:
+        raise CellsUnresolved(f"mean-field reference at β = {beta}: cells unresolved before the first snapshot")
+    resolved_until = float(times[len(recorded) - 1])
     size = max(e.size for e, _ in recorded)
     E = np.full((times.size, size), np.nan)
     C = np.full((times.size, size), np.nan)
@@ -773,7 +804,8 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
         E[k, :e.size], C[k, :c.size] = e, c
     return MeanFieldSolution(red, float(beta), times, E, C, evaluations=count[0],
                              info={"steps": steps, "nfev": count[0], "cells": int(size - 1),
-                                   "cells_initial": int(np.isfinite(E[0]).sum() - 1)})
+                                   "cells_initial": int(np.isfinite(E[0]).sum() - 1),
+                                   "resolved_until": resolved_until})
 
 
 def set_threads(n: int | None) -> None:
