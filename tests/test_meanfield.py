@@ -218,8 +218,8 @@ def fixed_quantiles(sol, count=20000):
     c = (np.arange(count) + 0.5) / count
     out = []
     for t in range(sol.times.size):
-        keep = np.isfinite(sol.edges[t])
-        theta = np.interp(c, sol.cumulative_mass[t][keep], sol.edges[t][keep])
+        edges, masses = sol.snapshot(t)
+        theta = np.interp(c, np.concatenate([[0.0], np.cumsum(masses)]), edges)
         out.append(np.stack([np.cos(theta), np.sin(theta)], axis=-1))
     return np.array(out)
 
@@ -391,3 +391,40 @@ def test_a_cell_below_the_resolution_of_angles_stops_the_reference_or_truncates_
     assert np.all(np.isfinite(d[times <= until])) and np.all(np.isnan(d[times > until]))
     # the same run from ordinary cells reaches t = 6
     assert mf.solve(red, 10.0, times, width=0.2, rtol=1e-8, atol=1e-12).info["resolved_until"] == 6
+
+
+def test_push_forward_is_the_identity_at_t_0_even_in_deep_tails_and_starts_from_t_0():
+    """vMF with κ = 200 about ±e on S² and κ = 60 on the circle: cells in the tails hold masses far below 1e-16 of
+    the total, and tokens there still map to themselves at t = 0 (their Lagrangian coordinate is kept relative to
+    their own initial cell). Times that do not start at 0 still push forward from t = 0: the snapshot at t = 1 of
+    times (1, 2) equals that of times (0, 1, 2)."""
+    red = mf.reduce(*SPHERE)
+    e = red.frame[:, 0]
+    sol = mf.solve(red, 10.0, [0.0, 0.5], measure="vmf_mixture", params={"kappas": [200.0, 200.0], "means": [e, -e]},
+                   width=0.1, rtol=1e-8, atol=1e-12)
+    assert sol.masses[0][np.isfinite(sol.masses[0])].min() < 1e-40
+    theta = np.array([0.3, 1.0, 1.5, 2.0, 2.8])
+    X = (np.stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)], axis=-1)) @ red.frame.T
+    np.testing.assert_allclose(sol.push_forward(X)[0], X, atol=1e-12)
+    M = circle_matrices()
+    red2 = mf.reduce(M.B, M.V)
+    params = {"kappas": [60.0], "means": [[1.0, 0.0]]}
+    sol2 = mf.solve(red2, 3.0, [0.0, 1.0, 2.0], measure="vmf_mixture", params=params, width=0.1, rtol=1e-9, atol=1e-12)
+    theta = np.array([1.5, 2.5, 3.0, 3.1, 3.5])
+    X2 = np.stack([np.cos(theta), np.sin(theta)], axis=-1)
+    np.testing.assert_allclose(sol2.push_forward(X2)[0], X2, atol=1e-12)
+    later = mf.solve(red2, 3.0, [1.0, 2.0], measure="vmf_mixture", params=params, width=0.1, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(later.push_forward(X2), sol2.push_forward(X2)[1:], atol=1e-12)
+
+
+def test_out_of_scale_inputs_get_named_errors():
+    red = mf.reduce(*SPHERE)
+    with pytest.raises(ValueError, match="stops"):
+        mf.solve(red, 10.0, [0.0, 1e12])
+    with pytest.raises(ValueError, match="stops"):
+        mf.solve(red, 10.0, [0.0, 1.0], remesh_every=1e-300)
+    # κ = 0 is the uniform law
+    e = red.frame[:, 0]
+    edges = mf.uniform_edges(red, 0.1)
+    np.testing.assert_allclose(mf.initial_masses(red, edges, "vmf_mixture", {"kappas": [0.0], "means": [e]}),
+                               mf.cell_measure(red, edges) / (4 * np.pi), rtol=1e-12)

@@ -525,7 +525,9 @@ def _log_density0(red: Reduction, measure: str, params: dict, theta: np.ndarray)
         else:
             cosine = np.cos(theta) * float(mean @ red.frame[:, 0])
             # vMF on S²: κ e^{κ cos}/(4π sinh κ) = κ e^{κ(cos − 1)}/(2π(1 − e^{−2κ}))
-            log_norm = math.log(2 * np.pi) + math.log(-math.expm1(-2 * kappa)) - math.log(kappa)
+            # (κ = 0: the uniform law, 1/(4π))
+            log_norm = (math.log(2 * np.pi) + math.log(-math.expm1(-2 * kappa)) - math.log(kappa) if kappa > 0
+                        else math.log(4 * np.pi))
         parts.append(math.log(w) + kappa * (cosine - 1.0) - log_norm)
     return np.logaddexp.reduce(np.stack(parts), axis=0)
 
@@ -573,27 +575,35 @@ def _stable_cos_difference(lo, hi):
 
 @dataclass
 class MeanFieldSolution:
-    """The Lagrangian cells at ``times``: edges and the cumulative mass at each edge.
+    """The Lagrangian cells at ``times``.
 
-    Cells are split as they stretch (``solve``), so the number of edges grows with time: ``edges``
-    and ``cumulative_mass`` have layout (time, edge), padded with NaN after each snapshot's last
-    edge. The cumulative mass is the Lagrangian coordinate: an edge keeps its value for ever. On the
-    circle it starts at 0 on edge 0 and reaches 1 on the last edge (edge 0 + 2π); on S² it is the mass
-    of the polar cap above the edge (0 at θ = 0, 1 at θ = π).
+    Cells are split as they stretch (``solve``), so their number grows with time. Layout (time, edge)
+    for ``edges`` and (time, cell) for ``masses``, ``owner``, ``fraction_lo``, ``fraction_hi``, padded
+    after each snapshot's last entry (NaN; owner −1). Every cell lies inside one initial cell (splits only
+    subdivide): ``owner`` is its index among ``initial_edges``' cells and [fraction_lo, fraction_hi] the part
+    of that initial cell's mass it holds. That pair is the Lagrangian coordinate, kept relative to one
+    initial cell so that a cell of mass 1e-30 is located as exactly as a heavy one.
     """
 
     reduction: Reduction
     beta: float
     times: np.ndarray
+    initial_edges: np.ndarray
     edges: np.ndarray
-    cumulative_mass: np.ndarray
+    masses: np.ndarray
+    owner: np.ndarray
+    fraction_lo: np.ndarray
+    fraction_hi: np.ndarray
     evaluations: int = 0
     info: dict = field(default_factory=dict)
 
+    def _cells(self, k: int) -> np.ndarray:
+        return self.owner[k] >= 0
+
     def snapshot(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(edges, masses) of snapshot k, without padding."""
-        keep = np.isfinite(self.edges[k])
-        return self.edges[k][keep], np.diff(self.cumulative_mass[k][keep])
+        """(edges, masses) of snapshot k, without padding (empty beyond ``info['resolved_until']``)."""
+        cells = self._cells(k)
+        return self.edges[k][:cells.sum() + 1] if cells.any() else self.edges[k][:0], self.masses[k][cells]
 
     def density(self, k: int) -> np.ndarray:
         """Density of every cell at snapshot k: per unit angle (circle), per unit area (S²)."""
@@ -617,7 +627,7 @@ class MeanFieldSolution:
         out = np.empty(self.times.size)
         for k in range(self.times.size):
             edges, masses = self.snapshot(k)
-            if edges.size == 0:  # beyond what the reference resolved (``solve(truncate=True)``)
+            if masses.size == 0:  # beyond what the reference resolved (``solve(truncate=True)``)
                 out[k] = np.nan
                 continue
             lo, hi = edges[:-1, None], edges[1:, None]
@@ -633,11 +643,11 @@ class MeanFieldSolution:
             out[k] = math.sqrt(max(float(masses @ cell_mean), 0.0))
         return out
 
-    def lagrangian_coordinate(self, X0: np.ndarray) -> np.ndarray:
-        """The cumulative mass of tokens X0 (…, token, dim) at t = 0, by ρ0's piecewise-constant density."""
+    def lagrangian_coordinate(self, X0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(initial cell, fraction of its mass before the token) of tokens X0 (…, token, dim) at t = 0."""
         X0 = np.asarray(X0, dtype=float)
         local = X0 @ self.reduction.frame
-        edges, cum = self.edges[0][np.isfinite(self.edges[0])], self.cumulative_mass[0][np.isfinite(self.edges[0])]
+        edges = self.initial_edges
         if self.reduction.geometry == "circle":
             theta0 = np.arctan2(local[..., 1], local[..., 0])
             theta0 = edges[0] + (theta0 - edges[0]) % (2 * np.pi)
@@ -648,28 +658,33 @@ class MeanFieldSolution:
             k = np.clip(np.searchsorted(edges, theta0, side="right") - 1, 0, edges.size - 2)
             # fraction of the cell's area above the token, written stably
             frac = _stable_cos_difference(edges[k], theta0) / _stable_cos_difference(edges[k], edges[k + 1])
-        return cum[k] + np.clip(frac, 0.0, 1.0) * (cum[k + 1] - cum[k])
+        return k, np.clip(frac, 0.0, 1.0)
 
     def push_forward(self, X0: np.ndarray) -> np.ndarray:
-        """The reference's flow map applied to tokens X0 (…, token, dim): layout (time, …, token, dim).
+        """The reference's flow map applied to tokens X0 (…, token, dim) at t = 0: layout (time, …, token, dim).
 
-        A token keeps its Lagrangian coordinate (``lagrangian_coordinate``); at time t it sits where the
-        piecewise-constant density puts that cumulative mass: linear in θ on the circle, in cos θ on S²,
-        azimuth kept.
+        A token keeps its Lagrangian coordinate (``lagrangian_coordinate``); at time t it sits in the cell of
+        its initial cell that holds its mass fraction, where the piecewise-constant density puts it: linear in
+        θ on the circle, in cos θ on S², azimuth kept. NaN beyond ``info['resolved_until']``.
         """
         X0 = np.asarray(X0, dtype=float)
         red = self.reduction
-        c = self.lagrangian_coordinate(X0)
+        owner0, phi = self.lagrangian_coordinate(X0)
         local = X0 @ red.frame
         out = np.empty((self.times.size,) + X0.shape)
         for t in range(self.times.size):
             edges, masses = self.snapshot(t)
-            if edges.size == 0:  # beyond what the reference resolved (``solve(truncate=True)``)
+            if masses.size == 0:
                 out[t] = np.nan
                 continue
-            cum = self.cumulative_mass[t][np.isfinite(self.edges[t])]
-            k = np.clip(np.searchsorted(cum, c, side="right") - 1, 0, masses.size - 1)
-            frac = np.clip((c - cum[k]) / np.where(masses[k] > 0, masses[k], 1.0), 0.0, 1.0)
+            cells = self._cells(t)
+            owner, lo_f, hi_f = self.owner[t][cells], self.fraction_lo[t][cells], self.fraction_hi[t][cells]
+            # cells are ordered by (owner, fraction): search the key owner + fraction, then keep the result among
+            # the cells of the token's own initial cell (the key's rounding cannot move it to another owner)
+            first = np.searchsorted(owner, owner0, side="left")
+            last = np.searchsorted(owner, owner0, side="right") - 1
+            k = np.clip(np.searchsorted(owner + lo_f, owner0 + phi, side="right") - 1, first, last)
+            frac = np.clip((phi - lo_f[k]) / (hi_f[k] - lo_f[k]), 0.0, 1.0)
             lo, hi = edges[k], edges[k + 1]
             if red.geometry == "circle":
                 theta = lo + frac * (hi - lo)
@@ -685,31 +700,54 @@ class MeanFieldSolution:
         return out
 
 
-def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: float
-                ) -> tuple[np.ndarray, np.ndarray]:
+def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: float,
+                lagrangian: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
     """Cut every cell wider than ``widest`` (radians) into equal-angle pieces no wider than it.
 
     The density is constant on a cell, so a piece's mass is the cell's density times the piece's
-    length (circle) or area (S²): the density and the total mass are unchanged.
+    length (circle) or area (S²): the density and the total mass are unchanged. With ``lagrangian`` =
+    (owner, fraction_lo, fraction_hi) per cell (``MeanFieldSolution``), the pieces' are returned too:
+    (edges, masses[, (owner, fraction_lo, fraction_hi)]).
     """
+    if lagrangian is None:
+        lagrangian = (np.arange(masses.size), np.zeros(masses.size), np.ones(masses.size))
+        with_lagrangian = False
+    else:
+        with_lagrangian = True
+    owner, f_lo, f_hi = lagrangian
     width = np.diff(edges)
     pieces = np.maximum(1, np.ceil(width / widest - 1e-12)).astype(int)
     if np.all(pieces == 1):
-        return edges, masses
-    new_edges = [edges[:1]]
-    new_masses = []
+        return (edges, masses, lagrangian) if with_lagrangian else (edges, masses)
+    new_edges, new_masses = [edges[:1]], []
+    new_owner, new_lo, new_hi = [], [], []
     for k in range(masses.size):
         if pieces[k] == 1:
             new_edges.append(edges[k + 1:k + 2])
             new_masses.append(masses[k:k + 1])
+            new_owner.append(owner[k:k + 1])
+            new_lo.append(f_lo[k:k + 1])
+            new_hi.append(f_hi[k:k + 1])
             continue
         cut = edges[k] + (edges[k + 1] - edges[k]) * np.arange(1, pieces[k] + 1) / pieces[k]
         cut[-1] = edges[k + 1]
-        sub = np.concatenate([edges[k:k + 1], cut])
-        share = cell_measure(red, sub)
+        share = cell_measure(red, np.concatenate([edges[k:k + 1], cut]))
+        share = share / share.sum()
+        bounds = f_lo[k] + (f_hi[k] - f_lo[k]) * np.concatenate([[0.0], np.cumsum(share)])
+        bounds[-1] = f_hi[k]
         new_edges.append(cut)
-        new_masses.append(masses[k] * share / share.sum())
-    return np.concatenate(new_edges), np.concatenate(new_masses)
+        new_masses.append(masses[k] * share)
+        new_owner.append(np.full(pieces[k], owner[k]))
+        new_lo.append(bounds[:-1])
+        new_hi.append(bounds[1:])
+    out_edges, out_masses = np.concatenate(new_edges), np.concatenate(new_masses)
+    if not with_lagrangian:
+        return out_edges, out_masses
+    return out_edges, out_masses, (np.concatenate(new_owner), np.concatenate(new_lo), np.concatenate(new_hi))
+
+
+#: most remeshing and snapshot stops one solve may take (a horizon or remesh_every out of scale is refused)
+MAX_STOPS = 1_000_000
 
 
 def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", params: dict | None = None,
@@ -727,8 +765,9 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
     ``progress(t, info)`` is called at every snapshot (info: cells, field evaluations, steps so far).
 
     A cell narrower than RESOLVED_WIDTH (contracting clusters shrink their cells exponentially) ends
-    what float64 angles can carry: ``CellsUnresolved``, or with ``truncate`` the snapshots from then on
-    are NaN and ``info["resolved_until"]`` is the last time reached.
+    what float64 angles can carry: the solve raises ``CellsUnresolved`` as soon as a trial stage asks for
+    one (so it may stop a little early), or with ``truncate`` the snapshots from then on are NaN and
+    ``info["resolved_until"]`` is the last snapshot reached.
     """
     params = dict(params or {})
     times = np.asarray(times, dtype=float)
@@ -739,6 +778,9 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
         raise ValueError("mean-field reference: times must be finite, ≥ 0 and non-decreasing")
     if not (remesh_every > 0 and math.isfinite(remesh_every)):
         raise ValueError(f"mean-field reference: remesh_every must be finite and > 0, got {remesh_every}")
+    if times[-1] / remesh_every + times.size > MAX_STOPS:
+        raise ValueError(f"mean-field reference: horizon {times[-1]:g} over remesh_every {remesh_every:g} makes more "
+                         f"than {MAX_STOPS} stops")
     if edges0 is not None:
         edges = np.asarray(edges0, dtype=float)
     elif depth is not None:
@@ -746,7 +788,9 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
     else:
         edges = uniform_edges(red, width)
     check_edges(red, edges)
+    initial_edges = edges.copy()
     masses = initial_masses(red, edges, measure, params)
+    lagrangian = (np.arange(masses.size), np.zeros(masses.size), np.ones(masses.size))
     widest = SPLIT_FACTOR * float(np.max(np.diff(edges)))
     circle = red.geometry == "circle"
     count = [0]
@@ -760,6 +804,8 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
                 # a trial stage whose edges crossed: NaN fails the error test, so the step is rejected
                 return np.full_like(y, np.nan)
             if narrowest < RESOLVED_WIDTH:
+                # conservative: a trial stage below the resolution ends the solve (rejecting it instead let the
+                # stepper crawl towards the limit); the solve may so stop a little early, never go on wrongly
                 raise CellsUnresolved(f"mean-field reference at β = {beta}: a cell contracted to {narrowest:.2g} rad "
                                       f"after t = {t_now:g}, below the float64 resolution of angles "
                                       f"({RESOLVED_WIDTH:.2g} rad; docs/mean_field.md, \"Limits\")")
@@ -767,7 +813,7 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
         return rhs
 
     stops = np.union1d(times, np.arange(0.0, times[-1], remesh_every))
-    recorded: list[tuple[np.ndarray, np.ndarray]] = []
+    recorded = []
     t_now, steps = 0.0, 0
     for stop in stops:
         if stop > t_now:
@@ -780,32 +826,31 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
                 break
             if not sol.success:
                 raise RuntimeError(f"mean-field reference: the edges' ODE failed at β = {beta} between t = "
-                                   f"{t_now:g} and {stop:g} ({sol.message}); cells narrower than the float64 "
-                                   "resolution of angles end what this reference can compute (docs/mean_field.md)")
+                                   f"{t_now:g} and {stop:g} ({sol.message})")
             y = sol.y[:, -1]
             edges = np.append(y, y[0] + 2 * np.pi) if circle else np.concatenate([[0.0], y, [np.pi]])
             if not np.all(np.diff(edges) > 0):
                 raise FloatingPointError(f"mean-field reference: cell edges crossed at β = {beta}, t = {stop:g}")
             steps += sol.t.size - 1
             t_now = float(stop)
-        edges, masses = split_cells(red, edges, masses, widest)
-        if np.any(times == stop):
-            cum = np.concatenate([[0.0], np.cumsum(masses)])
-            recorded.extend([(edges.copy(), cum)] * int(np.sum(times == stop)))
-            if progress is not None:
-                progress(float(stop), {"cells": int(masses.size), "nfev": count[0], "steps": steps})
+        edges, masses, lagrangian = split_cells(red, edges, masses, widest, lagrangian)
+        for _ in range(int(np.sum(times == stop))):
+            recorded.append((edges.copy(), masses.copy(), *(a.copy() for a in lagrangian)))
+        if np.any(times == stop) and progress is not None:
+            progress(float(stop), {"cells": int(masses.size), "nfev": count[0], "steps": steps})
     if not recorded:
         raise CellsUnresolved(f"mean-field reference at β = {beta}: cells unresolved before the first snapshot")
     resolved_until = float(times[len(recorded) - 1])
-    size = max(e.size for e, _ in recorded)
-    E = np.full((times.size, size), np.nan)
-    C = np.full((times.size, size), np.nan)
-    for k, (e, c) in enumerate(recorded):
-        E[k, :e.size], C[k, :c.size] = e, c
-    return MeanFieldSolution(red, float(beta), times, E, C, evaluations=count[0],
-                             info={"steps": steps, "nfev": count[0], "cells": int(size - 1),
-                                   "cells_initial": int(np.isfinite(E[0]).sum() - 1),
-                                   "resolved_until": resolved_until})
+    cells = max(r[1].size for r in recorded)
+    E = np.full((times.size, cells + 1), np.nan)
+    Mass, Lo, Hi = (np.full((times.size, cells), np.nan) for _ in range(3))
+    Owner = np.full((times.size, cells), -1, dtype=np.int64)
+    for k, (e, m, o, lo, hi) in enumerate(recorded):
+        n = m.size
+        E[k, :n + 1], Mass[k, :n], Owner[k, :n], Lo[k, :n], Hi[k, :n] = e, m, o, lo, hi
+    return MeanFieldSolution(red, float(beta), times, initial_edges, E, Mass, Owner, Lo, Hi, evaluations=count[0],
+                             info={"steps": steps, "nfev": count[0], "cells": int(cells),
+                                   "cells_initial": int(initial_edges.size - 1), "resolved_until": resolved_until})
 
 
 def set_threads(n: int | None) -> None:
