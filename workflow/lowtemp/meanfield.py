@@ -37,7 +37,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
 from numba import njit, prange
 from scipy.integrate import solve_ivp
@@ -295,8 +294,8 @@ class Reduction:
         return 2.0 * np.pi if self.geometry == "circle" else np.pi
 
 
-def _axis_form(M: np.ndarray, name: str) -> tuple[np.ndarray | None, float, float]:
-    """(axis or None if M = cI, eigenvalue along the axis, eigenvalue on its complement)."""
+def _axis_form(M: np.ndarray, name: str) -> np.ndarray | None:
+    """M's axis of symmetry (None if M = cI); SymmetryBroken if M is not a·eeᵀ + b(I − eeᵀ)."""
     scale = max(float(np.abs(M).max()), 1e-300)
     if np.abs(M - M.T).max() > SYMMETRY_RTOL * scale:
         raise SymmetryBroken(f"axisymmetric reduction: {name} is not symmetric "
@@ -304,14 +303,13 @@ def _axis_form(M: np.ndarray, name: str) -> tuple[np.ndarray | None, float, floa
     lam, U = np.linalg.eigh(0.5 * (M + M.T))
     gaps = np.abs(np.diff(lam))
     if gaps.max() <= SYMMETRY_RTOL * scale:
-        return None, float(lam.mean()), float(lam.mean())
+        return None
     if gaps.min() > SYMMETRY_RTOL * scale:
         raise SymmetryBroken(f"axisymmetric reduction: {name} has three distinct eigenvalues "
                              f"{np.round(lam, 12).tolist()}; it must be diag(a, b, b) about one axis")
     # the simple eigenvalue is the one not in the closest pair
     simple = 2 if gaps[0] <= gaps[1] else 0
-    double = [i for i in range(3) if i != simple]
-    return U[:, simple], float(lam[simple]), float(lam[double].mean())
+    return U[:, simple]
 
 
 def _frame_from_axis(e: np.ndarray) -> np.ndarray:
@@ -365,7 +363,7 @@ def reduce(B: np.ndarray, V: np.ndarray, measure: str = "uniform", params: dict 
     if d != 3:
         raise SymmetryBroken(f"mean-field reference: no one-dimensional reduction in d = {d} "
                              "(the circle d = 2 and axisymmetric d = 3 only)")
-    axes = [a for a in (_axis_form(B, "B")[0], _axis_form(V, "V")[0], rho_axis) if a is not None]
+    axes = [a for a in (_axis_form(B, "B"), _axis_form(V, "V"), rho_axis) if a is not None]
     if not axes:
         axes = [np.eye(3)[0]]
     e = axes[0] / np.linalg.norm(axes[0])
@@ -851,9 +849,3 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
     return MeanFieldSolution(red, float(beta), times, initial_edges, E, Mass, Owner, Lo, Hi, evaluations=count[0],
                              info={"steps": steps, "nfev": count[0], "cells": int(cells),
                                    "cells_initial": int(initial_edges.size - 1), "resolved_until": resolved_until})
-
-
-def set_threads(n: int | None) -> None:
-    """Threads of the softmax kernels (numba's pool, shared with ``kernels``)."""
-    if n:
-        numba.set_num_threads(min(int(n), numba.config.NUMBA_NUM_THREADS))
