@@ -193,7 +193,7 @@ def every_numeric_key(base_config) -> dict:
     tiny = base_config["experiments"]["tiny"]
     tiny["matrices"]["max_condition_B"] = 1e8
     tiny["convergence"] = {"beta": 50, "steps": {"dt": 0.1, "times": [1.6, 6.0], "tokens": 32, "replicas": 1},
-                           "particles": {"tokens": [8, 16, 32, 64], "replicas": 2, "horizon": 6.0}}
+                           "particles": {"tokens": [8, 16, 32, 64], "replicas": 3, "horizon": 6.0}}
     circle = base_config["experiments"]["tiny_circle"]
     circle["initial_measure"].update(means=[[1, 0], [0, 1]], weights=[0.25, 0.75])
     circle["matrices"].update(angle_V=45, V_shear=0.1)

@@ -140,7 +140,7 @@ def test_ess_scaling_measures_the_growth_with_n(tmp_path):
     ess0 = ds["ess_median"].isel(time=0).mean("replica").values
     np.testing.assert_allclose(ess0[1:] / ess0[:-1], 2.0, rtol=0.15)
     assert np.all(np.isfinite(ds["w2"].values))
-    assert "min ESS" in proc.stdout and "1024" in proc.stdout
+    assert "min ESS" in proc.stdout and "1024" in proc.stdout and "departure per doubling of N" in proc.stdout
 
 
 def test_job_share_sums_the_runs_benchmark_files(tmp_path):

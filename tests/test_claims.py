@@ -24,7 +24,7 @@ R, N = 4, 10**6  # N large enough that the early regime (after the transient, be
 C1_TRUE, A_TRUE = 0.3, 0.05
 KAPPA, T0 = 1.0, 2.0  # departure time = T0 + KAPPA log β (4.3 … 11.2 for β = 10 … 10⁴)
 FIT = {"max_residual": 0.05, "min_points": 5, "saturation": 0.5, "confidence": 0.95, "calibration_betas": 1,
-       "early_time": 1.0}
+       "early_time": 1.0, "particle_error_fraction": 0.25}
 CFG = dict(claims.DEFAULTS)
 THRESHOLD = 30.0
 
@@ -196,11 +196,11 @@ def test_departure_slope_bounds_against_a_naive_least_squares():
     x = np.log(beta)
     dep = np.array([[3.0], [5.0], [np.nan]])
     cen = np.array([[False], [False], [True]])
-    lo, hi = estimates.departure_slope_bounds(beta, dep, cen, horizon=8.0, step=0.5)
+    lo, hi = fitting.departure_slope_bounds(beta, dep, cen, horizon=8.0, step=0.5)
     assert lo[0] == pytest.approx(np.polyfit(x, [3.0, 5.0 - 0.5, 8.0], 1)[0])  # w < 0, w = 0, w > 0
     assert np.isposinf(hi[0])
     dep2, cen2 = np.array([[np.nan], [5.0], [6.0]]), np.array([[True], [False], [False]])
-    lo, hi = estimates.departure_slope_bounds(beta, dep2, cen2, 8.0, 0.5)
+    lo, hi = fitting.departure_slope_bounds(beta, dep2, cen2, 8.0, 0.5)
     assert np.isneginf(lo[0]) and hi[0] == pytest.approx(np.polyfit(x, [8.0, 5.0 - 0.5, 6.0], 1)[0])
 
 
@@ -374,23 +374,39 @@ def test_nan_curves_give_statuses_not_exceptions():
     assert found["conjecture_1"].status == claims.PASSED
 
 
-def test_a_particle_study_still_moving_makes_its_beta_under_resolved():
-    """convergence.nc says W2 still moves with N at β = 1000 (never stopped, or only beyond the experiment's N):
-    that β leaves every claim, as a low ESS would; a study that stopped at N ≤ tokens changes nothing."""
+def _budget(w2_ratio, slope_bound, beta=1000.0):
+    return estimates.ParticleBudget(beta=beta, w2_ratio=w2_ratio, slope_bound=slope_bound, interval=0.2)
+
+
+def test_a_particle_budget_decides_for_its_beta_claim_by_claim():
+    """convergence.nc's budget at β = 1000: a W2 error above the fraction leaves that β out of the W2 claims, a
+    departure slope above the fraction of the snapshot interval out of metastable_log_beta, each alone; within
+    both, the β is resolved whatever its ESS (the ESS is then a diagnostic); other β keep the ESS rule."""
     dist = synthetic()
     base = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N)
-    for study in ((1000.0, -1), (1000.0, 2 * N)):
-        fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_study=study)
-        assert fit["particle_study_moving"].values.tolist() == [False, False, True, False]
-        for var in ("resolved_early", "resolved_to_departure", "resolved_to_horizon", "temperature_beta_used"):
-            assert fit[var].values.tolist()[2] is False, var
-    stopped = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_study=(1000.0, N // 2))
-    assert not stopped["particle_study_moving"].values.any()
-    for var in ("resolved_early", "resolved_to_departure", "resolved_to_horizon", "temperature_beta_used"):
-        np.testing.assert_array_equal(stopped[var].values, base[var].values)
-    # every β moving: nothing stands for the mean field
+    w2_vars = ("resolved_early", "resolved_to_departure", "resolved_to_horizon", "temperature_beta_used")
+    for w2_ratio in (0.26, np.inf, np.nan):  # above the fraction 0.25; no power law fits; nothing judged
+        fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=_budget(w2_ratio, 0.0))
+        assert fit["particle_budget_measured"].values.tolist() == [False, False, True, False]
+        for var in w2_vars:
+            assert fit[var].values.tolist()[2] is False, (w2_ratio, var)
+        np.testing.assert_array_equal(fit["metastable_beta_used"].values, base["metastable_beta_used"].values)
+    slow = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=_budget(0.1, 0.051))
+    assert slow["metastable_beta_used"].values.tolist()[2] is False  # 0.051 > 0.25 × 0.2
+    for var in w2_vars:
+        np.testing.assert_array_equal(slow[var].values, base[var].values)
+    within = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=_budget(0.25, 0.05))
+    for var in (*w2_vars, "metastable_beta_used"):
+        np.testing.assert_array_equal(within[var].values, base[var].values)
+    # within the budget at an ESS of 1: the budget decides at β = 1000, the ESS rule at the others
+    low = synthetic(ess=1.0)
+    fit = estimates.fit_experiment("synthetic", low, M, FIT, THRESHOLD, N, particle_budget=_budget(0.1, 0.0))
+    assert fit["resolved_to_departure"].values.tolist() == [False, False, True, False]
+    assert fit["metastable_beta_used"].values.tolist() == [False, False, True, False]
+    # every β outside the budget: nothing stands for the mean field
     every = dist.isel(beta=[2])
-    fit = estimates.fit_experiment("synthetic", every, M, FIT, THRESHOLD, N, particle_study=(1000.0, -1))
+    fit = estimates.fit_experiment("synthetic", every, M, FIT, THRESHOLD, N, particle_budget=_budget(3.7, 0.9))
     found = {c.name: c for c in claims.evaluate(every, fit, CFG)}
     assert found["conjecture_1"].status == claims.UNDER_RESOLVED
-    assert "still moving with N" in found["conjecture_1"].numbers
+    assert "particle-number budget exceeded" in found["conjecture_1"].numbers
+    assert found["metastable_log_beta"].status == claims.UNDER_RESOLVED

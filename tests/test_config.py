@@ -87,7 +87,8 @@ def test_schema_fills_defaults(test_config):
     assert exp["time"] == {"horizon": 5.0, "dt": 0.05, "snapshots": 80}
     assert exp["ess_threshold"] == 30
     assert exp["fit"] == {"max_residual": 0.05, "min_points": 5, "saturation": 0.5, "confidence": 0.95,
-                          "calibration_betas": 1, "early_time": 1.0}
+                          "calibration_betas": 1, "early_time": 1.0,
+                          "particle_error_fraction": 0.25}
     assert exp["claims"] == {"bound_fraction": 0.9, "end_phase_tolerance": 0.1, "rate_tolerance": 0.15}
     assert exp["claims"] == claims.DEFAULTS  # the package's own defaults agree with the schema's
     assert exp["initial_measure"] == {"name": "uniform"}

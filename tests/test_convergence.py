@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp import convergence, dynamics, exact, integrate, io, matrices, measures, projection, seeding, transport, validation
+from lowtemp import (convergence, dynamics, exact, fitting, integrate, io, matrices, measures, particle_budget, projection,
+                     seeding, transport, validation)
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
 
 ConfigError = validation.ConfigError
@@ -143,7 +144,7 @@ def test_default_settings():
     assert s.steps.times == pytest.approx((1.6, 3.0, 6.0))  # T/4, T/2, T on the snapshot grid
     assert (s.steps.tokens, s.steps.replicas) == (64, 1)
     assert s.particles.tokens == (8, 16, 32, 64)
-    assert (s.particles.replicas, s.particles.horizon) == (2, 6.0)
+    assert (s.particles.replicas, s.particles.horizon) == (4, 6.0)  # at least 4, the budget's default
     assert convergence.default_particle_numbers(4096) == [512, 1024, 2048, 4096]
     assert convergence.default_particle_numbers(10) == [10, 20, 40, 80]
 
@@ -166,6 +167,15 @@ def test_bad_settings_name_the_key(block, match):
         convergence.study_settings("tiny", exp)
     with pytest.raises(ConfigError, match=match):  # and the config check before any job
         validation.validate_experiment("tiny", exp, 7)
+
+
+def test_fewer_than_three_particle_replicas_are_refused():
+    with pytest.raises(ConfigError, match=r"replicas"):  # the schema: minimum 3
+        _experiment(particles={"replicas": 2})
+    exp = _experiment()
+    exp["convergence"] = {"particles": {"replicas": 2}}  # past the schema
+    with pytest.raises(ConfigError, match=r"experiments\.tiny\.convergence\.particles\.replicas = 2: .* at least 3"):
+        convergence.study_settings("tiny", exp)
 
 
 def test_fewer_than_four_particle_numbers_are_refused():
@@ -232,54 +242,6 @@ def test_w2_at_time_zero_for_uniform_tokens_has_its_closed_form(dim, mean_abs_co
         spreads.append(w2sq.std(ddof=1))
     rate = np.polyfit(np.log([64, 256, 1024]), np.log(spreads), 1)[0]
     assert rate == pytest.approx(-0.5, abs=0.1)
-
-
-def _naive_stop(mean, sem):
-    """Loop version of the stop-moving rule."""
-    n = len(mean)
-    agree = []
-    for k in range(n - 1):
-        ok = True
-        for t in range(len(mean[k])):
-            spread = 2 * np.sqrt(sem[k][t] ** 2 + sem[k + 1][t] ** 2)
-            if abs(mean[k][t] - mean[k + 1][t]) > spread:
-                ok = False
-        agree.append(ok)
-    for k in range(n - 1):
-        if all(agree[k:]):
-            return k
-    return None
-
-
-def test_stop_moving_rule_on_curves_with_a_known_answer():
-    t = np.linspace(0, 5, 21)
-    limit = np.exp(-t) + 0.1
-    numbers = [128, 256, 512, 1024, 2048]
-    # W2_N(t) = limit + 1/N moves by 1/(2N) from N to 2N; sem 0.0005 gives the spread 2·sqrt(2)·0.0005 = 0.00141:
-    # the changes 0.0039, 0.0020 exceed it, 0.00098 and 0.00049 do not: the curve stops moving at N = 512
-    mean = np.array([limit + 1.0 / n for n in numbers])
-    sem = np.full_like(mean, 0.0005)
-    ratios = convergence.change_over_spread(mean, sem)
-    np.testing.assert_allclose(ratios, [0.5 / n / (2 * np.sqrt(2) * 0.0005) for n in numbers[:-1]])
-    assert convergence.stops_moving(ratios) == 2 == _naive_stop(mean, sem)
-    # a late pair that moves again (a new regime at large N) leaves no N at which the curve has stopped
-    mean[-1] += 0.05
-    assert convergence.stops_moving(convergence.change_over_spread(mean, sem)) is None
-    # an early agreement by chance does not count while a later pair still moves
-    mean = np.array([limit, limit, limit + 0.01, limit + 0.01, limit + 0.01])
-    assert convergence.stops_moving(convergence.change_over_spread(mean, sem)) == 2
-    # no spread and no change: agree; no spread and a change: moving
-    assert convergence.change_over_spread(np.ones((2, 3)), np.zeros((2, 3))).tolist() == [0.0]
-    assert convergence.change_over_spread(np.array([[1.0], [2.0]]), np.zeros((2, 1))).tolist() == [np.inf]
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.integers(4, 7).flatmap(lambda n: st.tuples(
-    st.lists(st.lists(st.floats(0, 2), min_size=3, max_size=3), min_size=n, max_size=n),
-    st.lists(st.lists(st.floats(0, 0.3), min_size=3, max_size=3), min_size=n, max_size=n))))
-def test_stop_moving_rule_against_the_naive_loop(data):
-    mean, sem = (np.array(a) for a in data)
-    assert convergence.stops_moving(convergence.change_over_spread(mean, sem)) == _naive_stop(mean, sem)
 
 
 def test_replica_statistics():
@@ -359,9 +321,8 @@ def test_convergence_file_contract(run):
     assert ds["w2_projection_particles"].dims == ("tokens", "replica", "time")
     assert ds["w2_projection_particles"].shape == (4, 3, 11)
     for v in ds.data_vars:
-        if v not in ("stops_moving_at",):
-            assert ds[v].dtype == np.float64, v
-    assert int(ds["stops_moving_at"]) in (-1, 8, 16, 32)
+        assert ds[v].dtype == np.float64, v
+    assert ds["w2_remaining_bound"].dims == ("time",) and ds["departure_particles"].dims == ("tokens", "replica")
     # the orders: RK4 ≈ 4 and Euler ≈ 1 against the exact solution and by Richardson (β = 5, small steps)
     for method, p in (("rk4", 4), ("euler", 1)):
         c = ds.sel(integrator=method)
@@ -402,10 +363,19 @@ def test_convergence_numbers_recomputed_from_stored_inputs(run):
     w2 = ds["w2_projection_particles"].values
     np.testing.assert_allclose(ds["w2_mean"].values, w2.mean(axis=1))
     np.testing.assert_allclose(ds["w2_sem"].values, w2.std(axis=1, ddof=1) / np.sqrt(3))
-    ratios = convergence.change_over_spread(ds["w2_mean"].values, ds["w2_sem"].values)
-    np.testing.assert_allclose(ds["change_over_spread"].values, ratios)
-    k = _naive_stop(ds["w2_mean"].values, ds["w2_sem"].values)
-    assert int(ds["stops_moving_at"]) == (-1 if k is None else [8, 16, 32, 64][k])
+    # the budget follows from the stored curves: W2 at N = 64 (the experiment's N), the window before the
+    # earliest departure, the departure times from the stored distances to E1(A)
+    budget = particle_budget.remaining_error_bound([8, 16, 32, 64], w2, at=64)
+    np.testing.assert_allclose(ds["w2_remaining_bound"].values, budget.bound)
+    np.testing.assert_allclose(ds["w2_at_tokens"].values, w2[-1].mean(axis=0))
+    t = ds["time"].values
+    gap = fitting.subspace_gap(M.E1, M.E1_V_real)
+    dep, cen = fitting.geometric_departure(t, ds["dist_leading_A_particles"].values, gap)
+    np.testing.assert_array_equal(np.isnan(dep), np.isnan(ds["departure_particles"].values))
+    end = np.nanmin(dep) if np.isfinite(dep).any() else t[-1]
+    assert float(ds["budget_window_end"]) == pytest.approx(end)
+    window = (t > 0) & (t <= end)
+    assert float(ds["w2_budget_ratio"]) == pytest.approx(np.max(budget.bound[window] / np.abs(budget.value[window])))
 
 
 @pytest.mark.e2e
@@ -417,7 +387,7 @@ def test_convergence_figure_and_log(run):
     assert img.ndim == 3 and img.shape[1] > 500
     text = (res / "logs" / "convergence.log").read_text()
     assert "observed order" in text and "particle number at beta = 5" in text
-    assert "stops moving at N" in text or "still moving at N" in text
+    assert "remaining N error <=" in text and "per doubling of N" in text
     assert (res / "benchmarks" / "convergence.tsv").is_file()
     # only the convergence jobs ran: the default target's outputs were not made
     assert not (res / "distances.nc").exists() and not (res / "finite_temperature").exists()
@@ -447,9 +417,9 @@ def test_particle_study_reuses_the_experiments_own_run(tmp_path):
     """N = tokens at one of the experiment's betas, R ≤ replicas: the study reads the experiment's run
     instead of simulating it again; its W2 and ESS are that run's, recomputed here from the stored file;
     the fresh N's ESS is recomputed from their regenerated runs. The module's run above, with R = 3 > 2
-    replicas, reused nothing."""
-    block = {**BLOCK, "particles": {**BLOCK["particles"], "replicas": 2}}
-    cfg = _config(block)
+    replicas of the experiment, reused nothing."""
+    cfg = _config(BLOCK)
+    cfg["experiments"]["tiny"]["replicas"] = 3
     proc = _snakemake(tmp_path, cfg, "convergence_all")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     res = tmp_path / "results" / "tiny"
@@ -461,16 +431,16 @@ def test_particle_study_reuses_the_experiments_own_run(tmp_path):
     M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
     X0 = _open(res / "initial_tokens.nc")["tokens"].values
     k = ds.sizes["time"]
-    np.testing.assert_array_equal(ds["ess_particles"].sel(tokens=64).values, fin["ess_median"].values[:k, :2].T)
+    np.testing.assert_array_equal(ds["ess_particles"].sel(tokens=64).values, fin["ess_median"].values[:k, :3].T)
     u = M.E1[:, 0]
-    for r in range(2):
+    for r in range(3):
         for t in (0, k - 1):
             x = fin["positions"].values[t, r]
             masses = projection.two_atom_masses(X0[r], u)
             assert ds["w2_projection_particles"].sel(tokens=64).values[r, t] == pytest.approx(
                 transport.w2_two_atoms(x, u, masses), rel=1e-12)
     # a fresh N: its ESS from the regenerated run with the numpy reference field's weights
-    Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", "16"), 2, 16, 3)
+    Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", "16"), 3, 16, 3)
     pos = integrate.simulate(_finite(M, 5.0), Xn, integrate.TimeGrid(2.0, 10, 0.1), "rk4")
     w = np.exp(5.0 * np.einsum("rid,de,rje->rij", pos[-1], M.B, pos[-1]))
     w /= w.sum(axis=-1, keepdims=True)

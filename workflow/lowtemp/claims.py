@@ -140,8 +140,8 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
                                                              "where the bound is above"))}
     if not resolved.any():
         return Claim(name, statement, UNDER_RESOLVED, per_beta=per_beta,
-                     numbers=f"every β under-resolved up to departure (median ESS below {thr:g}, or W2 still moving "
-                             f"with N): nothing to calibrate on")
+                     numbers=f"every β under-resolved up to departure (median ESS below {thr:g}, or the particle-number "
+                             f"budget exceeded): nothing to calibrate on")
     if not np.all(np.isfinite([a, C1, b, c])):
         return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
                      numbers="the bound could not be calibrated: no resolved β with a growth window of "
@@ -152,7 +152,7 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
     if not held.any():
         return Claim(name, statement, UNDER_RESOLVED, per_beta=per_beta,
                      numbers=f"calibrated on β {_betas(beta, cal_beta)}; every β above it is under-resolved "
-                             f"(median ESS below {thr:g} up to departure, or W2 still moving with N: "
+                             f"(median ESS below {thr:g} up to departure, or the particle-number budget exceeded: "
                              f"{_betas(beta, above & ~resolved)})")
     if not a > 0:
         return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
@@ -209,7 +209,7 @@ def check_temperature_scaling(fit: xr.Dataset) -> Claim:
     if used.sum() < 2:
         low_ess = ~fit["resolved_early"].values.astype(bool)
         status = UNDER_RESOLVED if (low_ess & ~used).any() else NOT_EVALUABLE
-        why = (f"under-resolved over [0, {t_early:g}] (median ESS below {thr:g}, or W2 still moving with N) at "
+        why = (f"under-resolved over [0, {t_early:g}] (median ESS below {thr:g}, or the particle-number budget exceeded) at "
                f"β = {_betas(beta, low_ess)}"
                if status == UNDER_RESOLVED else
                f"fewer than two β with a positive exact W2 at t = {t_early:g} that had not departed by then")
@@ -260,8 +260,8 @@ def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
     if used.sum() < 2:
         status = UNDER_RESOLVED if (arrived.any(axis=1) & ~used).any() else NOT_EVALUABLE
         return Claim(name, statement, status, per_beta=per_beta,
-                     numbers=f"fewer than two β resolved up to departure (median ESS ≥ {thr:g}, W2 not moving with "
-                             f"N); "
+                     numbers=f"fewer than two β whose departure is resolved (the departure's particle-number "
+                             f"budget where measured, else median ESS ≥ {thr:g} up to departure); "
                              f"under-resolved β {_betas(beta, ~used)} ({shown})")
     if arrived[used].any(axis=1).sum() < 2:
         return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
@@ -307,7 +307,7 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
     judged = departed & resolved[:, None]
     if not judged.any():
         status = UNDER_RESOLVED if departed.any() else NOT_EVALUABLE
-        why = (f"the β that departed are under-resolved (median ESS below {thr:g}, or W2 still moving with N): "
+        why = (f"the β that departed are under-resolved (median ESS below {thr:g}, or the particle-number budget exceeded): "
                f"{_betas(beta, ~resolved)}"
                if status == UNDER_RESOLVED else "no β left the metastable phase before the horizon")
         return Claim(name, statement, status, target=(0.0, float(tolerance)), numbers=f"{why} ({shown})",
@@ -336,8 +336,8 @@ def claims_dataset(claims: list[Claim], fit: xr.Dataset) -> xr.Dataset:
     ds = xr.Dataset(
         {
             "status": (("claim",), np.array([c.status for c in claims], np.int8),
-                       io.attrs("1 passed, 0 failed, -1 not evaluable, -2 under-resolved (median ESS below "
-                                "ess_threshold over the judged window), -3 inconclusive (the interval straddles "
+                       io.attrs("1 passed, 0 failed, -1 not evaluable, -2 under-resolved (the particle-number "
+                                "budget exceeded where measured, else median ESS below ess_threshold over the judged window), -3 inconclusive (the interval straddles "
                                 "the target)")),
             "value": (("claim",), np.array([c.value for c in claims]),
                       io.attrs("the number the claim is about (read from fit.nc or counted on held-out data)")),

@@ -14,16 +14,18 @@ itself, an independent check of the estimate. Differences below
 ``ROUNDING_FLOOR`` are rounding, not truncation: no order is read from them.
 
 Particle number. W2(ρ^β_t, Π♯ρ0) (the closed form against ±u for dim E1 = 1,
-``transport.w2_to_projection``, as in the distances stage) and the median effective
-sample size of the softmax, for N doubling over at least four values, R replicas each
+``transport.w2_to_projection``, as in the distances stage), the distance to E1(A) (for the
+departure time) and the median effective sample size of the softmax, for N doubling over at
+least four values, R ≥ 3 replicas each
 drawn afresh from the experiment's initial measure; where N is the experiment's own
 token count and β one of its betas, the experiment's run (its first R replicas, i.i.d.
 draws from the same ρ0, on the same grid) stands in for a fresh one instead of being
 simulated twice (``reused_run`` in convergence.nc). Each fresh run is checkpointed like
-the simulation stages. The curve "stops moving" at the first N_k whose replica mean differs
-from that of N_{k+1} by at most the two-standard-error half-width of the
-difference, 2·sqrt(sem_k² + sem_{k+1}²), at every time, and every later pair
-agrees too (``stops_moving``).
+the simulation stages. From these the particle-number budget (``lowtemp.particle_budget``):
+the 95 % upper bound of the remaining N error of W2 at the experiment's N under
+E W2_N = W2∞ + a·N^−p, relative to W2, before the earliest departure; and the bound on the
+departure time's slope per doubling of N. The fit decides with them which claims the
+study's β is resolved for (``estimates.particle_budget_verdicts``).
 
 Arrays of tokens have the layout (replica, token, dim); runs are stacked as
 (level, time, replica, token, dim).
@@ -37,7 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import checkpoint, datasets, dynamics, exact, integrate, io, kernels, measures, transport
+from . import checkpoint, datasets, dynamics, exact, fitting, integrate, io, kernels, measures, particle_budget, \
+    projection, transport
 from .experiment import ConfigError, field_kernel, time_grid
 from .joblog import progress_logger
 from .seeding import generator
@@ -54,8 +57,10 @@ ROUNDING_FLOOR = 1e-13
 DEFAULT_STEP_TOKENS = 1024
 #: fewest particle numbers in the N study
 MIN_PARTICLE_NUMBERS = 4
-#: the spread of a replica mean: this many standard errors
-SEM_WIDTH = 2.0
+#: replicas per particle number unless configured (or the experiment's, if more)
+DEFAULT_PARTICLE_REPLICAS = 4
+#: coverage of the particle-number budget's bounds
+BUDGET_CONFIDENCE = 0.95
 
 
 # ------------------------------------------------------------------ settings
@@ -145,9 +150,10 @@ def study_settings(name: str, experiment: dict) -> Settings:
                           f"(N doubling, e.g. [N/8, N/4, N/2, N]), got {numbers}")
     if any(n < 2 for n in numbers) or any(b <= a for a, b in zip(numbers, numbers[1:])):
         raise ConfigError(f"{where}.particles.tokens must be increasing integers ≥ 2, got {numbers}")
-    r_particles = int(pa.get("replicas", experiment["replicas"]))
-    if r_particles < 2:
-        raise ConfigError(f"{where}.particles.replicas = {r_particles}: the spread over replicas needs at least 2")
+    r_particles = int(pa.get("replicas", max(int(experiment["replicas"]), DEFAULT_PARTICLE_REPLICAS)))
+    if r_particles < particle_budget.MIN_REPLICAS:
+        raise ConfigError(f"{where}.particles.replicas = {r_particles}: the particle-number budget's Student-t "
+                          f"bounds need at least {particle_budget.MIN_REPLICAS} replicas")
     horizon = float(pa.get("horizon", grid.horizon))
     if not (0 < horizon <= grid.horizon * (1 + 1e-12)) or not _is_multiple(horizon, interval):
         raise ConfigError(f"{where}.particles.horizon = {horizon:g} is not a snapshot time in (0, time.horizon = "
@@ -239,28 +245,29 @@ def replica_statistics(values: np.ndarray) -> dict[str, np.ndarray]:
             "min": values.min(axis=-2), "max": values.max(axis=-2)}
 
 
-def change_over_spread(mean: np.ndarray, sem: np.ndarray) -> np.ndarray:
-    """For consecutive N_k, N_{k+1}: max over time of |m_k − m_{k+1}| / (2·sqrt(sem_k² + sem_{k+1}²)).
+def particle_budget_of(numbers, w2, dist_A, grid, n_tokens: int, M) -> dict:
+    """The particle-number budget at the experiment's N from the study's curves (N, replica, time)."""
+    gap = fitting.subspace_gap(M.E1, M.E1_V_real)
+    departure, censored = fitting.geometric_departure(grid.times, dist_A, gap)
+    window, end = budget_window(grid.times, departure, censored)
+    w2_budget = particle_budget.remaining_error_bound(numbers, w2, at=n_tokens, confidence=BUDGET_CONFIDENCE)
+    crossing = particle_budget.departure_crossing(grid.times, dist_A, departure, gap / 2)
+    slope = particle_budget.departure_slope_per_doubling(numbers, crossing, censored, float(grid.times[-1]),
+                                                         BUDGET_CONFIDENCE)
+    return {"departure": crossing, "censored": censored, "w2_remaining_bound": w2_budget.bound,
+            "w2_budget_exponent": w2_budget.exponent, "w2_at_tokens": w2_budget.value,
+            "w2_budget_ratio": particle_budget.relative_budget(w2_budget, window), "budget_window_end": end,
+            "departure_slope_per_doubling": np.array(slope),
+            "departure_slope_bound": particle_budget.slope_magnitude_bound(slope)}
 
-    At most 1 means the curves agree within the replica spread at every time.
-    Shape (n − 1,) for (n, time) inputs; a zero spread gives 0 (equal) or inf.
-    """
-    mean = np.asarray(mean, dtype=float)
-    sem = np.asarray(sem, dtype=float)
-    diff = np.abs(mean[:-1] - mean[1:])
-    spread = SEM_WIDTH * np.sqrt(sem[:-1] ** 2 + sem[1:] ** 2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(spread > 0, diff / np.where(spread > 0, spread, 1.0), np.where(diff > 0, np.inf, 0.0))
-    return ratio.max(axis=-1)
 
-
-def stops_moving(ratios) -> int | None:
-    """Index k of the first N_k such that every pair (N_j, N_{j+1}), j ≥ k, agrees (ratio ≤ 1); else None."""
-    ok = np.asarray(ratios) <= 1.0
-    for k in range(ok.size):
-        if np.all(ok[k:]):
-            return k
-    return None
+def budget_window(times, departure, censored) -> tuple[np.ndarray, float]:
+    """The times the W2 budget judges: 0 < t ≤ the earliest departure of any N and replica (the
+    horizon when none departed), the metastable phase every run still shares."""
+    times = np.asarray(times, float)
+    dep = np.asarray(departure, float)
+    end = float(np.min(dep[np.isfinite(dep)])) if np.isfinite(dep).any() else float(times[-1])
+    return (times > 0) & (times <= end), end
 
 
 def initial_measure(name: str, experiment: dict, root_seed: int) -> tuple[str, dict]:
@@ -336,7 +343,7 @@ def _particle_study(name, label, experiment, root_seed, S, M, finite_path=None, 
     pa = S.particles
     grid = particle_grid(experiment, S)
     method = experiment["integrator"]
-    w2, ess, used, reused = [], [], [], []
+    w2, dist_A, ess, used, reused = [], [], [], [], []
     for n in pa.tokens:
         run = f"{label} beta = {S.beta:g}, N = {n}"
         if finite_path is not None and n == int(experiment["tokens"]):
@@ -363,10 +370,11 @@ def _particle_study(name, label, experiment, root_seed, S, M, finite_path=None, 
             if ckpt is not None:
                 ckpt.discard()
         w2.append(w2_to_projection_curves(positions, X0, M.E1))
+        dist_A.append(projection.distance_to_eigenspace(positions, M.E1).T)  # (replica, time)
         low = np.min(ess[-1])
         log.info("%s: smallest median effective sample size %.1f (t = %g)", run, low,
                  grid.times[np.unravel_index(np.argmin(ess[-1]), ess[-1].shape)[1]])
-    return np.stack(w2), np.stack(ess), reused, grid, used
+    return np.stack(w2), np.stack(dist_A), np.stack(ess), reused, grid, used
 
 
 def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, output, finite_path=None,
@@ -407,20 +415,17 @@ def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, o
              pa.replicas, pa.horizon)
     if finite_path is not None and not reusable_run(experiment, S):
         finite_path = None
-    w2, ess, reused, grid, particle_kernels = _particle_study(name, label, experiment, root_seed, S, M, finite_path,
-                                                              checkpoint_dir, checkpoint_every)
+    w2, dist_A, ess, reused, grid, particle_kernels = _particle_study(name, label, experiment, root_seed, S, M,
+                                                                      finite_path, checkpoint_dir, checkpoint_every)
     stats = replica_statistics(w2)
-    ratios = change_over_spread(stats["mean"], stats["sem"])
-    k = stops_moving(ratios)
-    n_star = -1 if k is None else int(pa.tokens[k])
-    for n0, n1, r in zip(pa.tokens, pa.tokens[1:], ratios):
-        log.info("%s: N = %d -> %d: max_t |change of the mean W2| / (2 sem) = %.3g", label, n0, n1, r)
-    if k is None:
-        log.warning("%s: W2(rho^beta_t, Pi_# rho0) at beta = %g is still moving at N = %d (change %.3g x the "
-                    "replica spread): the particle system does not stand for the mean field there", label, S.beta,
-                    pa.tokens[-1], ratios[-1])
-    else:
-        log.info("%s: W2(rho^beta_t, Pi_# rho0) at beta = %g stops moving at N = %d", label, S.beta, n_star)
+    budget = particle_budget_of(pa.tokens, w2, dist_A, grid, int(experiment["tokens"]), M)
+    log.info("%s: W2(rho^beta_t, Pi_# rho0) at N = %d: remaining N error <= %.3g x W2 (95%% bound, p in [%g, %g], "
+             "t in (0, %g], before the earliest departure); departure time per doubling of N in [%.3g, %.3g] "
+             "(95%%)", label, int(experiment["tokens"]), budget["w2_budget_ratio"], *particle_budget.P_RANGE,
+             budget["budget_window_end"], *budget["departure_slope_per_doubling"])
+    if not budget["w2_budget_ratio"] <= 1.0:
+        log.warning("%s: at beta = %g the remaining N error of W2 may exceed W2 itself at N = %d: the particle "
+                    "system does not stand for the mean field there", label, S.beta, int(experiment["tokens"]))
 
     ds = datasets.convergence_dataset(
         methods=methods, steps=halving_steps(st.dt), check_times=st.times, step_replicas=st.replicas, diff=diff,
@@ -430,11 +435,11 @@ def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, o
         zero_diff=zero_diff, zero_order=observed_order(zero_diff[:, 0], zero_diff[:, 1]), zero_err=zero_err,
         zero_order_vs_exact=observed_order(zero_err[:, :-1], zero_err[:, 1:]), nominal=nominal,
         tokens=pa.tokens, replicas=pa.replicas, times=grid.times, w2_particles=w2, ess_particles=ess,
-        reused=reused, stats=stats, ratios=ratios,
-        n_star=n_star,
+        reused=reused, stats=stats, dist_A=dist_A, budget=budget,
         attrs=dict(beta=S.beta, step_tokens=st.tokens, step_replicas=st.replicas, step_kernel=step_kernel,
                    particle_integrator=experiment["integrator"], particle_step=grid.step,
                    particle_kernels=",".join(particle_kernels), rounding_floor=ROUNDING_FLOOR,
-                   spread=f"mean +- {SEM_WIDTH:g} sem over replicas"))
+                   budget_exponent_range=list(particle_budget.P_RANGE), budget_confidence=BUDGET_CONFIDENCE,
+                   budget_tokens=int(experiment["tokens"])))
     log.info("%s: done, %.1f s", label, _time.perf_counter() - start)
     io.write_netcdf(ds, output, "convergence", io.provenance(name, experiment, root_seed))

@@ -181,12 +181,13 @@ def distances_dataset(parts: list[xr.Dataset], w2_zero_to_projection: np.ndarray
 def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff, position_order, position_error,
                         w2_steps, w2_diff, w2_order, zero_diff, zero_order, zero_err, zero_order_vs_exact,
                         nominal, tokens, replicas: int, times, w2_particles, ess_particles, reused, stats: dict,
-                        ratios, n_star: int, attrs: dict) -> xr.Dataset:
+                        dist_A, budget: dict, attrs: dict) -> xr.Dataset:
     """convergence.nc: the step-halving study (dimensions integrator, step or coarse_step, check_time) and
     the particle-number study (tokens, replica, time); see ``lowtemp.convergence`` for each quantity.
 
-    ``stats`` holds the replica ``mean``, ``sem``, ``min`` and ``max`` of ``w2_particles``; ``attrs``
-    the run's settings (β, sizes, kernels, rounding floor, spread)."""
+    ``stats`` holds the replica ``mean``, ``sem``, ``min`` and ``max`` of ``w2_particles``; ``budget`` the
+    particle-number budget (``convergence.particle_budget_of``); ``attrs`` the run's settings (β, sizes,
+    kernels, rounding floor, the budget's exponent range and confidence)."""
     steps = np.asarray(steps)
     ds = xr.Dataset(
         {
@@ -224,11 +225,29 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
             "w2_sem": (("tokens", "time"), stats["sem"], io.attrs("standard error over replicas (ddof 1)")),
             "w2_min": (("tokens", "time"), stats["min"], io.attrs("minimum over replicas")),
             "w2_max": (("tokens", "time"), stats["max"], io.attrs("maximum over replicas")),
-            "change_over_spread": (("tokens_pair",), ratios, io.attrs(
-                "max over time of |mean_N - mean_2N| / (2 sqrt(sem_N^2 + sem_2N^2)); <= 1: no change within "
-                "the replica spread")),
-            "stops_moving_at": ((), n_star, io.attrs(
-                "first N whose W2 curve agrees with every larger N's within the replica spread (-1: none)")),
+            "dist_leading_A_particles": (("tokens", "replica", "time"), dist_A, io.attrs(
+                "distance to measures on E1(A) ∩ S, sqrt(mean(2 - 2|P1 x|)), per N")),
+            "departure_particles": (("tokens", "replica"), budget["departure"], io.attrs(
+                "departure time per N: where the distance to E1(A) rises through end_phase_gap/2, interpolated "
+                "between snapshots (NaN: never arrived, or censored)", "1")),
+            "departure_censored_particles": (("tokens", "replica"), budget["censored"].astype(np.float64),
+                                             io.attrs("1: still metastable at the horizon")),
+            "w2_remaining_bound": (("time",), budget["w2_remaining_bound"], io.attrs(
+                "95% upper bound of |E W2_N - W2_inf| at the experiment's N under E W2_N = W2_inf + a N^-p, "
+                "p in budget_exponent_range (inf: no p in the range fits)")),
+            "w2_budget_exponent": (("time",), budget["w2_budget_exponent"], io.attrs(
+                "the exponent p that gave the bound")),
+            "w2_at_tokens": (("time",), budget["w2_at_tokens"], io.attrs(
+                "mean W2(rho^beta_t, Pi_# rho0) over replicas at the particle number nearest the experiment's N")),
+            "w2_budget_ratio": ((), budget["w2_budget_ratio"], io.attrs(
+                "largest w2_remaining_bound / w2_at_tokens for 0 < t <= budget_window_end")),
+            "budget_window_end": ((), budget["budget_window_end"], io.attrs(
+                "the earliest departure of any N and replica (the horizon if none): the W2 budget's last time", "1")),
+            "departure_slope_per_doubling": (("bound",), budget["departure_slope_per_doubling"], io.attrs(
+                "95% confidence interval of the slope of the departure time against log2 N (censoring accounted "
+                "for; NaN: too few departures)", "1")),
+            "departure_slope_bound": ((), budget["departure_slope_bound"], io.attrs(
+                "95% upper bound of |departure slope per doubling of N|", "1")),
         },
         coords={
             "integrator": methods,
@@ -237,7 +256,7 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
             "check_time": ("check_time", np.asarray(check_times), io.attrs("fixed time of the step study", "1")),
             "step_replica": np.arange(step_replicas),
             "tokens": ("tokens", np.asarray(tokens), io.attrs("number of tokens N")),
-            "tokens_pair": ("tokens_pair", np.asarray(tokens[:-1]), io.attrs("N of the pair (N_k, N_k+1)")),
+            "bound": ["lower", "upper"],
             "replica": np.arange(replicas),
             "time": ("time", times, io.attrs("time t", "1")),
         },

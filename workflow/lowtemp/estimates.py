@@ -27,6 +27,8 @@ import logging
 import numpy as np
 import xarray as xr
 
+from dataclasses import dataclass
+
 from . import fitting, io, rates
 from .matrices import AttentionMatrices
 
@@ -88,53 +90,6 @@ def temperature_exponents(beta, early_error) -> np.ndarray:
     return np.array([fitting.power_law_exponent(beta, err[:, r]) for r in range(err.shape[1])])
 
 
-def departure_slope_bounds(beta, departure, censored, horizon: float, step: float):
-    """Per replica, lower and upper bounds on the least-squares slope of departure time against log β.
-
-    The slope is linear in the departure times with weight w_i = (x_i − x̄)/Σ(x − x̄)²,
-    x = log β. A departure detected at snapshot t_k happened in (t_k − step, t_k]; a
-    censored one lies beyond ``horizon``. The lower bound takes each time at the end
-    of its range that lowers the slope (t_k − step, or the horizon when censored, for
-    w_i > 0; t_k for w_i < 0, −inf if censored), the upper bound the other ends (+inf
-    for a censored time with w_i > 0). β without a metastable phase (never arrived)
-    are left out. Returns two arrays over replicas (NaN with fewer than two β).
-    """
-    x_all = np.log(np.asarray(beta, float))
-    dep = np.asarray(departure, float)
-    cen = np.asarray(censored, bool)
-    lower = np.full(dep.shape[1], np.nan)
-    upper = np.full(dep.shape[1], np.nan)
-    for r in range(dep.shape[1]):
-        known = np.isfinite(dep[:, r]) | cen[:, r]
-        if known.sum() < 2:
-            continue
-        x, c, d = x_all[known], cen[known, r], dep[known, r]
-        w = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
-        pos = w > 0
-        if np.any(c & ~pos):
-            lower[r] = -np.inf
-        else:
-            lower[r] = float(np.sum(w * np.where(c, horizon, np.where(pos, d - step, d))))
-        if np.any(c & pos):
-            upper[r] = np.inf
-        else:
-            upper[r] = float(np.sum(w * np.where(c, horizon, np.where(pos, d, d - step))))
-    return lower, upper
-
-
-def one_sided_bounds(lower, upper, confidence):
-    """(lower confidence bound of the mean of ``lower``, upper confidence bound of the mean of ``upper``).
-
-    Each is one-sided at ``confidence`` (Student-t over replicas); an infinite
-    per-replica bound makes that side infinite, NaN where fewer than two replicas.
-    """
-    lo = np.asarray(lower, float)
-    hi = np.asarray(upper, float)
-    low = -np.inf if np.any(np.isneginf(lo)) else fitting.t_interval(lo, 2 * confidence - 1)[0]
-    high = np.inf if np.any(np.isposinf(hi)) else fitting.t_interval(hi, 2 * confidence - 1)[1]
-    return low, high
-
-
 def temperature_pairs(beta, early_error, confidence):
     """For each pair of consecutive β: the exponent of the error between them (per replica), its interval, and
     the local exponent of sqrt(log(β+1)/β) there. One least-squares exponent over all β can hide a pair where
@@ -150,28 +105,45 @@ def temperature_pairs(beta, early_error, confidence):
     return labels, np.array(intervals).reshape(-1, 2), np.array(bounds)
 
 
-def still_moving(beta, n_tokens: int, particle_study) -> np.ndarray:
-    """Per β: the particle-number study says W2 still moves with N at this experiment's N.
+@dataclass(frozen=True)
+class ParticleBudget:
+    """What convergence.nc's particle-number study measured at its β (``particle_budget``): the 95 %
+    upper bound of the remaining N error of W2(ρ^β_t, Π♯ρ0) relative to W2 itself, largest before the
+    earliest departure, and the bound on |d(departure time)/d log2 N| with the snapshot interval."""
 
-    ``particle_study`` is (β of the study, N at which W2 stopped moving, −1 if it
-    never did) from convergence.nc, or None (no study: nothing is known, nothing
-    is flagged).
+    beta: float
+    w2_ratio: float  # remaining-error bound / W2 (inf: not a power law in the range; NaN: nothing to judge)
+    slope_bound: float  # bound on |slope| of the departure time per doubling of N (NaN: no departures)
+    interval: float  # snapshot interval, the departure's own resolution
+
+
+def particle_budget_verdicts(beta, budget: ParticleBudget | None, fraction: float):
+    """Per β: (measured, W2 resolved, departure resolved) by the particle-number budget.
+
+    A β is resolved for the claims on W2 (``bound_above_data``, ``temperature_scaling``,
+    ``conjecture_1``) when the remaining N error's bound is at most ``fraction`` of the W2 it would
+    change, and for ``metastable_log_beta`` when the bound on the departure time's slope per doubling
+    of N is at most ``fraction`` of the snapshot interval (a slope with no departure to measure, NaN,
+    does not block it). Where nothing was measured (no study, or another β) ``measured`` is False and
+    the ESS rule decides alone.
     """
-    moving = np.zeros(np.size(beta), bool)
-    if particle_study is not None:
-        study_beta, n_star = particle_study
-        if n_star < 0 or n_star > n_tokens:
-            moving |= np.isclose(np.asarray(beta, float), float(study_beta))
-    return moving
+    beta = np.asarray(beta, float)
+    measured = np.zeros(beta.size, bool) if budget is None else np.isclose(beta, budget.beta)
+    if budget is None:
+        return measured, np.ones(beta.size, bool), np.ones(beta.size, bool)
+    w2_ok = bool(budget.w2_ratio <= fraction)
+    dep_ok = bool(np.isnan(budget.slope_bound) or budget.slope_bound <= fraction * budget.interval)
+    return measured, np.where(measured, w2_ok, True), np.where(measured, dep_ok, True)
 
 
 def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict, ess_threshold: float,
-                   n_tokens: int, particle_study=None) -> xr.Dataset:
+                   n_tokens: int, particle_budget: ParticleBudget | None = None) -> xr.Dataset:
     """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied).
 
-    A β is *resolved* over a window when its median ESS stays at or above
-    ``ess_threshold`` there and the particle-number study (``particle_study``, see
-    ``still_moving``), if there is one, does not say W2 still moves with N at it.
+    A β is *resolved* over a window when the particle-number budget measured at it
+    (``particle_budget``, see ``particle_budget_verdicts``) says its N error is within
+    ``fit.particle_error_fraction`` of the claim's tolerance; at a β without a budget, when
+    its median ESS stays at or above ``ess_threshold`` there.
     """
     dist = dist.sortby("beta")
     t = dist.time.values
@@ -210,8 +182,9 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     until = fitting.judged_until(t, departure, censored, gap)
     judged = fitting.judged_mask(t, until)
     ess_to_departure = min_median_ess(ess, np.any(judged, axis=1))
-    moving = still_moving(beta, n_tokens, particle_study)
-    resolved_to_departure = (ess_to_departure >= ess_threshold) & ~moving
+    measured, w2_within, departure_within = particle_budget_verdicts(beta, particle_budget,
+                                                                     float(cfg["particle_error_fraction"]))
+    resolved_to_departure = np.where(measured, w2_within, ess_to_departure >= ess_threshold)
     cal_beta, cal_growth = calibration_betas(t, beta, w2_zero, resolved_to_departure,
                                              int(cfg["calibration_betas"]), cfg, name)
     bound_C1 = cal_growth.mean if cal_growth else np.nan
@@ -237,7 +210,7 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
         else np.full(nb, np.nan)
     with np.errstate(invalid="ignore"):
         departed_early = np.any(departure <= t_early, axis=1)
-    resolved_early = (ess_early >= ess_threshold) & ~moving
+    resolved_early = np.where(measured, w2_within, ess_early >= ess_threshold)
     used = resolved_early & np.all(np.isfinite(early_error) & (early_error > 0), axis=1) & ~departed_early
     alpha = temperature_exponents(beta[used], early_error[used]) if used.sum() >= 2 else np.full(nr, np.nan)
     bound_exponent = fitting.temperature_scale_exponent(beta[used]) if used.sum() >= 2 else np.nan
@@ -246,9 +219,9 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     # ---- departure time against log β
     horizon = float(t[-1])
     ess_to_horizon = min_median_ess(ess, np.ones((nb, t.size), bool))
-    meta_used = resolved_to_departure
+    meta_used = np.where(measured, departure_within, ess_to_departure >= ess_threshold)
     step = float(np.min(np.diff(t))) if t.size > 1 else 0.0
-    slope_low, slope_high = departure_slope_bounds(beta[meta_used], departure[meta_used], censored[meta_used],
+    slope_low, slope_high = fitting.departure_slope_bounds(beta[meta_used], departure[meta_used], censored[meta_used],
                                                    horizon, step) if meta_used.sum() >= 2 \
         else (np.full(nr, np.nan), np.full(nr, np.nan))
 
@@ -310,31 +283,43 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
                              "end_phase_gap/2 from E1(A); NaN: never arrived or censored", "1")),
         "departure_censored": (("beta", "replica"), censored,
                                A("still in the metastable phase at the horizon (departure beyond it)")),
-        "metastable_beta_used": (("beta",), meta_used, A("beta resolved up to departure (median ESS)")),
+        "metastable_beta_used": (("beta",), meta_used, A("beta whose departure time is resolved: the departure "
+                                                         "slope per doubling of N within the budget where measured, "
+                                                         "else median ESS >= ess_threshold up to departure")),
         "metastable_slope": (("replica", "bound"), np.stack([slope_low, slope_high], axis=1),
                              A("bounds on the slope of departure time against log beta per replica (departures "
                                "known to a snapshot step, censored ones beyond the horizon; +-inf: unbounded)", "1")),
-        "metastable_slope_interval": (("bound",), np.array(one_sided_bounds(slope_low, slope_high, conf)),
+        "metastable_slope_interval": (("bound",), np.array(fitting.one_sided_bounds(slope_low, slope_high, conf)),
                                       A(f"one-sided {100 * conf:g}% Student-t lower bound of the slope's lower "
                                         f"bounds and upper bound of its upper bounds", "1")),
         "judged_until": (("beta", "replica"), until,
                          A("last time of the metastable phase judged against the bound (departure; horizon if "
                            "censored or no end phase; NaN: never arrived, not judged)", "1")),
         "ess_min_early": (("beta",), ess_early, A("smallest median ESS over [0, early time]")),
-        "particle_study_moving": (("beta",), moving, A("the particle-number study says W2 still moves with N at "
-                                                       "this experiment's N (False where there is no study)")),
-        "resolved_early": (("beta",), resolved_early, A("resolved over [0, early time]: median ESS >= ess_threshold "
-                                                        "and not still moving with N")),
-        "resolved_to_departure": (("beta",), resolved_to_departure, A("resolved up to the last departure")),
-        "resolved_to_horizon": (("beta",), (ess_to_horizon >= ess_threshold) & ~moving,
-                                A("resolved over the whole run")),
+        "particle_budget_measured": (("beta",), measured, A("the particle-number budget was measured at this beta "
+                                                            "(convergence.nc): it decides, the ESS is a diagnostic")),
+        "particle_budget_w2_ratio": (("beta",), np.where(measured, np.nan if particle_budget is None else
+                                                         particle_budget.w2_ratio, np.nan),
+                                     A("95% upper bound of the remaining N error of W2(rho^beta_t, Pi_# rho0) over W2, "
+                                       "largest before the earliest departure (NaN: not measured)")),
+        "particle_budget_departure_slope": (("beta",), np.where(measured, np.nan if particle_budget is None else
+                                                                particle_budget.slope_bound, np.nan),
+                                            A("95% upper bound of |d departure time / d log2 N| (NaN: not measured "
+                                              "or no departure)", "1")),
+        "resolved_early": (("beta",), resolved_early, A("resolved over [0, early time]: the W2 budget where "
+                                                        "measured, else median ESS >= ess_threshold")),
+        "resolved_to_departure": (("beta",), resolved_to_departure, A("resolved up to the last departure: the W2 "
+                                                                      "budget where measured, else median ESS")),
+        "resolved_to_horizon": (("beta",), np.where(measured, w2_within, ess_to_horizon >= ess_threshold),
+                                A("resolved over the whole run: the W2 budget where measured, else median ESS")),
         "ess_min_to_departure": (("beta",), ess_to_departure, A("smallest median ESS up to the last departure")),
         "ess_min_to_horizon": (("beta",), ess_to_horizon, A("smallest median ESS over the whole run")),
     }
     out = xr.Dataset(data, coords={"beta": beta, "replica": reps, "bound": ["start", "stop"],
                                    "regime": list(ranges), "pair": pair_labels})
     out.attrs.update(early_time=t_early, requested_early_time=early, horizon=float(t[-1]), end_phase_gap=gap,
-                     laplace_exponent=LAPLACE_EXPONENT, confidence=conf, ess_threshold=float(ess_threshold))
+                     laplace_exponent=LAPLACE_EXPONENT, confidence=conf, ess_threshold=float(ess_threshold),
+                     particle_error_fraction=float(cfg["particle_error_fraction"]))
     return out
 
 

@@ -276,16 +276,22 @@ def plot_convergence(conv, experiment):
     ax.legend(fontsize=6, loc="lower right")
     t = conv["time"].values
     tokens = conv["tokens"].values
-    n_star = int(conv["stops_moving_at"])
+    n_budget = int(conv.attrs["budget_tokens"])
     for color, n in zip(_palette(tokens.size), tokens):
         m, s = conv["w2_mean"].sel(tokens=n).values, conv["w2_sem"].sel(tokens=n).values
         bx.fill_between(t, np.maximum(m - 2 * s, 1e-6), m + 2 * s, color=color, alpha=0.25, lw=0)
-        bx.plot(t, m, color=color, lw=1.6 if n == n_star else 1.1, label=f"N = {n}" + (" (stops moving)" if n == n_star else ""))
+        bx.plot(t, m, color=color, lw=1.6 if n == n_budget else 1.1, label=f"N = {n}")
+    remaining = conv["w2_remaining_bound"].values
+    bx.plot(t, np.where(np.isfinite(remaining), remaining, np.nan), color="black", ls="--", lw=1.0,
+            label=f"remaining N error at N = {n_budget} (95% bound)")
+    bx.axvline(float(conv["budget_window_end"]), color="gray", ls=":", lw=0.8)
     bx.set_yscale("log")
     bx.set_xlabel("time t")
     bx.set_ylabel(r"$W_2(\rho^\beta_t, \Pi_\sharp\rho_0)$, mean ± 2 sem")
-    verdict = f"stops moving at N = {n_star}" if n_star > 0 else f"still moving at N = {tokens[-1]}"
-    bx.set_title(f"Particle number, β = {beta:g}, {conv.sizes['replica']} replicas: {verdict}", fontsize=9)
+    slope = conv["departure_slope_per_doubling"].values
+    verdict = (f"remaining error ≤ {float(conv['w2_budget_ratio']):.2g}·W2 before departure; departure "
+               f"{slope[0]:+.2g}…{slope[1]:+.2g} per doubling")
+    bx.set_title(f"Particle number, β = {beta:g}, {conv.sizes['replica']} replicas: {verdict}", fontsize=8)
     bx.legend(fontsize=7)
     threshold = float(experiment.get("ess_threshold", 30.0))
     for color, n in zip(_palette(tokens.size), tokens):

@@ -350,3 +350,50 @@ def calibrated_growth_prefactor(t, beta, w2_projection, judged, C1: float, b: fl
     excess = np.maximum(w - b * np.exp(-c * t), 0.0) / (scale * np.exp(C1 * t))
     excess = np.where(np.asarray(judged, bool), excess, np.nan)
     return float(np.nanmax(excess)) if np.isfinite(excess).any() else float("nan")
+
+
+def departure_slope_bounds(beta, departure, censored, horizon: float, step: float):
+    """Per replica, lower and upper bounds on the least-squares slope of departure time against log β.
+
+    The slope is linear in the departure times with weight w_i = (x_i − x̄)/Σ(x − x̄)²,
+    x = log β (or log N). A departure detected at snapshot t_k happened in (t_k − step, t_k]; a
+    censored one lies beyond ``horizon``. The lower bound takes each time at the end
+    of its range that lowers the slope (t_k − step, or the horizon when censored, for
+    w_i > 0; t_k for w_i < 0, −inf if censored), the upper bound the other ends (+inf
+    for a censored time with w_i > 0). β without a metastable phase (never arrived)
+    are left out. Returns two arrays over replicas (NaN with fewer than two β).
+    """
+    x_all = np.log(np.asarray(beta, float))
+    dep = np.asarray(departure, float)
+    cen = np.asarray(censored, bool)
+    lower = np.full(dep.shape[1], np.nan)
+    upper = np.full(dep.shape[1], np.nan)
+    for r in range(dep.shape[1]):
+        known = np.isfinite(dep[:, r]) | cen[:, r]
+        if known.sum() < 2:
+            continue
+        x, c, d = x_all[known], cen[known, r], dep[known, r]
+        w = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+        pos = w > 0
+        if np.any(c & ~pos):
+            lower[r] = -np.inf
+        else:
+            lower[r] = float(np.sum(w * np.where(c, horizon, np.where(pos, d - step, d))))
+        if np.any(c & pos):
+            upper[r] = np.inf
+        else:
+            upper[r] = float(np.sum(w * np.where(c, horizon, np.where(pos, d, d - step))))
+    return lower, upper
+
+
+def one_sided_bounds(lower, upper, confidence):
+    """(lower confidence bound of the mean of ``lower``, upper confidence bound of the mean of ``upper``).
+
+    Each is one-sided at ``confidence`` (Student-t over replicas); an infinite
+    per-replica bound makes that side infinite, NaN where fewer than two replicas.
+    """
+    lo = np.asarray(lower, float)
+    hi = np.asarray(upper, float)
+    low = -np.inf if np.any(np.isneginf(lo)) else t_interval(lo, 2 * confidence - 1)[0]
+    high = np.inf if np.any(np.isposinf(hi)) else t_interval(hi, 2 * confidence - 1)[1]
+    return low, high

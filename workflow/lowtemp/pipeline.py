@@ -212,16 +212,18 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     """fit.nc: every constant and interval of the experiment, computed once (``estimates.fit_experiment``).
 
     With ``convergence_path`` (an experiment with a ``convergence`` block), its
-    particle-number study also decides which β are resolved.
+    particle-number budget decides for which claims the study's β is resolved.
     """
     M = datasets.load_matrices(matrices_path)
     ds = io.read_netcdf(distances_path, "distances")
-    study = None
+    budget = None
     if convergence_path is not None:
         conv = io.read_netcdf(convergence_path, "convergence")
-        study = (float(conv.attrs["beta"]), int(conv["stops_moving_at"]))
+        budget = estimates.ParticleBudget(beta=float(conv.attrs["beta"]), w2_ratio=float(conv["w2_budget_ratio"]),
+                                          slope_bound=float(conv["departure_slope_bound"]),
+                                          interval=float(np.min(np.diff(conv["time"].values))))
     out = estimates.fit_experiment(name, ds, M, experiment["fit"], float(experiment["ess_threshold"]),
-                                   int(experiment["tokens"]), particle_study=study)
+                                   int(experiment["tokens"]), particle_budget=budget)
     for line in estimates.describe(out, name):
         log.info("%s", line)
     for beta, low in zip(out.beta.values, out["ess_min_to_horizon"].values):

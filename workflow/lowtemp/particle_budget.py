@@ -1,0 +1,199 @@
+"""The particle-number error budget: how far a quantity measured on N tokens can still be from its mean field.
+
+A quantity Q measured on a particle cloud (a W2 value at a time, a departure time) differs from its
+mean-field value Q∞ by an error that shrinks with N. Two tests decide whether the experiment's N
+resolves Q well enough for a claim (docs/convergence.md, "Particle number"):
+
+* **Power-law budget** (``remaining_error_bound``), for quantities whose N error vanishes like a power:
+  E Q_N = Q∞ + a·N^{−p} with an unknown exponent p in ``P_RANGE``. For a fixed p the model is linear
+  in (Q∞, a), so each replica r (one independent draw at every N) gives a least-squares â_r and the
+  remaining error at the experiment's N*, e_r = â_r·N*^{−p}. Replicas at different N are independent
+  draws, so the e_r are i.i.d.: a Student-t interval over them covers the mean remaining error
+  a·N*^{−p} at the stated confidence, and the larger of its two ends in modulus bounds |a|·N*^{−p}.
+  The bound reported is the largest over a grid of p in ``P_RANGE`` (for the true p the bound covers;
+  the maximum over p covers whatever p in the range is true). A β is resolved for a claim when this
+  bound is at most a stated fraction of the claim's own tolerance.
+* **Departure slope** (``departure_slope_per_doubling``): a departure time that grows like log N
+  (a particle cloud that leaves its metastable phase because it is finite) has no limit to
+  extrapolate to. The least-squares slope of the departure time (the threshold crossing
+  interpolated between snapshots, ``departure_crossing``) against log2 N, with the same
+  pseudo-replica pairing and censoring accounted for (``fitting.departure_slope_bounds``), gives a
+  confidence interval; the departure is resolved when the bound on |slope| is at most the stated
+  fraction of the snapshot interval: a doubling of N moves the departure by less than that part of
+  the resolution the claims measure it with.
+
+Why not "stops moving" (the replica means of consecutive N within two standard errors): with few
+replicas the spread is wide, a curve whose remaining bias is several times the tolerance passes it
+most of the time, and more replicas turn the same pair from "agrees" into "moves". Its rate of false
+passes on synthetic curves against this budget's is measured in ``tests/test_particle_budget.py``.
+
+Arrays: values are (N, replica, …): the particle numbers first, then replicas, then anything the
+bound is computed for element by element (time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from . import fitting
+
+#: the range of exponents p of the remaining N error a·N^−p. 1/2 is the Monte Carlo rate of a softmax
+#: average over N tokens and 1 the bias of its ratio; W2 between N points and a density on a surface
+#: decays like sqrt(log N / N), slower than N^−1/2, so the range starts at 1/4
+P_RANGE = (0.25, 2.0)
+#: exponents tried in P_RANGE (the bound is the largest over them)
+P_GRID_POINTS = 36
+#: fewest particle numbers and replicas the budget is computed from
+MIN_NUMBERS = 3
+MIN_REPLICAS = 3
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The remaining-error bound of a power-law budget, element by element over the trailing axes."""
+
+    bound: np.ndarray  # upper confidence bound on |Q_N* − Q∞|
+    exponent: np.ndarray  # the p in P_RANGE that gave the bound
+    value: np.ndarray  # mean over replicas of Q at the particle number nearest N* (in log N)
+
+
+def _check(numbers, values) -> tuple[np.ndarray, np.ndarray]:
+    n = np.asarray(numbers, float)
+    q = np.asarray(values, float)
+    if n.ndim != 1 or q.shape[0] != n.size:
+        raise ValueError(f"values have {q.shape[0] if q.ndim else 0} particle numbers, numbers has {n.size}")
+    if n.size < MIN_NUMBERS or q.ndim < 2 or q.shape[1] < MIN_REPLICAS:
+        raise ValueError(f"the budget needs at least {MIN_NUMBERS} particle numbers with {MIN_REPLICAS} replicas "
+                         f"each, got {n.size} x {q.shape[1] if q.ndim > 1 else 0}")
+    if np.any(n <= 0) or np.any(np.diff(n) <= 0):
+        raise ValueError(f"particle numbers must be positive and increasing, got {n.tolist()}")
+    return n, q
+
+
+def _t_half_width(samples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and Student-t half-width at two-sided ``confidence`` over axis 0."""
+    r = samples.shape[0]
+    mean = samples.mean(axis=0)
+    sem = samples.std(axis=0, ddof=1) / np.sqrt(r)
+    return mean, stats.t.ppf(0.5 + confidence / 2, r - 1) * sem
+
+
+def _misfit_pvalue(residuals: np.ndarray) -> np.ndarray:
+    """p-value of Hotelling's T² test that the mean of ``residuals`` (replica, k, …) is zero.
+
+    T² = R·z̄ᵀS⁻¹z̄ over R pseudo-replicas; (R − k)/(k(R − 1))·T² ~ F(k, R − k) for Gaussian draws. Residuals
+    that vanish (an exact model) give 1.
+    """
+    r, k = residuals.shape[:2]
+    z = residuals.reshape(r, k, -1)
+    mean = z.mean(axis=0)  # (k, m)
+    dev = z - mean
+    cov = np.einsum("rim,rjm->mij", dev, dev) / (r - 1)  # (m, k, k)
+    t2 = r * np.einsum("mi,mi->m", mean.T, np.einsum("mij,mj->mi", np.linalg.pinv(cov), mean.T))
+    f = (r - k) / (k * (r - 1)) * t2
+    scale = np.max(np.abs(z), axis=(0, 1))
+    pval = np.where(scale > 0, stats.f.sf(f, k, r - k), 1.0)
+    return pval.reshape(residuals.shape[2:])
+
+
+def remaining_error_bound(numbers, values, at: float | None = None, confidence: float = 0.95,
+                          p_range: tuple[float, float] = P_RANGE) -> Budget:
+    """Upper confidence bound on |E Q_N* − Q∞| under E Q_N = Q∞ + a·N^−p, p in ``p_range``.
+
+    ``values`` (N, replica, …): independent draws at every N (the replica index pairs them into
+    pseudo-replicas, one draw per N each). ``at``: N* (default the largest N).
+
+    For each p on a grid, the model's misfit is tested first (Hotelling's T² on the least-squares
+    residuals of the pseudo-replicas, at level (1 − confidence)/2), and the exponents it rejects are
+    dropped; over the others, the bound is the largest Student-t bound on |a|·N*^−p at level
+    (1 + confidence)/2. If the true p is in the range, the bound covers at ``confidence`` (Bonferroni
+    over the two steps); where every p is rejected the N-dependence is not a power law in the range and
+    the bound is inf. With K particle numbers the misfit test needs R > K − 2 replicas: with fewer, the
+    largest R + 1 numbers are used. NaN where a value is not finite.
+    """
+    n, q = _check(numbers, values)
+    r = q.shape[1]
+    if r <= n.size - 2:
+        n, q = n[-(r + 1):], q[-(r + 1):]
+    target = float(n[-1] if at is None else at)
+    alpha = (1.0 - confidence) / 2.0
+    best = np.full(q.shape[2:], -np.inf)
+    best_p = np.full(q.shape[2:], np.nan)
+    for p in np.linspace(*p_range, P_GRID_POINTS):
+        x = n ** -p
+        design = np.stack([np.ones_like(x), x], axis=1)
+        slope_row = np.linalg.pinv(design)[1]  # â = Σ_n slope_row[n] Q_n, per replica
+        remaining = np.tensordot(slope_row, q, axes=(0, 0)) * target ** -p  # (replica, …)
+        mean, half = _t_half_width(remaining, 1.0 - alpha)
+        bound = np.abs(mean) + half  # ≥ max(|lower|, |upper|) of the interval: covers |a|·N*^−p
+        if n.size > 2:
+            basis = np.linalg.svd(np.eye(n.size) - design @ np.linalg.pinv(design))[0][:, : n.size - 2]
+            fits = _misfit_pvalue(np.moveaxis(np.tensordot(basis, q, axes=(0, 0)), 0, 1)) >= alpha
+            bound = np.where(fits, bound, -np.inf)
+        better = bound > best
+        best = np.where(better, bound, best)
+        best_p = np.where(better, p, best_p)
+    best = np.where(np.isneginf(best), np.inf, best)
+    bad = ~np.all(np.isfinite(q), axis=(0, 1))
+    best = np.where(bad, np.nan, best)
+    nearest = int(np.argmin(np.abs(np.log(n) - np.log(target))))
+    return Budget(bound=best, exponent=np.where(bad, np.nan, best_p), value=q[nearest].mean(axis=0))
+
+
+def relative_budget(budget: Budget, window) -> float:
+    """The largest ratio bound/value over the times in ``window`` (a mask over the trailing axis): the
+    remaining N error as a fraction of the quantity it would change; inf where a value is 0 or NaN."""
+    w = np.asarray(window, bool)
+    if not w.any():
+        return float("nan")
+    bound, value = budget.bound[w], np.abs(budget.value[w])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where((value > 0) & np.isfinite(bound), bound / np.where(value > 0, value, 1.0), np.inf)
+    return float(np.max(ratio))
+
+
+def departure_crossing(times, dist_A, departure, threshold: float) -> np.ndarray:
+    """The departure time between snapshots: where ``dist_A`` (…, time) rises through ``threshold``, by linear
+    interpolation between the departure snapshot of ``fitting.geometric_departure`` (``departure`` (…), NaN
+    stays NaN) and the one before. A snapshot-quantised departure time moves with N in steps of the snapshot
+    interval; the crossing resolves the N-dependence of the departure below it."""
+    t = np.asarray(times, float)
+    d = np.asarray(dist_A, float)
+    dep = np.asarray(departure, float)
+    out = np.full(dep.shape, np.nan)
+    for idx in zip(*np.nonzero(np.isfinite(dep))):
+        k = int(np.searchsorted(t, dep[idx]))
+        lo, hi = d[idx][k - 1], d[idx][k]
+        out[idx] = t[k - 1] + (t[k] - t[k - 1]) * (threshold - lo) / (hi - lo) if hi > lo else t[k]
+    return out
+
+
+def departure_slope_per_doubling(numbers, departure, censored, horizon: float,
+                                 confidence: float = 0.95) -> tuple[float, float]:
+    """A confidence interval (lower, upper) for the slope of the departure time against log2 N.
+
+    ``departure`` (N, replica): departure times (``departure_crossing``), ``censored`` (N, replica): still
+    metastable at ``horizon``. Each replica index pairs one independent draw per N into a pseudo-replica,
+    whose least-squares slope a censored time bounds on one side (``fitting.departure_slope_bounds``);
+    each end is a one-sided Student-t bound at (1 + confidence)/2 over the pseudo-replicas, so the
+    interval covers at ``confidence``. NaN where fewer than two pseudo-replicas have two N with a
+    metastable phase.
+    """
+    n, dep = _check(numbers, departure)
+    lower, upper = fitting.departure_slope_bounds(n, dep, censored, horizon, 0.0)  # per pseudo-replica, in ln N
+    ok = ~(np.isnan(lower) | np.isnan(upper))
+    if ok.sum() < 2:
+        return float("nan"), float("nan")
+    low, high = fitting.one_sided_bounds(lower[ok], upper[ok], 0.5 + confidence / 2)
+    return float(low * np.log(2.0)), float(high * np.log(2.0))
+
+
+def slope_magnitude_bound(interval: tuple[float, float]) -> float:
+    """An upper bound on |slope| from its confidence interval (same coverage); NaN stays NaN."""
+    lower, upper = interval
+    if np.isnan(lower) or np.isnan(upper):
+        return float("nan")
+    return float(max(abs(lower), abs(upper)))
