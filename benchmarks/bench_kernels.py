@@ -106,6 +106,7 @@ def bench_fields(cases, repeats, log):
         reference = naive_field(X, M.B, M.V, beta)  # also the warm-up (first touch of its memory)
         t_naive = best_time(lambda: naive_field(X, M.B, M.V, beta), 2 if n > 8192 else repeats)
         scale = np.max(np.linalg.norm(reference, axis=-1))
+        pick = kernel_choice.concrete_kernel(kernel_choice.choose_kernel(n, d), X, M.B, beta)  # `kernel: auto`
         for kernel in kernels.KERNELS:
             call = lambda: kernels.attention_field(X, M.B, M.V, beta, kernel)  # noqa: E731
             F = call()  # warm-up (JIT)
@@ -113,12 +114,11 @@ def bench_fields(cases, repeats, log):
             err = float(np.max(np.linalg.norm(F - reference, axis=-1)) / scale)
             row = dict(kernel=kernel, cloud=cloud, dim=d, beta=beta, tokens=n, ns_per_pair=t / n**2 * 1e9,
                        speedup=t_naive / t, peak_mb=peak_bytes(call) / 2**20, rel_error=err,
-                       naive_ns_per_pair=t_naive / n**2 * 1e9)
+                       naive_ns_per_pair=t_naive / n**2 * 1e9, auto_pick=pick)
             rows.append(row)
             log(f"{kernel:>6} {cloud:>9} d={d} beta={beta:>7g} N={n:>6}  {row['ns_per_pair']:7.3f} ns/pair  "
                 f"x{row['speedup']:6.1f} vs naive ({row['naive_ns_per_pair']:.2f} ns/pair)  "
-                f"peak {row['peak_mb']:8.1f} MB  rel.err {err:.1e}  auto: "
-                f"{kernel_choice.choose_kernel(beta, n, d, M.sigma_min)}")
+                f"peak {row['peak_mb']:8.1f} MB  rel.err {err:.1e}  auto: {pick}")
     return rows
 
 
@@ -198,6 +198,8 @@ def main(argv=None):
         coords={"case": case, "kernel": ("case", [r["kernel"] for r in rows]),
                 "cloud": ("case", [r["cloud"] for r in rows])},
     )
+    ds["auto_pick"] = (("case",), np.array([r["auto_pick"] for r in rows], dtype=object),
+                       io.attrs("the kernel `kernel: auto` runs on this cloud (kernel_choice.choose_for_cloud)"))
     ds["w2_two_atom_seconds"] = (("w2_tokens",), np.array([r["two_atom_s"] for r in w2_rows]),
                                  io.attrs("W2 to two atoms, closed form, per snapshot", "s"))
     ds["w2_exact_seconds"] = (("w2_tokens",), np.array([r["exact_s"] for r in w2_rows]),

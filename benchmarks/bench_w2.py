@@ -154,7 +154,7 @@ def clouds(n, kinds, steps=12, beta=100.0):
     rng = np.random.default_rng(n)
     out = {}
     if "finite-beta" in kinds:
-        kernel = kernel_choice.choose_kernel(beta, n, 3, M.sigma_min)
+        kernel = kernel_choice.choose_kernel(n, 3)
         X = X0.copy()
         for _ in range(steps):
             X = integrate.rk4_step(lambda P: kernels.attention_field(P, M.B, M.V, beta, kernel), X, 3.0 / steps)

@@ -102,6 +102,25 @@ def test_a_logarithmic_drift_is_not_a_power_law():
     assert np.mean(np.isinf(particle_budget.remaining_error_bound(NUMBERS, q).bound)) >= 0.9
 
 
+def test_identical_replicas_do_not_switch_the_misfit_test_off():
+    """A log N drift measured without scatter (a deterministic quantity, or a seeding error that repeats one draw):
+    no exponent can explain the residuals, so the bound is inf (it was a finite 0.2×Q when the singular scatter
+    made every exponent fit); an exact power law without scatter keeps its own remaining error."""
+    drift = np.repeat((5.0 + 0.5 * np.log2(NUMBERS))[:, None], 4, axis=1)
+    assert np.isinf(particle_budget.remaining_error_bound(NUMBERS, drift).bound)
+    exact = np.repeat((5.0 + 0.3 * (NUMBERS / NUMBERS[-1]) ** -0.5)[:, None], 4, axis=1)
+    assert particle_budget.remaining_error_bound(NUMBERS, exact).bound == pytest.approx(0.3, rel=0.1)
+
+
+def test_non_finite_values_give_nan_where_they_are_and_numbers_elsewhere():
+    q = synthetic(np.random.default_rng(9), 0.5, 0.2, 0.01, draws=3)
+    q[1, 2, 1] = np.nan
+    q[3, 0, 2] = np.inf
+    b = particle_budget.remaining_error_bound(NUMBERS, q)
+    assert np.isfinite(b.bound[0]) and np.isnan(b.bound[1]) and np.isnan(b.bound[2]) and np.isnan(b.value[1])
+    assert particle_budget.relative_budget(b, [True, True, False]) == np.inf  # a NaN never passes
+
+
 def test_the_relative_budget_is_the_largest_ratio_in_the_window():
     b = particle_budget.Budget(bound=np.array([0.1, 0.2, 0.6, np.inf]), exponent=np.zeros(4),
                                value=np.array([1.0, 1.0, 2.0, 1.0]))
@@ -117,10 +136,15 @@ def test_the_relative_budget_is_the_largest_ratio_in_the_window():
     ([512, 1024, 2048], (3, 2, 3), "with 3 replicas"),
     ([512, 2048, 1024], (3, 4, 3), "increasing"),
     ([512, 1024, 2048], (4, 4, 3), "values have 4 particle numbers, numbers has 3"),
+    ([512, 1024, np.inf], (3, 4, 3), "positive and increasing"),
+    ([512, 1024, 2048], (3,), r"values must be \(N, replica, ...\)"),
 ])
 def test_bad_input_is_named(numbers, shape, match):
     with pytest.raises(ValueError, match=match):
         particle_budget.remaining_error_bound(numbers, np.ones(shape))
+    for at in (0.0, -1.0, np.nan):
+        with pytest.raises(ValueError, match="N\\* = .* must be positive and finite"):
+            particle_budget.remaining_error_bound([512, 1024, 2048], np.ones((3, 4)), at=at)
 
 
 # ------------------------------------------------------------------ departure slope
@@ -166,6 +190,30 @@ def test_a_censored_departure_bounds_the_slope_on_one_side():
     assert hi == np.inf and lo > 0
     assert particle_budget.slope_magnitude_bound((lo, hi)) == np.inf
     assert np.isnan(particle_budget.slope_magnitude_bound(slope_interval(np.full(dep.shape, np.nan))))
+
+
+def test_arrival_that_depends_on_n_is_outside_the_departure_budget():
+    """Runs that never reach the metastable phase leave no departure time; if some runs arrive and others do not
+    (only the largest N, or some replicas), arrival itself depends on N or on the draw: the bound is inf, never
+    the NaN that counts as "no departure to judge", which only a study where no run arrived gives."""
+    rng = np.random.default_rng(8)
+    cen = np.zeros((4, 4), bool)
+    only_largest = np.full((4, 4), np.nan)
+    only_largest[3] = [9.0, 9.4, 8.8, 9.1]
+    some = departure_times(rng, 0.0, 0.05)[..., 0]
+    some[1, 2] = np.nan
+    for dep in (only_largest, some):
+        assert particle_budget.departure_slope_bound(dep, cen, slope_interval(dep, cen)) == np.inf
+    none = np.full((4, 4), np.nan)
+    assert np.isnan(particle_budget.departure_slope_bound(none, cen, slope_interval(none, cen)))
+    every = departure_times(rng, 0.0, 0.05)[..., 0]
+    interval = slope_interval(every, cen)
+    assert particle_budget.departure_slope_bound(every, cen, interval) == particle_budget.slope_magnitude_bound(
+        interval) < 0.2
+    measured, _, dep_ok = estimates.particle_budget_verdicts(
+        [1000.0], estimates.ParticleBudget(1000.0, 0.1, particle_budget.departure_slope_bound(
+            only_largest, cen, slope_interval(only_largest, cen)), 0.25), 0.25)
+    assert measured.tolist() == [True] and dep_ok.tolist() == [False]
 
 
 @settings(max_examples=40, deadline=None)

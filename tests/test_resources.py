@@ -156,14 +156,12 @@ def test_cap_budgeted_below_dense_and_auto_picks_as_the_job_does():
     assert cap.compute_seconds < dense.compute_seconds
     assert cap.runtime_min < dense.runtime_min
     assert cap.mem_mb >= dense.mem_mb  # cell lists and KD-tree
-    # kernel: auto resolves with the package's rule: cap at N ≥ 16384, d = 3, β = 1000; dense at β = 10
+    # kernel: auto at N ≥ 16384 chooses per evaluation (cap only where it predicts it cheaper): budgeted as dense,
+    # with the cap kernel's memory
     auto = experiment(tokens=65536)
-    M = matrices_of(auto)
-    assert lowtemp_experiment.field_kernel(auto, 1000, M) == "cap"
-    assert lowtemp_experiment.field_kernel(auto, 10, M) == "dense"
-    assert resources.estimate("finite_temperature", auto, beta=1000, matrices=M, threads=2) == cap
-    # without the matrices, auto is budgeted as the dearer fast kernel
-    assert lowtemp_experiment.field_kernel(auto, 1000) == "dense"
+    assert lowtemp_experiment.field_kernel(auto) == "auto"
+    estimate = resources.estimate("finite_temperature", auto, beta=1000, matrices=matrices_of(auto), threads=2)
+    assert estimate.compute_seconds == dense.compute_seconds and estimate.mem_mb == cap.mem_mb
     numpy = resources.estimate("finite_temperature", experiment(tokens=65536, kernel="numpy"), beta=1000, threads=2)
     assert numpy.compute_seconds > dense.compute_seconds
 

@@ -258,7 +258,7 @@ def particle_budget_of(numbers, w2, dist_A, grid, n_tokens: int, M) -> dict:
             "w2_budget_exponent": w2_budget.exponent, "w2_at_tokens": w2_budget.value,
             "w2_budget_ratio": particle_budget.relative_budget(w2_budget, window), "budget_window_end": end,
             "departure_slope_per_doubling": np.array(slope),
-            "departure_slope_bound": particle_budget.slope_magnitude_bound(slope)}
+            "departure_slope_bound": particle_budget.departure_slope_bound(crossing, censored, slope)}
 
 
 def budget_window(times, departure, censored) -> tuple[np.ndarray, float]:
@@ -303,7 +303,7 @@ def particle_grid(experiment: dict, S: Settings) -> integrate.TimeGrid:
 
 def _finite_field(experiment, beta, M, n_tokens):
     """The field at β for runs of ``n_tokens`` tokens, with the kernel the experiment's rule picks for N."""
-    kernel = field_kernel({**experiment, "tokens": int(n_tokens)}, beta, M)
+    kernel = field_kernel({**experiment, "tokens": int(n_tokens)})
     return (lambda X: kernels.attention_field(X, M.B, M.V, beta, kernel)), kernel  # noqa: E731
 
 

@@ -247,7 +247,8 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
                 "95% confidence interval of the slope of the departure time against log2 N (censoring accounted "
                 "for; NaN: too few departures)", "1")),
             "departure_slope_bound": ((), budget["departure_slope_bound"], io.attrs(
-                "95% upper bound of |departure slope per doubling of N|", "1")),
+                "95% upper bound of |departure slope per doubling of N| (inf: arrival at the metastable phase "
+                "depends on N or the draw, or too few departures to measure; NaN: no run arrived)", "1")),
         },
         coords={
             "integrator": methods,

@@ -54,14 +54,14 @@ def exact_w2_snapshots(experiment: dict, n_times: int) -> np.ndarray:
     return mask
 
 
-def field_kernel(experiment: dict, beta: float, M: matrices.AttentionMatrices | None = None) -> str:
-    """The kernel of the finite-temperature field: the config's ``kernel``, or the automatic rule
-    (``kernel_choice.choose_kernel``, which needs σmin(B) from ``M``; without ``M`` it never
-    picks ``cap``, the budget the resource estimates use before the matrices exist)."""
+def field_kernel(experiment: dict) -> str:
+    """The kernel of the finite-temperature field: the config's ``kernel``, or for ``auto`` the automatic rule
+    (``kernel_choice.choose_kernel``: ``auto`` itself, a choice per field evaluation, at N ≥ 16384 in
+    d = 2, 3; ``dense`` below; ``numpy`` in other dimensions): β and the matrices do not enter it, the cloud
+    does, at run time."""
     kernel = experiment.get("kernel", "auto")
     if kernel == "auto":
-        sigma_min = None if M is None else M.sigma_min
-        return choose_kernel(float(beta), int(experiment["tokens"]), int(experiment["dim"]), sigma_min)
+        return choose_kernel(int(experiment["tokens"]), int(experiment["dim"]))
     return kernel
 
 

@@ -1,4 +1,4 @@
-"""Which kernel computes the finite-temperature field: the names and the automatic rule.
+"""Which kernel computes the finite-temperature field: the names and the automatic rule (``kernel: auto``).
 
 Kept apart from ``lowtemp.kernels`` (which compiles numba code on import) so that the
 config check, the resource estimates and the figures can apply the rule without
@@ -17,10 +17,19 @@ KERNELS = ("numpy", "dense", "cap")
 DEFAULT_TAIL = 1e-12
 #: largest truncation constant of the cap kernel
 _C_MAX = 64.0
-#: the automatic rule picks ``cap`` only from this many tokens on …
+#: ``kernel: auto`` decides cloud by cloud (``choose_for_cloud``) only from this many tokens on: below, a
+#: dense evaluation is cheap (N² ≤ 2.7e8 pairs), the probe would cost 15–95 % of it (measured at N = 4096 and
+#: 8192) and the cap kernel gains at most 1.1–2.7× where it gains at all
 CAP_MIN_TOKENS = 16384
-#: … and only where a cap holds at most this fraction of a spread-out cloud
-CAP_MAX_FRACTION = 0.03
+#: the cap kernel's cost per token it sweeps (two passes each), in units of one dense token pair: 5.6–6.5 on
+#: the spread and clustered clouds of ``make bench`` at N = 32768 (d = 2, 3; β = 10² … 10⁴), 2.5 on the
+#: tightest (d = 2, β = 10⁴, clustered), where the rule then errs towards the dense kernel
+CAP_COST_PER_SWEPT = 6.0
+#: the cap kernel's fixed cost per query (tree query, cell lists), in dense token pairs: 0.12 of a dense
+#: evaluation at N = 32768 on a cloud whose sweep is almost empty (d = 3, β = 10⁴)
+CAP_COST_PER_QUERY = 4000.0
+#: ``kernel: auto``: the kernel is chosen at run time, per field evaluation, from the cloud itself
+RUNTIME = "auto"
 
 
 def truncation_constant(n_tokens: int, tail: float = DEFAULT_TAIL) -> float:
@@ -31,31 +40,94 @@ def truncation_constant(n_tokens: int, tail: float = DEFAULT_TAIL) -> float:
     return c
 
 
-def expected_cap_fraction(beta: float, d: int, sigma_min: float, n_tokens: int,
-                          tail: float = DEFAULT_TAIL) -> float:
-    """Upper estimate of the fraction of a spread-out cloud inside one query's cap.
+def choose_kernel(n_tokens: int, d: int) -> str:
+    """The kernel ``kernel: auto`` runs with N tokens in dimension d: ``auto`` (each field evaluation picks
+    ``cap`` or ``dense`` from its own cloud, ``choose_for_cloud``) when d ∈ {2, 3} and N ≥ CAP_MIN_TOKENS,
+    ``dense`` for smaller N in d ∈ {2, 3}, else ``numpy``.
 
-    The cap has chordal radius² ≈ 2c/(β|Bᵀx|) ≤ 2c/(β σmin(B)); its area fraction
-    on S² is radius²/4, on S¹ the arc fraction is radius/π.
-    """
-    r2 = min(4.0, 2.0 * truncation_constant(n_tokens, tail) / (beta * sigma_min))
-    return r2 / 4.0 if d == 3 else float(np.sqrt(r2) / np.pi)
-
-
-def choose_kernel(beta: float, n_tokens: int, d: int, sigma_min: float | None) -> str:
-    """The automatic rule: ``cap`` when N ≥ 16384 and a cap holds at most 3% of a
-    spread-out cloud (measured: d = 3, β = 1000 gives 2% and a 3× gain over
-    ``dense`` at N = 32768; d = 2, β = 1000 gives 9% and no gain; below 16384
-    tokens a dense step is cheap and, once tokens cluster, a cap holds a whole
-    cluster and the cap kernel loses its advantage); else ``dense`` (d = 2, 3);
-    else ``numpy``.
-
-    ``sigma_min`` None (σmin(B) not known yet) bounds no cap, so ``cap`` is never
-    chosen: the answer is then the dearer of the two fast kernels.
+    Why at run time: the cap kernel's cost follows the cloud, not the config. On the spread initial cloud at
+    β = 1000 (d = 3) it is 2× faster than the dense kernel; once the tokens cluster, one cell of its grid holds
+    a whole cluster and it is 6× slower (docs/kernels.md). A choice made once from (β, N, d) is wrong in one of
+    the two phases of every low-temperature run.
     """
     if d not in (2, 3):
         return "numpy"
-    if (sigma_min is not None and n_tokens >= CAP_MIN_TOKENS
-            and expected_cap_fraction(beta, d, sigma_min, n_tokens) <= CAP_MAX_FRACTION):
-        return "cap"
-    return "dense"
+    return RUNTIME if n_tokens >= CAP_MIN_TOKENS else "dense"
+
+
+def predicted_cap_cost(n_tokens: int, sweep_fraction: float) -> float:
+    """The cap kernel's cost relative to the dense kernel's on a cloud whose queries sweep ``sweep_fraction`` of
+    the tokens: two passes at CAP_COST_PER_SWEPT per swept token, plus CAP_COST_PER_QUERY per query."""
+    return 2.0 * CAP_COST_PER_SWEPT * float(sweep_fraction) + CAP_COST_PER_QUERY / float(n_tokens)
+
+
+#: query tokens per replica on which ``cap_sweep_fraction`` follows the cap kernel's sweep
+PROBE_QUERIES = 64
+
+
+def _box_sums(counts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Sum of ``counts`` (a d-dimensional grid) over the boxes lo..hi (inclusive; (query, d)) by prefix sums."""
+    d = counts.ndim
+    prefix = np.zeros(tuple(s + 1 for s in counts.shape))
+    prefix[(slice(1, None),) * d] = counts
+    for axis in range(d):
+        prefix = np.cumsum(prefix, axis=axis)
+    total = np.zeros(lo.shape[0])
+    for corner in range(2**d):  # inclusion–exclusion over the box's 2^d corners
+        pick = [(corner >> k) & 1 for k in range(d)]
+        index = tuple(np.where(pick[k], hi[:, k] + 1, lo[:, k]) for k in range(d))
+        total += (-1) ** (d - sum(pick)) * prefix[index]
+    return total
+
+
+def cap_sweep_fraction(X: np.ndarray, B: np.ndarray, beta: float, tail: float = DEFAULT_TAIL,
+                       queries: int = PROBE_QUERIES) -> float:
+    """The fraction of the N tokens the cap kernel sweeps per query, on this cloud (mean over replicas and
+    ``queries`` evenly spaced query tokens).
+
+    The cap kernel (``kernels.cap_field``) sweeps, for query i, every token in the box of grid cells that covers
+    the cap |x − q_i|² ≤ ρmax² + 1 − 2(m_i − c)/|a_i| around q_i = a_i/|a_i|, a_i = β Bᵀx_i, twice; its cost is
+    proportional to the tokens in that box, not in the cap: on a clustered cloud a cell holds a whole cluster.
+    This follows the same geometry (cell size half the median cap radius, within [2ρmax/64, 2ρmax]) with the
+    exact row maximum m_i of the probe queries, in O(queries·N + G^d) numpy operations, without numba.
+    """
+    X = np.asarray(X, dtype=float)
+    r, n, d = X.shape
+    c = truncation_constant(n, tail)
+    fractions = []
+    for k in range(r):
+        Xr = X[k]
+        probe = Xr[np.unique(np.linspace(0, n - 1, min(queries, n)).astype(np.int64))]
+        A = float(beta) * probe @ np.asarray(B, dtype=float)  # a_i = β Bᵀx_i, as rows
+        na = np.linalg.norm(A, axis=1)
+        rho_max = float(np.max(np.linalg.norm(Xr, axis=1)))
+        if not np.all(na > 0):
+            fractions.append(1.0)  # a row without a direction sums every token
+            continue
+        m = np.max(A @ Xr.T, axis=1)
+        rad = np.sqrt(np.clip(rho_max**2 + 1.0 - 2.0 * (m - c) / na, 0.0, None))
+        h = float(np.clip(0.5 * np.median(rad), 2.0 * rho_max / 64, 2.0 * rho_max))
+        G = int(np.ceil(2.0 * rho_max / h))
+        cells = np.clip(np.floor((Xr + rho_max) / h).astype(np.int64), 0, G - 1)
+        flat = np.ravel_multi_index(tuple(cells.T), (G,) * d)
+        counts = np.bincount(flat, minlength=G**d).reshape((G,) * d).astype(float)
+        q = A / na[:, None]
+        lo = np.clip(np.floor((q - rad[:, None] + rho_max) / h).astype(np.int64), 0, G - 1)
+        hi = np.clip(np.floor((q + rad[:, None] + rho_max) / h).astype(np.int64), 0, G - 1)
+        fractions.append(float(np.mean(_box_sums(counts, lo, hi))) / n)
+    return float(np.mean(fractions))
+
+
+def choose_for_cloud(X: np.ndarray, B: np.ndarray, beta: float) -> str:
+    """``cap`` where the cap kernel is predicted cheaper than the dense kernel on this cloud
+    (``predicted_cap_cost`` < 1 from ``cap_sweep_fraction``), else ``dense``. Deterministic in X, so a run
+    resumed from a checkpoint makes the same choices."""
+    n = np.asarray(X).shape[-2]
+    if n < CAP_MIN_TOKENS:
+        return "dense"
+    return "cap" if predicted_cap_cost(n, cap_sweep_fraction(X, B, beta)) < 1.0 else "dense"
+
+
+def concrete_kernel(kernel: str, X: np.ndarray, B: np.ndarray, beta: float) -> str:
+    """The kernel that evaluates the field on cloud X: ``kernel`` itself, or for ``auto`` ``choose_for_cloud``."""
+    return choose_for_cloud(X, B, beta) if kernel == RUNTIME else kernel

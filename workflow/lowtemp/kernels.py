@@ -33,8 +33,9 @@
   m_i that fixes a cap which provably holds every token that can matter, and
   m_i itself is the max over that cap. d = 2 and d = 3.
 
-``attention_field(X, B, V, beta, kernel)`` dispatches on the kernel's name;
-``kernel_choice.choose_kernel`` is the automatic rule (``kernel: auto``).
+``attention_field(X, B, V, beta, kernel)`` dispatches on the kernel's name; ``auto`` (what
+``kernel_choice.choose_kernel`` gives ``kernel: auto`` at N ≥ 16384 in d = 2, 3) picks ``cap`` or
+``dense`` at each call from the cloud itself (``kernel_choice.choose_for_cloud``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from numba.extending import intrinsic
 from scipy.spatial import cKDTree
 
 from . import dynamics
-from .kernel_choice import DEFAULT_TAIL, KERNELS, truncation_constant
+from .kernel_choice import DEFAULT_TAIL, KERNELS, concrete_kernel, truncation_constant
 
 # Kernels are compiled afresh in every process (no numba on-disk cache): a kernel
 # loaded from numba's cache was measured to differ in the last bit from a fresh
@@ -352,7 +353,9 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
 
 # ------------------------------------------------------------------ dispatch
 def attention_field(X, B, V, beta, kernel: str = "dense"):
-    """The finite-temperature field with the named kernel (``numpy``, ``dense``, ``cap``)."""
+    """The finite-temperature field with the named kernel (``numpy``, ``dense``, ``cap``; ``auto``: the one
+    ``kernel_choice.choose_for_cloud`` predicts cheaper on this cloud)."""
+    kernel = concrete_kernel(kernel, X, B, beta)
     if kernel == "numpy":
         return dynamics.attention_field(X, B, V, beta)
     if kernel == "dense":
@@ -364,6 +367,7 @@ def attention_field(X, B, V, beta, kernel: str = "dense"):
 
 def effective_sample_size(X, B, V, beta, kernel: str = "dense"):
     """ESS_i = 1/Σ_j w_ij² with the named kernel, shape (replica, token)."""
+    kernel = concrete_kernel(kernel, X, B, beta)
     if kernel == "numpy":
         return dynamics.effective_sample_size(X, B, beta)
     if kernel == "dense":

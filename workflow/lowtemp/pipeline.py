@@ -88,7 +88,7 @@ def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, t
     grid = time_grid(experiment)
     beta = float(beta)
     method = experiment["integrator"]
-    kernel = field_kernel(experiment, beta, M)
+    kernel = field_kernel(experiment)
     field = lambda X: kernels.attention_field(X, M.B, M.V, beta, kernel)  # noqa: E731
     log.info("%s: finite temperature beta = %g, %s, step %.4g, %d steps, kernel %s", name, beta, method,
              grid.step, grid.total_steps, kernel)

@@ -114,6 +114,8 @@ _NUMPY_BLOCK_ROWS = 256
 
 #: seconds per token pair and field evaluation, with ``KERNEL_THREADS`` threads
 NS_PER_PAIR = {"dense": 2.5, "cap": 1.3}
+#: ``auto`` picks ``cap`` only where it predicts it cheaper than ``dense``: budget the dense cost
+NS_PER_PAIR["auto"] = NS_PER_PAIR["dense"]
 #: the numpy reference kernel: base plus per dimension (ns per pair)
 NUMPY_NS_PER_PAIR = 10.0
 NUMPY_NS_PER_PAIR_PER_DIM = 0.5
@@ -192,13 +194,13 @@ def w2_bytes(n_tokens: int) -> float:
 # ------------------------------------------------------------------ per stage
 def _finite(experiment, beta, matrices, threads):
     n, d, r, times = _sizes(experiment)
-    kernel = field_kernel(experiment, beta, matrices)
+    kernel = field_kernel(experiment)
     tokens = r * n * d * _F
     positions = times * tokens
     ess = times * r * n * _F
     if kernel == "numpy":
         workspace = 4 * r * min(n, _NUMPY_BLOCK_ROWS) * n * _F
-    elif kernel == "cap":
+    elif kernel in ("cap", "auto"):  # auto may run the cap kernel
         workspace = 10 * tokens
     else:
         workspace = 2 * tokens
@@ -269,7 +271,7 @@ def _convergence(experiment, matrices, threads):
     st = s.steps
     steps = sum(g.total_steps for g in convergence.halving_grids(max(st.times), interval, st.dt))
     evals = sum(integrate.EVALUATIONS_PER_STEP[m] for m in convergence.NOMINAL_ORDER) * steps
-    kernel = field_kernel({**experiment, "tokens": st.tokens}, s.beta, matrices)
+    kernel = field_kernel({**experiment, "tokens": st.tokens})
     speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
     r, n = st.replicas, st.tokens
     checks = len(st.times)
@@ -289,7 +291,7 @@ def _convergence(experiment, matrices, threads):
         seconds += (snapshots + 1) * pa.replicas * w2_cost(n)
         if n == reused:  # the experiment's own run stands in for this N: read, not simulated
             continue
-        kernel = field_kernel({**experiment, "tokens": n}, s.beta, matrices)
+        kernel = field_kernel({**experiment, "tokens": n})
         speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
         # evaluations of the run, and one per snapshot for the effective sample size
         seconds += ((evals + snapshots + 1) * pa.replicas * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
