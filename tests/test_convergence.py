@@ -169,12 +169,12 @@ def test_bad_settings_name_the_key(block, match):
         validation.validate_experiment("tiny", exp, 7)
 
 
-def test_fewer_than_three_particle_replicas_are_refused():
-    with pytest.raises(ConfigError, match=r"replicas"):  # the schema: minimum 3
-        _experiment(particles={"replicas": 2})
+def test_fewer_than_four_particle_replicas_are_refused():
+    with pytest.raises(ConfigError, match=r"replicas"):  # the schema: minimum 4
+        _experiment(particles={"replicas": 3})
     exp = _experiment()
-    exp["convergence"] = {"particles": {"replicas": 2}}  # past the schema
-    with pytest.raises(ConfigError, match=r"experiments\.tiny\.convergence\.particles\.replicas = 2: .* at least 3"):
+    exp["convergence"] = {"particles": {"replicas": 3}}  # past the schema
+    with pytest.raises(ConfigError, match=r"experiments\.tiny\.convergence\.particles\.replicas = 3: .* at least 4"):
         convergence.study_settings("tiny", exp)
 
 
@@ -275,7 +275,7 @@ def test_vmf_mixture_without_means_samples_the_pipelines_rho0():
 
 # ------------------------------------------------------------------ through Snakemake
 BLOCK = {"beta": 5.0, "steps": {"dt": 0.1, "times": [1.0, 2.0], "tokens": 32, "replicas": 2},
-         "particles": {"tokens": [8, 16, 32, 64], "replicas": 3, "horizon": 2.0}}
+         "particles": {"tokens": [8, 16, 32, 64], "replicas": 4, "horizon": 2.0}}
 
 
 def _config(block=BLOCK) -> dict:
@@ -319,7 +319,7 @@ def test_convergence_file_contract(run):
     assert ds["position_difference"].dims == ("integrator", "coarse_step", "check_time")
     assert ds["w2_projection_steps"].dims == ("integrator", "step", "step_replica", "check_time")
     assert ds["w2_projection_particles"].dims == ("tokens", "replica", "time")
-    assert ds["w2_projection_particles"].shape == (4, 3, 11)
+    assert ds["w2_projection_particles"].shape == (4, 4, 11)
     for v in ds.data_vars:
         assert ds[v].dtype == np.float64, v
     assert ds["w2_remaining_bound"].dims == ("time",) and ds["departure_particles"].dims == ("tokens", "replica")
@@ -355,14 +355,14 @@ def test_convergence_numbers_recomputed_from_stored_inputs(run):
     exp = _config()["experiments"]["tiny"]
     u = M.E1[:, 0]
     for n in (8, 64):
-        Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", str(n)), 3, n, 3)
+        Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", str(n)), 4, n, 3)
         np.testing.assert_allclose(ds["w2_projection_particles"].sel(tokens=n).values[:, 0] ** 2,
                                    2 - 2 * np.mean(np.abs(Xn @ u), axis=1), atol=1e-12)
     assert exp["initial_measure"] == {"name": "uniform"}
     # the summary numbers follow from the stored curves
     w2 = ds["w2_projection_particles"].values
     np.testing.assert_allclose(ds["w2_mean"].values, w2.mean(axis=1))
-    np.testing.assert_allclose(ds["w2_sem"].values, w2.std(axis=1, ddof=1) / np.sqrt(3))
+    np.testing.assert_allclose(ds["w2_sem"].values, w2.std(axis=1, ddof=1) / np.sqrt(4))
     # the budget follows from the stored curves: W2 at N = 64 (the experiment's N), the window before the
     # earliest departure, the departure times from the stored distances to E1(A)
     budget = particle_budget.remaining_error_bound([8, 16, 32, 64], w2, at=64)
@@ -416,10 +416,10 @@ def test_snakemake_refuses_a_step_that_does_not_divide_the_interval(tmp_path):
 def test_particle_study_reuses_the_experiments_own_run(tmp_path):
     """N = tokens at one of the experiment's betas, R ≤ replicas: the study reads the experiment's run
     instead of simulating it again; its W2 and ESS are that run's, recomputed here from the stored file;
-    the fresh N's ESS is recomputed from their regenerated runs. The module's run above, with R = 3 > 2
+    the fresh N's ESS is recomputed from their regenerated runs. The module's run above, with R = 4 > 2
     replicas of the experiment, reused nothing."""
     cfg = _config(BLOCK)
-    cfg["experiments"]["tiny"]["replicas"] = 3
+    cfg["experiments"]["tiny"]["replicas"] = 4
     proc = _snakemake(tmp_path, cfg, "convergence_all")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     res = tmp_path / "results" / "tiny"
@@ -431,16 +431,16 @@ def test_particle_study_reuses_the_experiments_own_run(tmp_path):
     M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
     X0 = _open(res / "initial_tokens.nc")["tokens"].values
     k = ds.sizes["time"]
-    np.testing.assert_array_equal(ds["ess_particles"].sel(tokens=64).values, fin["ess_median"].values[:k, :3].T)
+    np.testing.assert_array_equal(ds["ess_particles"].sel(tokens=64).values, fin["ess_median"].values[:k, :4].T)
     u = M.E1[:, 0]
-    for r in range(3):
+    for r in range(4):
         for t in (0, k - 1):
             x = fin["positions"].values[t, r]
             masses = projection.two_atom_masses(X0[r], u)
             assert ds["w2_projection_particles"].sel(tokens=64).values[r, t] == pytest.approx(
                 transport.w2_two_atoms(x, u, masses), rel=1e-12)
     # a fresh N: its ESS from the regenerated run with the numpy reference field's weights
-    Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", "16"), 3, 16, 3)
+    Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", "16"), 4, 16, 3)
     pos = integrate.simulate(_finite(M, 5.0), Xn, integrate.TimeGrid(2.0, 10, 0.1), "rk4")
     w = np.exp(5.0 * np.einsum("rid,de,rje->rij", pos[-1], M.B, pos[-1]))
     w /= w.sum(axis=-1, keepdims=True)

@@ -133,7 +133,7 @@ def test_the_relative_budget_is_the_largest_ratio_in_the_window():
 
 @pytest.mark.parametrize("numbers, shape, match", [
     ([512, 1024], (2, 4, 3), "at least 3 particle numbers"),
-    ([512, 1024, 2048], (3, 2, 3), "with 3 replicas"),
+    ([512, 1024, 2048], (3, 3, 3), "with 4 replicas"),
     ([512, 2048, 1024], (3, 4, 3), "increasing"),
     ([512, 1024, 2048], (4, 4, 3), "values have 4 particle numbers, numbers has 3"),
     ([512, 1024, np.inf], (3, 4, 3), "positive and increasing"),

@@ -199,7 +199,7 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
                        pdf=out / f"{fig}.pdf", png=out / f"{fig}.png")
     # the convergence studies, on a small block (the defaults would take minutes)
     small = {**exp, "convergence": {"steps": {"dt": 0.1, "times": [1.0], "tokens": 16},
-                                    "particles": {"tokens": [8, 16, 32, 64], "replicas": 3, "horizon": 1.0}}}
+                                    "particles": {"tokens": [8, 16, 32, 64], "replicas": 4, "horizon": 1.0}}}
     convergence.stage_convergence(name, g("convergence", small), seed, matrices_path=mats, tokens_path=toks,
                                   output=out / "convergence.nc")
     check("convergence", out / "convergence.nc", small)

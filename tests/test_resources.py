@@ -270,7 +270,7 @@ def test_convergence_estimate_counts_exact_w2_when_dim_e1_exceeds_one():
 
 def test_convergence_estimate_follows_the_block():
     exp = experiment(convergence={"beta": 10, "steps": {"tokens": 256, "times": [5.0]},
-                                  "particles": {"tokens": [64, 128, 256, 512], "replicas": 3, "horizon": 5.0}})
+                                  "particles": {"tokens": [64, 128, 256, 512], "replicas": 4, "horizon": 5.0}})
     small = resources.estimate("convergence", exp, matrices=matrices_of(exp), threads=2)
     default = resources.estimate("convergence", experiment(), matrices=matrices_of(experiment()), threads=2)
     assert small.compute_seconds < default.compute_seconds / 50

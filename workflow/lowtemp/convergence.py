@@ -16,7 +16,7 @@ itself, an independent check of the estimate. Differences below
 Particle number. W2(ρ^β_t, Π♯ρ0) (the closed form against ±u for dim E1 = 1,
 ``transport.w2_to_projection``, as in the distances stage), the distance to E1(A) (for the
 departure time) and the median effective sample size of the softmax, for N doubling over at
-least four values, R ≥ 3 replicas each
+least four values, R ≥ 4 replicas each
 drawn afresh from the experiment's initial measure; where N is the experiment's own
 token count and β one of its betas, the experiment's run (its first R replicas, i.i.d.
 draws from the same ρ0, on the same grid) stands in for a fresh one instead of being

@@ -51,9 +51,10 @@ from . import fitting
 P_RANGE = (0.25, 2.0)
 #: exponents tried in P_RANGE (the bound is the largest over them)
 P_GRID_POINTS = 36
-#: fewest particle numbers and replicas the budget is computed from
+#: fewest particle numbers and replicas the budget is computed from (with three replicas the Student-t
+#: quantile at 98.75 % is 6.2 against 4.2 with four: a bound that wide passes almost nothing)
 MIN_NUMBERS = 3
-MIN_REPLICAS = 3
+MIN_REPLICAS = 4
 
 
 @dataclass(frozen=True)

@@ -394,8 +394,8 @@ def validate_config(config: dict, schema_path: str | os.PathLike, configfiles=()
 
 
 def _estimated_memory(name: str, experiment: dict, M: matrices.AttentionMatrices, memory_estimate) -> int:
-    """``memory_estimate(experiment, M)``; sizes too large for its arithmetic (N = 2**62 asks the cap
-    kernel for a truncation it has not, 2**62 snapshots for an array of them) are a ConfigError naming them."""
+    """``memory_estimate(experiment, M)``; sizes too large for its arithmetic (2**62 snapshots ask for an
+    array of them) are a ConfigError naming them."""
     try:
         return memory_estimate(experiment, M)
     except (ValueError, OverflowError, MemoryError) as exc:
