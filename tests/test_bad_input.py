@@ -143,7 +143,7 @@ BAD_CONFIGS = [
     ("weights-summing-to-1.00001", vmf(kappas=[2.0, 1.0], weights=[0.5, 0.50001]), ConfigError,
      r"experiments\.tiny\.initial_measure\.weights must sum to 1 \(to 1\.5e-08\), got 1\.00001"),
     ("unknown-integrator", tiny(integrator="leapfrog"), ConfigError,
-     r"config key experiments\.tiny\.integrator: 'leapfrog' is not one of \['rk4', 'euler'\]"),
+     r"config key experiments\.tiny\.integrator: 'leapfrog' is not one of \['dopri5', 'bs3', 'rk4', 'euler'\]"),
     ("unknown-measure", tiny(initial_measure={"name": "gaussian"}), ConfigError,
      r"config key experiments\.tiny\.initial_measure\.name: 'gaussian' is not one of"),
     ("snapshot-time-outside-horizon", tiny_in("figures", snapshot_times=[0, 9]), ConfigError,

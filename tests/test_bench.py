@@ -179,3 +179,24 @@ def test_mean_field_departure_runs_on_a_tiny_circle(tmp_path):
     assert np.all(err[..., 0] < 1e-12)  # the same initial tokens
     assert np.all(err[:, 0, :, -1].mean(axis=-1) > err[:, 1, :, -1].mean(axis=-1))
     assert "| 10 |" in markdown.read_text()
+
+
+def test_integrator_bench_reports_every_scheme_against_the_reference(tmp_path):
+    """bench_integrators at a small N: a row per scheme and β, RK4's evaluations exactly 4 per step,
+    the adaptive ones at least one step per snapshot interval, and every W2 error finite and, at β = 10,
+    far below the sampling scale N^(-1/2)."""
+    out, md = tmp_path / "integrators.nc", tmp_path / "integrators.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_integrators.py"), "--tokens", "32",
+                           "--betas", "10", "--refine", "2", "--out", str(out), "--markdown", str(md)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ds = io.read_netcdf(out, "bench")
+    runs = ds["run"].values.tolist()
+    assert runs == ["rk4", "euler", "dopri5 tol x1", "dopri5 tol x10", "bs3 tol x1", "bs3 tol x10"]
+    row = ds.sel(beta=10.0)
+    assert float(row["evaluations"].sel(run="rk4")) == 4 * 400  # horizon 20 at dt = 0.05
+    assert float(row["evaluations"].sel(run="euler")) == 400
+    for run in runs[2:]:
+        assert float(row["accepted"].sel(run=run)) >= 80  # one landing step per snapshot interval at least
+    assert np.all(np.isfinite(row["w2_error"].values)) and float(row["w2_error"].sel(run="dopri5 tol x1")) < 1e-3
+    assert md.read_text().count("\n| 10 |") == len(runs)

@@ -3,7 +3,8 @@
 The fault-injection suite (tests/faults, ``make test-faults``) kills real
 Snakemake jobs with SIGKILL; these tests check the mechanism in-process: a run
 interrupted at any snapshot and resumed from its checkpoint gives bit for bit
-the positions and norm drift of an uninterrupted run, a stale checkpoint is
+the positions and the integrator's record (norm drift, evaluations, steps,
+proposed step) of an uninterrupted run, with fixed and adaptive steps, a stale checkpoint is
 ignored, and a simulation that goes non-finite, takes a step far too large or
 yields a non-finite effective sample size stops with an error naming step, β
 and replica.
@@ -46,22 +47,27 @@ def _interrupting(field, after: int):
 GRID = integrate.TimeGrid(horizon=2.0, snapshots=8, dt=0.1)  # 3 steps per snapshot
 
 
-@settings(max_examples=12, deadline=None)
-@given(fraction=st.floats(0.0, 0.999), method=st.sampled_from(["rk4", "euler"]))
+def assert_same_record(got: integrate.StepRecord, expected: integrate.StepRecord) -> None:
+    for f in integrate.FIELDS:
+        np.testing.assert_array_equal(getattr(got, f), getattr(expected, f), err_msg=f)
+
+
+@settings(max_examples=16, deadline=None)
+@given(fraction=st.floats(0.0, 0.999), method=st.sampled_from(["rk4", "euler", "dopri5", "bs3"]))
 def test_resume_after_interrupt_is_bit_for_bit(tmp_path_factory, fraction, method):
-    per_step = 4 if method == "rk4" else 1
-    evaluations = int(fraction * per_step * GRID.total_steps)  # the kill comes before the last evaluation
     M = spectral_matrices(3)
     X0 = random_unit(np.random.default_rng(5), 2, 40, 3)
-    full, full_drift = integrate.simulate(_field(M), X0, GRID, method, return_drift=True)
+    full, full_record = integrate.simulate(_field(M), X0, GRID, method, return_record=True, tolerance=1e-5)
+    # the kill comes before the last evaluation
+    evaluations = int(fraction * full_record.evaluations.sum())
     path = tmp_path_factory.mktemp("ckpt") / "run.nc"
     fp = checkpoint.fingerprint(X0, M.B, M.V, method=method)
     ckpt = checkpoint.SimulationCheckpoint(path, fp, GRID.times, every_seconds=0)
     with pytest.raises(Interrupt):
         integrate.simulate(_interrupting(_field(M), evaluations), X0, GRID, method, resume=ckpt.load(X0.shape),
-                           on_snapshot=ckpt)
-    per_snapshot = GRID.steps_per_snapshot * per_step
-    completed = min(evaluations // per_snapshot, GRID.snapshots - 1)  # the last snapshot is never checkpointed
+                           on_snapshot=ckpt, tolerance=1e-5)
+    # snapshot k is checkpointed once its interval's evaluations are done; the last one never is
+    completed = min(int(np.sum(np.cumsum(full_record.evaluations)[1:] <= evaluations)), GRID.snapshots - 1)
     if completed == 0:
         assert not path.exists()
     else:
@@ -69,11 +75,12 @@ def test_resume_after_interrupt_is_bit_for_bit(tmp_path_factory, fraction, metho
     again = checkpoint.SimulationCheckpoint(path, fp, GRID.times, every_seconds=0)
     resume = again.load(X0.shape)
     assert (resume is None) == (completed == 0)
-    resumed, drift = integrate.simulate(_field(M), X0, GRID, method, resume=resume, on_snapshot=again,
-                                        return_drift=True)
+    resumed, record = integrate.simulate(_field(M), X0, GRID, method, resume=resume, on_snapshot=again,
+                                         return_record=True, tolerance=1e-5)
     np.testing.assert_array_equal(resumed, full)
-    np.testing.assert_array_equal(drift, full_drift)
-    assert np.all(drift[1:] > 0)  # a real record, not zeros carried over from the checkpoint
+    assert_same_record(record, full_record)
+    assert np.all(record.drift[1:] > 0)  # a real record, not zeros carried over from the checkpoint
+    assert np.all(record.accepted[1:] >= 1) and np.all(record.evaluations[1:] > 0)
     again.discard()
     assert not path.exists() and not path.parent.exists()
 
@@ -88,9 +95,9 @@ def test_checkpoint_interval_and_stale_fingerprint(tmp_path):
     # clock calls: construction 0, then one per snapshot (1..8); saves when 3 s have passed since the last
     assert ckpt.writes == 2
     assert checkpoint.SimulationCheckpoint(path, "B", GRID.times).load(X0.shape) is None  # other fingerprint
-    k, done, drift = checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape)
+    k, done, record = checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape)
     assert done.shape == (k + 1,) + X0.shape
-    assert drift.shape == (k + 1, X0.shape[0])
+    assert record.drift.shape == (k + 1, X0.shape[0]) and record.evaluations.shape == (k + 1,)
     assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load((1, 21, 3)) is None  # other shape
     path.write_bytes(b"not a netcdf file")
     assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape) is None  # unreadable
@@ -113,27 +120,28 @@ def test_fingerprint_sees_every_input():
 def test_resume_rejects_a_checkpoint_of_other_initial_positions():
     M = spectral_matrices(3)
     X0 = random_unit(np.random.default_rng(7), 1, 10, 3)
-    done, drift = integrate.simulate(_field(M), X0, GRID, "rk4", return_drift=True)
-    done, drift = done[:3], drift[:3]
+    done, record = integrate.simulate(_field(M), X0, GRID, "rk4", return_record=True)
+    done, record = done[:3], record.truncated(2)
     with pytest.raises(ValueError, match="other initial positions"):
         integrate.simulate(_field(M), random_unit(np.random.default_rng(8), 1, 10, 3), GRID, "rk4",
-                           resume=(2, done, drift))
+                           resume=(2, done, record))
     with pytest.raises(ValueError, match="expected snapshots 0..3"):
-        integrate.simulate(_field(M), X0, GRID, "rk4", resume=(3, done, drift))
-    with pytest.raises(ValueError, match="norm drift of snapshots 0..2"):
-        integrate.simulate(_field(M), X0, GRID, "rk4", resume=(2, done, drift[:2]))
+        integrate.simulate(_field(M), X0, GRID, "rk4", resume=(3, done, record))
+    with pytest.raises(ValueError, match="step record of snapshots 0..2"):
+        integrate.simulate(_field(M), X0, GRID, "rk4", resume=(2, done, record.truncated(1)))
 
 
-def test_checkpoint_without_norm_drift_is_ignored(tmp_path):
-    """A checkpoint written before the drift was recorded cannot resume bit for bit (its drift is
-    unknown): it is ignored like a stale one."""
+@pytest.mark.parametrize("missing", ["norm_drift", "record_evaluations", "record_next_step"])
+def test_checkpoint_without_the_integrator_record_is_ignored(tmp_path, missing):
+    """A checkpoint written before the record was kept cannot resume bit for bit (its drift, counts or
+    proposed step are unknown): it is ignored like a stale one."""
     X0 = random_unit(np.random.default_rng(9), 1, 10, 3)
     path = tmp_path / "run.nc"
     ckpt = checkpoint.SimulationCheckpoint(path, "A", GRID.times, every_seconds=0)
     positions = np.repeat(X0[None], 3, axis=0)
-    ckpt.save(2, positions, np.zeros((3, 1)))
+    ckpt.save(2, positions, integrate.StepRecord.empty(3, 1, 0.1))
     assert ckpt.load(X0.shape)[0] == 2
-    ds = io.read_netcdf(path, "checkpoint").drop_vars("norm_drift")
+    ds = io.read_netcdf(path, "checkpoint").drop_vars(missing)
     io.write_netcdf(ds, path, "checkpoint", {"fingerprint": "A", "snapshot": 2})
     assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape) is None
 
@@ -146,6 +154,7 @@ def tiny(tmp_path_factory):
         config = validated(yaml.safe_load(fh))
     exp = copy.deepcopy(config["experiments"]["tiny"])
     exp["kernel"] = "dense"
+    exp["integrator"] = "rk4"  # the guards below count RK4 evaluations; the adaptive stage has its own tests
     root = tmp_path_factory.mktemp("stages")
     pipeline.stage_matrices("tiny", exp, config["root_seed"], root / "matrices.nc")
     pipeline.stage_initial_tokens("tiny", exp, config["root_seed"], root / "matrices.nc", root / "tokens.nc")
@@ -181,6 +190,35 @@ def test_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, monkeypat
     for var in plain.variables:
         np.testing.assert_array_equal(resumed[var].values, plain[var].values, err_msg=var)
     assert not ckpt.exists() and not ckpt.parent.exists()
+
+
+def test_adaptive_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, monkeypatch):
+    """dopri5 killed halfway through its evaluations resumes with the controller's proposed step from
+    the checkpoint: positions, drift, evaluations and step counts equal the uninterrupted run's."""
+    exp, seed, root = tiny
+    adaptive = ({**exp, "integrator": "dopri5"}, seed, root)
+    plain = _run_finite(adaptive, tmp_path / "plain.nc")
+    assert plain.attrs["integrator"] == "dopri5" and plain.attrs["tolerance"] == pytest.approx(1e-3 / 8)
+    half = int(plain["field_evaluations"].sum()) // 2
+    ckpt = tmp_path / "checkpoints" / "beta50.nc"
+    real = kernels.attention_field
+    calls = {"n": 0}
+
+    def dying(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] > half:
+            raise Interrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(kernels, "attention_field", dying)
+    with pytest.raises(Interrupt):
+        _run_finite(adaptive, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
+    assert 1 < io.read_netcdf(ckpt, "checkpoint")["positions"].shape[0] < 30
+    monkeypatch.setattr(kernels, "attention_field", real)
+    resumed = _run_finite(adaptive, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
+    for var in plain.variables:
+        np.testing.assert_array_equal(resumed[var].values, plain[var].values, err_msg=var)
+    assert not ckpt.exists()
 
 
 def _corrupt_field_at_call(monkeypatch, call: int, corrupt) -> None:
@@ -226,8 +264,10 @@ def test_stage_outputs_norm_drift(tiny, tmp_path, caplog):
         assert np.all(drift.values[1:] > 0.0)
         assert np.all(drift.values < integrate.DRIFT_TOLERANCE)
     for label, ds in (("tiny beta = 50", fin), ("tiny zero temperature", zero)):
-        assert f"{label}: largest norm drift of a step before renormalisation " \
-               f"{ds['norm_drift'].values.max():.3e}" in caplog.text
+        assert f"{label}: rk4, {int(ds['field_evaluations'].sum())} field evaluations, " \
+               f"{int(ds['accepted_steps'].sum())} accepted and 0 rejected steps; largest norm drift of a step " \
+               f"before renormalisation {ds['norm_drift'].values.max():.3e}" in caplog.text
+        assert int(ds["field_evaluations"].sum()) == 4 * int(ds["accepted_steps"].sum()) == 4 * 60
 
 
 def test_stage_stops_on_a_step_far_too_large_naming_step_beta_replica(tiny, tmp_path, monkeypatch):

@@ -83,7 +83,7 @@ def test_schema_fills_defaults(test_config):
     test_config.pop("root_seed")
     validated(test_config)
     assert test_config["root_seed"] == 20260530
-    assert exp["integrator"] == "rk4"
+    assert exp["integrator"] == "dopri5"
     assert exp["time"] == {"horizon": 5.0, "dt": 0.05, "snapshots": 80}
     assert exp["ess_threshold"] == 30
     assert exp["fit"] == {"max_residual": 0.05, "min_points": 5, "saturation": 0.5, "confidence": 0.95,

@@ -60,7 +60,7 @@ ORDER_CASES = [("rk4", 0.1, 0.35), ("euler", 0.025, 0.2)]
 def test_order_against_the_exact_zero_temperature_solution(M, X0, method, h, tol):
     times = [1.0, 2.0, 3.0]
     grids = convergence.halving_grids(3.0, 0.5, h)
-    runs = convergence.run_halving(_zero(M), X0, grids, method, [2, 4, 6], "test")
+    runs, _ = convergence.run_halving(_zero(M), X0, grids, method, [2, 4, 6], "test")
     ref = exact.exact_zero_temperature(X0, M.A, M.B, np.array(times))
     err = convergence.errors_against(runs, ref)
     p = convergence.observed_order(err[:-1], err[1:])
@@ -79,7 +79,7 @@ def test_order_against_the_exact_zero_temperature_solution(M, X0, method, h, tol
 def test_richardson_order_at_finite_beta(M, method, h, tol, beta, seed):
     X = random_unit(np.random.default_rng(seed), 1, 24, 3)
     grids = convergence.halving_grids(2.0, 0.4, h, levels=4)
-    runs = convergence.run_halving(_finite(M, beta), X, grids, method, [2, 5], "test")
+    runs, _ = convergence.run_halving(_finite(M, beta), X, grids, method, [2, 5], "test")
     p = _orders(runs)  # (h, h/2, h/4) and (h/2, h/4, h/8)
     nominal = convergence.NOMINAL_ORDER[method]
     assert np.all(np.abs(p - nominal) < tol), (beta, p)
@@ -91,7 +91,7 @@ def test_richardson_estimate_matches_a_much_finer_run(M, X0, method, h):
     """The error of the run at h, estimated from h and h/2 only, against |X_h − X_{h/64}|."""
     beta = 10.0
     grids = convergence.halving_grids(2.0, 0.5, h, levels=7)
-    runs = convergence.run_halving(_finite(M, beta), X0, grids, method, [2, 4], "test")
+    runs, _ = convergence.run_halving(_finite(M, beta), X0, grids, method, [2, 4], "test")
     p = convergence.NOMINAL_ORDER[method]
     true = np.max(np.abs(runs[0] - runs[-1]), axis=(1, 2, 3)) / (1 - 2.0 ** (-6 * p))  # X_{h/64} has error/64^p
     estimate = convergence.richardson_error(convergence.successive_differences(runs[:2])[0], p)
@@ -311,7 +311,7 @@ def test_convergence_file_contract(run):
     ds = _open(run / "results" / "tiny" / "convergence.nc")
     assert ds.attrs["lowtemp_kind"] == "convergence" and ds.attrs["lowtemp_schema"] == io.SCHEMA_VERSION
     assert io.read_provenance(ds)["config"]["convergence"] == BLOCK
-    assert ds["integrator"].values.tolist() == ["rk4", "euler"]
+    assert ds["integrator"].values.tolist() == ["rk4", "euler", "dopri5"]  # the config's adaptive one last
     np.testing.assert_allclose(ds["step"].values, [0.1, 0.05, 0.025])
     np.testing.assert_allclose(ds["check_time"].values, [1.0, 2.0])
     np.testing.assert_allclose(ds["time"].values, np.linspace(0, 2.0, 11))
@@ -328,6 +328,19 @@ def test_convergence_file_contract(run):
         c = ds.sel(integrator=method)
         assert np.all(np.abs(c["zero_order_vs_exact"].values - p) < 0.2), (method, c["zero_order_vs_exact"].values)
         assert np.all(np.abs(c["position_order"].values - p) < 0.25), (method, c["position_order"].values)
+    # the tolerance study: dopri5's levels τ/32^k with steps capped at Δ/2^k halve its steps, so its observed
+    # order is its own, 5 (measured 4.92-5.16 against the exact solution; 5.5-5.85 by Richardson at β = 5, where
+    # the next term still shows), and each level costs more field evaluations than the one before
+    c = ds.sel(integrator="dopri5")
+    np.testing.assert_allclose(c["tolerance"].values, 1e-3 / np.sqrt(32) / 32.0 ** np.arange(3), rtol=1e-12)
+    assert np.all(np.isnan(ds.sel(integrator="rk4")["tolerance"].values))
+    assert np.all(np.abs(c["zero_order_vs_exact"].values - 5) < 0.35), c["zero_order_vs_exact"].values
+    assert np.all((c["position_order"].values > 4.5) & (c["position_order"].values < 6.5)), c["position_order"].values
+    assert np.all(np.diff(c["field_evaluations"].values) > 0) and np.all(np.diff(c["zero_field_evaluations"]) > 0)
+    # the fixed steps cost exactly 4 (rk4) and 1 (euler) evaluations per step up to the last check time
+    steps = 2.0 / ds["step"].values
+    np.testing.assert_array_equal(ds["field_evaluations"].sel(integrator="rk4").values, 4 * steps)
+    np.testing.assert_array_equal(ds["field_evaluations"].sel(integrator="euler").values, steps)
 
 
 @pytest.mark.e2e
@@ -441,7 +454,8 @@ def test_particle_study_reuses_the_experiments_own_run(tmp_path):
                 transport.w2_two_atoms(x, u, masses), rel=1e-12)
     # a fresh N: its ESS from the regenerated run with the numpy reference field's weights
     Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", "16"), 4, 16, 3)
-    pos = integrate.simulate(_finite(M, 5.0), Xn, integrate.TimeGrid(2.0, 10, 0.1), "rk4")
+    pos = integrate.simulate(_finite(M, 5.0), Xn, integrate.TimeGrid(2.0, 10, 0.1), "dopri5",
+                             tolerance=integrate.default_tolerance(16))
     w = np.exp(5.0 * np.einsum("rid,de,rje->rij", pos[-1], M.B, pos[-1]))
     w /= w.sum(axis=-1, keepdims=True)
     np.testing.assert_allclose(ds["ess_particles"].sel(tokens=16).values[:, -1],

@@ -105,9 +105,11 @@ def test_simulate_reports_progress_and_rejects_unknown_method(problem):
     M, X0 = problem
     grid = integrate.TimeGrid(horizon=1.0, snapshots=4, dt=0.1)
     seen = []
-    integrate.simulate(_zero_field(M), X0, grid, "rk4", progress=lambda t, k: seen.append((t, k)))
-    assert [t for t, _ in seen] == pytest.approx(grid.times[1:].tolist())
-    assert [k for _, k in seen] == [grid.steps_per_snapshot * i for i in range(1, 5)]
+    integrate.simulate(_zero_field(M), X0, grid, "rk4",
+                       progress=lambda t, k, record: seen.append((t, k, record.accepted[: k + 1].sum())))
+    assert [t for t, _, _ in seen] == pytest.approx(grid.times[1:].tolist())
+    assert [k for _, k, _ in seen] == [1, 2, 3, 4]
+    assert [n for _, _, n in seen] == [grid.steps_per_snapshot * i for i in range(1, 5)]
     with pytest.raises(ValueError, match="unknown integrator"):
         integrate.simulate(_zero_field(M), X0, grid, "leapfrog")
 
@@ -194,7 +196,8 @@ def test_simulate_records_the_largest_drift_of_each_snapshot_interval(problem, m
     M, X0 = problem
     field = _zero_field(M)
     grid = integrate.TimeGrid(horizon=1.2, snapshots=3, dt=0.15)  # 3 steps per snapshot
-    out, drift = integrate.simulate(field, X0, grid, method, return_drift=True)
+    out, record = integrate.simulate(field, X0, grid, method, return_record=True)
+    drift = record.drift
     np.testing.assert_array_equal(out, integrate.simulate(field, X0, grid, method))
     assert drift.shape == (grid.times.size, X0.shape[0])
     assert np.all(drift[0] == 0.0)
@@ -208,6 +211,10 @@ def test_simulate_records_the_largest_drift_of_each_snapshot_interval(problem, m
         np.testing.assert_array_equal(drift[k], expected)
         np.testing.assert_array_equal(out[k], X)
     assert np.all(drift[1:] > 0) and np.all(drift < integrate.DRIFT_TOLERANCE)
+    per_step = integrate.EVALUATIONS_PER_STEP[method]
+    assert record.accepted.tolist() == [0] + [grid.steps_per_snapshot] * grid.snapshots
+    assert record.evaluations.tolist() == [0] + [per_step * grid.steps_per_snapshot] * grid.snapshots
+    assert record.rejected.sum() == 0 and np.all(record.next_step == grid.step)
 
 
 def _kick(replica, token, theta, h):
@@ -239,8 +246,8 @@ def test_drift_guard_threshold_is_sharp():
     grid = integrate.TimeGrid(horizon=0.5, snapshots=1, dt=0.5)
     inside = np.sqrt((1 + 0.99 * integrate.DRIFT_TOLERANCE) ** 2 - 1)
     outside = np.sqrt((1 + 1.01 * integrate.DRIFT_TOLERANCE) ** 2 - 1)
-    _, drift = integrate.simulate(_kick(0, 3, inside, grid.step), X0, grid, "euler", return_drift=True)
-    assert drift[1, 0] == pytest.approx(0.99 * integrate.DRIFT_TOLERANCE, rel=1e-12)
+    _, record = integrate.simulate(_kick(0, 3, inside, grid.step), X0, grid, "euler", return_record=True)
+    assert record.drift[1, 0] == pytest.approx(0.99 * integrate.DRIFT_TOLERANCE, rel=1e-12)
     with pytest.raises(FloatingPointError, match="far too large.*replica 0, token 3"):
         integrate.simulate(_kick(0, 3, outside, grid.step), X0, grid, "euler")
 
@@ -264,3 +271,137 @@ def test_steppers_are_the_renormalised_increments(problem):
     for method, step in integrate.STEPPERS.items():
         np.testing.assert_array_equal(step(_zero_field(M), X, 0.1),
                                       measures.normalise(integrate.INCREMENTS[method](_zero_field(M), X, 0.1)))
+
+
+# ------------------------------------------------------------------ adaptive: embedded pairs
+PAIRS = sorted(integrate.ADAPTIVE)
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_embedded_pair_orders_of_one_step_against_the_exact_solution(problem, name):
+    """One trial step from the exact solution's start on the zero-temperature field: the kept
+    solution's local error is O(h^(p+1)) and the error estimate O(h^(q+1)) (p, q the pair's orders),
+    observed by step halving against the exact time-changed solution."""
+    pair = integrate.ADAPTIVE[name]
+    M, X0 = problem
+    field = _zero_field(M)
+    X = measures.normalise(X0)
+    hs = 0.4 / 2.0 ** np.arange(4)
+    local, estimate = [], []
+    for h in hs:
+        _, X_next, _, error = integrate.embedded_trial(pair, field, X, h, field(X))
+        local.append(np.max(np.abs(X_next - exact.exact_zero_temperature(X, M.A, M.B, np.array([h]))[0])))
+        estimate.append(np.max(np.abs(error)))
+    local, estimate = np.array(local), np.array(estimate)
+    assert np.all(local > 1e-14), local
+    # the leading term takes over as h → 0: the last halving within 0.3 of the order, the earlier ones
+    # (higher terms still visible at h = 0.4) no lower than that
+    for errors, order in ((local, pair.order + 1), (estimate, pair.estimate_order + 1)):
+        observed = np.log2(errors[:-1] / errors[1:])
+        assert abs(observed[-1] - order) < 0.3 and np.all(observed > order - 0.3), (errors, observed)
+    assert np.all(estimate > local)  # the estimate measures the lower-order solution: it is the larger
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_tableaux_are_consistent(name):
+    """Row sums of a give the stage times c_i in [0, 1]; the kept weights sum to 1 and the estimate's
+    weights e = b − b̂ to 0 (both solutions are consistent), for both pairs."""
+    pair = integrate.ADAPTIVE[name]
+    c = [sum(row) for row in pair.a]
+    assert all(0 < ci <= 1 + 1e-15 for ci in c)
+    assert sum(pair.b) == pytest.approx(1.0, abs=1e-15)
+    assert sum(pair.e) == pytest.approx(0.0, abs=1e-15)
+    assert len(pair.e) == pair.stages + 1 and all(len(row) == i + 1 for i, row in enumerate(pair.a))
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_adaptive_run_lands_on_the_snapshots_and_its_error_is_proportional_to_the_tolerance(problem, name):
+    """Against the exact zero-temperature solution at every snapshot: the error at tolerance τ is
+    O(τ) (the step is ∝ τ^(1/(q+1)) and the kept solution's global error ∝ h^p = τ^(p/(q+1)) = τ for
+    both pairs), so a hundredth of τ gives about a hundredth of the error; each run has fewer steps
+    than a fixed RK4 run of the same accuracy would need at the largest step that stays ≤ Δ."""
+    M, X0 = problem
+    grid = integrate.TimeGrid(horizon=6.0, snapshots=12, dt=0.05)
+    ref = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
+    errors = []
+    for tol in (1e-6, 1e-8):
+        sim, record = integrate.simulate(_zero_field(M), X0, grid, name, tolerance=tol, return_record=True)
+        errors.append(np.max(np.sqrt(np.sum((sim - ref) ** 2, axis=-1))))
+        assert np.all(record.accepted[1:] >= 1)  # at least the landing step in every interval
+        stages = integrate.ADAPTIVE[name].stages
+        assert record.evaluations.sum() == 1 + stages * (record.accepted.sum() + record.rejected.sum())
+        assert np.all(record.next_step[1:] <= grid.horizon / grid.snapshots + 1e-15)
+    ratio = errors[0] / errors[1]
+    assert 20 < ratio < 500, errors
+    assert errors[0] < 50 * 1e-6
+
+
+def test_error_norm_is_the_tokens_root_mean_square_of_the_largest_replica():
+    e = np.zeros((2, 4, 3))
+    e[0, 0] = [3.0, 4.0, 0.0]  # |e| = 5 on one of four tokens: rms 2.5
+    e[1, :, 2] = 2.0  # |e| = 2 on every token: rms 2
+    assert integrate.error_norm(e) == pytest.approx(2.5)
+    e[1, 1, 1] = np.nan
+    assert np.isnan(integrate.error_norm(e))
+
+
+def test_adaptive_controller_rejects_a_bad_trial_and_recovers(problem):
+    """One evaluation that returns NaN (a transient fault) rejects its trial step; the run completes,
+    records the rejection and still meets the exact solution at the tolerance's scale."""
+    M, X0 = problem
+    field = _zero_field(M)
+    calls = {"n": 0}
+
+    def flaky(X):
+        calls["n"] += 1
+        return np.full_like(X, np.nan) if calls["n"] == 9 else field(X)
+
+    grid = integrate.TimeGrid(horizon=2.0, snapshots=4, dt=0.05)
+    sim, record = integrate.simulate(flaky, X0, grid, "dopri5", tolerance=1e-7, return_record=True)
+    assert record.rejected.sum() >= 1
+    ref = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
+    assert np.max(np.abs(sim - ref)) < 1e-5
+
+
+def test_adaptive_run_stops_when_the_step_underflows_naming_the_time(problem):
+    """A field that is NaN from t > 0 on rejects every trial; the step shrinks by SHRINK_MAX per
+    rejection and the run stops once it falls below MIN_STEP_FRACTION of the snapshot interval."""
+    M, X0 = problem
+    field = _zero_field(M)
+    calls = {"n": 0}
+
+    def broken(X):
+        calls["n"] += 1
+        return field(X) if calls["n"] <= 13 else np.full_like(X, np.nan)  # two good steps (to t = 0.3), then none
+
+    grid = integrate.TimeGrid(horizon=2.0, snapshots=4, dt=0.05)
+    with pytest.raises(FloatingPointError, match=r"beta = 3: the adaptive step fell to .* at t = 0\.3 \(below 1e-10 of the snapshot .*"
+                                                 r"raise time\.tolerance"):
+        integrate.simulate(broken, X0, grid, "dopri5", tolerance=1e-3, label="beta = 3")
+
+
+@pytest.mark.parametrize("tolerance", [0.0, -1e-6, np.nan, np.inf])
+def test_adaptive_run_refuses_a_bad_tolerance(problem, tolerance):
+    M, X0 = problem
+    with pytest.raises(ValueError, match="tolerance must be a positive finite number"):
+        integrate.simulate(_zero_field(M), X0, integrate.TimeGrid(1.0, 2, 0.1), "dopri5", tolerance=tolerance)
+
+
+def test_default_tolerance_is_a_thousandth_of_the_w2_floor():
+    assert integrate.default_tolerance(4096) == pytest.approx(1e-3 / 64)
+    assert integrate.default_tolerance(100) == pytest.approx(1e-4)
+
+
+def test_adaptive_steps_are_capped_and_the_cap_is_checked(problem):
+    """max_step = Δ/4 gives at least four steps per snapshot interval and never proposes more; a cap
+    above Δ is Δ; a cap of 0 is refused."""
+    M, X0 = problem
+    grid = integrate.TimeGrid(horizon=2.0, snapshots=4, dt=0.05)
+    _, capped = integrate.simulate(_zero_field(M), X0, grid, "dopri5", tolerance=1e-3, max_step=0.125,
+                                   return_record=True)
+    assert np.all(capped.accepted[1:] >= 4) and np.all(capped.next_step[1:] <= 0.125)
+    _, loose = integrate.simulate(_zero_field(M), X0, grid, "dopri5", tolerance=1e-3, max_step=10.0,
+                                  return_record=True)
+    assert np.all(loose.next_step[1:] <= 0.5) and loose.accepted.sum() < capped.accepted.sum()
+    with pytest.raises(ValueError, match="largest step must be positive"):
+        integrate.simulate(_zero_field(M), X0, grid, "dopri5", max_step=0.0)

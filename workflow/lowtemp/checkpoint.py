@@ -6,13 +6,15 @@ steps depend on: the initial positions, B, V, β, the integrator, the time grid,
 the field kernel and the package version. It is written atomically (temporary
 name + rename, ``io.write_netcdf``) at most every ``every_seconds`` seconds of
 wall time, at snapshot boundaries; ``every_seconds = 0`` writes one at every
-snapshot. The integrator's state is the positions alone (no random numbers are
-drawn after the initial sample), so a run resumed from snapshot k is bit for bit
-the uninterrupted run. Besides the positions a checkpoint holds the per-snapshot
-norm drift recorded so far (``integrate.simulate``'s error indicator, an output
-of the stage that cannot be recomputed from the positions), so the resumed
-run's drift is bit for bit that of the uninterrupted run as well; a checkpoint
-without it (written by an older version) is ignored like a stale one.
+snapshot. The integrator's state is the positions and, for an adaptive
+integrator, the step its controller proposes there (no random numbers are drawn
+after the initial sample), so a run resumed from snapshot k is bit for bit the
+uninterrupted run. A checkpoint holds the positions and the integrator's record
+of snapshots 0..k (``integrate.StepRecord``: norm drift, field evaluations,
+accepted and rejected steps, proposed step; outputs of the stage that cannot be
+recomputed from the positions), so the resumed run's record is bit for bit that
+of the uninterrupted run as well; a checkpoint without it (written by an older
+version) is ignored like a stale one.
 
 A checkpoint whose fingerprint differs (config, inputs or code changed since) is
 ignored with a warning and overwritten; an unreadable one (killed mid-write
@@ -96,7 +98,7 @@ class SimulationCheckpoint(_Checkpoint):
     """Load, write and discard the checkpoint of one simulation (see the module docstring).
 
     Use ``resume = ckpt.load(X0.shape)`` and pass ``on_snapshot=ckpt`` to
-    ``integrate.simulate`` (with ``return_drift=True`` to get the drift back);
+    ``integrate.simulate`` (with ``return_record=True`` to get the record back);
     call ``ckpt.discard()`` once the output is written.
     """
 
@@ -110,9 +112,9 @@ class SimulationCheckpoint(_Checkpoint):
         self.clock = clock
         self._last = clock()
 
-    def load(self, shape: tuple[int, ...]) -> tuple[int, np.ndarray, np.ndarray] | None:
-        """``(k, positions of snapshots 0..k, their norm drift)`` from a matching checkpoint, or None
-        to start from t = 0."""
+    def load(self, shape: tuple[int, ...]) -> integrate.Resume | None:
+        """``(k, positions of snapshots 0..k, their integrate.StepRecord)`` from a matching checkpoint, or
+        None to start from t = 0."""
         ds = self._read()
         if ds is None:
             return None
@@ -123,28 +125,33 @@ class SimulationCheckpoint(_Checkpoint):
             log.warning("checkpoint %s has shape %s, expected (<=%d, %s); starting from t = 0", self.path,
                         done.shape, n_times, tuple(shape))
             return None
-        if "norm_drift" not in ds or ds["norm_drift"].shape != done.shape[:2]:
-            log.warning("checkpoint %s has no norm drift of shape %s (an older version wrote it); starting "
-                        "from t = 0", self.path, done.shape[:2])
+        shapes = {"norm_drift": done.shape[:2]} | {f"record_{f}": done.shape[:1] for f in integrate.FIELDS[1:]}
+        if any(v not in ds or ds[v].shape != s for v, s in shapes.items()):
+            log.warning("checkpoint %s has no integrator record %s (an older version wrote it); starting "
+                        "from t = 0", self.path, shapes)
             return None
         log.info("resuming from checkpoint %s at snapshot %d of %d (t = %g)", self.path, k, n_times - 1,
                  float(ds["time"].values[-1]))
-        return k, done, ds["norm_drift"].values
+        record = integrate.StepRecord(ds["norm_drift"].values, *(ds[f"record_{f}"].values
+                                                                   for f in integrate.FIELDS[1:]))
+        return k, done, record
 
-    def save(self, k: int, out: np.ndarray, drift: np.ndarray) -> None:
-        """Write the positions and norm drift (time, replica) of snapshots 0..k atomically."""
+    def save(self, k: int, out: np.ndarray, record: integrate.StepRecord) -> None:
+        """Write the positions and the integrator's record of snapshots 0..k atomically."""
+        done = record.truncated(k)
         ds = xr.Dataset({"positions": (("time", "replica", "token", "dim"), out[: k + 1]),
-                         "norm_drift": (("time", "replica"), drift[: k + 1])},
+                         "norm_drift": (("time", "replica"), done.drift)}
+                        | {f"record_{f}": (("time",), getattr(done, f)) for f in integrate.FIELDS[1:]},
                         coords={"time": self.times[: k + 1]})
         self._write(ds, snapshot=int(k))
         self._last = self.clock()
 
-    def __call__(self, k: int, out: np.ndarray, drift: np.ndarray) -> None:
+    def __call__(self, k: int, out: np.ndarray, record: integrate.StepRecord) -> None:
         """Snapshot hook for ``integrate.simulate``: save if the interval has passed (never after the last)."""
         if k == out.shape[0] - 1:
             return  # the stage writes the output next; a checkpoint of the complete run would be redundant
         if self.clock() - self._last >= self.every_seconds:
-            self.save(k, out, drift)
+            self.save(k, out, record)
 
 
 class SolveCheckpoint(_Checkpoint):
@@ -191,19 +198,22 @@ class SolveCheckpoint(_Checkpoint):
 
 
 def simulate_resumable(field, X0: np.ndarray, grid: integrate.TimeGrid, method: str, label: str,
-                       path: str | Path | None, every_seconds: float, arrays: tuple, progress=None, **settings):
+                       path: str | Path | None, every_seconds: float, arrays: tuple, progress=None, *,
+                       tolerance: float | None = None, **settings):
     """``integrate.simulate`` resuming from, and writing, the checkpoint at ``path`` (None: no checkpoint).
 
-    The fingerprint covers X0, the field's ``arrays`` (matrices), the integrator, the time grid
-    and the field's other ``settings`` (β, kernel). Returns the positions, the norm drift
-    (time, replica) and the checkpoint (call ``discard()`` once the output is written), or None.
+    The fingerprint covers X0, the field's ``arrays`` (matrices), the integrator and its
+    ``tolerance``, the time grid and the field's other ``settings`` (β, kernel). Returns the
+    positions, the ``integrate.StepRecord`` and the checkpoint (call ``discard()`` once the
+    output is written), or None.
     """
+    run = dict(progress=progress, label=label, tolerance=tolerance, return_record=True)
     if path is None:
-        positions, drift = integrate.simulate(field, X0, grid, method, progress, label=label, return_drift=True)
-        return positions, drift, None
+        positions, record = integrate.simulate(field, X0, grid, method, **run)
+        return positions, record, None
     fp = fingerprint(X0, *arrays, method=method, horizon=grid.horizon, snapshots=grid.snapshots, step=grid.step,
-                     **settings)
+                     tolerance=tolerance, **settings)
     ckpt = SimulationCheckpoint(path, fp, grid.times, every_seconds)
-    positions, drift = integrate.simulate(field, X0, grid, method, progress, label=label,
-                                          resume=ckpt.load(X0.shape), on_snapshot=ckpt, return_drift=True)
-    return positions, drift, ckpt
+    positions, record = integrate.simulate(field, X0, grid, method, resume=ckpt.load(X0.shape), on_snapshot=ckpt,
+                                           **run)
+    return positions, record, ckpt

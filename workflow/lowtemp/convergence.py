@@ -1,4 +1,4 @@
-"""Convergence studies: step halving and particle number (docs/convergence.md).
+"""Convergence studies: step halving and tolerance, and particle number (docs/convergence.md).
 
 Step halving. There is no exact solution of the particle system at finite β, so
 the error of a run at step h is estimated by Richardson's argument: a scheme of
@@ -12,6 +12,16 @@ and the error of the run at h is about e(h)·2^p/(2^p − 1) (p the nominal orde
 where the exact time-changed solution (``lowtemp.exact``) also gives the error
 itself, an independent check of the estimate. Differences below
 ``ROUNDING_FLOOR`` are rounding, not truncation: no order is read from them.
+
+Tolerance. An adaptive integrator (``integrate.ADAPTIVE``: an embedded pair of
+orders p and q) chooses steps h ∝ τ^(1/(q+1)) for a local tolerance τ, capped
+at the snapshot interval Δ. Its level k runs at τ/2^((q+1)k) with steps capped
+at Δ/2^k, so its steps halve from level to level whichever bound decides them:
+the same Richardson reading applies, with the observed order → p (its global
+error ∝ h^p ∝ τ). Level 0 is the experiment's own setting (τ for the study's N,
+cap Δ). The experiment's adaptive integrator is studied this way beside the two
+fixed-step schemes, and the field evaluations of every run are recorded, so the
+study also says what each accuracy costs.
 
 Particle number. W2(ρ^β_t, Π♯ρ0) (the closed form against ±u for dim E1 = 1,
 ``transport.w2_to_projection``, as in the distances stage), the distance to E1(A) (for the
@@ -41,7 +51,7 @@ import numpy as np
 
 from . import checkpoint, datasets, dynamics, exact, fitting, integrate, io, kernels, measures, particle_budget, \
     projection, transport
-from .experiment import ConfigError, field_kernel, time_grid
+from .experiment import ConfigError, field_kernel, integration_tolerance, time_grid
 from .joblog import progress_logger
 from .seeding import generator
 
@@ -49,7 +59,7 @@ log = logging.getLogger("lowtemp")
 
 #: the steps h, h/2, h/4
 STEP_LEVELS = 3
-#: the integrators compared, with their nominal orders
+#: the fixed-step integrators compared, with their nominal orders (the adaptive ones: ``integrate.ADAPTIVE``)
 NOMINAL_ORDER = {"rk4": 4, "euler": 1}
 #: differences below this (about 450 machine epsilons on unit vectors) are rounding
 ROUNDING_FLOOR = 1e-13
@@ -187,17 +197,51 @@ def halving_grids(horizon: float, interval: float, h: float, levels: int = STEP_
     return grids
 
 
-def run_halving(field, X0: np.ndarray, grids: list[integrate.TimeGrid], method: str, indices,
-                label: str) -> np.ndarray:
-    """Positions of the runs at h, h/2, h/4 at the snapshot ``indices``: (level, time, replica, token, dim)."""
-    runs = []
-    for grid in grids:
+def study_methods(experiment: dict) -> list[str]:
+    """The integrators of the study: ``rk4`` and ``euler``, and the experiment's own if it is adaptive."""
+    own = experiment.get("integrator", "dopri5")
+    return list(NOMINAL_ORDER) + ([own] if own in integrate.ADAPTIVE else [])
+
+
+def nominal_order(method: str) -> int:
+    """The order of a scheme: ``NOMINAL_ORDER``, or the kept solution's of an adaptive pair."""
+    return integrate.ADAPTIVE[method].order if method in integrate.ADAPTIVE else NOMINAL_ORDER[method]
+
+
+def level_tolerances(method: str, tolerance: float, levels: int = STEP_LEVELS) -> np.ndarray:
+    """τ, τ/2^(q+1), τ/4^(q+1), …: the tolerances at which the pair's steps (∝ τ^(1/(q+1))) halve."""
+    q = integrate.ADAPTIVE[method].estimate_order
+    return float(tolerance) * 2.0 ** (-(q + 1) * np.arange(levels))
+
+
+def level_max_steps(interval: float, levels: int = STEP_LEVELS) -> np.ndarray:
+    """Δ, Δ/2, Δ/4, …: the step caps of an adaptive integrator's levels (Δ the snapshot interval)."""
+    return float(interval) / 2.0 ** np.arange(levels)
+
+
+def run_halving(field, X0: np.ndarray, grids: list[integrate.TimeGrid], method: str, indices, label: str,
+                tolerances=None) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the runs at h, h/2, h/4 at the snapshot ``indices``: (level, time, replica, token, dim),
+    and the field evaluations of each run (level,). An adaptive ``method`` runs its level k at
+    ``tolerances[k]`` (``level_tolerances``) with steps capped at ``level_max_steps``, on the grid of
+    level k (its step the first trial step)."""
+    adaptive = method in integrate.ADAPTIVE
+    caps = level_max_steps(grids[0].horizon / grids[0].snapshots, len(grids))
+    runs, evaluations = [], []
+    for level, grid in enumerate(grids):
         start = _time.perf_counter()
-        positions = integrate.simulate(field, X0, grid, method, label=f"{label}, step {grid.step:g}")
+        if adaptive:
+            tol, cap = float(tolerances[level]), float(caps[level])
+            what = f"tolerance {tol:.3g}, steps <= {cap:g}"
+        else:
+            tol, cap, what = None, None, f"step {grid.step:g}"
+        positions, record = integrate.simulate(field, X0, grid, method, label=f"{label}, {what}", tolerance=tol,
+                                               max_step=cap, return_record=True)
         runs.append(positions[list(indices)])
-        log.info("%s: %s at step %.6g: %d steps, %.1f s", label, method, grid.step, grid.total_steps,
-                 _time.perf_counter() - start)
-    return np.stack(runs)
+        evaluations.append(int(record.evaluations.sum()))
+        log.info("%s: %s at %s: %d steps (%d rejected), %d field evaluations, %.1f s", label, method, what,
+                 record.accepted.sum(), record.rejected.sum(), evaluations[-1], _time.perf_counter() - start)
+    return np.stack(runs), np.array(evaluations)
 
 
 def successive_differences(runs: np.ndarray) -> np.ndarray:
@@ -308,7 +352,8 @@ def _finite_field(experiment, beta, M, n_tokens):
 
 
 def _step_study(label, experiment, S, M, X0):
-    """Finite β (Richardson) and zero temperature (Richardson and exact) for both integrators."""
+    """Finite β (Richardson) and zero temperature (Richardson and exact) for every integrator of
+    ``study_methods``; also the tolerances (NaN for the fixed steps) and the field evaluations of each run."""
     st = S.steps
     grids = halving_grids(max(st.times), S.interval, st.dt)
     indices = [int(round(t / S.interval)) for t in st.times]
@@ -316,12 +361,17 @@ def _step_study(label, experiment, S, M, X0):
     field, kernel = _finite_field(experiment, S.beta, M, st.tokens)
     zero_field = lambda X: dynamics.zero_temperature_field(X, M.A, M.B)  # noqa: E731
     reference = exact.exact_zero_temperature(X0s, M.A, M.B, np.asarray(st.times))
-    out = {k: [] for k in ("finite", "zero", "w2")}
-    for method in NOMINAL_ORDER:
-        runs = run_halving(field, X0s, grids, method, indices, f"{label} beta = {S.beta:g}")
-        out["finite"].append(runs)
-        out["w2"].append(np.stack([w2_to_projection_curves(r, X0s, M.E1) for r in runs]))
-        out["zero"].append(run_halving(zero_field, X0s, grids, method, indices, f"{label} zero temperature"))
+    out = {k: [] for k in ("finite", "zero", "w2", "tolerance", "evaluations", "zero_evaluations")}
+    for method in study_methods(experiment):
+        tolerances = (level_tolerances(method, integration_tolerance(experiment, st.tokens))
+                      if method in integrate.ADAPTIVE else np.full(STEP_LEVELS, np.nan))
+        runs, evaluations = run_halving(field, X0s, grids, method, indices, f"{label} beta = {S.beta:g}", tolerances)
+        zero, zero_evaluations = run_halving(zero_field, X0s, grids, method, indices, f"{label} zero temperature",
+                                             tolerances)
+        for key, value in (("finite", runs), ("zero", zero), ("tolerance", tolerances), ("evaluations", evaluations),
+                           ("zero_evaluations", zero_evaluations),
+                           ("w2", np.stack([w2_to_projection_curves(r, X0s, M.E1) for r in runs]))):
+            out[key].append(value)
     return {k: np.stack(v) for k, v in out.items()}, reference, kernel
 
 
@@ -359,13 +409,14 @@ def _particle_study(name, label, experiment, root_seed, S, M, finite_path=None, 
         else:
             X0 = particle_tokens(name, experiment, root_seed, n, pa.replicas)
             field, kernel = _finite_field(experiment, S.beta, M, n)
+            tolerance = integration_tolerance(experiment, n)
             used.append(kernel)
             reused.append(False)
-            log.info("%s: %s, step %.4g, %d steps, kernel %s", run, method, grid.step, grid.total_steps, kernel)
+            log.info("%s: %s, %s, kernel %s", run, method, integrate.describe_steps(grid, method, tolerance), kernel)
             path = None if checkpoint_dir is None else f"{checkpoint_dir}/convergence_particles_N{n}.nc"
             positions, _, ckpt = checkpoint.simulate_resumable(
-                field, X0, grid, method, run, path, checkpoint_every, (M.B, M.V), progress_logger(run, grid, n, pa.replicas),
-                beta=S.beta, kernel=kernel)
+                field, X0, grid, method, run, path, checkpoint_every, (M.B, M.V),
+                progress_logger(run, grid, n, pa.replicas), tolerance=tolerance, beta=S.beta, kernel=kernel)
             ess.append(median_ess(positions, M, S.beta, kernel))
             if ckpt is not None:
                 ckpt.discard()
@@ -392,20 +443,22 @@ def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, o
     label = f"{name} convergence"
     start = _time.perf_counter()
     st, pa = S.steps, S.particles
-    log.info("%s: step halving at beta = %g, steps %s, %d tokens x %d replicas, times %s", label, S.beta,
-             halving_steps(st.dt).tolist(), st.tokens, st.replicas, list(st.times))
+    log.info("%s: step halving at beta = %g, steps %s (and tolerances for %s), %d tokens x %d replicas, times %s",
+             label, S.beta, halving_steps(st.dt).tolist(), study_methods(experiment)[len(NOMINAL_ORDER):],
+             st.tokens, st.replicas, list(st.times))
     runs, reference, step_kernel = _step_study(label, experiment, S, M, X0)
-    methods = list(NOMINAL_ORDER)
+    methods = study_methods(experiment)
     diff = np.stack([successive_differences(r) for r in runs["finite"]])  # (integrator, pair, time)
     zero_diff = np.stack([successive_differences(r) for r in runs["zero"]])
     zero_err = np.stack([errors_against(r, reference) for r in runs["zero"]])  # (integrator, level, time)
     w2_diff = np.max(np.abs(runs["w2"][:, :-1] - runs["w2"][:, 1:]), axis=2)  # over replicas
-    nominal = np.array([NOMINAL_ORDER[m] for m in methods], dtype=float)
+    nominal = np.array([nominal_order(m) for m in methods], dtype=float)
     for i, m in enumerate(methods):
-        log.info("%s: %s at beta = %g: |X_h - X_h/2| = %s, observed order %s (nominal %d); W2 order %s", label, m,
-                 S.beta, np.array2string(diff[i, 0], precision=3), np.array2string(
-                     observed_order(diff[i, 0], diff[i, 1]), precision=2), NOMINAL_ORDER[m],
-                 np.array2string(observed_order(w2_diff[i, 0], w2_diff[i, 1]), precision=2))
+        log.info("%s: %s at beta = %g: |X_h - X_h/2| = %s, observed order %s (nominal %d); W2 order %s; field "
+                 "evaluations %s", label, m, S.beta, np.array2string(diff[i, 0], precision=3), np.array2string(
+                     observed_order(diff[i, 0], diff[i, 1]), precision=2), nominal[i],
+                 np.array2string(observed_order(w2_diff[i, 0], w2_diff[i, 1]), precision=2),
+                 runs["evaluations"][i].tolist())
         log.info("%s: %s at zero temperature: error vs exact %s, observed orders %s", label, m,
                  np.array2string(zero_err[i], precision=3),
                  np.array2string(observed_order(zero_err[i, :-1], zero_err[i, 1:]), precision=2))
@@ -434,6 +487,7 @@ def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, o
         w2_steps=runs["w2"], w2_diff=w2_diff, w2_order=observed_order(w2_diff[:, 0], w2_diff[:, 1]),
         zero_diff=zero_diff, zero_order=observed_order(zero_diff[:, 0], zero_diff[:, 1]), zero_err=zero_err,
         zero_order_vs_exact=observed_order(zero_err[:, :-1], zero_err[:, 1:]), nominal=nominal,
+        tolerances=runs["tolerance"], evaluations=runs["evaluations"], zero_evaluations=runs["zero_evaluations"],
         tokens=pa.tokens, replicas=pa.replicas, times=grid.times, w2_particles=w2, ess_particles=ess,
         reused=reused, stats=stats, dist_A=dist_A, budget=budget,
         attrs=dict(beta=S.beta, step_tokens=st.tokens, step_replicas=st.replicas, step_kernel=step_kernel,

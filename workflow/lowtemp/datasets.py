@@ -87,42 +87,57 @@ def load_initial_tokens(path) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ simulations
-def _positions_dataset(positions, grid: integrate.TimeGrid, description: str, drift) -> xr.Dataset:
-    """The simulation outputs shared by both temperatures: positions and the integrator's norm drift."""
-    return xr.Dataset(
+def _positions_dataset(positions, grid: integrate.TimeGrid, description: str, record: integrate.StepRecord,
+                       method: str, tolerance: float | None) -> xr.Dataset:
+    """The simulation outputs shared by both temperatures: positions and the integrator's record."""
+    per_interval = "over the steps from the previous snapshot to this one (0 at t = 0)"
+    ds = xr.Dataset(
         {"positions": (("time", "replica", "token", "dim"), positions, io.attrs(description)),
-         "norm_drift": (("time", "replica"), drift,
-                        io.attrs("largest | |x| - 1 | of any token after an integrator step and before its "
-                                 "renormalisation, over the steps since the previous snapshot (0 at t = 0): "
-                                 "a lower bound on those steps' local error, O(h^5) per step for rk4, "
-                                 f"O(h^2) for euler; a step above {integrate.DRIFT_TOLERANCE:g} stops the run"))},
+         "norm_drift": (("time", "replica"), record.drift,
+                        io.attrs("largest | |x| - 1 | of any token after an accepted integrator step and before "
+                                 f"its renormalisation, {per_interval}: a lower bound on those steps' local error, "
+                                 "O(h^5) per step for rk4, O(h^2) for euler; a step above "
+                                 f"{integrate.DRIFT_TOLERANCE:g} stops a fixed-step run and is rejected by an "
+                                 "adaptive one")),
+         "field_evaluations": (("time",), record.evaluations,
+                               io.attrs(f"evaluations of the velocity field {per_interval}, rejected trial "
+                                        "steps included")),
+         "accepted_steps": (("time",), record.accepted, io.attrs(f"integrator steps taken {per_interval}")),
+         "rejected_steps": (("time",), record.rejected,
+                            io.attrs(f"trial steps rejected by the error control {per_interval} (0 for a "
+                                     "fixed step)"))},
         coords={"time": ("time", grid.times, io.attrs("time t (depth of the infinite-depth transformer)", "1")),
                 "replica": np.arange(positions.shape[1])},
     )
+    ds.attrs.update(integrator=method, step=grid.step)
+    if tolerance is not None:
+        ds.attrs["tolerance"] = float(tolerance)
+    return ds
 
 
-def finite_temperature_dataset(positions, drift, ess, grid: integrate.TimeGrid, beta: float, method: str,
-                               kernel: str) -> xr.Dataset:
-    """finite_temperature/beta<β>.nc: positions, norm drift, and the median and 5th percentile over
-    tokens of the effective sample size ``ess`` (time, replica, token)."""
-    ds = _positions_dataset(positions, grid, "token positions at finite temperature", drift)
+def finite_temperature_dataset(positions, record, ess, grid: integrate.TimeGrid, beta: float, method: str,
+                               tolerance: float | None, kernel: str) -> xr.Dataset:
+    """finite_temperature/beta<β>.nc: positions, the integrator's record, and the median and 5th
+    percentile over tokens of the effective sample size ``ess`` (time, replica, token)."""
+    ds = _positions_dataset(positions, grid, "token positions at finite temperature", record, method, tolerance)
     ds["ess_median"] = (("time", "replica"), np.median(ess, axis=-1),
                         io.attrs("median over tokens of the effective sample size 1/sum_j w_ij^2"))
     ds["ess_p05"] = (("time", "replica"), np.percentile(ess, 5, axis=-1),
                      io.attrs("5th percentile over tokens of the effective sample size"))
     ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
-    ds.attrs.update(integrator=method, step=grid.step, kernel=kernel)
+    ds.attrs.update(kernel=kernel)
     return ds
 
 
-def zero_temperature_dataset(positions, drift, reference, error, grid: integrate.TimeGrid,
-                             method: str) -> xr.Dataset:
-    """zero_temperature.nc: integrated positions, norm drift, the exact solution and the largest deviation."""
-    ds = _positions_dataset(positions, grid, "token positions at zero temperature (Eq. 3, integrated)", drift)
+def zero_temperature_dataset(positions, record, reference, error, grid: integrate.TimeGrid, method: str,
+                             tolerance: float | None) -> xr.Dataset:
+    """zero_temperature.nc: integrated positions, the integrator's record, the exact solution and the
+    largest deviation."""
+    ds = _positions_dataset(positions, grid, "token positions at zero temperature (Eq. 3, integrated)", record,
+                            method, tolerance)
     ds["positions_exact"] = (("time", "replica", "token", "dim"), reference,
                              io.attrs("exact time-changed solution e^{s(t)A}x0/|e^{s(t)A}x0|"))
     ds["max_error_vs_exact"] = (("time",), error, io.attrs("max |x_integrated - x_exact| over all tokens"))
-    ds.attrs.update(integrator=method, step=grid.step)
     return ds
 
 
@@ -180,10 +195,11 @@ def distances_dataset(parts: list[xr.Dataset], w2_zero_to_projection: np.ndarray
 # ------------------------------------------------------------------ convergence.nc
 def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff, position_order, position_error,
                         w2_steps, w2_diff, w2_order, zero_diff, zero_order, zero_err, zero_order_vs_exact,
-                        nominal, tokens, replicas: int, times, w2_particles, ess_particles, reused, stats: dict,
+                        nominal, tolerances, evaluations, zero_evaluations, tokens, replicas: int, times, w2_particles, ess_particles, reused, stats: dict,
                         dist_A, budget: dict, attrs: dict) -> xr.Dataset:
-    """convergence.nc: the step-halving study (dimensions integrator, step or coarse_step, check_time) and
-    the particle-number study (tokens, replica, time); see ``lowtemp.convergence`` for each quantity.
+    """convergence.nc: the step-halving and tolerance study (dimensions integrator, step or coarse_step,
+    check_time; an adaptive integrator's level k is the tolerance that halves its step k times) and the
+    particle-number study (tokens, replica, time); see ``lowtemp.convergence`` for each quantity.
 
     ``stats`` holds the replica ``mean``, ``sem``, ``min`` and ``max`` of ``w2_particles``; ``budget`` the
     particle-number budget (``convergence.particle_budget_of``); ``attrs`` the run's settings (β, sizes,
@@ -213,6 +229,13 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
             "zero_order_vs_exact": (("integrator", "coarse_step", "check_time"), zero_order_vs_exact,
                                     io.attrs("observed order log2(E(h)/E(h/2)) against the exact solution")),
             "nominal_order": (("integrator",), nominal, io.attrs("order of the scheme")),
+            "tolerance": (("integrator", "step"), tolerances, io.attrs(
+                "local error tolerance of an adaptive integrator's run at this level (tau / 2^((q+1) k), which "
+                "halves its steps k times); NaN for the fixed steps")),
+            "field_evaluations": (("integrator", "step"), np.asarray(evaluations, np.float64), io.attrs(
+                "field evaluations of the finite-temperature run at this level")),
+            "zero_field_evaluations": (("integrator", "step"), np.asarray(zero_evaluations, np.float64), io.attrs(
+                "field evaluations of the zero-temperature run at this level")),
             "w2_projection_particles": (("tokens", "replica", "time"), w2_particles, io.attrs(
                 "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N (the experiment's own run "
                 "where reused_run is 1), chordal cost")),
@@ -252,7 +275,8 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
         },
         coords={
             "integrator": methods,
-            "step": ("step", steps, io.attrs("time step h", "1")),
+            "step": ("step", steps, io.attrs("time step h (adaptive integrators: h/2^k stands for their level k, "
+                                             "whose first trial step is h)", "1")),
             "coarse_step": ("coarse_step", steps[:-1], io.attrs("coarser step h of a pair (h, h/2)", "1")),
             "check_time": ("check_time", np.asarray(check_times), io.attrs("fixed time of the step study", "1")),
             "step_replica": np.arange(step_replicas),

@@ -40,6 +40,17 @@ def time_grid(experiment: dict) -> integrate.TimeGrid:
     return integrate.TimeGrid(horizon=float(t["horizon"]), snapshots=int(t["snapshots"]), dt=float(t["dt"]))
 
 
+def integration_tolerance(experiment: dict, n_tokens: int | None = None) -> float | None:
+    """The local error tolerance of an adaptive integrator (``integrate.ADAPTIVE``): ``time.tolerance``,
+    else ``integrate.default_tolerance`` of the run's N (``n_tokens``, default ``tokens``); None for
+    the fixed-step integrators."""
+    if experiment.get("integrator", "dopri5") not in integrate.ADAPTIVE:
+        return None
+    given = experiment["time"].get("tolerance")
+    n = int(experiment["tokens"] if n_tokens is None else n_tokens)
+    return float(given) if given is not None else integrate.default_tolerance(n)
+
+
 def snapshot_times(experiment: dict) -> list[float]:
     """The three times of the sphere snapshots (default 0, horizon/3, horizon)."""
     horizon = float(experiment["time"]["horizon"])

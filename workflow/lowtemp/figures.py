@@ -244,8 +244,12 @@ def render(figure, name, experiment, *, matrices_path, distances_path, fit_path,
 
 
 # ------------------------------------------------------------------ convergence studies
+#: colour and label of each integrator in the convergence figure
+INTEGRATOR_STYLE = {"rk4": ("C0", "RK4"), "euler": ("C3", "Euler"), "dopri5": ("C2", "DOPRI5"), "bs3": ("C1", "BS3")}
+
 def plot_convergence(conv, experiment):
-    """Left: step halving, errors against the step (max over the check times) with slopes 4 and 1.
+    """Left: step halving and tolerance, errors against the step (max over the check times; an adaptive
+    integrator's level k at h/2^k) with the schemes' slopes.
     Middle: W2(ρ^β_t, Π♯ρ0) against t per N, mean ± 2 sem over replicas (``lowtemp.convergence``).
     Right: the median effective sample size of the softmax against t per N (smallest over replicas),
     with the experiment's ``ess_threshold``."""
@@ -253,9 +257,9 @@ def plot_convergence(conv, experiment):
     fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(16.5, 4.4))
     steps, coarse = conv["step"].values, conv["coarse_step"].values
     floor = float(conv.attrs["rounding_floor"])
-    for color, method in zip(("C0", "C3"), conv["integrator"].values):
+    for method in conv["integrator"].values:
         c = conv.sel(integrator=method)
-        name = str(method).upper() if method == "rk4" else "Euler"
+        color, name = INTEGRATOR_STYLE[str(method)]
         orders = "/".join(f"{p:.2f}" for p in c["position_order"].values)
         ax.loglog(coarse, c["position_difference"].max("check_time").values, "o-", color=color,
                   label=f"{name}, β = {beta:g}: max|X_h − X_h/2| (orders {orders})")
@@ -263,7 +267,8 @@ def plot_convergence(conv, experiment):
                   label=f"{name}, β = {beta:g}: |W2_h − W2_h/2|")
         ax.loglog(steps, c["zero_error_vs_exact"].max("check_time").values, "s--", color=color, ms=5, mfc="none",
                   label=f"{name}, β = ∞: max|X_h − X_exact|")
-    for p, anchor in ((4, "rk4"), (1, "euler")):  # reference slopes, a little below the exact errors
+    for anchor in conv["integrator"].values:  # reference slopes, a little below the exact errors
+        p = int(conv["nominal_order"].sel(integrator=anchor))
         y0 = 0.3 * float(conv["zero_error_vs_exact"].sel(integrator=anchor).max("check_time").values[0])
         ax.loglog(steps, y0 * (steps / steps[0]) ** p, color="gray", lw=0.8, alpha=0.8)
         ax.annotate(f"slope {p}", (steps[-1], y0 * (steps[-1] / steps[0]) ** p), fontsize=7, color="gray",
@@ -271,7 +276,7 @@ def plot_convergence(conv, experiment):
     ax.axhline(floor, color="gray", ls=":", lw=0.8)
     ax.set_xlabel("step h")
     ax.set_ylabel("difference (max over replicas, tokens, check times)")
-    ax.set_title(f"Step halving (h, h/2, h/4), t ∈ {{{', '.join(f'{t:g}' for t in conv['check_time'].values)}}}; "
+    ax.set_title(f"Step halving (h, h/2, h/4; adaptive: τ/2^((q+1)k)), t ∈ {{{', '.join(f'{t:g}' for t in conv['check_time'].values)}}}; "
                  f"{conv.attrs['step_tokens']} tokens", fontsize=9)
     ax.legend(fontsize=6, loc="lower right")
     t = conv["time"].values

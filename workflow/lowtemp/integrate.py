@@ -1,25 +1,33 @@
-"""Time integration on the sphere.
+"""Time integration on the sphere (docs/integrators.md).
 
-* ``rk4``: classical Runge–Kutta on the ambient ODE, then renormalisation
-  (the ambient flow keeps the sphere invariant, so the order stays 4).
+* ``dopri5`` (default), ``bs3``: the Dormand–Prince 5(4) and Bogacki–Shampine
+  3(2) embedded pairs with error control: the root mean square over tokens of
+  the local error estimate (largest replica), which bounds the step's effect on
+  W2, at most a tolerance tied to the run's N (``default_tolerance``); every
+  snapshot time is landed on, none interpolated.
+* ``rk4``: classical Runge–Kutta on the ambient ODE at a fixed step, then
+  renormalisation (the ambient flow keeps the sphere invariant, so the order
+  stays 4).
 * ``euler``: x ← (x + h f(x)) / |x + h f(x)|, the transformer layer
   (residual update followed by normalisation) as a discretisation.
 
-``simulate`` steps from snapshot to snapshot with a uniform step no larger
-than the requested ``dt`` and stores every snapshot. Every step is checked
-before its result is projected back onto the sphere: positions that become
-non-finite, or a step that leaves the sphere by more than ``DRIFT_TOLERANCE``,
-stop the run with an error naming the step, the time, the run (e.g. its beta),
-the replica and the token.
+``simulate`` steps from snapshot to snapshot (the fixed schemes with a uniform
+step no larger than the requested ``dt``) and stores every snapshot. Every step
+is checked before its result is projected back onto the sphere: positions that
+become non-finite, or a step that leaves the sphere by more than
+``DRIFT_TOLERANCE``, stop a fixed-step run with an error naming the step, the
+time, the run (e.g. its beta), the replica and the token; an adaptive run
+rejects such a trial step and retries a shorter one.
 
 The *norm drift* of a step is max over tokens of | |y| − 1 | for the step's
 ambient result y, before renormalisation. The exact flow keeps |x| = 1 and the
 step starts on the sphere, so the drift is the distance from y to the sphere,
 a lower bound on the step's local error |y − x(t + h)|: O(h^5) per step for
 RK4, and for Euler exactly sqrt(1 + h²|f|²) − 1 ≈ h²|f|²/2 (f is tangent).
-``simulate(..., return_drift=True)`` also returns its maximum over the steps
-of every snapshot interval, per replica. A run can resume from a checkpoint
-(``resume``) bit for bit, drift included.
+``simulate(..., return_record=True)`` also returns a ``StepRecord``: per
+snapshot interval the drift's maximum per replica, the field evaluations, the
+accepted and rejected steps and the step proposed at its end. A run can resume
+from a checkpoint (``resume``) bit for bit, record included.
 """
 
 from __future__ import annotations
@@ -117,6 +125,14 @@ class TimeGrid:
         return int(self.snapshots) * self.steps_per_snapshot
 
 
+def describe_steps(grid: TimeGrid, method: str, tolerance: float | None) -> str:
+    """The steps of a run in words, for logs: the fixed step and count, or the adaptive tolerance."""
+    if method in ADAPTIVE:
+        return (f"steps from error control at tolerance {tolerance:.3g} (first trial {grid.step:.4g}, landing on "
+                f"{grid.snapshots} snapshot times)")
+    return f"step {grid.step:.4g}, {grid.total_steps} steps"
+
+
 def check_on_sphere(X: np.ndarray, t: float, what: str = "tokens", step: int | None = None) -> None:
     """Raise FloatingPointError if X has non-finite entries or rows off the unit sphere.
 
@@ -165,68 +181,292 @@ def check_step(Y: np.ndarray, t: float, what: str = "tokens", step: int | None =
     return dev.max(axis=-1)
 
 
-#: ``(k, positions of snapshots 0..k, norm drift of snapshots 0..k)`` of an earlier run
-Resume = tuple[int, np.ndarray, np.ndarray]
+# ------------------------------------------------------------------ adaptive: embedded Runge–Kutta pairs
+@dataclass(frozen=True)
+class EmbeddedPair:
+    """An explicit embedded Runge–Kutta pair with the first-same-as-last property.
+
+    Stages k_i = f(x + h Σ_j a_ij k_j), i = 1..s; the higher-order solution y = x + h Σ b_i k_i is
+    the one kept (local extrapolation); h Σ e_i k_i over the stages and k_{s+1} = f(y) estimates
+    the local error of the embedded lower-order solution, of order ``estimate_order`` (the
+    controller's exponent is 1/(estimate_order + 1)). k_{s+1} is the next step's k_1, so a step
+    costs s evaluations.
+    """
+
+    name: str
+    a: tuple[tuple[float, ...], ...]  # rows 2..s of the tableau
+    b: tuple[float, ...]  # weights of the kept solution (s entries)
+    e: tuple[float, ...]  # b − b̂ (s + 1 entries, the last on f(y))
+    order: int  # of the kept solution
+    estimate_order: int  # of the embedded solution the estimate measures
+
+    @property
+    def stages(self) -> int:
+        return len(self.b)
+
+
+#: Dormand–Prince 5(4) (Hairer, Nørsett & Wanner, Solving ODEs I, Table II.5.2)
+DOPRI5 = EmbeddedPair(
+    "dopri5",
+    a=((1 / 5,), (3 / 40, 9 / 40), (44 / 45, -56 / 15, 32 / 9),
+       (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
+       (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656)),
+    b=(35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84),
+    e=(71 / 57600, 0.0, -71 / 16695, 71 / 1920, -17253 / 339200, 22 / 525, -1 / 40),
+    order=5, estimate_order=4)
+#: Bogacki–Shampine 3(2) (Appl. Math. Lett. 2 (1989) 321–325)
+BS3 = EmbeddedPair(
+    "bs3",
+    a=((1 / 2,), (0.0, 3 / 4)),
+    b=(2 / 9, 1 / 3, 4 / 9),
+    e=(2 / 9 - 7 / 24, 1 / 3 - 1 / 4, 4 / 9 - 1 / 3, -1 / 8),
+    order=3, estimate_order=2)
+#: the adaptive integrators (step from error control, ``time.tolerance``)
+ADAPTIVE = {p.name: p for p in (DOPRI5, BS3)}
+#: the controller's safety factor and the bounds on the step's change per step (Hairer et al. II.4)
+SAFETY, GROWTH_MAX, SHRINK_MAX = 0.9, 5.0, 0.2
+#: a step below this fraction of the snapshot interval stops the run (the dynamics is not resolvable)
+MIN_STEP_FRACTION = 1e-10
+#: a step that would end less than this fraction of the interval before a snapshot lands on it instead
+LANDING_SLACK = 1e-6
+#: the local error tolerance relative to the W2 floor N^(-1/2) of an N-token run (``default_tolerance``)
+TOLERANCE_PER_FLOOR = 1e-3
+
+
+#: the resource model's budget for an adaptive run: the longest step it assumes the controller takes
+#: (the step is also at most the snapshot interval) and the factor on the resulting step count for
+#: rejected and extra steps (on the default run DOPRI5 made 1.0–1.9 trial steps per interval of 0.25,
+#: the most at β = 1000; docs/integrators_default_run.md)
+BUDGET_STEP, BUDGET_OVERHEAD = 0.25, 2.0
+
+
+def budgeted_evaluations(method: str, grid: "TimeGrid") -> int:
+    """Field evaluations of one run, for the resource model: exact for the fixed steps
+    (``EVALUATIONS_PER_STEP`` × steps), a budget for the adaptive ones (at least one step per
+    snapshot interval and none longer than ``BUDGET_STEP``, times ``BUDGET_OVERHEAD``)."""
+    if method not in ADAPTIVE:
+        return EVALUATIONS_PER_STEP[method] * grid.total_steps
+    steps = max(int(grid.snapshots), int(np.ceil(grid.horizon / BUDGET_STEP)))
+    return int(np.ceil(BUDGET_OVERHEAD * steps)) * ADAPTIVE[method].stages + 1
+
+
+def default_tolerance(n_tokens: int) -> float:
+    """The local error tolerance of an adaptive run of N tokens: ``TOLERANCE_PER_FLOOR``·N^(−1/2).
+
+    N^(−1/2) is the scale of the sampling error an N-token cloud carries (the W2 between two
+    independent draws of the same measure, and the replica spread of every W2 curve), so the
+    integrator's error is kept a thousandth of what the run can resolve at all (docs/integrators.md).
+    """
+    return TOLERANCE_PER_FLOOR / np.sqrt(float(n_tokens))
+
+
+def embedded_trial(pair: EmbeddedPair, field: Field, X: np.ndarray, h: float, k1: np.ndarray):
+    """One trial step of ``pair`` from X (on the sphere) with k1 = f(X).
+
+    Returns (Y, X_next, k_next, error): the ambient result Y (before renormalisation),
+    X_next = Y/|Y|, k_next = f(X_next) (the next step's first stage, standing in for the last
+    stage f(Y), from which it differs by O(h·drift), far below the estimate) and the error
+    estimate h Σ e_i k_i per token, shape like X.
+    """
+    k = [k1]
+    for a in pair.a:
+        k.append(field(X + h * sum(c * ki for c, ki in zip(a, k) if c != 0.0)))
+    Y = X + h * sum(b * ki for b, ki in zip(pair.b, k) if b != 0.0)
+    finite = bool(np.all(np.isfinite(Y)))
+    X_next = normalise(Y) if finite else Y
+    k_next = field(X_next) if finite else np.full_like(Y, np.nan)
+    k.append(k_next)
+    error = h * sum(e * ki for e, ki in zip(pair.e, k) if e != 0.0)
+    return Y, X_next, k_next, error
+
+
+def error_norm(error: np.ndarray) -> float:
+    """max over replicas of sqrt(mean over tokens of |e_i|²): the root mean square of the tokens' local
+    errors bounds the W2 between the stepped and the exact cloud (couple token i with token i), so
+    the tolerance is a tolerance on W2; the largest replica decides. NaN (never accepted) if non-finite."""
+    e = np.sqrt(np.mean(np.sum(error * error, axis=-1), axis=-1))
+    return float(np.max(e)) if np.all(np.isfinite(e)) else np.nan
+
+
+def step_factor(err: float, tol: float, accepted: bool, estimate_order: int) -> float:
+    """The controller's next step over this one: SAFETY·(tol/err)^(1/(q+1)) within [SHRINK_MAX, GROWTH_MAX]
+    (never growth after a rejection), q the order of the estimated solution (local error O(h^(q+1)))."""
+    if not np.isfinite(err):
+        return SHRINK_MAX
+    factor = GROWTH_MAX if err == 0.0 else SAFETY * (tol / err) ** (1.0 / (estimate_order + 1))
+    return float(np.clip(factor, SHRINK_MAX, GROWTH_MAX if accepted else min(SAFETY, GROWTH_MAX)))
+
+
+@dataclass
+class StepRecord:
+    """What the integrator did, per snapshot interval (entry k: the steps from snapshot k − 1 to k, 0 at k = 0).
+
+    ``drift`` (time, replica): the largest norm drift of an accepted step; ``evaluations``: field
+    evaluations (rejected trials included); ``accepted`` and ``rejected``: steps; ``next_step``: the
+    step the controller proposes at snapshot k (the fixed step for rk4 and euler), with which an
+    adaptive run resumes there.
+    """
+
+    drift: np.ndarray
+    evaluations: np.ndarray
+    accepted: np.ndarray
+    rejected: np.ndarray
+    next_step: np.ndarray
+
+    @classmethod
+    def empty(cls, n_times: int, n_replicas: int, first_step: float) -> "StepRecord":
+        z = np.zeros(n_times, dtype=np.int64)
+        step = np.zeros(n_times)
+        step[0] = first_step
+        return cls(np.zeros((n_times, n_replicas)), z.copy(), z.copy(), z.copy(), step)
+
+    def truncated(self, k: int) -> "StepRecord":
+        """Entries 0..k (what a checkpoint at snapshot k holds)."""
+        return StepRecord(*(getattr(self, f)[: k + 1] for f in FIELDS))
+
+
+FIELDS = ("drift", "evaluations", "accepted", "rejected", "next_step")
+
+#: ``(k, positions of snapshots 0..k, the StepRecord of snapshots 0..k)`` of an earlier run
+Resume = tuple[int, np.ndarray, StepRecord]
+
+
+class _CountedField:
+    """The field, counting its evaluations (``StepRecord.evaluations``)."""
+
+    def __init__(self, field: Field):
+        self.field = field
+        self.calls = 0
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        return self.field(X)
+
+
+def _fixed_interval(increment, field, X, grid, label, record, k):
+    """The steps of one snapshot interval at the fixed step: returns the positions at its end."""
+    h, n_sub = grid.step, grid.steps_per_snapshot
+    for j in range(n_sub):
+        Y = increment(field, X, h)
+        n = (k - 1) * n_sub + j + 1
+        # checked before renormalising: afterwards every row has norm 1 up to rounding,
+        # so neither a blown-up step nor the drift would be visible
+        record.drift[k] = np.maximum(record.drift[k], check_step(Y, n * h, label, step=n))
+        X = normalise(Y)
+    record.accepted[k] = n_sub
+    record.next_step[k] = h
+    return X
+
+
+def _adaptive_interval(pair, field, X, k1, t0, t1, h, tol, max_step, label, record, k):
+    """Steps of the embedded ``pair`` from t0 to t1 (the last one shortened to land on t1), starting with the
+    proposed step h, none longer than ``max_step``. Returns (X at t1, f(X), the step proposed next)."""
+    interval = t1 - t0
+    h = min(h, max_step)
+    t = t0
+    while t < t1:
+        remaining = t1 - t
+        # land when the step would leave less than LANDING_SLACK of the interval: a sliver that short
+        # would be a wasted step (and near the underflow guard); stretching h by it changes nothing
+        landing = h >= remaining - LANDING_SLACK * interval
+        step = remaining if landing else h
+        if step < MIN_STEP_FRACTION * interval:
+            raise FloatingPointError(
+                f"{label}: the adaptive step fell to {step:.3e} at t = {t:.6g} (below {MIN_STEP_FRACTION:g} of "
+                f"the snapshot interval) with local error tolerance {tol:.3e}: the dynamics is not resolvable "
+                f"there; raise time.tolerance or check the matrices")
+        Y, X_next, k_next, error = embedded_trial(pair, field, X, step, k1)
+        err = error_norm(error)
+        drift = norm_drift(Y) if np.all(np.isfinite(Y)) else None
+        accepted = err <= tol and drift is not None and drift.max() <= DRIFT_TOLERANCE
+        if not accepted:
+            record.rejected[k] += 1
+            h = step * step_factor(err, tol, False, pair.estimate_order)
+            continue
+        record.accepted[k] += 1
+        record.drift[k] = np.maximum(record.drift[k], drift.max(axis=-1))
+        X, k1 = X_next, k_next
+        t = t1 if landing else t + step
+        proposed = step * step_factor(err, tol, True, pair.estimate_order)
+        # a step shortened to land is no measure of what the dynamics allows: keep the longer one
+        h = min(max_step, max(proposed, h) if landing else proposed)
+    return X, k1, h
 
 
 def simulate(field: Field, X0: np.ndarray, grid: TimeGrid, method: str = "rk4",
-             progress: Callable[[float, int], None] | None = None, *, label: str = "tokens",
+             progress: Callable[[float, int, StepRecord], None] | None = None, *, label: str = "tokens",
              resume: Resume | None = None,
-             on_snapshot: Callable[[int, np.ndarray, np.ndarray], None] | None = None,
-             return_drift: bool = False):
+             on_snapshot: Callable[[int, np.ndarray, StepRecord], None] | None = None,
+             return_record: bool = False, tolerance: float | None = None, max_step: float | None = None):
     """Positions at the snapshot times, shape (time, replica, token, dim).
 
-    With ``return_drift`` also the norm drift (module doc), shape (time, replica):
-    entry k is the largest drift of any token over the steps from snapshot k − 1
-    to k (0 at k = 0, where no step was taken).
+    ``method`` is ``rk4`` or ``euler`` (the fixed step ``grid.step``) or ``dopri5`` (the step from
+    error control: the root mean square over tokens of the local error estimate, max over
+    replicas, at most ``tolerance`` (default ``default_tolerance(N)``); the first trial step is
+    ``grid.step``, no step is longer than ``max_step`` (default and at most the snapshot interval),
+    and the last step of every interval is shortened to land on the snapshot time). With ``return_record`` also the
+    ``StepRecord`` (norm drift, evaluations, accepted and rejected steps per snapshot interval).
 
-    Every step is checked before renormalisation (``check_step``: finite, drift
-    below ``DRIFT_TOLERANCE``); an error names ``label``, the step, the time, the
-    replica and the token. ``resume = (k, P, D)`` continues from a checkpoint:
-    ``P`` and ``D`` hold the positions and drifts of snapshots 0..k of an earlier
-    run of the same problem. Steps only depend on the positions, so the result
-    is bit for bit that of an uninterrupted run. ``on_snapshot(k, out, drift)``
-    is called after snapshot k is stored (``out[:k + 1]`` and ``drift[:k + 1]``
-    are final), e.g. to write a checkpoint.
+    Every step is checked before renormalisation (``check_step``: finite, drift below
+    ``DRIFT_TOLERANCE``; an adaptive trial step that fails is rejected and retried shorter); an
+    error names ``label``, the step, the time, the replica and the token. ``resume = (k, P,
+    record)`` continues from a checkpoint: ``P`` and ``record`` hold the positions and the
+    record of snapshots 0..k of an earlier run of the same problem. Steps only depend on the
+    positions and the proposed step, so the result is bit for bit that of an uninterrupted run.
+    ``on_snapshot(k, out, record)`` is called after snapshot k is stored (``out[:k + 1]`` and
+    the record's entries 0..k are final), e.g. to write a checkpoint. ``progress(t, k, record)``
+    after every snapshot.
     """
-    try:
-        increment = INCREMENTS[method]
-    except KeyError:
-        raise ValueError(f"unknown integrator {method!r}; known: {sorted(INCREMENTS)}") from None
+    adaptive = method in ADAPTIVE
+    if not adaptive and method not in INCREMENTS:
+        raise ValueError(f"unknown integrator {method!r}; known: {sorted(INCREMENTS) + sorted(ADAPTIVE)}")
     X = normalise(np.asarray(X0, dtype=float))
+    if adaptive:
+        tol = default_tolerance(X.shape[-2]) if tolerance is None else float(tolerance)
+        if not (np.isfinite(tol) and tol > 0):
+            raise ValueError(f"the local error tolerance must be a positive finite number, got {tolerance}")
+        interval = grid.horizon / grid.snapshots
+        longest = interval if max_step is None else min(float(max_step), interval)
+        if not longest > 0:
+            raise ValueError(f"the largest step must be positive, got {max_step}")
     times = grid.times
     out = np.empty((times.size,) + X.shape)
     out[0] = X
-    drift = np.zeros((times.size, X.shape[0]))
+    record = StepRecord.empty(times.size, X.shape[0], grid.step)
     first = 1
     if resume is not None:
-        k0, done, done_drift = resume
+        k0, done, done_record = resume
         done = np.asarray(done, dtype=float)
-        done_drift = np.asarray(done_drift, dtype=float)
         if not (0 <= k0 < times.size) or done.shape != (k0 + 1,) + X.shape:
             raise ValueError(f"resume: expected snapshots 0..{k0} of shape {(k0 + 1,) + X.shape}, got {done.shape}")
-        if done_drift.shape != (k0 + 1, X.shape[0]):
-            raise ValueError(f"resume: expected the norm drift of snapshots 0..{k0}, shape {(k0 + 1, X.shape[0])}, "
-                             f"got {done_drift.shape}")
+        if done_record.drift.shape != (k0 + 1, X.shape[0]) or any(
+                getattr(done_record, f).shape != (k0 + 1,) for f in FIELDS[1:]):
+            raise ValueError(f"resume: expected the step record of snapshots 0..{k0}, norm drift of shape "
+                             f"{(k0 + 1, X.shape[0])}, got {done_record.drift.shape}")
         if not np.array_equal(done[0], out[0]):
             raise ValueError("resume: the checkpoint starts from other initial positions")
         out[: k0 + 1] = done
-        drift[: k0 + 1] = done_drift
+        for f in FIELDS:
+            getattr(record, f)[: k0 + 1] = getattr(done_record, f)
         X = out[k0].copy()
         first = k0 + 1
-    h = grid.step
-    n_sub = grid.steps_per_snapshot
+    counted = _CountedField(field)
+    if adaptive and first < times.size:
+        # f(X) depends on X alone: a resumed run recomputes it bit for bit (and does not record it)
+        k1 = (counted if first == 1 else field)(X)
+        h = float(record.next_step[first - 1])
+    before = 0  # the first interval of a fresh adaptive run counts the evaluation of k1 above
     for k in range(first, times.size):
-        for j in range(n_sub):
-            Y = increment(field, X, h)
-            n = (k - 1) * n_sub + j + 1
-            # checked before renormalising: afterwards every row has norm 1 up to rounding,
-            # so neither a blown-up step nor the drift would be visible
-            drift[k] = np.maximum(drift[k], check_step(Y, n * h, label, step=n))
-            X = normalise(Y)
+        if adaptive:
+            X, k1, h = _adaptive_interval(ADAPTIVE[method], counted, X, k1, float(times[k - 1]), float(times[k]), h,
+                                          tol, longest, label, record, k)
+            record.next_step[k] = h
+        else:
+            X = _fixed_interval(INCREMENTS[method], counted, X, grid, label, record, k)
+        record.evaluations[k], before = counted.calls - before, counted.calls
         out[k] = X
         if on_snapshot is not None:
-            on_snapshot(k, out, drift)
+            on_snapshot(k, out, record)
         if progress is not None:
-            progress(float(times[k]), k * n_sub)
-    return (out, drift) if return_drift else out
+            progress(float(times[k]), k, record)
+    return (out, record) if return_record else out

@@ -37,19 +37,21 @@ class logged:
 
 
 def progress_logger(label: str, grid, n_tokens: int, n_replicas: int):
-    """A ``progress(t, step)`` callback for ``integrate.simulate`` that logs about 20 lines per run.
+    """A ``progress(t, k, record)`` callback for ``integrate.simulate`` that logs about 20 lines per run.
 
     ``grid`` is the run's ``integrate.TimeGrid``; a line is logged every twentieth of
-    the snapshots and at the last one, with the elapsed wall time.
+    the snapshots and at the last one, with the steps and field evaluations so far
+    (``record``, an ``integrate.StepRecord``) and the elapsed wall time.
     """
     start = time.perf_counter()
     every = max(1, grid.snapshots // 20)
 
-    def progress(t: float, step: int):
-        k = step // grid.steps_per_snapshot
+    def progress(t: float, k: int, record):
         if k % every == 0 or k == grid.snapshots:
             elapsed = time.perf_counter() - start
-            log.info("%s: t = %.3f / %.3f (step %d / %d, %d tokens x %d replicas), %.1f s elapsed",
-                     label, t, grid.horizon, step, grid.total_steps, n_tokens, n_replicas, elapsed)
+            log.info("%s: t = %.3f / %.3f (snapshot %d / %d, %d steps + %d rejected, %d field evaluations, "
+                     "%d tokens x %d replicas), %.1f s elapsed", label, t, grid.horizon, k, grid.snapshots,
+                     record.accepted[: k + 1].sum(), record.rejected[: k + 1].sum(),
+                     record.evaluations[: k + 1].sum(), n_tokens, n_replicas, elapsed)
 
     return progress

@@ -26,11 +26,12 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "matrices": ("dim", "matrices"),
     # pipeline.stage_initial_tokens
     "initial_tokens": ("dim", "initial_measure", "replicas", "tokens"),
-    # pipeline.stage_finite_temperature: experiment.time_grid, the integrator, experiment.field_kernel (``kernel``;
-    # the automatic rule reads tokens and dim); the ESS it records is judged by the fit
+    # pipeline.stage_finite_temperature: experiment.time_grid, the integrator and its tolerance
+    # (experiment.integration_tolerance: time.tolerance, else one from tokens), experiment.field_kernel
+    # (``kernel``; the automatic rule reads tokens and dim); the ESS it records is judged by the fit
     "finite_temperature": ("dim", "integrator", "kernel", "time", "tokens"),
-    # pipeline.stage_zero_temperature: experiment.time_grid and the integrator
-    "zero_temperature": ("integrator", "time"),
+    # pipeline.stage_zero_temperature: experiment.time_grid, the integrator and its tolerance
+    "zero_temperature": ("integrator", "time", "tokens"),
     # pipeline.stage_distances_beta -> experiment.exact_w2_snapshots
     "distances_beta": ("distances.exact_every",),
     # pipeline.stage_collect_distances: nothing beyond its input files

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import checkpoint, claims, datasets, dynamics, estimates, exact, integrate, io, kernels, measures, projection, \
     transport
-from .experiment import build_matrices, exact_w2_snapshots, field_kernel, time_grid
+from .experiment import build_matrices, exact_w2_snapshots, field_kernel, integration_tolerance, time_grid
 from .joblog import progress_logger
 from .seeding import generator
 
@@ -58,20 +58,24 @@ def stage_initial_tokens(name, experiment, root_seed, matrices_path, output):
 
 
 # ---------------------------------------------------------------- stages 3–4: simulations
-def _simulate_with_checkpoint(field, X0, grid, method, label, checkpoint_path, checkpoint_every, arrays,
-                              **settings):
-    """``checkpoint.simulate_resumable`` with the job's progress log; logs the largest norm drift.
+def _simulate_with_checkpoint(field, X0, grid, method, tolerance, label, checkpoint_path, checkpoint_every,
+                              arrays, **settings):
+    """``checkpoint.simulate_resumable`` with the job's progress log; logs the integrator's record.
 
-    Returns the positions, the norm drift (time, replica) and the checkpoint (call
-    ``discard()`` once the output is written), or None.
+    Returns the positions, the ``integrate.StepRecord`` and the checkpoint (call ``discard()``
+    once the output is written), or None.
     """
     progress = progress_logger(label, grid, X0.shape[1], X0.shape[0])
-    positions, drift, ckpt = checkpoint.simulate_resumable(field, X0, grid, method, label, checkpoint_path,
-                                                           checkpoint_every, arrays, progress, **settings)
+    positions, record, ckpt = checkpoint.simulate_resumable(field, X0, grid, method, label, checkpoint_path,
+                                                            checkpoint_every, arrays, progress, tolerance=tolerance,
+                                                            **settings)
+    drift = record.drift
     k, r = np.unravel_index(np.argmax(drift), drift.shape)
-    log.info("%s: largest norm drift of a step before renormalisation %.3e (snapshot interval ending at t = %g, "
-             "replica %d; the run stops above %g)", label, drift[k, r], grid.times[k], r, integrate.DRIFT_TOLERANCE)
-    return positions, drift, ckpt
+    log.info("%s: %s, %d field evaluations, %d accepted and %d rejected steps; largest norm drift of a step "
+             "before renormalisation %.3e (snapshot interval ending at t = %g, replica %d; the run stops above %g)",
+             label, method, record.evaluations.sum(), record.accepted.sum(), record.rejected.sum(), drift[k, r],
+             grid.times[k], r, integrate.DRIFT_TOLERANCE)
+    return positions, record, ckpt
 
 
 def _finish(ckpt) -> None:
@@ -87,14 +91,14 @@ def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, t
     M, X0 = _inputs(matrices_path, tokens_path)
     grid = time_grid(experiment)
     beta = float(beta)
-    method = experiment["integrator"]
+    method, tolerance = experiment["integrator"], integration_tolerance(experiment)
     kernel = field_kernel(experiment)
     field = lambda X: kernels.attention_field(X, M.B, M.V, beta, kernel)  # noqa: E731
-    log.info("%s: finite temperature beta = %g, %s, step %.4g, %d steps, kernel %s", name, beta, method,
-             grid.step, grid.total_steps, kernel)
-    positions, drift, ckpt = _simulate_with_checkpoint(field, X0, grid, method, f"{name} beta = {beta:g}",
-                                                       checkpoint_path, checkpoint_every, arrays=(M.B, M.V),
-                                                       beta=beta, kernel=kernel)
+    log.info("%s: finite temperature beta = %g, %s, %s, kernel %s", name, beta, method,
+             integrate.describe_steps(grid, method, tolerance), kernel)
+    positions, record, ckpt = _simulate_with_checkpoint(field, X0, grid, method, tolerance,
+                                                        f"{name} beta = {beta:g}", checkpoint_path, checkpoint_every,
+                                                        arrays=(M.B, M.V), beta=beta, kernel=kernel)
     ess = np.stack([kernels.effective_sample_size(X, M.B, M.V, beta, kernel) for X in positions])
     if not np.all(np.isfinite(ess)):
         # a NaN would pass the threshold check below silently (NaN < x is False) and reach the claims
@@ -103,7 +107,7 @@ def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, t
             f"{name}: beta = {beta:g}: the effective sample size is {ess[k, r, i]} at t = {grid.times[k]:g} "
             f"(snapshot {k}), replica {r}, token {i} (kernel {kernel}); {int(np.sum(~np.isfinite(ess)))} "
             f"non-finite values in all")
-    ds = datasets.finite_temperature_dataset(positions, drift, ess, grid, beta, method, kernel)
+    ds = datasets.finite_temperature_dataset(positions, record, ess, grid, beta, method, tolerance, kernel)
     log.info("%s: beta = %g: smallest median effective sample size %.1f (judged against ess_threshold by the "
              "fit)", name, beta, float(np.min(np.median(ds["ess_median"].values, axis=1))))
     io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
@@ -116,13 +120,14 @@ def stage_zero_temperature(name, experiment, root_seed, matrices_path, tokens_pa
     integrator's norm drift, the exact time-changed solution and the largest deviation from it."""
     M, X0 = _inputs(matrices_path, tokens_path)
     grid = time_grid(experiment)
-    method = experiment["integrator"]
+    method, tolerance = experiment["integrator"], integration_tolerance(experiment)
     field = lambda X: dynamics.zero_temperature_field(X, M.A, M.B)  # noqa: E731
-    positions, drift, ckpt = _simulate_with_checkpoint(field, X0, grid, method, f"{name} zero temperature",
-                                                       checkpoint_path, checkpoint_every, arrays=(M.A, M.B))
+    positions, record, ckpt = _simulate_with_checkpoint(field, X0, grid, method, tolerance,
+                                                        f"{name} zero temperature", checkpoint_path, checkpoint_every,
+                                                        arrays=(M.A, M.B))
     reference = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
     error = np.max(np.abs(positions - reference), axis=(1, 2, 3))
-    ds = datasets.zero_temperature_dataset(positions, drift, reference, error, grid, method)
+    ds = datasets.zero_temperature_dataset(positions, record, reference, error, grid, method, tolerance)
     log.info("%s: zero temperature: max deviation from the exact solution %.3e (at t = %g)", name,
              error.max(), grid.horizon)
     io.write_netcdf(ds, output, "zero_temperature", io.provenance(name, experiment, root_seed))

@@ -161,9 +161,8 @@ def _sizes(experiment: dict):
 
 
 def field_evaluations(experiment: dict) -> int:
-    """Field evaluations of one simulation: 4 per RK4 step, 1 per Euler step (``integrate.EVALUATIONS_PER_STEP``)."""
-    per_step = integrate.EVALUATIONS_PER_STEP[experiment.get("integrator", "rk4")]
-    return per_step * time_grid(experiment).total_steps
+    """Field evaluations of one simulation (``integrate.budgeted_evaluations``)."""
+    return integrate.budgeted_evaluations(experiment.get("integrator", "dopri5"), time_grid(experiment))
 
 
 def exact_w2_count(experiment: dict) -> int:
@@ -254,7 +253,8 @@ def _figure(experiment):
 
 # ------------------------------------------------------------------ convergence studies
 # The rule ``convergence`` (not part of the default target, so not in STAGES and not
-# in the config check's memory test): step halving at h, h/2, h/4 for RK4 and Euler
+# in the config check's memory test): step halving at h, h/2, h/4 for RK4 and Euler (and the tolerance study
+# of an adaptive integrator)
 # at finite β and zero temperature, then the particle-number runs (lowtemp.convergence).
 EXTRA_STAGES = ("convergence",)
 #: stages whose jobs run the numba kernels on the rule's threads
@@ -267,10 +267,14 @@ def _convergence(experiment, matrices, threads):
     interval = s.interval
     exact_w2 = matrices is None or matrices.E1.shape[1] > 1  # else the closed form against ±u
     w2_cost = (lambda n: w2_seconds(n)) if exact_w2 else (lambda n: n * DISTANCE_NS_PER_TOKEN_SNAPSHOT * 1e-9)
-    # step halving: runs up to the last check time at h, h/2, h/4 (1 + 2 + 4 times the steps at h)
+    # step halving: runs up to the last check time at h, h/2, h/4 (1 + 2 + 4 times the steps at h); an
+    # adaptive integrator at three tolerances that halve its steps: 1 + 2 + 4 times its budget at the first
     st = s.steps
-    steps = sum(g.total_steps for g in convergence.halving_grids(max(st.times), interval, st.dt))
-    evals = sum(integrate.EVALUATIONS_PER_STEP[m] for m in convergence.NOMINAL_ORDER) * steps
+    grids = convergence.halving_grids(max(st.times), interval, st.dt)
+    methods = convergence.study_methods(experiment)
+    evals = sum(integrate.budgeted_evaluations(m, g) for m in convergence.NOMINAL_ORDER for g in grids)
+    evals += sum((2**convergence.STEP_LEVELS - 1) * integrate.budgeted_evaluations(m, grids[0])
+                 for m in methods if m in integrate.ADAPTIVE)
     kernel = field_kernel({**experiment, "tokens": st.tokens})
     speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
     r, n = st.replicas, st.tokens
@@ -278,14 +282,14 @@ def _convergence(experiment, matrices, threads):
     seconds = (evals * r * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
                + evals * r * n * (LINEAR_NS + ZERO_NS_PER_TOKEN_EVAL) * 1e-9
                + checks * r * n * EXACT_NS_PER_TOKEN_SNAPSHOT * 1e-9
-               + len(convergence.NOMINAL_ORDER) * convergence.STEP_LEVELS * checks * r * w2_cost(n))
+               + len(methods) * convergence.STEP_LEVELS * checks * r * w2_cost(n))
     snapshots = round(max(st.times) / interval) + 1
-    step_bytes = (snapshots + 12 + 4 * convergence.STEP_LEVELS * checks) * r * n * d * _F
+    step_bytes = (snapshots + 12 + 2 * len(methods) * convergence.STEP_LEVELS * checks) * r * n * d * _F
     # particle number: one run per N on the experiment's step, W2 at every snapshot
     pa = s.particles
     grid = convergence.particle_grid(experiment, s)
     snapshots = grid.snapshots
-    evals = integrate.EVALUATIONS_PER_STEP[experiment.get("integrator", "rk4")] * grid.total_steps
+    evals = integrate.budgeted_evaluations(experiment.get("integrator", "dopri5"), grid)
     reused = int(experiment["tokens"]) if convergence.reusable_run(experiment, s) else None
     for n in pa.tokens:
         seconds += (snapshots + 1) * pa.replicas * w2_cost(n)

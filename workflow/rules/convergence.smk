@@ -1,4 +1,4 @@
-# Convergence studies: step halving (h, h/2, h/4; RK4 and Euler;
+# Convergence studies: step halving (h, h/2, h/4; RK4 and Euler; the adaptive integrator's tolerance levels;
 # finite β by Richardson, zero temperature also against the exact solution) and particle
 # number (W2(ρ^β_t, Π♯ρ0) for N doubling, spread over replicas). Not in the default target
 # (`all`): `snakemake --cores all convergence_all` runs them for every experiment.
