@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost test lint test-faults test-slurm test-container bench venv report clean
+.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,13 @@ lint: $(STAMP)
 ## test-faults: fault injection (SIGKILL mid-run and mid-write, resume bit for bit), bounded in time
 test-faults: $(STAMP)
 	$(BIN)/python -m pytest tests/faults -p no:cacheprovider
+
+## test-torch: the optional PyTorch field (kernel: torch) against the dense kernel; installs PyTorch's CPU build into
+## .venv (the kernel then imports it in every job: run this last, as .ci/run does)
+TORCH := torch==2.13.0
+test-torch: $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-input '$(TORCH)'
+	LOWTEMP_REQUIRE_TORCH=1 $(BIN)/python -m pytest tests/test_torch_field.py -p no:cacheprovider
 
 ## test-slurm: a real single-node SLURM cluster (started here, as root) runs config/test.yaml; numbers equal a local run
 test-slurm: $(STAMP)

@@ -60,7 +60,8 @@ def main(argv=None):
                    f"(CPU ratio {a[1] / b[1]:.2f})")
     out += ["", "| simulation | evaluations before | after | ratio | max \\|Δposition\\| |", "|---|---|---|---|---|"]
     work_b = work_a = 0.0
-    files = sorted(glob.glob(f"{after}/results/*/finite_temperature/*.nc") + glob.glob(f"{after}/results/*/zero_temperature.nc"))
+    files = sorted(glob.glob(f"{after}/results/*/finite_temperature/*.nc")
+                   + glob.glob(f"{after}/results/*/zero_temperature.nc"))
     for f in files:
         rel = f[len(after) + len("/results/"):]
         a, b = _open(f), _open(f"{base}/results/{rel}")

@@ -230,7 +230,7 @@ def test_rules_request_the_estimates_and_the_profile_groups(tmp_path):
     exp = cfg["experiments"]["tiny"]
     M = lowtemp_experiment.build_matrices("tiny", exp, cfg["root_seed"])
     fin = resources.estimate("finite_temperature", exp, beta=5, matrices=M, threads=2)
-    assert f"runtime={fin.runtime_min}, cpus_per_task=2, mem_mb={fin.mem_mb}" in text
+    assert f"runtime={fin.runtime_min}, cpus_per_task=2, gpu=0, mem_mb={fin.mem_mb}" in text  # gpu: kernel torch only
     assert "Group job distances" in text or "group job distances" in text.lower()
     assert "group job figures" in text.lower()
     profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-#: the kernels of ``kernels.attention_field``
+#: the kernels of ``kernels.attention_field`` that are always there
 KERNELS = ("numpy", "dense", "cap")
+#: kernels that need an optional package: ``torch`` (PyTorch, float64, on a CUDA device when there is one;
+#: ``lowtemp.torch_field``)
+OPTIONAL_KERNELS = ("torch",)
 #: relative mass the cap kernel may neglect
 DEFAULT_TAIL = 1e-12
 #: largest truncation constant of the cap kernel
@@ -80,6 +83,26 @@ def _box_sums(counts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return total
 
 
+def cap_geometry(Xr: np.ndarray, A: np.ndarray, row_max: np.ndarray, c: float):
+    """The cap kernel's caps and cell grid for one replica's tokens ``Xr`` (N, d) and queries a_i = β Bᵀx_i
+    (rows of ``A``) whose row maxima are at least ``row_max``: returns (q, radius, rho_max, h, G).
+
+    Query i's cap is |x − q_i|² ≤ ρmax² + 1 − 2(m_i − c)/|a_i| around q_i = a_i/|a_i| (every score more than c
+    below m_i lies outside it; ρmax the largest token length, so it holds off the sphere too), the whole
+    ball of radius 2ρmax where a_i = 0. The grid has cells of side h, half the median cap radius within
+    [2ρmax/64, 2ρmax], G per axis over [−ρmax, ρmax]. One definition for ``kernels.cap_field`` and for
+    ``cap_sweep_fraction``, which predicts its cost.
+    """
+    na = np.linalg.norm(A, axis=1)
+    zero = na == 0.0
+    safe = np.where(zero, 1.0, na)
+    rho_max = float(np.max(np.linalg.norm(Xr, axis=1)))
+    radius = np.where(zero, 2.0 * rho_max,
+                      np.sqrt(np.clip(rho_max**2 + 1.0 - 2.0 * (row_max - c) / safe, 0.0, None)))
+    h = float(np.clip(0.5 * np.median(radius), 2.0 * rho_max / 64, 2.0 * rho_max))
+    return A / safe[:, None], radius, rho_max, h, int(np.ceil(2.0 * rho_max / h))
+
+
 def cap_sweep_fraction(X: np.ndarray, B: np.ndarray, beta: float, tail: float = DEFAULT_TAIL,
                        queries: int = PROBE_QUERIES) -> float:
     """The fraction of the N tokens the cap kernel sweeps per query, on this cloud (mean over replicas and
@@ -89,7 +112,8 @@ def cap_sweep_fraction(X: np.ndarray, B: np.ndarray, beta: float, tail: float = 
     the cap |x − q_i|² ≤ ρmax² + 1 − 2(m_i − c)/|a_i| around q_i = a_i/|a_i|, a_i = β Bᵀx_i, twice; its cost is
     proportional to the tokens in that box, not in the cap: on a clustered cloud a cell holds a whole cluster.
     This follows the same geometry (cell size half the median cap radius, within [2ρmax/64, 2ρmax]) with the
-    exact row maximum m_i of the probe queries, in O(queries·N + G^d) numpy operations, without numba.
+    exact row maximum m_i of the probe queries (``cap_geometry``), in O(queries·N + G^d) numpy operations,
+    without numba.
     """
     X = np.asarray(X, dtype=float)
     r, n, d = X.shape
@@ -99,19 +123,10 @@ def cap_sweep_fraction(X: np.ndarray, B: np.ndarray, beta: float, tail: float = 
         Xr = X[k]
         probe = Xr[np.unique(np.linspace(0, n - 1, min(queries, n)).astype(np.int64))]
         A = float(beta) * probe @ np.asarray(B, dtype=float)  # a_i = β Bᵀx_i, as rows
-        na = np.linalg.norm(A, axis=1)
-        rho_max = float(np.max(np.linalg.norm(Xr, axis=1)))
-        if not np.all(na > 0):
-            fractions.append(1.0)  # a row without a direction sums every token
-            continue
-        m = np.max(A @ Xr.T, axis=1)
-        rad = np.sqrt(np.clip(rho_max**2 + 1.0 - 2.0 * (m - c) / na, 0.0, None))
-        h = float(np.clip(0.5 * np.median(rad), 2.0 * rho_max / 64, 2.0 * rho_max))
-        G = int(np.ceil(2.0 * rho_max / h))
+        q, rad, rho_max, h, G = cap_geometry(Xr, A, np.max(A @ Xr.T, axis=1), c)
         cells = np.clip(np.floor((Xr + rho_max) / h).astype(np.int64), 0, G - 1)
         flat = np.ravel_multi_index(tuple(cells.T), (G,) * d)
         counts = np.bincount(flat, minlength=G**d).reshape((G,) * d).astype(float)
-        q = A / na[:, None]
         lo = np.clip(np.floor((q - rad[:, None] + rho_max) / h).astype(np.int64), 0, G - 1)
         hi = np.clip(np.floor((q + rad[:, None] + rho_max) / h).astype(np.int64), 0, G - 1)
         fractions.append(float(np.mean(_box_sums(counts, lo, hi))) / n)

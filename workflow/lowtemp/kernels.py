@@ -47,8 +47,8 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 from scipy.spatial import cKDTree
 
-from . import dynamics
-from .kernel_choice import DEFAULT_TAIL, KERNELS, concrete_kernel, truncation_constant
+from . import dynamics, torch_field
+from .kernel_choice import DEFAULT_TAIL, KERNELS, OPTIONAL_KERNELS, cap_geometry, concrete_kernel, truncation_constant
 
 # Kernels are compiled afresh in every process (no numba on-disk cache): a kernel
 # loaded from numba's cache was measured to differ in the last bit from a fresh
@@ -334,17 +334,12 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
     for r in range(X.shape[0]):
         Xr = np.ascontiguousarray(X[r])
         A = Xr @ At.T  # a_i = β Bᵀ x_i
-        na = np.linalg.norm(A, axis=1)
-        zero = na == 0.0  # a_i = 0: all of row i's scores are 0 (_cap_sum then sums every token)
-        safe = np.where(zero, 1.0, na)
-        _, nearest = cKDTree(Xr).query(np.where(zero[:, None], Xr, A / safe[:, None]), k=1)
+        zero = np.linalg.norm(A, axis=1) == 0.0  # a_i = 0: all of row i's scores are 0 (_cap_sum sums every token)
+        direction = A / np.where(zero, 1.0, np.linalg.norm(A, axis=1))[:, None]
+        _, nearest = cKDTree(Xr).query(np.where(zero[:, None], Xr, direction), k=1)
         m_lower = np.sum(A * Xr[nearest], axis=1)  # a real token's score: ≤ the row max
-        rho_max = float(np.max(np.linalg.norm(Xr, axis=1)))
-        rad = np.where(zero, 2.0 * rho_max,
-                       np.sqrt(np.clip(rho_max**2 + 1.0 - 2.0 * (m_lower - c) / safe, 0.0, None)))
+        _, _, rho_max, h, G = cap_geometry(Xr, A, m_lower, c)
         origin = -rho_max
-        h = float(np.clip(0.5 * np.median(rad), 2.0 * rho_max / 64, 2.0 * rho_max))  # half a cap radius
-        G = int(np.ceil(2.0 * rho_max / h))
         start, order = _cell_lists(Xr, h, G, origin)
         _cap_sum(Xr, np.ascontiguousarray(At), V, m_lower, rho_max, c, origin, h, G, start, order,
                  out[r], ess[r])
@@ -353,8 +348,9 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
 
 # ------------------------------------------------------------------ dispatch
 def attention_field(X, B, V, beta, kernel: str = "dense"):
-    """The finite-temperature field with the named kernel (``numpy``, ``dense``, ``cap``; ``auto``: the one
-    ``kernel_choice.choose_for_cloud`` predicts cheaper on this cloud)."""
+    """The finite-temperature field with the named kernel (``numpy``, ``dense``, ``cap``, ``torch`` (optional,
+    ``lowtemp.torch_field``); ``auto``: the one ``kernel_choice.choose_for_cloud`` predicts cheaper on this
+    cloud)."""
     kernel = concrete_kernel(kernel, X, B, beta)
     if kernel == "numpy":
         return dynamics.attention_field(X, B, V, beta)
@@ -362,7 +358,10 @@ def attention_field(X, B, V, beta, kernel: str = "dense"):
         return dense_field(X, B, V, beta)
     if kernel == "cap":
         return cap_field(X, B, V, beta)
-    raise ValueError(f"unknown kernel {kernel!r}; known: {list(KERNELS)} (or 'auto' in the config)")
+    if kernel == "torch":
+        return torch_field.torch_field(X, B, V, beta)
+    raise ValueError(f"unknown kernel {kernel!r}; known: {list(KERNELS + OPTIONAL_KERNELS)} (or 'auto' in the "
+                     f"config)")
 
 
 def effective_sample_size(X, B, V, beta, kernel: str = "dense"):
@@ -374,7 +373,9 @@ def effective_sample_size(X, B, V, beta, kernel: str = "dense"):
         return dense_field(X, B, V, beta, with_ess=True)[1]
     if kernel == "cap":
         return cap_field(X, B, V, beta, with_ess=True)[1]
-    raise ValueError(f"unknown kernel {kernel!r}; known: {list(KERNELS)}")
+    if kernel == "torch":
+        return torch_field.torch_field(X, B, V, beta, with_ess=True)[1]
+    raise ValueError(f"unknown kernel {kernel!r}; known: {list(KERNELS + OPTIONAL_KERNELS)}")
 
 
 def set_threads(n: int | None) -> None:

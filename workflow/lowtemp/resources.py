@@ -165,14 +165,23 @@ def field_evaluations(experiment: dict) -> int:
     return integrate.budgeted_evaluations(experiment.get("integrator", "dopri5"), time_grid(experiment))
 
 
+def gpus(stage: str, experiment: dict) -> int:
+    """GPUs a job asks for: 1 for the stages that evaluate the finite-temperature field
+    (``THREADED_STAGES``) when the experiment's kernel is ``torch`` (``lowtemp.torch_field``, which runs
+    on a CUDA device when it sees one), else 0. The SLURM profile turns 1 into ``--gpus=1``."""
+    return int(stage in THREADED_STAGES and field_kernel(experiment) == "torch")
+
+
 def exact_w2_count(experiment: dict) -> int:
     """Snapshots with an exact N×N W2 per replica (``experiment.exact_w2_snapshots``)."""
     return int(exact_w2_snapshots(experiment, int(experiment["time"]["snapshots"]) + 1).sum())
 
 
 def ns_per_pair(kernel: str, d: int) -> float:
-    """Budgeted cost of one token pair and field evaluation with ``kernel`` in dimension d (ns, 2 threads)."""
-    if kernel == "numpy":
+    """Budgeted cost of one token pair and field evaluation with ``kernel`` in dimension d (ns, 2 threads).
+    ``torch`` is budgeted as the numpy reference, what it costs on a CPU (docs/kernels.md): an upper
+    bound where it runs on a GPU."""
+    if kernel in ("numpy", "torch"):
         return NUMPY_NS_PER_PAIR + NUMPY_NS_PER_PAIR_PER_DIM * d
     return NS_PER_PAIR[kernel]
 
@@ -197,7 +206,7 @@ def _finite(experiment, beta, matrices, threads):
     tokens = r * n * d * _F
     positions = times * tokens
     ess = times * r * n * _F
-    if kernel == "numpy":
+    if kernel in ("numpy", "torch"):  # torch: the host copies; its blocks live on the device
         workspace = 4 * r * min(n, _NUMPY_BLOCK_ROWS) * n * _F
     elif kernel in ("cap", "auto"):  # auto may run the cap kernel
         workspace = 10 * tokens
@@ -205,7 +214,7 @@ def _finite(experiment, beta, matrices, threads):
         workspace = 2 * tokens
     data = 3 * positions + 2 * ess + 12 * tokens + workspace
     evals = field_evaluations(experiment) + times  # + one (with ESS) per snapshot
-    speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
+    speedup = 1.0 if kernel in ("numpy", "torch") else max(1, int(threads)) / KERNEL_THREADS
     seconds = evals * r * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup + evals * r * n * LINEAR_NS * 1e-9
     return data, seconds
 

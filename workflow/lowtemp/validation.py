@@ -25,6 +25,7 @@ removes one temporary file).
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
 import os
 import tempfile
@@ -237,6 +238,9 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     kernel = experiment.get("kernel", "auto")
     if kernel in ("dense", "cap") and d not in (2, 3):
         raise ConfigError(f"{where}.kernel: {kernel!r} supports dim 2 and 3, got dim = {d}; use 'numpy' or 'auto'")
+    if kernel == "torch" and importlib.util.find_spec("torch") is None:  # found, not imported: the check stays cheap
+        raise ConfigError(f"{where}.kernel: 'torch' needs PyTorch, which is not installed here: `.venv/bin/pip "
+                          f"install torch` (or `pip install -e .[gpu]`), or choose dense, cap, numpy or auto")
     if m["family"] == "explicit":
         for key in ("K", "Q", "V"):
             try:

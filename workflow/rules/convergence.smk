@@ -22,6 +22,7 @@ rule convergence:
         mem_mb=stage_mem_mb("convergence"),
         runtime=stage_runtime("convergence"),
         cpus_per_task=stage_cpus("convergence"),
+        gpu=stage_gpus("convergence"),
     params:
         stage=stage_params("convergence"),
         checkpoints=f"{RESULTS}/{{experiment}}/checkpoints",

@@ -38,6 +38,12 @@ def stage_cpus(stage):
     return lambda wildcards, threads: _resource_estimate(stage, wildcards, threads).cpus
 
 
+def stage_gpus(stage):
+    """``gpu`` of a rule's jobs: 1 where the field runs on PyTorch (``kernel: torch``), else 0 (the SLURM
+    plugin then asks for no GPU)."""
+    return lambda wildcards: lowtemp_resources.gpus(stage, EXPERIMENTS[wildcards.experiment])
+
+
 def stage_group(stage):
     """Job group of a rule's jobs on a cluster: short jobs of one experiment go as one job."""
     return lambda wildcards: lowtemp_resources.group_of(stage, EXPERIMENTS[wildcards.experiment])

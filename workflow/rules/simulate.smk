@@ -18,6 +18,7 @@ rule finite_temperature:
         mem_mb=stage_mem_mb("finite_temperature"),
         runtime=stage_runtime("finite_temperature"),
         cpus_per_task=stage_cpus("finite_temperature"),
+        gpu=stage_gpus("finite_temperature"),
     params:
         stage=stage_params("finite_temperature"),
         beta=lambda w: BETAS[w.experiment][w.beta],
