@@ -181,7 +181,7 @@ def test_bad_config_gives_its_exact_error_and_no_output(tmp_path, base_config, m
 
 def test_the_unchanged_test_config_passes(tmp_path, base_config):
     checked = _validate(base_config, tmp_path / "results")
-    assert set(checked) == {"tiny", "tiny_circle"}
+    assert set(checked) == {"tiny", "tiny_circle", "tiny_mean_field"}
     assert list(tmp_path.iterdir()) == []
 
 

@@ -73,8 +73,8 @@ def synthetic(seed=0, early=1.0, late=1.0, error_power=-1.0, kappa=KAPPA, t0=T0,
             dist_A[i, r, after] = np.minimum(0.6 * gap + (T[after] - depart[i, r]), gap)
     near, far = 0.02, 1.3
     dist_V = np.full_like(w2_proj, far)
-    if end_at == "V":
-        dist_V[..., -1] = np.where(np.isfinite(depart), near, far)
+    if end_at == "V":  # they settle on it a time 1 after departing
+        dist_V[T[None, None, :] > depart[..., None] + 1.0] = near
     return xr.Dataset(
         {
             "w2_zero_to_projection": (("replica", "time"), zero_to_proj),
@@ -410,3 +410,81 @@ def test_a_particle_budget_decides_for_its_beta_claim_by_claim():
     assert found["conjecture_1"].status == claims.UNDER_RESOLVED
     assert "particle-number budget exceeded" in found["conjecture_1"].numbers
     assert found["metastable_log_beta"].status == claims.UNDER_RESOLVED
+
+
+def with_reference(dist, error_fraction, shift=None):
+    """``dist`` as a mean-field experiment's: NaN ESS, a reference error that is ``error_fraction`` (beta,) of
+    W2(ρ^β_t, ρ^∞_t) at every time (W2(ρ^β_t, Π♯ρ0) ≥ it), and the coarser reference's distance to E1(A) equal to
+    the finer one's, or with ``shift`` (beta,) snapshots later departures."""
+    dist = dist.copy()
+    frac = np.asarray(error_fraction, float)[:, None, None]
+    dist["reference_error"] = (("beta", "replica", "time"), frac * dist["w2_zero_temperature"].values)
+    coarse = dist["dist_leading_A"].values.copy()
+    for i, k in enumerate(np.zeros(dist.sizes["beta"], int) if shift is None else shift):
+        if k:
+            coarse[i] = np.concatenate([coarse[i][:, :1].repeat(k, axis=1), coarse[i][:, :-k]], axis=1)
+    dist["reference_dist_leading_A"] = (("beta", "replica", "time"), coarse)
+    dist["ess_median"] = dist["ess_median"] * np.nan
+    return dist
+
+
+def test_a_mean_field_reference_decides_by_its_own_error_claim_by_claim():
+    """model: mean_field: no ESS; the reference's error estimate decides. Errors of 10 % of W2 resolve every β (the
+    verdicts are those of the particle curves with ESS 100); an error of 30 % of W2(ρ^β_t, ρ^∞_t) at β = 1000 (above
+    the fraction 0.25) leaves that β out of temperature_scaling, one of 10 times it out of every W2 claim; a coarser reference departing one snapshot later at β = 100 widens that β's departure range by the
+    shift, two snapshots later leave it out of metastable_log_beta only; errors of 10 times it everywhere make every W2 claim UNDER-RESOLVED, in words that
+    name the reference."""
+    base, found = judge(synthetic())
+    fit, ok = judge(with_reference(synthetic(), [0.1] * 4))
+    assert statuses(ok) == statuses(found) == {k: claims.PASSED for k in NAMES}
+    for var in ("resolved_early", "resolved_to_departure", "metastable_beta_used", "temperature_beta_used"):
+        np.testing.assert_array_equal(fit[var].values, base[var].values)
+    assert np.allclose(fit["reference_error_early"].values, 0.1)
+    fit, _ = judge(with_reference(synthetic(), [0.1, 0.1, 0.3, 0.1]))
+    assert fit["resolved_early"].values.tolist() == [True, True, False, True]
+    # W2(ρ^β_t, Π♯ρ0) ≥ W2(ρ^β_t, ρ^∞_t): the same error is a smaller part of it
+    np.testing.assert_array_equal(fit["resolved_to_departure"].values, base["resolved_to_departure"].values)
+    fit, _ = judge(with_reference(synthetic(), [0.1, 0.1, 10.0, 0.1]))
+    assert fit["resolved_to_departure"].values.tolist()[2] is False
+    np.testing.assert_array_equal(fit["metastable_beta_used"].values, base["metastable_beta_used"].values)
+    # within one snapshot: resolved, its departure's range widened by the shift (wider slope bounds)
+    fit, _ = judge(with_reference(synthetic(), [0.1] * 4, shift=[0, 1, 0, 0]))
+    assert fit["metastable_beta_used"].values.all()
+    assert fit["reference_departure_shift"].values[1] == pytest.approx(T[1] - T[0])
+    lo, hi = fit["metastable_slope"].values.T
+    base_lo, base_hi = base["metastable_slope"].values.T
+    assert np.all(lo < base_lo) and np.all(hi > base_hi)
+    np.testing.assert_array_equal(fit["resolved_early"].values, base["resolved_early"].values)
+    # two snapshots away: that β is left out of metastable_log_beta only
+    fit, _ = judge(with_reference(synthetic(), [0.1] * 4, shift=[0, 2, 0, 0]))
+    assert fit["metastable_beta_used"].values.tolist() == [True, False, True, True]
+    np.testing.assert_array_equal(fit["resolved_early"].values, base["resolved_early"].values)
+    fit, bad = judge(with_reference(synthetic(), [10.0] * 4))
+    for name in ("bound_above_data", "temperature_scaling", "conjecture_1"):
+        assert bad[name].status == claims.UNDER_RESOLVED, bad[name].line()
+        assert "mean-field reference" in bad[name].numbers
+    assert bad["metastable_log_beta"].status == claims.PASSED  # its departures are resolved
+
+
+def test_tokens_still_approaching_v_at_the_horizon_are_not_judged():
+    """A β that departs shortly before the horizon has not reached V's eigenspace yet: its final distance says when
+    the run stopped. Curves whose distance to V still falls over the last tenth of the run are left out of
+    conjecture_1 (INCONCLUSIVE when nothing else departed); curves that stay on E1(A) (the violation) keep a
+    constant distance and still FAIL."""
+    dist = synthetic()
+    late = dist.isel(beta=[0])
+    t = late.time.values
+    dV = np.where(t > 27.0, 1.3 - 0.3 * (t - 27.0), 1.3)  # departed at 27, falling at the horizon 30
+    late["dist_leading_V"] = (("beta", "replica", "time"), np.broadcast_to(dV, late["dist_leading_V"].shape).copy())
+    dA = late["dist_leading_A"].values
+    gap = fitting.subspace_gap(M.E1, M.E1_V_real)
+    dA[..., t > 27.0] = gap
+    dA[..., (t > 3.0) & (t <= 27.0)] = 0.05
+    late["dist_leading_A"] = (("beta", "replica", "time"), dA)
+    assert claims.still_approaching(late).all()
+    fit, found = judge(late)
+    assert found["conjecture_1"].status == claims.INCONCLUSIVE, found["conjecture_1"].line()
+    assert "lengthen time.horizon" in found["conjecture_1"].numbers
+    stuck = synthetic(end_at="A")
+    assert not claims.still_approaching(stuck).any()
+    assert judge(stuck)[1]["conjecture_1"].status == claims.FAILED

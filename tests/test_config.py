@@ -122,6 +122,9 @@ def test_test_config_is_valid_and_consistent(test_config):
                          "V": [[2, 0], [0, 1]]}), r"experiments\.tiny\.matrices\.K must be a 3x3"),
     (_set(["matrices"], {"family": "spectral", "eigenvalues": [1, 0.5, 0.2], "sigma_min": 2.0,
                          "sigma_max": 1.0}), r"experiments\.tiny\.matrices: need 0 < sigma_min"),
+    # tiny's random d = 3 matrices have no axis of symmetry: no one-dimensional mean field to solve
+    (_set(["model"], "mean_field"), r"experiments\.tiny\.model: mean_field needs a one-dimensional reduction.*B has "
+                                    r"three distinct eigenvalues"),
 ])
 def test_validate_experiment_raises_config_error(test_config, mutate, match):
     exp = test_config["experiments"]["tiny"]
@@ -264,3 +267,22 @@ def test_estimate_cost_sets_measured_jobs_against_their_estimates(tmp_path, caps
     assert float(ft[8]) == 0.5 and abs(float(ft[9]) - 0.5 / (e.mem_mb / 1024)) < 0.01
     assert len(lines[("tiny", "distances_beta", "50")]) == 10
     assert len(lines[("tiny", "distances_beta", "5")]) == 6  # no benchmark file: estimate only
+
+
+def test_a_mean_field_experiment_is_checked_before_any_work(test_config):
+    """tiny_mean_field (the circle) validates; with a particle-number study, or on S² with an initial measure whose
+    mean is off the matrices' axis, it is refused naming the key. The circle with explicit axisymmetric 3×3 matrices
+    and uniform tokens validates too (the d = 3 reduction)."""
+    exp = test_config["experiments"]["tiny_mean_field"]
+    validated(test_config)
+    validation.validate_experiment("tiny_mean_field", exp, test_config["root_seed"])
+    bad = dict(exp, convergence={})
+    with pytest.raises(validation.ConfigError, match=r"tiny_mean_field\.convergence: a model: mean_field"):
+        validation.validate_experiment("tiny_mean_field", bad, test_config["root_seed"])
+    axis = {"family": "explicit", "K": [[2, 0, 0], [0, 1, 0], [0, 0, 1]], "Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+            "V": [[1.5, 0, 0], [0, 1, 0], [0, 0, 1]]}
+    sphere = dict(exp, dim=3, matrices=axis, initial_measure={"name": "uniform"})
+    validation.validate_experiment("tiny_mean_field", sphere, test_config["root_seed"])
+    tilted = dict(sphere, initial_measure={"name": "vmf_mixture", "kappas": [2.0], "means": [[0, 1, 0]]})
+    with pytest.raises(validation.ConfigError, match=r"tiny_mean_field\.model: mean_field needs"):
+        validation.validate_experiment("tiny_mean_field", tilted, test_config["root_seed"])

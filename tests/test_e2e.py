@@ -21,7 +21,8 @@ import xarray as xr
 import yaml
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp import compare, dynamics, exact, integrate, io, matrices, measures, params, projection, seeding
+from lowtemp import compare, dynamics, exact, integrate, io, matrices, meanfield, measures, params, pipeline, projection, \
+    seeding
 from lowtemp import experiment as lowtemp_experiment
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 from conftest import run_workflow as _run_workflow
@@ -179,7 +180,7 @@ def _lsa_w2(X, Y):
     return np.sqrt(np.mean(C[r, c]))
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_circle"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_circle", "tiny_mean_field"])
 def test_stored_inputs_are_reproducible_from_the_seed(results, config, name):
     exp = config["experiments"][name]
     seed = config["root_seed"]
@@ -219,7 +220,37 @@ def test_simulations_recomputed_from_stored_inputs(results, config, name):
     np.testing.assert_allclose(fin["positions"].values, sim, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_circle"])
+def test_mean_field_experiment_is_the_references_push_forward(results, config):
+    """model: mean_field: the stored tokens are meanfield.solve's push-forward of the stored initial tokens (solved
+    here again at the config's cells), on the circle; the error estimate is the distance to the solution at twice the
+    width; there is no ESS; fit.nc holds the reference's error ratios; no particle system was run."""
+    name = "tiny_mean_field"
+    exp = config["experiments"][name]
+    M, X0 = _stored_inputs(results, name)
+    red = meanfield.reduce(M.B, M.V)
+    for b in exp["betas"]:
+        fin = _open(results / name / "finite_temperature" / f"beta{_beta_label(b)}.nc")
+        times = fin["time"].values
+        sols = [meanfield.solve(red, float(b), times, width=w, depth=exp["mean_field"]["depth"],
+                                rtol=pipeline.MEAN_FIELD_RTOL, atol=pipeline.MEAN_FIELD_ATOL).push_forward(X0)
+                for w in (exp["mean_field"]["width"], 2 * exp["mean_field"]["width"])]
+        np.testing.assert_allclose(fin["positions"].values, sols[0], atol=1e-12)
+        err = np.sqrt(np.mean(np.sum((sols[0] - sols[1]) ** 2, axis=-1), axis=-1))
+        np.testing.assert_allclose(fin["reference_error"].values, err, atol=1e-12)
+        assert fin.attrs["model"] == "mean_field" and np.all(np.isnan(fin["ess_median"].values))
+        # a particle run from the same tokens is a different cloud (the reference is not a particle system)
+        particles = integrate.simulate(lambda X: dynamics.attention_field(X, M.B, M.V, float(b)), X0,
+                                       integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"],
+                                                          exp["time"]["dt"]))
+        assert np.max(np.abs(particles[-1] - fin["positions"].values[-1])) > 1e-3
+    fit = _open(results / name / "fit.nc")
+    for key in ("reference_error_early", "reference_error_to_departure", "reference_departure_shift"):
+        assert key in fit and np.all(fit[key].values >= 0), key
+    dist = _open(results / name / "distances.nc")
+    assert "reference_error" in dist and "reference_error" not in _open(results / "tiny" / "distances.nc")
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_circle", "tiny_mean_field"])
 def test_distances_recomputed_from_stored_positions(results, config, name):
     exp = config["experiments"][name]
     M, X0 = _stored_inputs(results, name)

@@ -428,3 +428,64 @@ def test_out_of_scale_inputs_get_named_errors():
     edges = mf.uniform_edges(red, 0.1)
     np.testing.assert_allclose(mf.initial_masses(red, edges, "vmf_mixture", {"kappas": [0.0], "means": [e]}),
                                mf.cell_measure(red, edges) / (4 * np.pi), rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------
+# the push-forward inside a cell: the linear density reconstruction
+
+
+@HYP
+@given(F=st.floats(0.0, 1.0), s=st.floats(-1.0, 1.0))
+def test_unit_position_inverts_the_mass_fraction(F, s):
+    v = mf.unit_position(F, s)
+    assert 0.0 <= v <= 1.0 + 1e-15
+    assert mf.mass_fraction(v, s) == pytest.approx(F, abs=1e-14)
+
+
+def test_density_slopes_are_exact_for_a_linear_density_and_zero_at_an_extremum():
+    """Cells of a density linear in θ (circle, away from the wrap) get its slope; a peak gets 0 (limited)."""
+    M = circle_matrices()
+    red = mf.reduce(M.B, M.V)
+    edges = np.linspace(0.0, 2 * np.pi, 65)
+    mid = 0.5 * (edges[:-1] + edges[1:])
+    h = np.diff(edges)
+    rho = 1.0 + 0.1 * (mid - np.pi)  # linear, cell means exact at the midpoints
+    s = mf.density_slopes(red, edges, rho * h)
+    np.testing.assert_allclose(s[1:-1], 0.1 * 0.5 * h[1:-1] / rho[1:-1], rtol=1e-12)
+    peak = np.exp(-((mid - np.pi) ** 2))
+    s = mf.density_slopes(red, edges, peak * h)
+    k = int(np.argmax(peak))
+    assert s[k] == 0.0 and np.all(np.abs(s) <= 1.0)
+
+
+def _median_push_forward_errors(slopes):
+    """Median token error at t = 1, β = 100 (circle), of widths 0.2, 0.1, 0.05 against width 0.0125."""
+    M = circle_matrices()
+    red = mf.reduce(M.B, M.V)
+    X = np.random.default_rng(5).standard_normal((1, 2000, 2))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    fine = mf.solve(red, 100.0, [0.0, 1.0], width=0.0125, rtol=1e-11, atol=1e-13).push_forward(X)[1]
+    out = []
+    for w in (0.2, 0.1, 0.05):
+        sol = mf.solve(red, 100.0, [0.0, 1.0], width=w, rtol=1e-11, atol=1e-13)
+        if not slopes:
+            sol.initial_masses = None
+            original, mf.density_slopes = mf.density_slopes, lambda red, e, m: np.zeros(e.size - 1)
+        try:
+            out.append(np.median(np.linalg.norm(sol.push_forward(X)[1] - fine, axis=-1)))
+        finally:
+            if not slopes:
+                mf.density_slopes = original
+    return np.array(out)
+
+
+def test_the_reconstruction_places_tokens_an_order_of_magnitude_better():
+    """β = 100, t = 1: placed by a constant density per cell (the input that must fail the first assertion), the
+    median token converges at the second order that piecewise-constant placement has (measured 1.9); with the
+    linear reconstruction it is at least 10× closer to the fine solution at every width (measured 40–70×) and
+    converges at least as fast."""
+    with_slopes, without = _median_push_forward_errors(True), _median_push_forward_errors(False)
+    assert np.all(with_slopes <= 0.1 * without), (with_slopes, without)
+    order_without = np.log2(without[:-1] / without[1:])
+    assert np.all((order_without > 1.7) & (order_without < 2.3)), order_without
+    assert np.all(np.log2(with_slopes[:-1] / with_slopes[1:]) >= 2.0), with_slopes

@@ -175,6 +175,12 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
     pipeline.stage_finite_temperature(name, g("finite_temperature"), seed, beta=5.0, matrices_path=mats,
                                       tokens_path=toks, output=out / "beta5.nc")
     check("finite_temperature", out / "beta5.nc")
+    # a model: mean_field experiment's finite-temperature stage reads the rest of its row
+    mf_exp, mf_res = test_experiments["experiments"]["tiny_mean_field"], run_dir / "results" / "tiny_mean_field"
+    pipeline.stage_finite_temperature("tiny_mean_field", g("finite_temperature", mf_exp), seed, beta=10.0,
+                                      matrices_path=mf_res / "matrices.nc", tokens_path=mf_res / "initial_tokens.nc",
+                                      output=out / "mf_beta10.nc")
+    check("finite_temperature", out / "mf_beta10.nc", mf_exp)
     pipeline.stage_zero_temperature(name, g("zero_temperature"), seed, matrices_path=mats, tokens_path=toks,
                                     output=out / "zero_temperature.nc")
     check("zero_temperature", out / "zero_temperature.nc")
@@ -213,9 +219,10 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
 
 
 # ------------------------------------------------------------------ what an edit reruns
-BETAS = {"tiny": ["5", "50"], "tiny_circle": ["10"]}
+BETAS = {"tiny": ["5", "50"], "tiny_circle": ["10"], "tiny_mean_field": ["10", "100"]}
 FIGURES = {"tiny": lowtemp_experiment.figures_for({"dim": 3}),
-           "tiny_circle": lowtemp_experiment.figures_for({"dim": 2})}
+           "tiny_circle": lowtemp_experiment.figures_for({"dim": 2}),
+           "tiny_mean_field": lowtemp_experiment.figures_for({"dim": 2})}
 SUMMARY = {"claims_summary"}
 
 
@@ -288,7 +295,9 @@ EDITS = [
     ("initial_measure", _set("experiments.tiny.initial_measure", {"name": "vmf_mixture", "kappas": [1.0]}),
      from_tokens("tiny")),
     ("matrices", _set("experiments.tiny.matrices.sigma_max", 1.3), everything("tiny")),
-    ("root_seed", _set("root_seed", 8), everything("tiny") | everything("tiny_circle")),
+    ("root_seed", _set("root_seed", 8), everything("tiny") | everything("tiny_circle") | everything("tiny_mean_field")),
+    ("the mean-field reference's cells", _set("experiments.tiny_mean_field.mean_field.width", 0.25),
+     from_finite("tiny_mean_field", ["10", "100"])),
     ("another experiment's fit option", _set("experiments.tiny_circle.fit.confidence", 0.9),
      from_fit("tiny_circle")),
     ("a convergence block: its particle-number study then decides with the ESS which beta the fit resolves",

@@ -129,6 +129,46 @@ def finite_temperature_dataset(positions, record, ess, grid: integrate.TimeGrid,
     return ds
 
 
+def mean_field_dataset(positions, error, coarse_dist_A, solution, grid: integrate.TimeGrid, beta: float,
+                       width: float, depth: float) -> xr.Dataset:
+    """finite_temperature/beta<β>.nc of a mean-field experiment: the reference's push-forward of the initial
+    tokens (time, replica, token, dim) in place of particle positions, with the reference's error estimate
+    (time, replica), the coarser reference's distance to E1(A), and no ESS (NaN: no finite sample)."""
+    nt, nr = positions.shape[:2]
+    record = integrate.StepRecord(np.zeros((nt, nr)), np.zeros(nt, dtype=np.int64), np.zeros(nt, dtype=np.int64),
+                                  np.zeros(nt, dtype=np.int64), np.zeros(nt))
+    ds = _positions_dataset(positions, grid, "the mean-field reference's push-forward of the initial tokens",
+                            record, "mean_field", None)
+    for key in ("norm_drift", "field_evaluations", "accepted_steps", "rejected_steps"):
+        ds = ds.drop_vars(key)
+    nan = np.full((nt, nr), np.nan)
+    ds["ess_median"] = (("time", "replica"), nan, io.attrs("effective sample size: none for the mean field (NaN)"))
+    ds["ess_p05"] = (("time", "replica"), nan.copy(), io.attrs("effective sample size: none for the mean field (NaN)"))
+    for key, value in REFERENCE_VARIABLES.items():
+        ds[key] = (("time", "replica"), {"reference_error": error, "reference_dist_leading_A": coarse_dist_A}[key]
+                   .reshape(nt, nr), value)
+    cells = np.sum(solution.owner >= 0, axis=1)
+    ds["reference_cells"] = (("time",), cells.astype(np.int64), io.attrs("cells of the (finer) reference"))
+    ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
+    ds.attrs.update(model="mean_field", kernel="mean_field", reference_width=float(width),
+                    reference_depth=float(depth), reference_field_evaluations=int(solution.evaluations),
+                    reference_geometry=solution.reduction.geometry)
+    del ds.attrs["step"]
+    return ds
+
+
+#: what a mean-field experiment's simulation file adds, carried to distances.nc: (time, replica) there
+REFERENCE_VARIABLES = {
+    "reference_error": io.attrs(
+        "root mean square distance between the push-forwards of the same tokens by the mean-field reference at "
+        "its cell width and at twice it: an upper bound of W2 between the two, the error estimate of the "
+        "finer one"),
+    "reference_dist_leading_A": io.attrs(
+        "dist_leading_A of the coarser mean-field reference (twice the cell width): its departure, compared "
+        "with the finer one's, is the departure time's resolution"),
+}
+
+
 def zero_temperature_dataset(positions, record, reference, error, grid: integrate.TimeGrid, method: str,
                              tolerance: float | None) -> xr.Dataset:
     """zero_temperature.nc: integrated positions, the integrator's record, the exact solution and the
@@ -168,6 +208,9 @@ def distances_beta_dataset(curves: dict[str, np.ndarray], finite: xr.Dataset) ->
                     coords={"time": finite["time"], "replica": finite["replica"], "beta": finite["beta"]})
     ds["ess_median"] = (("replica", "time"), finite["ess_median"].values.T, finite["ess_median"].attrs)
     ds["ess_p05"] = (("replica", "time"), finite["ess_p05"].values.T, finite["ess_p05"].attrs)
+    for key in REFERENCE_VARIABLES:  # a mean-field experiment's error estimate
+        if key in finite:
+            ds[key] = (("replica", "time"), finite[key].values.T, finite[key].attrs)
     return ds
 
 
@@ -182,9 +225,9 @@ def distances_dataset(parts: list[xr.Dataset], w2_zero_to_projection: np.ndarray
     for key, val in zero_eigenspace.items():
         ds[key] = (("replica", "time"), val, io.attrs(DISTANCE_ATTRS[key.replace(ZERO_SUFFIX, "")]
                                                         ["long_name"] + ", zero temperature"))
-    for key in list(DISTANCE_ATTRS):
+    for key, attrs in {**DISTANCE_ATTRS, **REFERENCE_VARIABLES}.items():
         if key in ds:
-            ds[key].attrs = DISTANCE_ATTRS[key]
+            ds[key].attrs = attrs
     ds["beta"].attrs = io.attrs("inverse temperature beta")
     ds["time"].attrs = io.attrs("time t", "1")
     for v in ds.data_vars:

@@ -136,6 +136,61 @@ def particle_budget_verdicts(beta, budget: ParticleBudget | None, fraction: floa
     return measured, np.where(measured, w2_ok, True), np.where(measured, dep_ok, True)
 
 
+@dataclass(frozen=True)
+class ReferenceBudget:
+    """How well a mean-field experiment's reference resolves what each claim judges, per β (distances.nc's
+    ``reference_error``: the W2 bound between the reference and its solution at twice the cell width).
+
+    ``early`` (beta): the error over W2(ρ^β_t, ρ^∞_t) at the early time, largest over replicas;
+    ``to_departure`` and ``to_horizon`` (beta): the error over W2(ρ^β_t, Π♯ρ0), largest over the replicas'
+    judged windows (up to departure) and over the whole run; ``departure_shift`` (beta): the largest
+    |departure of the reference − departure of the coarser one| over replicas (0 when both are censored,
+    inf when only one departed)."""
+
+    early: np.ndarray
+    to_departure: np.ndarray
+    to_horizon: np.ndarray
+    departure_shift: np.ndarray
+
+
+def _early_snapshot(t, w2_zero, early: float):
+    """(index, time) of the exact snapshot nearest ``early`` within early/2 (exact W2 may be skipped), or (None, NaN)."""
+    exact = np.all(np.isfinite(w2_zero), axis=1) & (t > 0)  # (beta, time)
+    near = np.any(exact, axis=0) & (np.abs(t - early) <= 0.5 * early)
+    if not near.any():
+        return None, float("nan")
+    k = int(np.flatnonzero(near)[np.argmin(np.abs(t[near] - early))])
+    return k, float(t[k])
+
+
+def reference_budget(dist: xr.Dataset, k_early: int | None, judged: np.ndarray, departure: np.ndarray,
+                     censored: np.ndarray, gap: float) -> ReferenceBudget:
+    """``ReferenceBudget`` of a mean-field experiment's distances (``judged``: (beta, replica, time))."""
+    t = dist.time.values
+    err = dist["reference_error"].transpose("beta", "replica", "time").values
+    w2_zero = dist["w2_zero_temperature"].transpose("beta", "replica", "time").values
+    w2_proj = dist["w2_projection"].transpose("beta", "replica", "time").values
+    nb = err.shape[0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if k_early is None:
+            early = np.full(nb, np.nan)
+        else:
+            early = np.max(err[..., k_early] / w2_zero[..., k_early], axis=1)
+        ratio = err / w2_proj
+        to_departure = np.array([np.max(ratio[b][judged[b]], initial=0.0) if judged[b].any() else np.inf
+                                 for b in range(nb)])
+        to_horizon = np.max(ratio, axis=(1, 2))
+    coarse_dep, coarse_cens = fitting.geometric_departure(
+        t, dist["reference_dist_leading_A"].transpose("beta", "replica", "time").values, gap)
+    both_censored = censored & coarse_cens
+    one_only = censored != coarse_cens
+    with np.errstate(invalid="ignore"):
+        shift = np.where(both_censored, 0.0, np.where(one_only, np.inf, np.abs(departure - coarse_dep)))
+    shift = np.where(np.isnan(departure) & np.isnan(coarse_dep) & ~one_only, 0.0, shift)  # neither arrived
+    return ReferenceBudget(early, to_departure, to_horizon, np.nanmax(np.where(np.isnan(shift), np.inf, shift),
+                                                                       axis=1))
+
+
 def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict, ess_threshold: float,
                    n_tokens: int, particle_budget: ParticleBudget | None = None) -> xr.Dataset:
     """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied).
@@ -185,6 +240,13 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     measured, w2_within, departure_within = particle_budget_verdicts(beta, particle_budget,
                                                                      float(cfg["particle_error_fraction"]))
     resolved_to_departure = np.where(measured, w2_within, ess_to_departure >= ess_threshold)
+    fraction = float(cfg["particle_error_fraction"])
+    step = float(np.min(np.diff(t))) if t.size > 1 else 0.0
+    k_early, t_early = _early_snapshot(t, w2_zero, float(cfg["early_time"]))
+    reference = reference_budget(dist, k_early, judged, departure, censored, gap) if "reference_error" in dist \
+        else None
+    if reference is not None:  # a mean-field experiment: its reference's own error decides, there is no ESS
+        resolved_to_departure = reference.to_departure <= fraction
     cal_beta, cal_growth = calibration_betas(t, beta, w2_zero, resolved_to_departure,
                                              int(cfg["calibration_betas"]), cfg, name)
     bound_C1 = cal_growth.mean if cal_growth else np.nan
@@ -201,16 +263,14 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     # the exact snapshot nearest early_time (exact W2 may be skipped), within half of early_time, and
     # only for β that have not departed by then (after it the error measures the end phase)
     early = float(cfg["early_time"])
-    exact = np.all(np.isfinite(w2_zero), axis=1) & (t > 0)  # (beta, time)
-    near = np.any(exact, axis=0) & (np.abs(t - early) <= 0.5 * early)
-    k_early = int(np.flatnonzero(near)[np.argmin(np.abs(t[near] - early))]) if near.any() else None
-    t_early = float(t[k_early]) if k_early is not None else float("nan")
     early_error = w2_zero[..., k_early] if k_early is not None else np.full((nb, nr), np.nan)
     ess_early = min_median_ess(ess, np.broadcast_to(t <= t_early, (nb, t.size))) if k_early is not None \
         else np.full(nb, np.nan)
     with np.errstate(invalid="ignore"):
         departed_early = np.any(departure <= t_early, axis=1)
     resolved_early = np.where(measured, w2_within, ess_early >= ess_threshold)
+    if reference is not None:
+        resolved_early = reference.early <= fraction
     used = resolved_early & np.all(np.isfinite(early_error) & (early_error > 0), axis=1) & ~departed_early
     alpha = temperature_exponents(beta[used], early_error[used]) if used.sum() >= 2 else np.full(nr, np.nan)
     bound_exponent = fitting.temperature_scale_exponent(beta[used]) if used.sum() >= 2 else np.nan
@@ -220,9 +280,17 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     horizon = float(t[-1])
     ess_to_horizon = min_median_ess(ess, np.ones((nb, t.size), bool))
     meta_used = np.where(measured, departure_within, ess_to_departure >= ess_threshold)
-    step = float(np.min(np.diff(t))) if t.size > 1 else 0.0
+    resolved_to_horizon = np.where(measured, w2_within, ess_to_horizon >= ess_threshold)
+    slack = 0.0
+    if reference is not None:
+        # a departure is known to a snapshot interval; a coarser reference within one interval of it widens that
+        # range by the shift (the slope bounds account for it), one farther leaves the β out
+        meta_used = reference.departure_shift <= step * (1 + 1e-9)  # times are rounded: one interval is one
+        slack = np.where(np.isfinite(reference.departure_shift), reference.departure_shift, 0.0)
+        resolved_to_horizon = reference.to_horizon <= fraction
     slope_low, slope_high = fitting.departure_slope_bounds(beta[meta_used], departure[meta_used], censored[meta_used],
-                                                   horizon, step) if meta_used.sum() >= 2 \
+                                                           horizon, step, np.broadcast_to(slack, beta.shape)[meta_used]) \
+        if meta_used.sum() >= 2 \
         else (np.full(nr, np.nan), np.full(nr, np.nan))
 
     level = f"{100 * conf:g}% Student-t interval over replicas of the mean"
@@ -310,11 +378,28 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
                                                         "measured, else median ESS >= ess_threshold")),
         "resolved_to_departure": (("beta",), resolved_to_departure, A("resolved up to the last departure: the W2 "
                                                                       "budget where measured, else median ESS")),
-        "resolved_to_horizon": (("beta",), np.where(measured, w2_within, ess_to_horizon >= ess_threshold),
+        "resolved_to_horizon": (("beta",), resolved_to_horizon,
                                 A("resolved over the whole run: the W2 budget where measured, else median ESS")),
         "ess_min_to_departure": (("beta",), ess_to_departure, A("smallest median ESS up to the last departure")),
         "ess_min_to_horizon": (("beta",), ess_to_horizon, A("smallest median ESS over the whole run")),
     }
+    if reference is not None:
+        data.update({
+            "reference_error_early": (("beta",), reference.early,
+                                      A("mean-field reference: its error bound over W2(rho^beta_t, rho^inf_t) at the "
+                                        "early time, largest over replicas (temperature_scaling: resolved at most "
+                                        "fit.particle_error_fraction)")),
+            "reference_error_to_departure": (("beta",), reference.to_departure,
+                                             A("mean-field reference: its error bound over W2(rho^beta_t, Pi_# rho0), "
+                                               "largest up to departure (bound_above_data, conjecture_1)")),
+            "reference_error_to_horizon": (("beta",), reference.to_horizon,
+                                           A("mean-field reference: its error bound over W2(rho^beta_t, Pi_# rho0), "
+                                             "largest over the run")),
+            "reference_departure_shift": (("beta",), reference.departure_shift,
+                                          A("mean-field reference: largest |departure time - that of the reference "
+                                            "at twice the cell width| over replicas (metastable_log_beta: resolved "
+                                            "at most fit.particle_error_fraction of a snapshot interval)", "1")),
+        })
     out = xr.Dataset(data, coords={"beta": beta, "replica": reps, "bound": ["start", "stop"],
                                    "regime": list(ranges), "pair": pair_labels})
     out.attrs.update(early_time=t_early, requested_early_time=early, horizon=float(t[-1]), end_phase_gap=gap,

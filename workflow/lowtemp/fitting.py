@@ -352,7 +352,7 @@ def calibrated_growth_prefactor(t, beta, w2_projection, judged, C1: float, b: fl
     return float(np.nanmax(excess)) if np.isfinite(excess).any() else float("nan")
 
 
-def departure_slope_bounds(beta, departure, censored, horizon: float, step: float):
+def departure_slope_bounds(beta, departure, censored, horizon: float, step: float, slack=0.0):
     """Per replica, lower and upper bounds on the least-squares slope of departure time against log β.
 
     The slope is linear in the departure times with weight w_i = (x_i − x̄)/Σ(x − x̄)²,
@@ -361,10 +361,13 @@ def departure_slope_bounds(beta, departure, censored, horizon: float, step: floa
     of its range that lowers the slope (t_k − step, or the horizon when censored, for
     w_i > 0; t_k for w_i < 0, −inf if censored), the upper bound the other ends (+inf
     for a censored time with w_i > 0). β without a metastable phase (never arrived)
-    are left out. Returns two arrays over replicas (NaN with fewer than two β).
+    are left out. ``slack`` (per β, or one number) widens each known departure's range to
+    (t_k − step − slack, t_k + slack]: the departure of a mean-field reference is known only to within
+    the shift of its coarser twin's. Returns two arrays over replicas (NaN with fewer than two β).
     """
     x_all = np.log(np.asarray(beta, float))
     dep = np.asarray(departure, float)
+    slack_all = np.broadcast_to(np.asarray(slack, float), x_all.shape)
     cen = np.asarray(censored, bool)
     lower = np.full(dep.shape[1], np.nan)
     upper = np.full(dep.shape[1], np.nan)
@@ -372,17 +375,18 @@ def departure_slope_bounds(beta, departure, censored, horizon: float, step: floa
         known = np.isfinite(dep[:, r]) | cen[:, r]
         if known.sum() < 2:
             continue
-        x, c, d = x_all[known], cen[known, r], dep[known, r]
+        x, c, d, e = x_all[known], cen[known, r], dep[known, r], slack_all[known]
         w = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
         pos = w > 0
+        early, late = d - step - e, d + e  # the ends of each departure's range
         if np.any(c & ~pos):
             lower[r] = -np.inf
         else:
-            lower[r] = float(np.sum(w * np.where(c, horizon, np.where(pos, d - step, d))))
+            lower[r] = float(np.sum(w * np.where(c, horizon, np.where(pos, early, late))))
         if np.any(c & pos):
             upper[r] = np.inf
         else:
-            upper[r] = float(np.sum(w * np.where(c, horizon, np.where(pos, d, d - step))))
+            upper[r] = float(np.sum(w * np.where(c, horizon, np.where(pos, late, early))))
     return lower, upper
 
 

@@ -571,6 +571,62 @@ def _stable_cos_difference(lo, hi):
     return 2.0 * np.sin(0.5 * (lo + hi)) * np.sin(0.5 * (hi - lo))
 
 
+def density_slopes(red: Reduction, edges: np.ndarray, masses: np.ndarray) -> np.ndarray:
+    """The limited slope s_k ∈ [−1, 1] of every cell's linear density reconstruction, ρ ∝ 1 + s_k(2v − 1).
+
+    v ∈ [0, 1] is the position inside the cell, linear in θ on the circle and in cos θ on S² (where the
+    area element is d cos θ dφ), so the reconstruction is linear in the variable the cell's mass is uniform
+    in. The slope is the monotonized-central limited difference of the neighbours' mean densities (per unit
+    of that variable), clipped so that the density stays ≥ 0 on the cell; 0 at an extremum and at the poles.
+    The cells' masses are unchanged (the reconstruction has the cell's mean): it only says where inside a
+    cell a mass fraction lies (``push_forward``), to second order where the density is smooth, instead of
+    the first order of a constant density.
+    """
+    edges = np.asarray(edges, dtype=float)
+    masses = np.asarray(masses, dtype=float)
+    if red.geometry == "circle":
+        u_lo, u_hi = edges[:-1], edges[1:]
+    else:  # u = −cos θ increases with θ
+        u_lo, u_hi = -np.cos(edges[:-1]), -np.cos(edges[1:])
+    width = cell_measure(red, edges) / (1.0 if red.geometry == "circle" else 2.0 * np.pi)
+    mid = 0.5 * (u_lo + u_hi)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = masses / width
+    if red.geometry == "circle":  # periodic neighbours
+        rho_l, rho_r = np.roll(rho, 1), np.roll(rho, -1)
+        mid_l, mid_r = np.roll(mid, 1), np.roll(mid, -1)
+        mid_l[0] -= 2 * np.pi
+        mid_r[-1] += 2 * np.pi
+    else:
+        rho_l, rho_r = np.concatenate([rho[:1], rho[:-1]]), np.concatenate([rho[1:], rho[-1:]])
+        mid_l, mid_r = np.concatenate([mid[:1] - 1, mid[:-1]]), np.concatenate([mid[1:], mid[-1:] + 1])
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        left = (rho - rho_l) / (mid - mid_l)
+        right = (rho_r - rho) / (mid_r - mid)
+        central = (rho_r - rho_l) / (mid_r - mid_l)
+        same = np.sign(left) == np.sign(right)
+        slope = np.where(same, np.sign(central) * np.minimum(np.abs(central),
+                                                             2 * np.minimum(np.abs(left), np.abs(right))), 0.0)
+        s = slope * 0.5 * (u_hi - u_lo) / rho
+    s = np.where(np.isfinite(s), s, 0.0)
+    if red.geometry != "circle":
+        s[[0, -1]] = 0.0
+    return np.clip(s, -1.0, 1.0)
+
+
+def mass_fraction(v, s):
+    """The mass fraction below position v ∈ [0, 1] of a cell whose density is ∝ 1 + s(2v − 1)."""
+    return v * (1.0 + s * (v - 1.0))
+
+
+def unit_position(F, s):
+    """The inverse of ``mass_fraction``: the position v of mass fraction F, written without cancellation."""
+    F = np.asarray(F, dtype=float)
+    root = (1.0 - s) + np.sqrt(np.maximum((1.0 - s) ** 2 + 4.0 * s * F, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(F > 0, 2.0 * F / root, 0.0)  # root = 0 only at F = 0 with s = 1
+
+
 @dataclass
 class MeanFieldSolution:
     """The Lagrangian cells at ``times``.
@@ -594,6 +650,7 @@ class MeanFieldSolution:
     fraction_hi: np.ndarray
     evaluations: int = 0
     info: dict = field(default_factory=dict)
+    initial_masses: np.ndarray | None = None
 
     def _cells(self, k: int) -> np.ndarray:
         return self.owner[k] >= 0
@@ -650,20 +707,24 @@ class MeanFieldSolution:
             theta0 = np.arctan2(local[..., 1], local[..., 0])
             theta0 = edges[0] + (theta0 - edges[0]) % (2 * np.pi)
             k = np.clip(np.searchsorted(edges, theta0, side="right") - 1, 0, edges.size - 2)
-            frac = (theta0 - edges[k]) / (edges[k + 1] - edges[k])
+            unit = (theta0 - edges[k]) / (edges[k + 1] - edges[k])
         else:
             theta0 = np.arccos(np.clip(local[..., 0], -1.0, 1.0))
             k = np.clip(np.searchsorted(edges, theta0, side="right") - 1, 0, edges.size - 2)
             # fraction of the cell's area above the token, written stably
-            frac = _stable_cos_difference(edges[k], theta0) / _stable_cos_difference(edges[k], edges[k + 1])
-        return k, np.clip(frac, 0.0, 1.0)
+            unit = _stable_cos_difference(edges[k], theta0) / _stable_cos_difference(edges[k], edges[k + 1])
+        slopes = (np.zeros(edges.size - 1) if self.initial_masses is None
+                  else density_slopes(self.reduction, edges, self.initial_masses))
+        return k, mass_fraction(np.clip(unit, 0.0, 1.0), slopes[k])
 
     def push_forward(self, X0: np.ndarray) -> np.ndarray:
         """The reference's flow map applied to tokens X0 (…, token, dim) at t = 0: layout (time, …, token, dim).
 
         A token keeps its Lagrangian coordinate (``lagrangian_coordinate``); at time t it sits in the cell of
-        its initial cell that holds its mass fraction, where the piecewise-constant density puts it: linear in
-        θ on the circle, in cos θ on S², azimuth kept. NaN beyond ``info['resolved_until']``.
+        its initial cell that holds its mass fraction, where the cell's linear density reconstruction
+        (``density_slopes``: linear in θ on the circle, in cos θ on S²) puts it, azimuth kept. The same
+        reconstruction gives the fraction at t = 0, so the map is the identity there. NaN beyond
+        ``info['resolved_until']``.
         """
         X0 = np.asarray(X0, dtype=float)
         red = self.reduction
@@ -683,6 +744,7 @@ class MeanFieldSolution:
             last = np.searchsorted(owner, owner0, side="right") - 1
             k = np.clip(np.searchsorted(owner + lo_f, owner0 + phi, side="right") - 1, first, last)
             frac = np.clip((phi - lo_f[k]) / (hi_f[k] - lo_f[k]), 0.0, 1.0)
+            frac = unit_position(frac, density_slopes(red, edges, masses)[k])
             lo, hi = edges[k], edges[k + 1]
             if red.geometry == "circle":
                 theta = lo + frac * (hi - lo)
@@ -788,6 +850,7 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
     check_edges(red, edges)
     initial_edges = edges.copy()
     masses = initial_masses(red, edges, measure, params)
+    initial_mass = masses.copy()
     lagrangian = (np.arange(masses.size), np.zeros(masses.size), np.ones(masses.size))
     widest = SPLIT_FACTOR * float(np.max(np.diff(edges)))
     circle = red.geometry == "circle"
@@ -847,5 +910,6 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
         n = m.size
         E[k, :n + 1], Mass[k, :n], Owner[k, :n], Lo[k, :n], Hi[k, :n] = e, m, o, lo, hi
     return MeanFieldSolution(red, float(beta), times, initial_edges, E, Mass, Owner, Lo, Hi, evaluations=count[0],
+                             initial_masses=initial_mass,
                              info={"steps": steps, "nfev": count[0], "cells": int(cells),
                                    "cells_initial": int(initial_edges.size - 1), "resolved_until": resolved_until})

@@ -29,7 +29,8 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     # pipeline.stage_finite_temperature: experiment.time_grid, the integrator and its tolerance
     # (experiment.integration_tolerance: time.tolerance, else one from tokens), experiment.field_kernel
     # (``kernel``; the automatic rule reads tokens and dim); the ESS it records is judged by the fit
-    "finite_temperature": ("dim", "integrator", "kernel", "time", "tokens"),
+    # With model: mean_field, stage_mean_field reads the mean_field block and the initial measure (the reduction)
+    "finite_temperature": ("dim", "initial_measure", "integrator", "kernel", "mean_field", "model", "time", "tokens"),
     # pipeline.stage_zero_temperature: experiment.time_grid, the integrator and its tolerance
     "zero_temperature": ("integrator", "time", "tokens"),
     # pipeline.stage_distances_beta -> experiment.exact_w2_snapshots

@@ -17,8 +17,8 @@ import time as _time
 
 import numpy as np
 
-from . import checkpoint, claims, datasets, dynamics, estimates, exact, integrate, io, kernels, measures, projection, \
-    transport
+from . import checkpoint, claims, datasets, dynamics, estimates, exact, integrate, io, kernels, meanfield, measures, \
+    projection, transport
 from .experiment import build_matrices, exact_w2_snapshots, field_kernel, integration_tolerance, time_grid
 from .joblog import progress_logger
 from .seeding import generator
@@ -87,7 +87,12 @@ def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, t
                              checkpoint_path=None, checkpoint_every=300.0):
     """Simulate the particle system at inverse temperature β and write finite_temperature/beta<β>.nc:
     positions, the integrator's norm drift, and the effective sample size (median and 5th percentile
-    over tokens). A non-finite ESS raises FloatingPointError naming the run, snapshot, replica and token."""
+    over tokens). A non-finite ESS raises FloatingPointError naming the run, snapshot, replica and token.
+    With ``model: mean_field`` the positions are the mean-field reference's push-forward of the initial
+    tokens instead (``stage_mean_field``)."""
+    if experiment.get("model", "particles") == "mean_field":
+        stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_path, output)
+        return
     M, X0 = _inputs(matrices_path, tokens_path)
     grid = time_grid(experiment)
     beta = float(beta)
@@ -112,6 +117,49 @@ def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, t
              "fit)", name, beta, float(np.min(np.median(ds["ess_median"].values, axis=1))))
     io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
     _finish(ckpt)
+
+
+#: the edges' ODE tolerances in a pipeline run: far below the cells' own error (1e-4…1e-2 of W2, what
+#: ``reference_error`` measures), and about a third cheaper than the solver's defaults
+MEAN_FIELD_RTOL, MEAN_FIELD_ATOL = 1e-6, 1e-10
+
+
+def stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_path, output):
+    """finite_temperature/beta<β>.nc of a ``model: mean_field`` experiment: the mean-field reference
+    (``meanfield.solve``, cells of ``mean_field.width`` graded to ``mean_field.depth``) pushes every
+    replica's initial tokens forward, so the later stages measure the mean field ρ^β_t on the same tokens
+    as the particles would be. It is solved again at twice the width; the root mean square distance
+    between the two push-forwards of the same tokens (``reference_error``, an upper bound of W2 between
+    them) bounds the finer solution's error where the cells converge at order ≥ 1, and decides with the
+    coarser solution's ``reference_dist_leading_A`` which β the fit counts as resolved. There is no ESS
+    (NaN): the reference has no finite sample."""
+    M, X0 = _inputs(matrices_path, tokens_path)
+    grid = time_grid(experiment)
+    beta = float(beta)
+    measure = dict(experiment["initial_measure"])
+    measure_name = measure.pop("name")
+    settings = experiment.get("mean_field", {})
+    width, depth = float(settings.get("width", 0.1)), float(settings.get("depth", 1e-3))
+    red = meanfield.reduce(M.B, M.V, measure_name, measure)
+    solutions = {}
+    for w in (width, 2 * width):
+        label = f"{name} beta = {beta:g}: mean field, cells of width {w:g}"
+        log.info("%s graded to %g (%s)", label, depth, red.geometry)
+        start = _time.perf_counter()
+        solutions[w] = meanfield.solve(
+            red, beta, grid.times, measure=measure_name, params=measure, width=w, depth=depth,
+            rtol=MEAN_FIELD_RTOL, atol=MEAN_FIELD_ATOL,
+            progress=lambda t, info, label=label: log.info("%s: t = %g, %d cells, %d field evaluations", label, t,
+                                                           info["cells"], info["nfev"]))
+        log.info("%s: done in %.1f s (%s)", label, _time.perf_counter() - start, solutions[w].info)
+    fine, coarse = solutions[width], solutions[2 * width]
+    positions, coarse_positions = fine.push_forward(X0), coarse.push_forward(X0)
+    error = np.sqrt(np.mean(np.sum((positions - coarse_positions) ** 2, axis=-1), axis=-1))  # (time, replica)
+    ds = datasets.mean_field_dataset(positions, error, projection.distance_to_eigenspace(coarse_positions, M.E1),
+                                     fine, grid, beta, width, depth)
+    log.info("%s: beta = %g: largest reference error (W2 bound between the widths %g and %g) %.3g at t = %g", name,
+             beta, width, 2 * width, float(error.max()), float(grid.times[np.argmax(error.max(axis=1))]))
+    io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
 
 
 def stage_zero_temperature(name, experiment, root_seed, matrices_path, tokens_path, output,
@@ -232,6 +280,12 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     for line in estimates.describe(out, name):
         log.info("%s", line)
     for beta, low in zip(out.beta.values, out["ess_min_to_horizon"].values):
+        if "reference_error_to_horizon" in out:  # a mean-field experiment: no ESS, its reference's error decides
+            log.info("%s: beta = %g: mean-field reference error over W2, early %.3g, to departure %.3g; departure "
+                     "shift at twice the cell width %.3g", name, beta,
+                     *(float(out[k].sel(beta=beta)) for k in ("reference_error_early", "reference_error_to_departure",
+                                                              "reference_departure_shift")))
+            continue
         if not low >= experiment["ess_threshold"]:
             log.warning("%s: beta = %g, N = %d: median effective sample size falls to %.1f < %g; the particle "
                         "system does not stand for the mean field there (N must grow like beta^((d-1)/2)); the "

@@ -200,7 +200,24 @@ def w2_bytes(n_tokens: int) -> float:
 
 
 # ------------------------------------------------------------------ per stage
+#: CPU seconds of the mean-field reference per unit of time at cells of width 0.1 (both solves, the second at twice
+#: the width), measured on the circle at β = 10…1000 on a 2-core AMD EPYC (the post-departure cells dominate); the
+#: cost grows like width⁻² (cells × cells per evaluation)
+MEAN_FIELD_SECONDS_PER_TIME = 12.0
+
+
+def _mean_field(experiment):
+    """The reference's two solves (time ∝ horizon · width⁻²) and the push-forward of every replica's tokens."""
+    n, d, r, times = _sizes(experiment)
+    width = float(experiment.get("mean_field", {}).get("width", 0.1))
+    horizon = float(experiment["time"]["horizon"])
+    seconds = MEAN_FIELD_SECONDS_PER_TIME * horizon * (0.1 / width) ** 2 + 2 * times * r * n * LINEAR_NS * 1e-9
+    return 6 * times * r * n * d * _F, seconds
+
+
 def _finite(experiment, beta, matrices, threads):
+    if experiment.get("model", "particles") == "mean_field":
+        return _mean_field(experiment)
     n, d, r, times = _sizes(experiment)
     kernel = field_kernel(experiment)
     tokens = r * n * d * _F

@@ -35,7 +35,7 @@ import jsonschema
 import numpy as np
 import yaml
 
-from . import convergence, matrices, measures, resources
+from . import convergence, matrices, meanfield, measures, resources
 from .experiment import ConfigError, build_matrices, snapshot_times, time_grid
 
 
@@ -257,9 +257,26 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     except ValueError as exc:
         raise ConfigError(f"{where}.matrices: {exc}") from None
     _check_initial_measure_assumptions(where, experiment["initial_measure"], M)
+    if experiment.get("model", "particles") == "mean_field":
+        _check_mean_field(where, experiment, M)
     if "convergence" in experiment:  # the optional studies' block: steps dividing the grid, N list, …
         convergence.study_settings(name, experiment)
     return M
+
+
+def _check_mean_field(where: str, experiment: dict, M) -> None:
+    """A ``model: mean_field`` experiment must have the symmetry that makes Eq. 2 one-dimensional
+    (``meanfield.reduce``: d = 2, or d = 3 axisymmetric B, V and ρ0), and no particle-number study."""
+    if "convergence" in experiment:
+        raise ConfigError(f"{where}.convergence: a model: mean_field experiment has no particles to study; put the "
+                          f"particle-number study in a model: particles experiment")
+    params = dict(experiment["initial_measure"])
+    measure = params.pop("name")
+    try:
+        meanfield.reduce(M.B, M.V, measure, params)
+    except (meanfield.SymmetryBroken, ValueError) as exc:
+        raise ConfigError(f"{where}.model: mean_field needs a one-dimensional reduction of the mean-field "
+                          f"equation: {exc}") from None
 
 
 def _check_initial_measure_shapes(where: str, mu: dict, d: int) -> None:
