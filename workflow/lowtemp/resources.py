@@ -201,8 +201,8 @@ def w2_bytes(n_tokens: int) -> float:
 
 # ------------------------------------------------------------------ per stage
 #: CPU seconds of the mean-field reference per unit of time at cells of width 0.1 (both solves, the second at twice
-#: the width), measured on the circle at β = 10…1000 on a 2-core AMD EPYC (the post-departure cells dominate); the
-#: cost grows like width⁻² (cells × cells per evaluation)
+#: the width): measured 1.7 (β = 10, 100) to 5.7 (β = 1000) on the circle to t = 15 on a 2-core AMD EPYC; twice the
+#: largest, since cells accumulate after a departure. The cost grows like width⁻² (cells × cells per evaluation)
 MEAN_FIELD_SECONDS_PER_TIME = 12.0
 
 
