@@ -190,10 +190,11 @@ def scaled_bessel(x) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=False, inline="always")
-def _cell_sums(lo, hi, kappa, alpha, cmax, zeta, sphere, limits, nodes, weights, acc):
-    """Add the cell's Σ w e^{κ(cos(ϑ'−α) − cmax)}·(f0, f1, f2) to acc[0:3] (Gauss–Legendre, order per piece).
+def _cell_sums(lo, hi, slope, kappa, alpha, cmax, zeta, sphere, limits, nodes, weights, acc):
+    """Add the cell's Σ w e^{κ(cos(ϑ'−α) − cmax)}·r(ϑ')·(f0, f1, f2) to acc[0:3] (Gauss–Legendre, order per piece).
 
-    Circle: (f0, f1, f2) = (1, cos ϑ', sin ϑ'). S²: the azimuthal integrals, (sinθ' ive0, sinθ' cosθ' ive0,
+    r = 1 + slope·(2v − 1) is the cell's linear density reconstruction relative to its mean (``density_slopes``;
+    v ∈ [0, 1] the position in the cell, linear in θ on the circle and in cos θ on S²). Circle: (f0, f1, f2) = (1, cos ϑ', sin ϑ'). S²: the azimuthal integrals, (sinθ' ive0, sinθ' cosθ' ive0,
     sin²θ' ive1) with ive_ν = e^{−ζ'}I_ν(ζ'), ζ' = ζ sinθ'. The log-integrand's derivative is below κ + ζ + 1.
     """
     width = hi - lo
@@ -202,11 +203,18 @@ def _cell_sums(lo, hi, kappa, alpha, cmax, zeta, sphere, limits, nodes, weights,
     h = width / n_sub
     row = _pick_order(0.5 * kappa_eff * h, limits)
     n = _ORDERS_NB[row]
+    # cos lo − cos θ over cos lo − cos hi, each as a product of sines (exact for tiny cells)
+    span = math.sin(0.5 * (lo + hi)) * math.sin(0.5 * width)
     for s in range(n_sub):
         mid = lo + (s + 0.5) * h
         for g in range(n):
             th = mid + 0.5 * h * nodes[row, g]
-            w = 0.5 * h * weights[row, g] * math.exp(kappa * (math.cos(th - alpha) - cmax))
+            if sphere:
+                v = math.sin(0.5 * (lo + th)) * math.sin(0.5 * (th - lo)) / span
+            else:
+                v = (th - lo) / width
+            w = (0.5 * h * weights[row, g] * math.exp(kappa * (math.cos(th - alpha) - cmax))
+                 * (1.0 + slope * (2.0 * v - 1.0)))
             if sphere:
                 st = math.sin(th)
                 i0, i1 = _scaled_bessel01(zeta * st)
@@ -223,12 +231,12 @@ _ORDERS_NB = _ORDERS.astype(np.int64)
 
 
 @njit(cache=False, parallel=True)
-def _softmax_sums(edges, log_density, kappa, alpha, zeta, sphere, limits, nodes, weights, out):
+def _softmax_sums(edges, log_density, slopes, kappa, alpha, zeta, sphere, limits, nodes, weights, out):
     """Per query q, the ratios (Σ f1, Σ f2)/Σ f0 of ``_cell_sums`` over all cells that can matter; out (Q, 2).
 
-    ``edges`` (M+1,) increasing; ``log_density`` (M,) the log of each cell's constant density (any common
-    factor cancels). Cell k is at most e^{U_k}, U_k = log_density_k + log width_k + κ max_cell cos(ϑ' − α)
-    (every other factor is ≤ 1); the cell with the largest U is integrated first, giving a lower bound L of
+    ``edges`` (M+1,) increasing; ``log_density`` (M,) the log of each cell's mean density (any common
+    factor cancels), ``slopes`` (M,) its linear reconstruction in [−1, 1]. Cell k is at most e^{U_k},
+    U_k = log_density_k + log(1 + |slope_k|) + log width_k + κ max_cell cos(ϑ' − α) (every other factor is ≤ 1); the cell with the largest U is integrated first, giving a lower bound L of
     the log of the total, and cells with U_k < L − PRUNE_DEPTH are skipped. Each cell is scaled by its own
     largest exponent, so none underflows however deep it lies.
     """
@@ -239,12 +247,13 @@ def _softmax_sums(edges, log_density, kappa, alpha, zeta, sphere, limits, nodes,
         best = 0
         for k in range(m):
             cm[k] = _cos_max(edges[k], edges[k + 1], alpha[q])
-            bound[k] = log_density[k] + math.log(edges[k + 1] - edges[k]) + kappa[q] * cm[k]
+            bound[k] = (log_density[k] + math.log1p(abs(slopes[k])) + math.log(edges[k + 1] - edges[k])
+                        + kappa[q] * cm[k])
             if bound[k] > bound[best]:
                 best = k
         acc = np.zeros(3)
-        _cell_sums(edges[best], edges[best + 1], kappa[q], alpha[q], cm[best], zeta[q], sphere, limits, nodes,
-                   weights, acc)
+        _cell_sums(edges[best], edges[best + 1], slopes[best], kappa[q], alpha[q], cm[best], zeta[q], sphere, limits,
+                   nodes, weights, acc)
         shift = log_density[best] + kappa[q] * cm[best]
         lower = shift + math.log(acc[0])
         total = np.zeros(3)
@@ -252,8 +261,8 @@ def _softmax_sums(edges, log_density, kappa, alpha, zeta, sphere, limits, nodes,
             if bound[k] < lower - PRUNE_DEPTH:
                 continue
             acc[:] = 0.0
-            _cell_sums(edges[k], edges[k + 1], kappa[q], alpha[q], cm[k], zeta[q], sphere, limits, nodes, weights,
-                       acc)
+            _cell_sums(edges[k], edges[k + 1], slopes[k], kappa[q], alpha[q], cm[k], zeta[q], sphere, limits, nodes,
+                       weights, acc)
             scale = math.exp(log_density[k] + kappa[q] * cm[k] - shift)
             total[0] += scale * acc[0]
             total[1] += scale * acc[1]
@@ -389,8 +398,11 @@ def reduce(B: np.ndarray, V: np.ndarray, measure: str = "uniform", params: dict 
 
 def softmax_means(red: Reduction, edges: np.ndarray, masses: np.ndarray, beta: float,
                   queries: np.ndarray) -> np.ndarray:
-    """Softmax means of the piecewise-constant density at the query angles, shape (Q, 2).
+    """Softmax means of the cells' density at the query angles, shape (Q, 2).
 
+    The density is each cell's linear reconstruction (``density_slopes``), not a constant: at large β the
+    kernel e^{κ cos} is narrower than a cell, and the softmax mean's shift by the density's gradient (the
+    β-effect, of order 1/κ) is seen only through that slope (docs/mean_field.md, "The softmax integrals").
     Circle: the mean vector (x, y). S²: its components along e and along the query's azimuth.
     """
     edges = np.ascontiguousarray(edges, dtype=float)
@@ -398,17 +410,18 @@ def softmax_means(red: Reduction, edges: np.ndarray, masses: np.ndarray, beta: f
     out = np.empty((queries.size, 2))
     with np.errstate(divide="ignore"):
         log_density = np.log(masses) - np.log(cell_measure(red, edges))
+    slopes = np.ascontiguousarray(density_slopes(red, edges, masses))
     if red.geometry == "circle":
         # score β⟨Bᵀx, y⟩ = κ cos(φ − α), (κ, α) the polar form of βBᵀx
         a = beta * np.stack([np.cos(queries), np.sin(queries)], axis=-1) @ red.B
         kappa, alpha, zeta = np.hypot(a[:, 0], a[:, 1]), np.arctan2(a[:, 1], a[:, 0]), np.zeros(queries.size)
-        _softmax_sums(edges, log_density, kappa, alpha, zeta, False, _LIMITS, _NODES, _WEIGHTS, out)
+        _softmax_sums(edges, log_density, slopes, kappa, alpha, zeta, False, _LIMITS, _NODES, _WEIGHTS, out)
         return out
     # β b_a cosθ cosθ' + β|b_p| sinθ sinθ' = κ cos(θ' − α); the rest of the azimuthal integral is e^{−ζ'}I_ν(ζ')
     p1, p2 = red.b_axis * np.cos(queries), abs(red.b_perp) * np.sin(queries)
     kappa, alpha = beta * np.hypot(p1, p2), np.arctan2(p2, p1)
     zeta = beta * abs(red.b_perp) * np.sin(queries)
-    _softmax_sums(edges, log_density, kappa, alpha, zeta, True, _LIMITS, _NODES, _WEIGHTS, out)
+    _softmax_sums(edges, log_density, slopes, kappa, alpha, zeta, True, _LIMITS, _NODES, _WEIGHTS, out)
     out[:, 1] *= 1.0 if red.b_perp >= 0 else -1.0  # I₁ is odd
     return out
 
@@ -475,34 +488,43 @@ def check_edges(red: Reduction, edges: np.ndarray) -> None:
         raise ValueError("mean-field reference: polar edges must run from 0 to π")
 
 
+#: the geometric grading around an unstable point reaches this far (radians): there its cells, 2·width times
+#: their distance wide, are ``width`` wide, and the uniform cells beyond keep the same bound on their images
+GRADED_REACH = 0.5
+
+
 def graded_edges(red: Reduction, width: float, depth: float) -> np.ndarray:
-    """Initial edges: uniform of spacing ≤ ``width``, plus geometric spacing (ratio 1 + 2·width)
-    from ``width`` down to ``depth`` on either side of every unstable point.
+    """Initial edges graded geometrically (ratio 1 + 2·width) from ``depth`` out to GRADED_REACH on either side
+    of every unstable point, and spaced evenly, at most ``width`` apart, in between.
 
     A geometric grid ε_j = depth·r^j keeps every cell's image under the linearised unstable flow
-    (ε ↦ ε e^{λs}, seen as the angle arctan(ε e^{λs})) at most (r − 1)/2 = width wide at every time.
+    (ε ↦ ε e^{λs}, seen as the angle arctan(ε e^{λs})) at most (r − 1)/2 = width wide at every time. The
+    grading runs out to where its cells are ``width`` wide (ε = 1/2), so no cell is wider than r times
+    its distance from the unstable point and the bound holds for every cell; a cell that stretched further
+    would hold its tokens where a linear density places them badly (the flow map bends inside it), and the
+    split that cuts it later would inherit that error in its new edge's Lagrangian coordinate.
     """
     if not 0 < depth < width < 1:
         raise ValueError(f"mean-field reference: need 0 < depth < width < 1, got width={width}, depth={depth}")
     lo, hi = red.lower, red.upper
-    n = int(math.ceil((hi - lo) / width))
-    points = [np.linspace(lo, hi, n + 1)]
     ratio = 1.0 + 2.0 * width
-    steps = int(math.ceil(math.log(width / depth) / math.log(ratio)))
+    steps = int(math.ceil(math.log(GRADED_REACH / depth) / math.log(ratio)))
     offsets = depth * ratio ** np.arange(steps + 1)
-    offsets = offsets[offsets < width]
-    for p in unstable_points(red):
-        for sign in (-1.0, 1.0):
-            points.append(p + sign * offsets)
-        points.append(np.array([p]))
-    edges = np.concatenate(points)
+    offsets = offsets[offsets < GRADED_REACH]
+    unstable = unstable_points(red)
+    # the circle has no ends: its anchors are the graded points alone (0 only where there are none)
+    points = [np.array([lo, hi])] if red.geometry != "circle" or unstable.size == 0 else []
+    for p in unstable:
+        points += [p - offsets, np.array([p]), p + offsets]
+    anchors = np.concatenate(points)
     if red.geometry == "circle":
-        edges = np.unique(edges % (2 * np.pi))
-        return np.append(edges, edges[0] + 2 * np.pi)
-    edges = np.unique(np.clip(edges, lo, hi))
-    # uniform spacing from the ends of the graded parts: drop uniform edges closer than depth to another
-    keep = np.concatenate([[True], np.diff(edges) > 0.5 * depth])
-    return edges[keep]
+        anchors = np.unique(anchors % (2 * np.pi))
+        anchors = np.append(anchors, anchors[0] + 2 * np.pi)
+    else:
+        anchors = np.unique(np.clip(anchors, lo, hi))
+    # fill every gap wider than width evenly
+    pieces = [np.linspace(a, b, int(math.ceil((b - a) / width)) + 1)[:-1] for a, b in zip(anchors[:-1], anchors[1:])]
+    return np.append(np.concatenate(pieces), anchors[-1])
 
 
 def _log_density0(red: Reduction, measure: str, params: dict, theta: np.ndarray) -> np.ndarray:
@@ -764,8 +786,10 @@ def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: f
                 lagrangian: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
     """Cut every cell wider than ``widest`` (radians) into equal-angle pieces no wider than it.
 
-    The density is constant on a cell, so a piece's mass is the cell's density times the piece's
-    length (circle) or area (S²): the density and the total mass are unchanged. With ``lagrangian`` =
+    A piece's mass is what the cell's linear density reconstruction (``density_slopes``, the density the
+    softmax integrals and ``push_forward`` use) puts on it, so that reconstruction and the total mass are
+    unchanged, and each piece's Lagrangian fractions are the reconstruction's mass fractions at its ends
+    (a constant density per cell would move mass by O(slope) at every split). With ``lagrangian`` =
     (owner, fraction_lo, fraction_hi) per cell (``MeanFieldSolution``), the pieces' are returned too:
     (edges, masses[, (owner, fraction_lo, fraction_hi)]).
     """
@@ -779,6 +803,7 @@ def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: f
     pieces = np.maximum(1, np.ceil(width / widest - 1e-12)).astype(int)
     if np.all(pieces == 1):
         return (edges, masses, lagrangian) if with_lagrangian else (edges, masses)
+    slopes = density_slopes(red, edges, masses)
     new_edges, new_masses = [edges[:1]], []
     new_owner, new_lo, new_hi = [], [], []
     for k in range(masses.size):
@@ -791,8 +816,12 @@ def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: f
             continue
         cut = edges[k] + (edges[k + 1] - edges[k]) * np.arange(1, pieces[k] + 1) / pieces[k]
         cut[-1] = edges[k + 1]
-        share = cell_measure(red, np.concatenate([edges[k:k + 1], cut]))
-        share = share / share.sum()
+        if red.geometry == "circle":  # the position in the cell, linear in θ (circle) or cos θ (S²)
+            v = (cut - edges[k]) / (edges[k + 1] - edges[k])
+        else:
+            v = _stable_cos_difference(edges[k], cut) / _stable_cos_difference(edges[k], edges[k + 1])
+        v[-1] = 1.0
+        share = np.diff(np.concatenate([[0.0], mass_fraction(v, slopes[k])]))
         bounds = f_lo[k] + (f_hi[k] - f_lo[k]) * np.concatenate([[0.0], np.cumsum(share)])
         bounds[-1] = f_hi[k]
         new_edges.append(cut)
