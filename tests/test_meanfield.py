@@ -7,15 +7,19 @@ small β, and its convergence in the number of cells."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
 import pytest
+import yaml
+from conftest import TEST_CONFIG, validated
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, special
 
-from lowtemp import dynamics, exact, integrate as lt_integrate, matrices, meanfield as mf, transport
+from lowtemp import (datasets, dynamics, exact, integrate as lt_integrate, io, matrices, meanfield as mf,
+                     pipeline, projection, transport)
 
 HYP = settings(max_examples=30, deadline=None)
 
@@ -567,9 +571,9 @@ def _largest_neighbour_ratio(edges, unstable=()):
 @given(width=st.floats(0.02, 0.45), depth_fraction=st.floats(1e-4, 0.5), seed=st.integers(0, 2**31),
        geometry=st.sampled_from(["circle", "sphere"]))
 def test_graded_cells_grow_smoothly_out_to_the_uniform_width(width, depth_fraction, seed, geometry):
-    """Every initial cell is at most ``width`` wide and at most max(r², 2) times as wide as its neighbour, r = 1 + 2·width
-    the grading's ratio, the cells that end at an unstable point aside (the geometric grading meets the uniform cells
-    where it has reached their width: its last cell is between width/r² and width/r, the uniform ones between width/2
+    """Every initial cell is at most ``width`` wide and at most max(r², 2) times as wide as its neighbour,
+    r = 1 + 2·width the grading's ratio, the cells that end at an unstable point aside (the geometric grading
+    meets the uniform cells where it has reached their width: its last cell is between width/r² and width/r, the uniform ones between width/2
     and width); the grid graded only to
     ``width`` puts a cell ~``width`` wide beside a graded one 2·width² wide and fails."""
     depth = width * depth_fraction
@@ -613,13 +617,6 @@ def test_the_pipeline_stage_on_an_axisymmetric_sphere_pushes_tokens_along_their_
     (the reflection symmetry), the pole clusters contract (W2 to Π♯ρ0 falls), and the error estimate is the distance
     to the solution at twice the width. A token moved off its meridian by 1e-3 rad (the violating input) is caught by
     the azimuth check."""
-    import copy
-
-    import yaml
-    from conftest import TEST_CONFIG, validated
-
-    from lowtemp import datasets, io, pipeline, projection
-
     with open(TEST_CONFIG) as fh:
         config = validated(yaml.safe_load(fh))
     exp = copy.deepcopy(config["experiments"]["tiny_mean_field"])

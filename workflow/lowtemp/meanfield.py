@@ -193,10 +193,12 @@ def scaled_bessel(x) -> tuple[np.ndarray, np.ndarray]:
 
 @njit(cache=False, inline="always")
 def _cell_sums(lo, hi, slope, kappa, alpha, cmax, zeta, sphere, limits, nodes, weights, acc):
-    """Add the cell's Σ w e^{κ(cos(ϑ'−α) − cmax)}·r(ϑ')·(f0, f1, f2) to acc[0:3] (Gauss–Legendre, order per piece).
+    """Add the cell's Σ w e^{κ(cos(ϑ'−α) − cmax)}·r(ϑ')·(f0, f1, f2) to acc[0:3] (Gauss–Legendre, order
+    per piece).
 
     r = 1 + slope·(2v − 1) is the cell's linear density reconstruction relative to its mean (``density_slopes``;
-    v ∈ [0, 1] the position in the cell, linear in θ on the circle and in cos θ on S²). Circle: (f0, f1, f2) = (1, cos ϑ', sin ϑ'). S²: the azimuthal integrals, (sinθ' ive0, sinθ' cosθ' ive0,
+    v ∈ [0, 1] the position in the cell, linear in θ on the circle and in cos θ on S²).
+    Circle: (f0, f1, f2) = (1, cos ϑ', sin ϑ'). S²: the azimuthal integrals, (sinθ' ive0, sinθ' cosθ' ive0,
     sin²θ' ive1) with ive_ν = e^{−ζ'}I_ν(ζ'), ζ' = ζ sinθ'. The log-integrand's derivative is below κ + ζ + 1.
     """
     width = hi - lo
@@ -238,7 +240,8 @@ def _softmax_sums(edges, log_density, slopes, kappa, alpha, zeta, sphere, limits
 
     ``edges`` (M+1,) increasing; ``log_density`` (M,) the log of each cell's mean density (any common
     factor cancels), ``slopes`` (M,) its linear reconstruction in [−1, 1]. Cell k is at most e^{U_k},
-    U_k = log_density_k + log(1 + |slope_k|) + log width_k + κ max_cell cos(ϑ' − α) (every other factor is ≤ 1); the cell with the largest U is integrated first, giving a lower bound L of
+    U_k = log_density_k + log(1 + |slope_k|) + log width_k + κ max_cell cos(ϑ' − α) (every other factor is
+    ≤ 1); the cell with the largest U is integrated first, giving a lower bound L of
     the log of the total, and cells with U_k < L − PRUNE_DEPTH are skipped. Each cell is scaled by its own
     largest exponent, so none underflows however deep it lies.
     """
@@ -789,10 +792,10 @@ def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: f
     """Cut every cell wider than ``widest`` (radians) into equal-angle pieces no wider than it.
 
     A piece's mass is what the cell's linear density reconstruction (``density_slopes``, the density the
-    softmax integrals and ``push_forward`` use) puts on it, so that reconstruction and the total mass are
-    unchanged, and each piece's Lagrangian fractions are the reconstruction's mass fractions at its ends
-    (a constant density per cell would move mass by O(slope) at every split). With ``lagrangian`` =
-    (owner, fraction_lo, fraction_hi) per cell (``MeanFieldSolution``), the pieces' are returned too:
+    softmax integrals and ``push_forward`` use) puts on it, and its Lagrangian fractions are that
+    reconstruction's mass fractions at its ends, so every initial cell's mass is kept (a constant density per
+    cell would move mass by O(slope) at every split); the slopes are recomputed from the new neighbours later.
+    With ``lagrangian`` = (owner, fraction_lo, fraction_hi) per cell (``MeanFieldSolution``), the pieces' are returned too:
     (edges, masses[, (owner, fraction_lo, fraction_hi)]).
     """
     if lagrangian is None:
