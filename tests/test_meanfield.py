@@ -573,7 +573,8 @@ def _largest_neighbour_ratio(edges, unstable=()):
 def test_graded_cells_grow_smoothly_out_to_the_uniform_width(width, depth_fraction, seed, geometry):
     """Every initial cell is at most ``width`` wide and at most max(r², 2) times as wide as its neighbour,
     r = 1 + 2·width the grading's ratio, the cells that end at an unstable point aside (the geometric grading
-    meets the uniform cells where it has reached their width: its last cell is between width/r² and width/r, the uniform ones between width/2
+    meets the uniform cells where it has reached their width: its last cell is between width/r² and width/r, the
+    uniform ones between width/2
     and width); the grid graded only to
     ``width`` puts a cell ~``width`` wide beside a graded one 2·width² wide and fails."""
     depth = width * depth_fraction

@@ -795,7 +795,8 @@ def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: f
     softmax integrals and ``push_forward`` use) puts on it, and its Lagrangian fractions are that
     reconstruction's mass fractions at its ends, so every initial cell's mass is kept (a constant density per
     cell would move mass by O(slope) at every split); the slopes are recomputed from the new neighbours later.
-    With ``lagrangian`` = (owner, fraction_lo, fraction_hi) per cell (``MeanFieldSolution``), the pieces' are returned too:
+    With ``lagrangian`` = (owner, fraction_lo, fraction_hi) per cell (``MeanFieldSolution``), the pieces' are
+    returned too:
     (edges, masses[, (owner, fraction_lo, fraction_hi)]).
     """
     if lagrangian is None:
