@@ -10,6 +10,8 @@ under-resolved particle system must give UNDER-RESOLVED, not a verdict.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -410,6 +412,32 @@ def test_a_particle_budget_decides_for_its_beta_claim_by_claim():
     assert found["conjecture_1"].status == claims.UNDER_RESOLVED
     assert "particle-number budget exceeded" in found["conjecture_1"].numbers
     assert found["metastable_log_beta"].status == claims.UNDER_RESOLVED
+
+
+def test_claims_that_leave_out_a_budgeted_beta_say_what_n_it_would_need():
+    """β = 1000 outside its budget: each claim that judges β by β names the N its W2 would need, or says that N
+    sets its departure; the rates (fitted at β = ∞) and a budget that is met say nothing."""
+    dist = synthetic()
+    interval = float(np.min(np.diff(dist.time.values)))
+    over = dataclasses.replace(_budget(3.7, 0.9), tokens=N, tokens_needed=1.7e8, slope_interval=(0.5, 0.9))
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=over)
+    found = {c.name: c for c in claims.evaluate(dist, fit, CFG)}
+    for name in ("bound_above_data", "temperature_scaling", "conjecture_1"):
+        assert f"β = 1000 not judged: its remaining N error of W2 is up to 3.7 × W2 (95 %) at N = {N}" \
+            in found[name].numbers and "would need N ≈ 1.7e+08" in found[name].numbers, found[name].numbers
+    assert "departure moves by [0.5, 0.9] per doubling of N" in found["metastable_log_beta"].numbers
+    assert "no N resolves it" in found["metastable_log_beta"].numbers
+    assert not any("not judged" in found[f"rate_{r}"].numbers for r in ("early", "late"))
+    wide = dataclasses.replace(over, slope_interval=(-0.4, 0.6), slope_bound=0.6)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=wide)
+    assert "more replicas of the study would narrow it" in claims.particles_needed(fit, interval, departure=True)
+    no_law = dataclasses.replace(over, tokens_needed=np.inf)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=no_law)
+    assert "no power law in N fits the study" in claims.particles_needed(fit, interval)
+    met = dataclasses.replace(over, w2_ratio=0.1, slope_bound=0.01, tokens_needed=100.0)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=met)
+    assert claims.particles_needed(fit, interval) == "" == claims.particles_needed(fit, interval, departure=True)
+    assert claims.particles_needed(estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N), interval) == ""
 
 
 def with_reference(dist, error_fraction, shift=None):

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp import (convergence, dynamics, exact, fitting, integrate, io, matrices, measures, particle_budget, projection,
-                     seeding, transport, validation)
+from lowtemp import (convergence, dynamics, estimates, exact, fitting, integrate, io, matrices, measures,
+                     particle_budget, projection, seeding, transport, validation)
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
 
 ConfigError = validation.ConfigError
@@ -323,6 +323,14 @@ def test_convergence_file_contract(run):
     for v in ds.data_vars:
         assert ds[v].dtype == np.float64, v
     assert ds["w2_remaining_bound"].dims == ("time",) and ds["departure_particles"].dims == ("tokens", "replica")
+    # the bound is the largest of the per-exponent ones, and the N the fit projects from them is beyond the
+    # experiment's N exactly when the budget is exceeded
+    per = ds["w2_remaining_bound_per_exponent"].transpose("budget_exponent", "time").values
+    finite = np.isfinite(ds["w2_remaining_bound"].values)
+    np.testing.assert_array_equal(np.nanmax(per[:, finite], axis=0), ds["w2_remaining_bound"].values[finite])
+    for fraction in (0.01, 0.25, 1.0, 100.0):
+        budget = estimates.study_budget(ds, fraction)
+        assert (budget.tokens_needed > budget.tokens) == (budget.w2_ratio > fraction), (fraction, budget)
     # the orders: RK4 ≈ 4 and Euler ≈ 1 against the exact solution and by Richardson (β = 5, small steps)
     for method, p in (("rk4", 4), ("euler", 1)):
         c = ds.sel(integrator=method)

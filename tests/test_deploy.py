@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(GIT is None or not (ROOT / ".git").exists(),
 
 #: the rules a dry run of the default config (config/config.yaml) schedules
 DEFAULT_RULES = {"matrices", "initial_tokens", "finite_temperature", "zero_temperature", "distances_beta",
-                 "distances", "fit", "claims", "figure", "claims_summary", "all"}
+                 "distances", "convergence", "convergence_figure", "fit", "claims", "figure", "claims_summary", "all"}
 
 
 def job_stats(output: str) -> dict[str, int]:

@@ -131,6 +131,56 @@ def test_the_relative_budget_is_the_largest_ratio_in_the_window():
     assert particle_budget.relative_budget(zero, [True]) == np.inf
 
 
+def _needed(budget, k, fraction):
+    """particle_budget.tokens_needed of element (draw) k alone."""
+    window = np.zeros(budget.bound.shape, bool)
+    window[k] = True
+    return particle_budget.tokens_needed(budget, window, fraction)
+
+
+@pytest.mark.parametrize("p", [0.5, 1.0, 2.0])
+def test_the_particles_needed_are_the_closed_form_of_a_noise_free_power_law(p):
+    """Q_N = Q∞ + a·N^−p with a spread 1e-6 of a·N*^−p: the misfit test keeps exponents near p only, and the N at
+    which a·N^−p falls to the fraction of Q(N*) is the closed form N*·(a·N*^−p/(fraction·Q(N*)))^{1/p}, to the
+    grid of exponents (the projection with a smaller kept p is larger: never below the closed form)."""
+    remaining, fraction = 3.7, 0.1
+    q = synthetic(np.random.default_rng(21), p, remaining, 1e-6 * remaining, draws=5)
+    b = particle_budget.remaining_error_bound(NUMBERS, q)
+    exact = NUMBERS[-1] * (remaining / (fraction * (5.0 + remaining))) ** (1.0 / p)
+    for k in range(5):
+        assert exact * (1 - 1e-6) <= _needed(b, k, fraction) <= 1.6 * exact, (p, _needed(b, k, fraction), exact)
+
+
+@pytest.mark.parametrize("p", [0.25, 0.5, 1.0])
+def test_the_particles_needed_cover_the_true_number(p):
+    """With noise half the remaining error, the projected N is at or above the true one in at least 95 % of
+    draws (it inherits the bound's coverage: at the true exponent the bound covers, and the maximum over kept
+    exponents is at least that). The projection from a point estimate (the last two means' difference at the true
+    exponent, no interval) falls below the true N in about half of them."""
+    remaining, fraction, draws = 2.0, 0.25, 600
+    q = synthetic(np.random.default_rng(int(40 * p)), p, remaining, 0.5 * remaining, draws=draws)
+    b = particle_budget.remaining_error_bound(NUMBERS, q)
+    value = q[-1].mean(axis=0)
+    exact = NUMBERS[-1] * (remaining / (fraction * np.abs(value))) ** (1.0 / p)
+    needed = np.array([_needed(b, k, fraction) for k in range(draws)])
+    assert np.mean(needed >= exact) >= 0.95, (p, np.mean(needed >= exact))
+    means = q.mean(axis=1)
+    point = np.abs(means[-2] - means[-1]) / (2.0**p - 1.0)  # a·N*^−p from the last doubling
+    naive = NUMBERS[-1] * np.maximum(point / (fraction * np.abs(value)), 1e-300) ** (1.0 / p)
+    assert np.mean(naive >= exact) < 0.8, (p, np.mean(naive >= exact))
+
+
+def test_the_particles_needed_are_at_most_n_when_met_and_inf_without_a_power_law():
+    rng = np.random.default_rng(8)
+    met = particle_budget.remaining_error_bound(NUMBERS, synthetic(rng, 0.5, 0.01, 0.001, draws=3))
+    assert all(_needed(met, k, 0.25) <= NUMBERS[-1] for k in range(3))
+    drift = np.repeat((5.0 + 0.5 * np.log2(NUMBERS))[:, None], 4, axis=1)
+    assert particle_budget.tokens_needed(particle_budget.remaining_error_bound(NUMBERS, drift), True, 0.25) == np.inf
+    assert np.isnan(particle_budget.tokens_needed(met, np.zeros(3, bool), 0.25))
+    with pytest.raises(ValueError, match="fraction"):
+        particle_budget.tokens_needed(met, np.ones(3, bool), 0.0)
+
+
 @pytest.mark.parametrize("numbers, shape, match", [
     ([512, 1024], (2, 4, 3), "at least 3 particle numbers"),
     ([512, 1024, 2048], (3, 3, 3), "with 4 replicas"),

@@ -353,10 +353,56 @@ def still_approaching(dist: xr.Dataset) -> np.ndarray:
         return d[..., -1] < (1.0 - STILL_APPROACHING_DROP) * d[..., min(k, t.size - 1)]
 
 
+# ---------------------------------------------------------------- what N an under-resolved β would need
+def particles_needed(fit: xr.Dataset, interval: float, departure: bool = False) -> str:
+    """For every β whose particle-number budget was measured and exceeded, what N would resolve it, in words.
+
+    W2 (``departure`` False): the N at which the budget's bound would reach ``particle_error_fraction`` of W2
+    (fit.nc ``particle_budget_tokens_needed``, projected with the study's own power law). The departure: its
+    slope per doubling of N against ``particle_error_fraction`` of the snapshot ``interval``: an interval wholly
+    above that is a departure set by N (growing like log N: no N resolves it), a wider one needs more
+    replicas of the study, not more N. Empty where nothing was measured or the budget was met."""
+    if "particle_budget_tokens_needed" not in fit:
+        return ""
+    fraction = float(fit.attrs["particle_error_fraction"])
+    limit = fraction * interval
+    parts = []
+    for i in np.flatnonzero(fit["particle_budget_measured"].values.astype(bool)):
+        b = float(fit.beta.values[i])
+        if departure:
+            bound = float(fit["particle_budget_departure_slope"].values[i])
+            lo, hi = (float(v) for v in fit["particle_budget_departure_slope_interval"].values[i])
+            if not bound > limit:
+                continue
+            if lo > limit or hi < -limit:
+                parts.append(f"β = {b:g} not judged: its departure moves by [{lo:.3g}, {hi:.3g}] per doubling of N "
+                             f"(95 %), more than {limit:.3g}: N sets it, and no N resolves it")
+            elif np.isfinite(lo) and np.isfinite(hi):
+                parts.append(f"β = {b:g} not judged: its departure's slope per doubling of N is in [{lo:.3g}, "
+                             f"{hi:.3g}] (95 %), wider than ±{limit:.3g}: more replicas of the study would narrow it, "
+                             f"not N")
+            else:
+                parts.append(f"β = {b:g} not judged: some runs of the study reach the metastable phase and others "
+                             f"do not, so no N can be named")
+            continue
+        ratio = float(fit["particle_budget_w2_ratio"].values[i])
+        n = int(fit.attrs["tokens"])
+        needed = float(fit["particle_budget_tokens_needed"].values[i])
+        if not ratio > fraction:
+            continue
+        head = f"β = {b:g} not judged: its remaining N error of W2 is up to {ratio:.3g} × W2 (95 %) at N = {n}"
+        parts.append(f"{head}; ≤ {fraction:g} × W2 would need N ≈ {needed:.2g} (the study's power law in N, with the "
+                     f"slowest decay it does not reject)" if np.isfinite(needed) else
+                     f"{head}; no power law in N fits the study, so no N can be named")
+    return "; " + "; ".join(parts) if parts else ""
+
+
 # ---------------------------------------------------------------- all of them
 def evaluate(dist: xr.Dataset, fit: xr.Dataset, cfg: dict) -> list[Claim]:
-    """All checks from the stored distances and fit (``cfg``: the experiment's ``claims`` block)."""
-    return [
+    """All checks from the stored distances and fit (``cfg``: the experiment's ``claims`` block). A claim that
+    leaves out a β whose particle-number budget was measured and exceeded says what N it would need
+    (``particles_needed``)."""
+    claims = [
         check_rate(fit, "early", float(cfg["rate_tolerance"])),
         check_rate(fit, "late", float(cfg["rate_tolerance"])),
         check_bound_above_data(fit, dist, float(cfg["bound_fraction"])),
@@ -364,6 +410,11 @@ def evaluate(dist: xr.Dataset, fit: xr.Dataset, cfg: dict) -> list[Claim]:
         check_metastable_log_beta(fit),
         check_conjecture_1(fit, dist, float(cfg["end_phase_tolerance"])),
     ]
+    t = dist.time.values
+    interval = float(np.min(np.diff(t))) if t.size > 1 else float("nan")
+    for c in claims[2:]:  # the claims that judge β by β (the rates are fitted at β = ∞)
+        c.numbers += particles_needed(fit, interval, departure=c.name == "metastable_log_beta")
+    return claims
 
 
 def claims_dataset(claims: list[Claim], fit: xr.Dataset) -> xr.Dataset:

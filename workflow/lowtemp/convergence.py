@@ -300,6 +300,7 @@ def particle_budget_of(numbers, w2, dist_A, grid, n_tokens: int, M) -> dict:
                                                          BUDGET_CONFIDENCE)
     return {"departure": crossing, "censored": censored, "w2_remaining_bound": w2_budget.bound,
             "w2_budget_exponent": w2_budget.exponent, "w2_at_tokens": w2_budget.value,
+            "w2_bound_per_exponent": w2_budget.per_exponent, "budget_exponents": w2_budget.exponents,
             "w2_budget_ratio": particle_budget.relative_budget(w2_budget, window), "budget_window_end": end,
             "departure_slope_per_doubling": np.array(slope),
             "departure_slope_bound": particle_budget.departure_slope_bound(crossing, censored, slope)}

@@ -303,6 +303,10 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
                 "p in budget_exponent_range (inf: no p in the range fits)")),
             "w2_budget_exponent": (("time",), budget["w2_budget_exponent"], io.attrs(
                 "the exponent p that gave the bound")),
+            "w2_remaining_bound_per_exponent": (("budget_exponent", "time"), budget["w2_bound_per_exponent"],
+                                                io.attrs("the bound for each exponent p of the grid (NaN: the "
+                                                         "misfit test rejected p); w2_remaining_bound is the "
+                                                         "largest")),
             "w2_at_tokens": (("time",), budget["w2_at_tokens"], io.attrs(
                 "mean W2(rho^beta_t, Pi_# rho0) over replicas at the particle number nearest the experiment's N")),
             "w2_budget_ratio": ((), budget["w2_budget_ratio"], io.attrs(
@@ -327,6 +331,8 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
             "bound": ["lower", "upper"],
             "replica": np.arange(replicas),
             "time": ("time", times, io.attrs("time t", "1")),
+            "budget_exponent": ("budget_exponent", budget["budget_exponents"], io.attrs(
+                "exponent p of the budget's model E W2_N = W2_inf + a N^-p", "1")),
         },
     )
     ds.attrs.update(attrs)

@@ -29,7 +29,7 @@ import xarray as xr
 
 from dataclasses import dataclass
 
-from . import fitting, io, rates
+from . import fitting, io, particle_budget, rates
 from .matrices import AttentionMatrices
 
 log = logging.getLogger("lowtemp")
@@ -105,6 +105,9 @@ def temperature_pairs(beta, early_error, confidence):
     return labels, np.array(intervals).reshape(-1, 2), np.array(bounds)
 
 
+NAN_PAIR = (np.nan, np.nan)
+
+
 @dataclass(frozen=True)
 class ParticleBudget:
     """What convergence.nc's particle-number study measured at its β (``particle_budget``): the 95 %
@@ -115,6 +118,26 @@ class ParticleBudget:
     w2_ratio: float  # remaining-error bound / W2 (inf: not a power law in the range; NaN: nothing to judge)
     slope_bound: float  # bound on |slope| of the departure time per doubling of N (NaN: no departures)
     interval: float  # snapshot interval, the departure's own resolution
+    tokens: int = 0  # the experiment's N, where the budget is judged
+    tokens_needed: float = np.nan  # N at which the W2 bound would reach the fraction (particle_budget.tokens_needed)
+    slope_interval: tuple[float, float] = NAN_PAIR  # 95 % interval of the departure's slope per doubling
+
+
+def study_budget(conv: xr.Dataset, fraction: float) -> ParticleBudget:
+    """The ``ParticleBudget`` of convergence.nc's particle-number study, with the N its W2 bound would need to
+    reach ``fraction`` of W2 before the earliest departure (``particle_budget.tokens_needed``)."""
+    t = conv["time"].values
+    window = (t > 0) & (t <= float(conv["budget_window_end"]))
+    per_exponent = conv["w2_remaining_bound_per_exponent"].transpose("budget_exponent", "time").values
+    n_star = int(conv.attrs["budget_tokens"])
+    w2 = particle_budget.Budget(bound=conv["w2_remaining_bound"].values, exponent=conv["w2_budget_exponent"].values,
+                                value=conv["w2_at_tokens"].values, exponents=conv["budget_exponent"].values,
+                                per_exponent=per_exponent, at=float(n_star))
+    low, high = (float(v) for v in conv["departure_slope_per_doubling"].values)
+    return ParticleBudget(beta=float(conv.attrs["beta"]), w2_ratio=float(conv["w2_budget_ratio"]),
+                          slope_bound=float(conv["departure_slope_bound"]), interval=float(np.min(np.diff(t))),
+                          tokens=n_star, tokens_needed=particle_budget.tokens_needed(w2, window, fraction),
+                          slope_interval=(low, high))
 
 
 def particle_budget_verdicts(beta, budget: ParticleBudget | None, fraction: float):
@@ -374,6 +397,16 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
                                                                 particle_budget.slope_bound, np.nan),
                                             A("95% upper bound of |d departure time / d log2 N| (NaN: not measured "
                                               "or no departure)", "1")),
+        "particle_budget_departure_slope_interval": (
+            ("beta", "bound"), np.where(measured[:, None], np.array(NAN_PAIR if particle_budget is None else
+                                                                     particle_budget.slope_interval), np.nan),
+            A("95% interval of d departure time / d log2 N (NaN: not measured or too few departures)", "1")),
+        "particle_budget_tokens_needed": (("beta",), np.where(measured, np.nan if particle_budget is None else
+                                                              particle_budget.tokens_needed, np.nan),
+                                          A("the N at which the W2 budget's bound would reach "
+                                            "particle_error_fraction of W2, projected with its own power law "
+                                            "(the slowest exponent that fits; inf: no exponent fits; NaN: not "
+                                            "measured)")),
         "resolved_early": (("beta",), resolved_early, A("resolved over [0, early time]: the W2 budget where "
                                                         "measured, else median ESS >= ess_threshold")),
         "resolved_to_departure": (("beta",), resolved_to_departure, A("resolved up to the last departure: the W2 "
@@ -404,7 +437,7 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
                                    "regime": list(ranges), "pair": pair_labels})
     out.attrs.update(early_time=t_early, requested_early_time=early, horizon=float(t[-1]), end_phase_gap=gap,
                      laplace_exponent=LAPLACE_EXPONENT, confidence=conf, ess_threshold=float(ess_threshold),
-                     particle_error_fraction=float(cfg["particle_error_fraction"]))
+                     particle_error_fraction=float(cfg["particle_error_fraction"]), tokens=int(n_tokens))
     return out
 
 

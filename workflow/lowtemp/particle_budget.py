@@ -38,7 +38,7 @@ bound is computed for element by element (time).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
@@ -64,6 +64,9 @@ class Budget:
     bound: np.ndarray  # upper confidence bound on |Q_N* − Q∞|
     exponent: np.ndarray  # the p in P_RANGE that gave the bound
     value: np.ndarray  # mean over replicas of Q at the particle number nearest N* (in log N)
+    exponents: np.ndarray = field(default_factory=lambda: np.empty(0))  # (P,) the grid of p tried
+    per_exponent: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))  # (P, …) the bound for each p; NaN where the misfit test rejected p
+    at: float = np.nan  # N*
 
 
 def _check(numbers, values) -> tuple[np.ndarray, np.ndarray]:
@@ -142,7 +145,9 @@ def remaining_error_bound(numbers, values, at: float | None = None, confidence: 
     alpha = (1.0 - confidence) / 2.0
     best = np.full(q.shape[2:], -np.inf)
     best_p = np.full(q.shape[2:], np.nan)
-    for p in np.linspace(*p_range, P_GRID_POINTS):
+    exponents = np.linspace(*p_range, P_GRID_POINTS)
+    per_exponent = np.full((exponents.size,) + q.shape[2:], np.nan)
+    for i, p in enumerate(exponents):
         x = n ** -p
         design = np.stack([np.ones_like(x), x], axis=1)
         slope_row = np.linalg.pinv(design)[1]  # â = Σ_n slope_row[n] Q_n, per replica
@@ -153,6 +158,7 @@ def remaining_error_bound(numbers, values, at: float | None = None, confidence: 
             basis = np.linalg.svd(np.eye(n.size) - design @ np.linalg.pinv(design))[0][:, : n.size - 2]
             fits = _misfit_pvalue(np.moveaxis(np.tensordot(basis, q, axes=(0, 0)), 0, 1), magnitude) >= alpha
             bound = np.where(fits, bound, -np.inf)
+        per_exponent[i] = np.where(np.isneginf(bound) | bad, np.nan, bound)
         better = bound > best
         best = np.where(better, bound, best)
         best_p = np.where(better, p, best_p)
@@ -160,7 +166,8 @@ def remaining_error_bound(numbers, values, at: float | None = None, confidence: 
     best = np.where(bad, np.nan, best)
     nearest = int(np.argmin(np.abs(np.log(n) - np.log(target))))
     return Budget(bound=best, exponent=np.where(bad, np.nan, best_p),
-                  value=np.where(bad, np.nan, q[nearest].mean(axis=0)))
+                  value=np.where(bad, np.nan, q[nearest].mean(axis=0)), exponents=exponents,
+                  per_exponent=per_exponent, at=target)
 
 
 def relative_budget(budget: Budget, window) -> float:
@@ -173,6 +180,30 @@ def relative_budget(budget: Budget, window) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where((value > 0) & np.isfinite(bound), bound / np.where(value > 0, value, 1.0), np.inf)
     return float(np.max(ratio))
+
+
+def tokens_needed(budget: Budget, window, fraction: float) -> float:
+    """The particle number at which the budget's bound would reach ``fraction`` of the quantity over the times in
+    ``window``, projected with the model itself: for an exponent p the bound at N* covers |a|·N*^−p, so at N the
+    remaining error is at most bound_p·(N*/N)^p, which falls to fraction·|value| at
+    N_p = N*·(bound_p/(fraction·|value|))^{1/p}. The answer is the largest N_p over the exponents the misfit test
+    kept and the times in the window (the slowest admissible decay decides): at most N* where the budget is
+    already met, inf where no exponent fits or a value is 0, NaN for an empty window. A projection under the
+    model, not a measurement: the study at that N is what confirms it."""
+    w = np.asarray(window, bool)
+    if not w.any():
+        return float("nan")
+    if not 0 < fraction:
+        raise ValueError(f"the fraction of the quantity the N error may reach must be positive, got {fraction}")
+    bounds = budget.per_exponent[:, w]  # (P, times)
+    value = np.abs(budget.value[w])
+    kept = np.isfinite(bounds)
+    if not kept.any(axis=0).all() or np.any(value == 0) or not np.all(np.isfinite(value)):
+        return float("inf")
+    with np.errstate(divide="ignore", over="ignore"):
+        ratio = bounds / (fraction * value)  # > 1: not yet met at N*
+        needed = budget.at * np.power(np.where(kept, ratio, 0.0), 1.0 / budget.exponents[:, None])
+    return float(np.max(needed))
 
 
 def departure_crossing(times, dist_A, departure, threshold: float) -> np.ndarray:

@@ -272,9 +272,7 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     budget = None
     if convergence_path is not None:
         conv = io.read_netcdf(convergence_path, "convergence")
-        budget = estimates.ParticleBudget(beta=float(conv.attrs["beta"]), w2_ratio=float(conv["w2_budget_ratio"]),
-                                          slope_bound=float(conv["departure_slope_bound"]),
-                                          interval=float(np.min(np.diff(conv["time"].values))))
+        budget = estimates.study_budget(conv, float(experiment["fit"]["particle_error_fraction"]))
     out = estimates.fit_experiment(name, ds, M, experiment["fit"], float(experiment["ess_threshold"]),
                                    int(experiment["tokens"]), particle_budget=budget)
     for line in estimates.describe(out, name):

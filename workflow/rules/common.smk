@@ -122,4 +122,6 @@ def all_targets():
     for name in EXPERIMENTS:
         targets += [f"{RESULTS}/{name}/distances.nc", f"{RESULTS}/{name}/fit.nc", f"{RESULTS}/{name}/claims.nc"]
         targets += experiment_figures(name)
+        if "convergence" in EXPERIMENTS[name]:  # its study decides the fit: its figure shows the budget
+            targets += [f"{RESULTS}/{name}/figures/convergence.{ext}" for ext in ("pdf", "png")]
     return targets + [f"{RESULTS}/claims_summary.md"]
