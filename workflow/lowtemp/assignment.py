@@ -38,7 +38,9 @@ pairs without storing them, and grown where the pricing finds better pairs:
 
 Everything is sequential except the nearest-neighbour queries and the pricing pass (parallel
 over rows, each row writing its own output slots), so the same input gives the same bits.
-numba kernels are compiled in every process (no on-disk cache).
+Its numba functions (and the simplex's) are cached on disk (numba's cache, next to the module or in
+``NUMBA_CACHE_DIR``): a distances job would otherwise spend about 9 s compiling them; a cached load gives
+the same bits as a fresh compile (``tests/test_numba_cache.py``; none of them uses fastmath).
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ class W2Result:
 
 # ----------------------------------------------------------------------------- numba kernels
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _sqdist(X, Y, i, j):
     s = 0.0
     for a in range(X.shape[1]):
@@ -171,7 +173,7 @@ def _sqdist(X, Y, i, j):
     return s
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _build_csr(X, Y, nbr_lists, extra_i, extra_j):
     """CSR of the union, per row, of the columns in nbr_lists[:, i, :] (−1 = none), i and extra pairs.
 
@@ -223,7 +225,7 @@ def _build_csr(X, Y, nbr_lists, extra_i, extra_j):
     return indptr, cols, costs
 
 
-@numba.njit(cache=False, inline="always")
+@numba.njit(cache=True, inline="always")
 def _keep_most_negative(worst_r, worst_j, nkeep, r, j):
     """Insert (r, j) into the row's list of its most negative reduced costs, kept sorted increasingly."""
     per_row = worst_r.size
@@ -241,7 +243,7 @@ def _keep_most_negative(worst_r, worst_j, nkeep, r, j):
     return nkeep
 
 
-@numba.njit(cache=False, inline="always")
+@numba.njit(cache=True, inline="always")
 def _rounding_of(s, r, g, e, underflow, uf):
     """Bound on |r̂ − r| for r̂ = fl(ĉ − v_j), ĉ = fl(Σ_a fl(x_a − y_a)²): g·ĉ (the cost's own roundings)
     + e·|r̂| (the subtraction, and the one that applies this bound), plus the subnormal spacing when
@@ -252,7 +254,7 @@ def _rounding_of(s, r, g, e, underflow, uf):
     return b
 
 
-@numba.njit(parallel=True, cache=False)
+@numba.njit(parallel=True, cache=True)
 def _price_kernel(X, YT, perm, v, base, below_assigned, tol, g, e, uf, keep_j, keep_r, counts, rowmin, assigned,
                   rowmin_lo, assigned_hi):
     """All pairs, streamed by rows: r_ij = c_ij − v_j (c by differences, the same arithmetic everywhere).
@@ -463,7 +465,7 @@ def certify(X, Y, perm, u, v, tol: float = DEFAULT_TOL, *, per_row: int = 8,
 
 # ----------------------------------------------------------------------------- local potentials
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _shortest_path_potentials(n, indptr, cols, costs, perm, max_scans, d_row, d_col, pred_row, pred_col):
     """Potentials of the assignment ``perm`` on the arcs (CSR by row) as shortest-path distances.
 
@@ -553,7 +555,7 @@ def _shortest_path_potentials(n, indptr, cols, costs, perm, max_scans, d_row, d_
     return 0, scans
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _cancel_cycle(n, start, perm, pred_row, pred_col):
     """Walk the predecessors from ``start`` (a row < n or a column n + j); if they close a cycle, give every
     row on it the column it reaches on the cycle and return True (a label path longer than the number of
@@ -607,7 +609,7 @@ def _local_duals(S: SparseAssignment, perm, max_scans):
 
 # ----------------------------------------------------------------------------- the multiscale guide
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _balanced_cells(P, size):
     n = P.shape[0]
     d = P.shape[1]
@@ -688,7 +690,7 @@ def _cell_of(cells, n):
     return out
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _paired_cells(X, Y, CX, CY, match, perms):
     """The tokens of X cell a paired with those of Y cell match[a]: the best of the 24 orders when both
     hold 4 tokens, in order otherwise; the tokens left over (cells of unequal size) paired in order."""
@@ -812,7 +814,7 @@ def lifted_neighbours(P, w, Q, k: int, workers: int = -1) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(idx, dtype=np.int64).reshape(len(Q), k))
 
 
-@numba.njit(parallel=True, cache=False)
+@numba.njit(parallel=True, cache=True)
 def _dense_cost(X, Y, C):
     """C_ij = |x_i − y_j|² by differences, as in the sparse solver and the certificate (no expansion)."""
     for i in numba.prange(X.shape[0]):

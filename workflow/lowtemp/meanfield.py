@@ -103,7 +103,7 @@ if _LIMITS[-1] < SUB_HALF_VARIATION:  # the largest order must cover a whole sub
     raise RuntimeError("meanfield: the largest Gauss–Legendre order cannot reach QUADRATURE_RTOL")
 
 
-@njit(cache=False, inline="always")
+@njit(cache=True, inline="always")
 def _pick_order(c, limits):
     for row in range(limits.size):
         if c <= limits[row]:
@@ -111,7 +111,7 @@ def _pick_order(c, limits):
     return limits.size - 1
 
 
-@njit(cache=False, inline="always")
+@njit(cache=True, inline="always")
 def _cos_max(lo, hi, alpha):
     """max of cos(ϑ − α) over [lo, hi] (hi − lo < 2π)."""
     two_pi = 2.0 * np.pi
@@ -125,7 +125,7 @@ def _cos_max(lo, hi, alpha):
 # Scaled modified Bessel functions e^{−x} I_0(x), e^{−x} I_1(x), x ≥ 0.
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _scaled_bessel01(x):
     if x < _BESSEL_SWITCH:
         # power series, all terms positive: I_0 = Σ q^k/(k!)², I_1 = (x/2) Σ q^k/(k!(k+1)!), q = x²/4
@@ -167,7 +167,7 @@ def _scaled_bessel01(x):
     return pre * s0, pre * s1
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _scaled_bessel_array(x, out0, out1):
     for i in range(x.size):
         out0[i], out1[i] = _scaled_bessel01(x[i])
@@ -191,7 +191,7 @@ def scaled_bessel(x) -> tuple[np.ndarray, np.ndarray]:
 # total, and every cell with bound < L − PRUNE_DEPTH is skipped.
 
 
-@njit(cache=False, inline="always")
+@njit(cache=True, inline="always")
 def _cell_sums(lo, hi, slope, kappa, alpha, cmax, zeta, sphere, limits, nodes, weights, acc):
     """Add the cell's Σ w e^{κ(cos(ϑ'−α) − cmax)}·r(ϑ')·(f0, f1, f2) to acc[0:3] (Gauss–Legendre, order
     per piece).
@@ -234,7 +234,7 @@ def _cell_sums(lo, hi, slope, kappa, alpha, cmax, zeta, sphere, limits, nodes, w
 _ORDERS_NB = _ORDERS.astype(np.int64)
 
 
-@njit(cache=False, parallel=True)
+@njit(cache=True, parallel=True)
 def _softmax_sums(edges, log_density, slopes, kappa, alpha, zeta, sphere, limits, nodes, weights, out):
     """Per query q, the ratios (Σ f1, Σ f2)/Σ f0 of ``_cell_sums`` over all cells that can matter; out (Q, 2).
 

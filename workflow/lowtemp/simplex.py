@@ -47,7 +47,7 @@ TREE = 0
 LOWER = 1
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _detach(w, parent, first_child, next_sib, prev_sib):
     p = parent[w]
     if prev_sib[w] >= 0:
@@ -60,7 +60,7 @@ def _detach(w, parent, first_child, next_sib, prev_sib):
     prev_sib[w] = -1
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _attach(w, p, parent, first_child, next_sib, prev_sib):
     parent[w] = p
     f = first_child[p]
@@ -71,7 +71,7 @@ def _attach(w, p, parent, first_child, next_sib, prev_sib):
     first_child[p] = w
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _shift_subtree(r, sigma, first_child, next_sib, pi, stack):
     """Add sigma to the potential of every node of the subtree of r."""
     top = 0
@@ -88,7 +88,7 @@ def _shift_subtree(r, sigma, first_child, next_sib, pi, stack):
             c = next_sib[c]
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _potentials_from_root(root, parent, pred, pred_dir, first_child, next_sib, cost, pi, size, stack, order):
     """Potentials of every node from the root along the tree arcs (each tight), and the subtree sizes.
 
@@ -122,7 +122,7 @@ def _potentials_from_root(root, parent, pred, pred_dir, first_child, next_sib, c
     return n_order
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _pivots(n_root_arcs, src, tgt, cost, m, flow, state, parent, pred, pred_dir, size, first_child, next_sib,
             prev_sib, pi, tol, block, max_pivots, next_arc, path, stack):
     """Simplex pivots until no priced arc (indices n_root_arcs..m−1) has reduced cost below −tol.
@@ -253,7 +253,7 @@ def _pivots(n_root_arcs, src, tgt, cost, m, flow, state, parent, pred, pred_dir,
     return pivots, degenerate, e
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _start_tree(n, perm, assign_arc, parent, pred, pred_dir, first_child, next_sib, prev_sib, state, flow):
     root = 2 * n
     for i in range(n):
