@@ -284,6 +284,13 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
                      *(float(out[k].sel(beta=beta)) for k in ("reference_error_early", "reference_error_to_departure",
                                                               "reference_departure_shift")))
             continue
+        if budget is not None and np.isclose(beta, budget.beta):  # the budget decides here, the ESS is a diagnostic
+            log.info("%s: beta = %g, N = %d: particle-number budget: remaining N error of W2 <= %.3g x W2 (95%%; "
+                     "%.3g x W2 reached at N ~ %.3g), departure time per doubling of N in [%.3g, %.3g]; median ESS "
+                     "down to %.1f (a diagnostic here)", name, beta, budget.tokens, budget.w2_ratio,
+                     float(experiment["fit"]["particle_error_fraction"]), budget.tokens_needed,
+                     *budget.slope_interval, low)
+            continue
         if not low >= experiment["ess_threshold"]:
             log.warning("%s: beta = %g, N = %d: median effective sample size falls to %.1f < %g; the particle "
                         "system does not stand for the mean field there (N must grow like beta^((d-1)/2)); the "
