@@ -286,3 +286,11 @@ def test_a_mean_field_experiment_is_checked_before_any_work(test_config):
     tilted = dict(sphere, initial_measure={"name": "vmf_mixture", "kappas": [2.0], "means": [[0, 1, 0]]})
     with pytest.raises(validation.ConfigError, match=r"tiny_mean_field\.model: mean_field needs"):
         validation.validate_experiment("tiny_mean_field", tilted, test_config["root_seed"])
+    # cells float64 cannot carry (the narrowest graded cell 2·width·depth below 64 ulp of 2π), or a depth not below
+    # the width (at the error estimate's twice the width too): named before any job
+    for cells, match in (({"width": 0.01, "depth": 1e-13}, "narrowest graded cell"),
+                         ({"width": 0.001, "depth": 0.002}, "depth < width")):
+        with pytest.raises(validation.ConfigError, match=rf"tiny_mean_field\.mean_field: .*{match}"):
+            validation.validate_experiment("tiny_mean_field", dict(exp, mean_field=cells), test_config["root_seed"])
+    validation.validate_experiment("tiny_mean_field", dict(exp, mean_field={"width": 0.01, "depth": 1e-10}),
+                                   test_config["root_seed"])

@@ -593,6 +593,25 @@ def test_graded_cells_grow_smoothly_out_to_the_uniform_width(width, depth_fracti
         assert _largest_neighbour_ratio(_graded_only_to_width(red, width, depth), unstable) > bound
 
 
+def test_a_grid_float64_cannot_carry_or_that_grades_nothing_is_refused():
+    """A depth whose narrowest graded cell (2·width·depth) is below what float64 angles resolve would end the solve
+    at once with CellsUnresolved; a depth beyond the grading's reach would grade nothing, silently: both are
+    refused by name. Negative or misshaped masses are refused by the reconstruction."""
+    red = mf.reduce(*SPHERE)
+    floor = mf.RESOLVED_WIDTH / (2 * 0.05)
+    mf.graded_edges(red, 0.05, 2 * floor)  # just above the floor: a grid
+    with pytest.raises(ValueError, match="narrowest graded cell"):
+        mf.graded_edges(red, 0.05, 0.5 * floor)
+    with pytest.raises(ValueError, match="grading's reach"):
+        mf.graded_edges(red, 0.9, mf.GRADED_REACH)
+    edges = mf.graded_edges(red, 0.1, 1e-3)
+    masses = mf.initial_masses(red, edges, "uniform", {})
+    mf.density_slopes(red, edges, masses)
+    for bad in (np.where(np.arange(masses.size) == 3, -1e-3, masses), masses[:-1]):
+        with pytest.raises(ValueError, match="one mass ≥ 0 per cell"):
+            mf.density_slopes(red, edges, bad)
+
+
 def test_tokens_near_the_graded_zone_are_placed_well_at_large_beta():
     """S², β = 1000, t = 1: the root mean square token distance between the references at widths 0.1 and 0.05 is at
     most 3e-5 (measured 2.9e-6); on the grid graded only to ``width`` (the input that must fail) it is above 1e-4

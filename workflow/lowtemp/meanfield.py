@@ -511,6 +511,12 @@ def graded_edges(red: Reduction, width: float, depth: float) -> np.ndarray:
     """
     if not 0 < depth < width < 1:
         raise ValueError(f"mean-field reference: need 0 < depth < width < 1, got width={width}, depth={depth}")
+    if not depth < GRADED_REACH:
+        raise ValueError(f"mean-field reference: depth = {depth} must be below the grading's reach {GRADED_REACH} "
+                         f"(beyond it nothing would be graded)")
+    if not 2.0 * width * depth > RESOLVED_WIDTH:
+        raise ValueError(f"mean-field reference: the narrowest graded cell, 2·width·depth = {2 * width * depth:.3g} "
+                         f"rad, must be wider than float64 angles resolve ({RESOLVED_WIDTH:.3g}); raise depth")
     lo, hi = red.lower, red.upper
     ratio = 1.0 + 2.0 * width
     steps = int(math.ceil(math.log(GRADED_REACH / depth) / math.log(ratio)))
@@ -611,6 +617,9 @@ def density_slopes(red: Reduction, edges: np.ndarray, masses: np.ndarray) -> np.
     """
     edges = np.asarray(edges, dtype=float)
     masses = np.asarray(masses, dtype=float)
+    if masses.shape != (edges.size - 1,) or not np.all(masses >= 0):
+        raise ValueError(f"mean-field reference: need one mass ≥ 0 per cell ({edges.size - 1} cells), got shape "
+                         f"{masses.shape} with smallest {np.min(masses) if masses.size else float('nan'):.3g}")
     if red.geometry == "circle":
         u_lo, u_hi = edges[:-1], edges[1:]
     else:  # u = −cos θ increases with θ

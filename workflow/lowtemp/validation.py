@@ -273,10 +273,16 @@ def _check_mean_field(where: str, experiment: dict, M) -> None:
     params = dict(experiment["initial_measure"])
     measure = params.pop("name")
     try:
-        meanfield.reduce(M.B, M.V, measure, params)
+        red = meanfield.reduce(M.B, M.V, measure, params)
     except (meanfield.SymmetryBroken, ValueError) as exc:
         raise ConfigError(f"{where}.model: mean_field needs a one-dimensional reduction of the mean-field "
                           f"equation: {exc}") from None
+    cells = experiment["mean_field"]
+    try:  # the grid of the solve and of its error estimate at twice the width
+        for width in (cells["width"], 2 * cells["width"]):
+            meanfield.graded_edges(red, width, cells["depth"])
+    except ValueError as exc:
+        raise ConfigError(f"{where}.mean_field: {exc}") from None
 
 
 def _check_initial_measure_shapes(where: str, mu: dict, d: int) -> None:
