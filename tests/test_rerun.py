@@ -300,8 +300,10 @@ EDITS = [
      from_finite("tiny_mean_field", ["10", "100"])),
     ("another experiment's fit option", _set("experiments.tiny_circle.fit.confidence", 0.9),
      from_fit("tiny_circle")),
-    ("a convergence block: its particle-number study then decides with the ESS which beta the fit resolves",
-     _set("experiments.tiny.convergence", {"steps": {"tokens": 16}}), {"convergence[tiny]"} | from_fit("tiny")),
+    ("a convergence block: its particle-number study then decides with the ESS which beta the fit resolves, and "
+     "its figure joins the default target",
+     _set("experiments.tiny.convergence", {"steps": {"tokens": 16}}),
+     {"convergence[tiny]", "convergence_figure[tiny]"} | from_fit("tiny")),
     ("checkpoint_every_seconds", _set("checkpoint_every_seconds", 60), set()),
     ("integral floats written as integers and back", _integral_floats, set()),
     ("keys sorted (YAML round trip with sort_keys)", "sort_keys", set()),
