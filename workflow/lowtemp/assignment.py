@@ -70,7 +70,7 @@ PIVOT_ROUNDING = 64.0
 #: (the default run's concentration experiment, every third snapshot of replica 0: median 0.29, at most 0.42)
 PIVOT_BUDGET = 50
 #: label scans of the shortest-path potentials at most LOCAL_SCAN_BUDGET·(arcs + N)
-LOCAL_SCAN_BUDGET = 50
+LOCAL_SCAN_BUDGET = 500
 #: the local re-solve (``_with_local_duals``) keeps the arcs costing at most this many times the assignment's
 #: dearest pair
 LOCAL_COST_FACTOR = 16.0
