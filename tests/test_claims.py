@@ -434,6 +434,18 @@ def test_claims_that_leave_out_a_budgeted_beta_say_what_n_it_would_need():
     no_law = dataclasses.replace(over, tokens_needed=np.inf)
     fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=no_law)
     assert "no power law in N fits the study" in claims.particles_needed(fit, interval)
+    censored = dataclasses.replace(over, slope_interval=(-0.64, np.inf), slope_bound=np.inf)  # every run arrived
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=censored)
+    assert "a longer study horizon would bound it" in claims.particles_needed(fit, interval, departure=True)
+    unknown = dataclasses.replace(over, w2_ratio=np.nan, tokens_needed=np.nan)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=unknown)
+    assert "could not be computed" in claims.particles_needed(fit, interval)
+    # at the limit exactly (0.25 of the budget's interval 0.2, which the snapshot spacing equals only to rounding):
+    # the fit resolves the departure, and the words follow the fit's verdict
+    edge = dataclasses.replace(over, slope_interval=(-0.05, 0.05), slope_bound=0.05)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=edge)
+    assert bool(fit["particle_budget_departure_resolved"].values[2])
+    assert claims.particles_needed(fit, interval * (1 - 1e-12), departure=True) == ""
     met = dataclasses.replace(over, w2_ratio=0.1, slope_bound=0.01, tokens_needed=100.0)
     fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=met)
     assert claims.particles_needed(fit, interval) == "" == claims.particles_needed(fit, interval, departure=True)

@@ -11,6 +11,8 @@ departure budget.
 
 from __future__ import annotations
 
+from dataclasses import replace as dataclasses_replace
+
 import numpy as np
 import pytest
 import yaml
@@ -86,13 +88,30 @@ def test_the_bound_covers_the_remaining_error(p):
         assert cover >= 0.95, (p, noise, cover)
 
 
+@pytest.mark.parametrize("p", [0.29, 0.325, 0.52, 1.3, 1.97])
+def test_exponents_between_grid_points_are_covered(p):
+    """A true p between two points of the grid, with little noise: the misfit test keeps only the nearer grid
+    point, and its bound alone covers |a|·N*^−p in 45 % of draws at p = 0.29 (it extrapolates with too fast a
+    decay). Its grid neighbours are kept too, so the bound, and the N projected from it, cover at ≥ 95 %."""
+    remaining, fraction, draws = 2.0, 0.25, 400
+    q = synthetic(np.random.default_rng(int(1000 * p)), p, remaining, 1e-3 * remaining, draws=draws)
+    b = particle_budget.remaining_error_bound(NUMBERS, q)
+    assert np.mean(b.bound >= remaining) >= 0.95, (p, np.mean(b.bound >= remaining))
+    exact = NUMBERS[-1] * (remaining / (fraction * np.abs(q[-1].mean(axis=0)))) ** (1.0 / p)
+    needed = np.array([_needed(b, k, fraction) for k in range(draws)])
+    assert np.mean(needed >= exact) >= 0.95, (p, np.mean(needed >= exact))
+    if p == 0.29:  # the nearest grid exponent alone: the bound before its neighbours were kept
+        nearest = int(np.argmin(np.abs(b.exponents - p)))
+        assert np.mean(b.per_exponent[nearest] >= remaining) < 0.8
+
+
 def test_noise_free_power_laws_give_their_own_remaining_error():
-    """With a spread 1e-6 of the value the misfit test keeps only exponents near the true one: the bound is the
-    closed form a·N*^−p to within the grid of exponents."""
+    """With a spread 1e-6 of the value the misfit test keeps only exponents near the true one (and their
+    neighbours on the grid): the bound is the closed form a·N*^−p to within one step of the grid (11 % at p = 2)."""
     for p in particle_budget.P_RANGE:
         q = synthetic(np.random.default_rng(3), p, 0.3, 1e-6, draws=5)
         bound = particle_budget.remaining_error_bound(NUMBERS, q).bound
-        assert np.all((bound >= 0.3) & (bound <= 0.3 * 1.1)), (p, bound)
+        assert np.all((bound >= 0.3) & (bound <= 0.3 * 1.15)), (p, bound)
 
 
 def test_a_logarithmic_drift_is_not_a_power_law():
@@ -109,7 +128,7 @@ def test_identical_replicas_do_not_switch_the_misfit_test_off():
     drift = np.repeat((5.0 + 0.5 * np.log2(NUMBERS))[:, None], 4, axis=1)
     assert np.isinf(particle_budget.remaining_error_bound(NUMBERS, drift).bound)
     exact = np.repeat((5.0 + 0.3 * (NUMBERS / NUMBERS[-1]) ** -0.5)[:, None], 4, axis=1)
-    assert particle_budget.remaining_error_bound(NUMBERS, exact).bound == pytest.approx(0.3, rel=0.1)
+    assert particle_budget.remaining_error_bound(NUMBERS, exact).bound == pytest.approx(0.3, rel=0.2)  # grid step
 
 
 def test_non_finite_values_give_nan_where_they_are_and_numbers_elsewhere():
@@ -141,14 +160,15 @@ def _needed(budget, k, fraction):
 @pytest.mark.parametrize("p", [0.5, 1.0, 2.0])
 def test_the_particles_needed_are_the_closed_form_of_a_noise_free_power_law(p):
     """Q_N = Q∞ + a·N^−p with a spread 1e-6 of a·N*^−p: the misfit test keeps exponents near p only, and the N at
-    which a·N^−p falls to the fraction of Q(N*) is the closed form N*·(a·N*^−p/(fraction·Q(N*)))^{1/p}, to the
-    grid of exponents (the projection with a smaller kept p is larger: never below the closed form)."""
+    which a·N^−p falls to the fraction of Q(N*) is the closed form N*·(a·N*^−p/(fraction·Q(N*)))^{1/p}, to within
+    a factor 2.5: the grid neighbours of p are kept too, and the projection with the smaller one is larger (twice
+    the closed form at p = 1/2), never below it."""
     remaining, fraction = 3.7, 0.1
     q = synthetic(np.random.default_rng(21), p, remaining, 1e-6 * remaining, draws=5)
     b = particle_budget.remaining_error_bound(NUMBERS, q)
     exact = NUMBERS[-1] * (remaining / (fraction * (5.0 + remaining))) ** (1.0 / p)
     for k in range(5):
-        assert exact * (1 - 1e-6) <= _needed(b, k, fraction) <= 1.6 * exact, (p, _needed(b, k, fraction), exact)
+        assert exact * (1 - 1e-6) <= _needed(b, k, fraction) <= 2.5 * exact, (p, _needed(b, k, fraction), exact)
 
 
 @pytest.mark.parametrize("p", [0.25, 0.5, 1.0])
@@ -170,6 +190,32 @@ def test_the_particles_needed_cover_the_true_number(p):
     assert np.mean(naive >= exact) < 0.8, (p, np.mean(naive >= exact))
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(1e-12, 1e3), min_size=1, max_size=4), st.floats(1e-6, 1e3), st.floats(1e-3, 10.0),
+       st.integers(0, 3))
+def test_the_particles_needed_and_the_relative_budget_agree_on_being_met(scale, value, fraction, rejected):
+    """The projected N is at most N* exactly when the relative budget is at most the fraction, to the bit (they
+    compared b/v ≤ f and b/(f·v) ≤ 1, which disagree by one rounding: b = 0.13304044373456833,
+    v = 1.3304044373456831, f = 0.1), and an exponent whose bound overflowed to inf counts (it was dropped as
+    rejected, and the projection came out below N* while the budget said inf)."""
+    exponents = np.linspace(*particle_budget.P_RANGE, len(scale))
+    per = np.array(scale, float)[:, None] * value * fraction
+    per[min(rejected, len(scale) - 1)] = np.nan if rejected < 3 else per[min(rejected, len(scale) - 1)]
+    if np.all(np.isnan(per)):
+        return
+    b = particle_budget.Budget(bound=np.nanmax(per, axis=0), exponent=np.zeros(1), value=np.array([value]),
+                               exponents=exponents, per_exponent=per, at=4096.0)
+    met = particle_budget.relative_budget(b, [True]) <= fraction
+    assert (particle_budget.tokens_needed(b, [True], fraction) <= 4096.0) == met
+    rounding = particle_budget.Budget(bound=np.array([0.13304044373456833]), exponent=np.zeros(1),
+                                      value=np.array([1.3304044373456831]), exponents=np.array([0.5]),
+                                      per_exponent=np.array([[0.13304044373456833]]), at=4096.0)
+    assert particle_budget.tokens_needed(rounding, [True], 0.1) > 4096.0
+    overflow = dataclasses_replace(rounding, bound=np.array([np.inf]), per_exponent=np.array([[np.inf], [1e-3]]),
+                                   exponents=np.array([0.5, 1.0]))
+    assert particle_budget.tokens_needed(overflow, [True], 0.1) == np.inf
+
+
 def test_the_particles_needed_are_at_most_n_when_met_and_inf_without_a_power_law():
     rng = np.random.default_rng(8)
     met = particle_budget.remaining_error_bound(NUMBERS, synthetic(rng, 0.5, 0.01, 0.001, draws=3))
@@ -177,8 +223,10 @@ def test_the_particles_needed_are_at_most_n_when_met_and_inf_without_a_power_law
     drift = np.repeat((5.0 + 0.5 * np.log2(NUMBERS))[:, None], 4, axis=1)
     assert particle_budget.tokens_needed(particle_budget.remaining_error_bound(NUMBERS, drift), True, 0.25) == np.inf
     assert np.isnan(particle_budget.tokens_needed(met, np.zeros(3, bool), 0.25))
-    with pytest.raises(ValueError, match="fraction"):
-        particle_budget.tokens_needed(met, np.ones(3, bool), 0.0)
+    for bad in (0.0, -1.0, np.nan):  # named whatever the window (an empty one too)
+        for window in (np.ones(3, bool), np.zeros(3, bool)):
+            with pytest.raises(ValueError, match="fraction"):
+                particle_budget.tokens_needed(met, window, bad)
 
 
 @pytest.mark.parametrize("numbers, shape, match", [

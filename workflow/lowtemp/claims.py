@@ -355,45 +355,48 @@ def still_approaching(dist: xr.Dataset) -> np.ndarray:
 
 # ---------------------------------------------------------------- what N an under-resolved β would need
 def particles_needed(fit: xr.Dataset, interval: float, departure: bool = False) -> str:
-    """For every β whose particle-number budget was measured and exceeded, what N would resolve it, in words.
+    """For every β whose particle-number budget was measured and not met (fit.nc's own verdicts,
+    ``particle_budget_w2_resolved`` and ``particle_budget_departure_resolved``), what N would resolve it, in words.
 
     W2 (``departure`` False): the N at which the budget's bound would reach ``particle_error_fraction`` of W2
-    (fit.nc ``particle_budget_tokens_needed``, projected with the study's own power law). The departure: its
-    slope per doubling of N against ``particle_error_fraction`` of the snapshot ``interval``: an interval wholly
-    above that is a departure set by N (growing like log N: no N resolves it), a wider one needs more
-    replicas of the study, not more N. Empty where nothing was measured or the budget was met."""
-    if "particle_budget_tokens_needed" not in fit:
+    (fit.nc ``particle_budget_tokens_needed``, projected with the study's own power law). The departure, from its
+    slope per doubling of N (``interval``: the snapshot interval, which the fraction applies to): an interval
+    wholly beyond the allowed band is a departure set by N (growing like log N: no N resolves it), one that is
+    unbounded on a side comes from runs still metastable at the study's horizon (a longer horizon bounds it), a
+    finite wider one needs more replicas of the study, not more N. Empty where nothing was measured or it was met."""
+    if "particle_budget_departure_resolved" not in fit:
         return ""
     fraction = float(fit.attrs["particle_error_fraction"])
     limit = fraction * interval
+    verdict = "particle_budget_departure_resolved" if departure else "particle_budget_w2_resolved"
+    failed = fit["particle_budget_measured"].values.astype(bool) & ~fit[verdict].values.astype(bool)
     parts = []
-    for i in np.flatnonzero(fit["particle_budget_measured"].values.astype(bool)):
-        b = float(fit.beta.values[i])
+    for i in np.flatnonzero(failed):
+        head = f"β = {float(fit.beta.values[i]):g} not judged: "
         if departure:
-            bound = float(fit["particle_budget_departure_slope"].values[i])
             lo, hi = (float(v) for v in fit["particle_budget_departure_slope_interval"].values[i])
-            if not bound > limit:
-                continue
-            if lo > limit or hi < -limit:
-                parts.append(f"β = {b:g} not judged: its departure moves by [{lo:.3g}, {hi:.3g}] per doubling of N "
-                             f"(95 %), more than {limit:.3g}: N sets it, and no N resolves it")
-            elif np.isfinite(lo) and np.isfinite(hi):
-                parts.append(f"β = {b:g} not judged: its departure's slope per doubling of N is in [{lo:.3g}, "
-                             f"{hi:.3g}] (95 %), wider than ±{limit:.3g}: more replicas of the study would narrow it, "
-                             f"not N")
-            else:
-                parts.append(f"β = {b:g} not judged: some runs of the study reach the metastable phase and others "
-                             f"do not, so no N can be named")
+            span = f"[{lo:.3g}, {hi:.3g}] per doubling of N (95 %)"
+            parts.append(head + (
+                f"some runs of the study reach the metastable phase and others do not (or too few depart): no N "
+                f"can be named" if np.isnan(lo) or np.isnan(hi) else
+                f"its departure moves by {span}, beyond ±{limit:.3g}: N sets it, and no N resolves it"
+                if lo > limit or hi < -limit else
+                f"its departure's slope is in {span}, unbounded because runs of the study are still metastable at "
+                f"its horizon: a longer study horizon would bound it" if np.isinf(lo) or np.isinf(hi) else
+                f"its departure's slope is in {span}, wider than ±{limit:.3g}: more replicas of the study would "
+                f"narrow it, not N"))
             continue
         ratio = float(fit["particle_budget_w2_ratio"].values[i])
-        n = int(fit.attrs["tokens"])
         needed = float(fit["particle_budget_tokens_needed"].values[i])
-        if not ratio > fraction:
+        n = int(fit.attrs["tokens"])
+        if np.isnan(ratio):
+            parts.append(head + "its W2 budget could not be computed (no W2 before the study's earliest departure)")
             continue
-        head = f"β = {b:g} not judged: its remaining N error of W2 is up to {ratio:.3g} × W2 (95 %) at N = {n}"
-        parts.append(f"{head}; ≤ {fraction:g} × W2 would need N ≈ {needed:.2g} (the study's power law in N, with the "
-                     f"slowest decay it does not reject)" if np.isfinite(needed) else
-                     f"{head}; no power law in N fits the study, so no N can be named")
+        own = f"its remaining N error of W2 is up to {ratio:.3g} × W2 (95 %) at N = {n}"
+        parts.append(head + own + (
+            f"; ≤ {fraction:g} × W2 would need N ≈ {needed:.2g} (the study's power law in N, with the slowest decay "
+            f"it does not reject)" if np.isfinite(needed) else
+            "; no N can be named (no power law in N fits the study at some time, or W2 is 0 or not finite there)"))
     return "; " + "; ".join(parts) if parts else ""
 
 

@@ -128,16 +128,18 @@ def study_budget(conv: xr.Dataset, fraction: float) -> ParticleBudget:
     reach ``fraction`` of W2 before the earliest departure (``particle_budget.tokens_needed``)."""
     t = conv["time"].values
     window = (t > 0) & (t <= float(conv["budget_window_end"]))
-    per_exponent = conv["w2_remaining_bound_per_exponent"].transpose("budget_exponent", "time").values
     n_star = int(conv.attrs["budget_tokens"])
-    w2 = particle_budget.Budget(bound=conv["w2_remaining_bound"].values, exponent=conv["w2_budget_exponent"].values,
-                                value=conv["w2_at_tokens"].values, exponents=conv["budget_exponent"].values,
-                                per_exponent=per_exponent, at=float(n_star))
+    needed = float("nan")  # a convergence.nc written before the per-exponent bounds were kept names no N
+    if "w2_remaining_bound_per_exponent" in conv:
+        w2 = particle_budget.Budget(
+            bound=conv["w2_remaining_bound"].values, exponent=conv["w2_budget_exponent"].values,
+            value=conv["w2_at_tokens"].values, exponents=conv["budget_exponent"].values, at=float(n_star),
+            per_exponent=conv["w2_remaining_bound_per_exponent"].transpose("budget_exponent", "time").values)
+        needed = particle_budget.tokens_needed(w2, window, fraction)
     low, high = (float(v) for v in conv["departure_slope_per_doubling"].values)
     return ParticleBudget(beta=float(conv.attrs["beta"]), w2_ratio=float(conv["w2_budget_ratio"]),
                           slope_bound=float(conv["departure_slope_bound"]), interval=float(np.min(np.diff(t))),
-                          tokens=n_star, tokens_needed=particle_budget.tokens_needed(w2, window, fraction),
-                          slope_interval=(low, high))
+                          tokens=n_star, tokens_needed=needed, slope_interval=(low, high))
 
 
 def particle_budget_verdicts(beta, budget: ParticleBudget | None, fraction: float):
@@ -401,6 +403,11 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
             ("beta", "bound"), np.where(measured[:, None], np.array(NAN_PAIR if particle_budget is None else
                                                                      particle_budget.slope_interval), np.nan),
             A("95% interval of d departure time / d log2 N (NaN: not measured or too few departures)", "1")),
+        "particle_budget_w2_resolved": (("beta",), w2_within & measured, A(
+            "the W2 budget was measured here and met (particle_budget_w2_ratio <= particle_error_fraction)")),
+        "particle_budget_departure_resolved": (("beta",), departure_within & measured, A(
+            "the departure budget was measured here and met (slope bound <= particle_error_fraction of a "
+            "snapshot interval, or no departure to judge)")),
         "particle_budget_tokens_needed": (("beta",), np.where(measured, np.nan if particle_budget is None else
                                                               particle_budget.tokens_needed, np.nan),
                                           A("the N at which the W2 budget's bound would reach "
