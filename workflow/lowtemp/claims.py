@@ -394,8 +394,8 @@ def particles_needed(fit: xr.Dataset, interval: float, departure: bool = False) 
             continue
         own = f"its remaining N error of W2 is up to {ratio:.3g} × W2 (95 %) at N = {n}"
         parts.append(head + own + (
-            f"; ≤ {fraction:g} × W2 would need N ≈ {needed:.2g} (the study's power law in N, with the slowest decay "
-            f"it does not reject)" if np.isfinite(needed) else
+            f"; ≤ {fraction:g} × W2 would need N ≈ {needed:.2g} (the study's power law in N, with the slowest "
+            f"decay it does not reject)" if np.isfinite(needed) else
             "; no N can be named (no power law in N fits the study at some time, or W2 is 0 or not finite there)"))
     return "; " + "; ".join(parts) if parts else ""
 

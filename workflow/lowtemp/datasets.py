@@ -304,9 +304,9 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
             "w2_budget_exponent": (("time",), budget["w2_budget_exponent"], io.attrs(
                 "the exponent p that gave the bound")),
             "w2_remaining_bound_per_exponent": (("budget_exponent", "time"), budget["w2_bound_per_exponent"],
-                                                io.attrs("the bound for each exponent p of the grid (NaN: the "
-                                                         "misfit test rejected p); w2_remaining_bound is the "
-                                                         "largest")),
+                                                io.attrs("the bound for each exponent p of the grid (NaN: not "
+                                                         "kept: rejected, and no kept neighbour); "
+                                                         "w2_remaining_bound is the largest")),
             "w2_at_tokens": (("time",), budget["w2_at_tokens"], io.attrs(
                 "mean W2(rho^beta_t, Pi_# rho0) over replicas at the particle number nearest the experiment's N")),
             "w2_budget_ratio": ((), budget["w2_budget_ratio"], io.attrs(

@@ -65,7 +65,8 @@ class Budget:
     exponent: np.ndarray  # the p in P_RANGE that gave the bound
     value: np.ndarray  # mean over replicas of Q at the particle number nearest N* (in log N)
     exponents: np.ndarray = field(default_factory=lambda: np.empty(0))  # (P,) the grid of p tried
-    per_exponent: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))  # (P, …) the bound for each p; NaN where the misfit test rejected p
+    # (P, …) the bound for each p of the grid; NaN where p is not kept (rejected, and no kept neighbour)
+    per_exponent: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
     at: float = np.nan  # N*
 
 
