@@ -29,8 +29,12 @@ import time
 import numpy as np
 import xarray as xr
 
-from lowtemp import convergence, experiment, integrate, io, kernels, measures, validation
-from lowtemp.seeding import generator
+from lowtemp.config import experiment, validation
+from lowtemp.dynamics import integrate, kernels
+from lowtemp.model import measures
+from lowtemp.stages import convergence
+from lowtemp.store import io
+from lowtemp.model.seeding import generator
 
 #: (integrator, tolerance relative to the default) of every run; None: fixed step
 RUNS = (("rk4", None), ("euler", None), ("dopri5", 1.0), ("dopri5", 10.0), ("bs3", 1.0), ("bs3", 10.0))

@@ -31,9 +31,12 @@ import tracemalloc
 import numpy as np
 import xarray as xr
 
-from lowtemp import integrate, io, kernel_choice, kernels, matrices, measures, transport
-from lowtemp.projection import two_atom_masses
-from lowtemp.seeding import generator
+from lowtemp.dynamics import integrate, kernel_choice, kernels
+from lowtemp.model import matrices, measures
+from lowtemp.store import io
+from lowtemp.transport import w2 as transport
+from lowtemp.model.projection import two_atom_masses
+from lowtemp.model.seeding import generator
 
 NAIVE_BLOCK = 4096
 

@@ -1,4 +1,4 @@
-"""Exact W2 solvers side by side: the certified sparse network simplex (lowtemp.assignment) and POT.
+"""Exact W2 solvers side by side: the certified sparse network simplex (lowtemp.transport.assignment) and POT.
 
 For every N and cloud pair, per solver: seconds per solve (``w2_exact``: best of ``--repeats``
 after a warm-up, so numba's compilation is not timed; POT once), the peak resident memory of
@@ -7,7 +7,7 @@ solve), and the relative difference of W2² against ``ot.emd2`` on the dense mat
 fits, ``--emd2-max``); for ``w2_exact`` also the nanoseconds per pair of one pricing pass over
 all N² pairs (the certificate), the pricing passes, simplex pivots and the certified gap.
 Solvers:
-  w2_exact        lowtemp.assignment.w2_exact (the pipeline's solver)
+  w2_exact        lowtemp.transport.assignment.w2_exact (the pipeline's solver)
   emd2            ot.emd2 on the dense N×N matrix (transport.w2_network_simplex)
   emd2_lazy       ot.emd2_lazy, costs on the fly (O(N) memory), cold
   emd2_lazy_warm  ot.emd2_lazy warm-started with w2_exact's optimal duals (the ceiling of any
@@ -53,8 +53,11 @@ import numpy as np
 import ot
 import xarray as xr
 
-from lowtemp import assignment, exact, integrate, io, kernel_choice, kernels, matrices, measures, transport
-from lowtemp.seeding import generator
+from lowtemp.dynamics import integrate, kernel_choice, kernels
+from lowtemp.model import exact, matrices, measures
+from lowtemp.store import io
+from lowtemp.transport import assignment, w2 as transport
+from lowtemp.model.seeding import generator
 
 SOLVERS = ("w2_exact", "emd2", "emd2_lazy", "emd2_lazy_warm", "ortools")
 

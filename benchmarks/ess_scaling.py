@@ -3,7 +3,7 @@
 The paper-scale run picks N so that the median effective sample size (ESS) of the
 attention weights over the metastable window reaches a target, on the premise that the
 ESS grows like N. This script tests the premise before anyone pays for the run: it runs the
-particle-number study of an experiment (``lowtemp.convergence``: the same initial tokens
+particle-number study of an experiment (``lowtemp.stages.convergence``: the same initial tokens
 per N, the same field, step and kernel rule as the pipeline) at several N, over a shorter
 horizon if asked, and prints per N the median ESS (over tokens, then its smallest value over
 replicas) at the start, its minimum over the window and when, and the particle-number
@@ -28,8 +28,11 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from lowtemp import convergence, io, validation
-from lowtemp.experiment import build_matrices
+from lowtemp.config import validation
+from lowtemp.stages import convergence
+from lowtemp.store import io
+from lowtemp.config.experiment import build_matrices
+from lowtemp.config import studies
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -63,7 +66,7 @@ def main(argv=None) -> int:
                                                    args.replicas, args.horizon)
     validation.validate_config(config, SCHEMA, configfiles=[args.config])  # fills in the schema's defaults
     experiment, root_seed = config["experiments"][name], int(config["root_seed"])
-    S = convergence.study_settings(name, experiment)
+    S = studies.study_settings(name, experiment)
     start = time.perf_counter()
     M = build_matrices(name, experiment, root_seed)  # what the matrices stage writes
     w2, dist_A, ess, _, grid, kernels = convergence._particle_study(name, f"{name} ess scaling", experiment,

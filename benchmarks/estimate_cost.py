@@ -3,13 +3,13 @@
 ``python benchmarks/estimate_cost.py config/paper_scale.yaml [more.yaml ...]`` merges the files
 key by key as Snakemake merges ``--configfile`` files, validates the config
 (schema, matrices, memory against this machine or ``memory_limit_gb``) and prints, per
-job, the compute seconds and memory that ``lowtemp.resources`` budgets (the same numbers
+job, the compute seconds and memory that ``lowtemp.config.resources`` budgets (the same numbers
 the SLURM profile requests, before the safety factor and the start-up time), then the
 total CPU hours and the wall time on ``--cores`` cores if the jobs were packed
 perfectly. With ``--measured RESULTS`` (a finished run's ``results/`` folder) each row also shows what
 the job took (Snakemake's ``benchmarks/<job>.tsv``: wall seconds and peak resident memory; for
 ``figure`` the slowest of the figure jobs) and measured/estimated. The per-pair field costs and the W2 solve times it uses are the measured
-constants of ``lowtemp.resources`` (``make bench`` measures them again); the W2 time is
+constants of ``lowtemp.config.resources`` (``make bench`` measures them again); the W2 time is
 that of the slower snapshots of the certified network simplex (``resources.w2_seconds``).
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lowtemp import resources, validation
+from lowtemp.config import resources, validation
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 

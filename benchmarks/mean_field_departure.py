@@ -1,7 +1,7 @@
 """Does the mean field depart when the particles do? The circle's mean-field reference against particles.
 
 For a d = 2 experiment of a config (any B, V: on the circle the mean field is one-dimensional), this
-script solves the mean-field equation (Eq. 2) with ``lowtemp.meanfield`` at every β of the experiment
+script solves the mean-field equation (Eq. 2) with ``lowtemp.dynamics.meanfield`` at every β of the experiment
 and runs the particle system (the pipeline's dense kernel, RK4 at the experiment's step) at several N
 from uniform tokens. For both it computes the distance to E1(A) ∩ S (``dist_leading_A``) and the
 geometric departure time (``fitting.geometric_departure``: the first time, after reaching E1(A), that
@@ -29,8 +29,14 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from lowtemp import fitting, integrate, io, kernels, meanfield, measures, projection, seeding, transport, validation
-from lowtemp.experiment import build_matrices
+from lowtemp.analysis import fitting
+from lowtemp.config import validation
+from lowtemp.dynamics import integrate, kernels, meanfield
+from lowtemp.model import measures, projection, seeding
+from lowtemp.store import io
+from lowtemp.transport import w2 as transport
+from lowtemp.config.experiment import build_matrices
+from lowtemp.dynamics import reduction
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 LOG = logging.getLogger("mean_field_departure")
@@ -89,7 +95,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"{name}: this study draws uniform tokens; the experiment's measure is "
                          f"{exp['initial_measure']['name']!r}")
     M = build_matrices(name, exp, root_seed)  # what the matrices stage writes
-    red = meanfield.reduce(M.B, M.V)
+    red = reduction.reduce(M.B, M.V)
     grid = integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"], exp["time"]["dt"])
     times = grid.times
     gap = fitting.subspace_gap(M.E1, M.E1_V_real)

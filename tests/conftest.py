@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import yaml
 
-from lowtemp import matrices, seeding, validation
+from lowtemp.config import validation
+from lowtemp.model import matrices, seeding
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = ROOT / "Snakefile"
@@ -45,7 +46,7 @@ def M3() -> matrices.AttentionMatrices:
 
 
 def random_unit(rng: np.random.Generator, *shape_and_dim: int) -> np.ndarray:
-    """Uniform points on the sphere (independent of lowtemp.measures)."""
+    """Uniform points on the sphere (independent of lowtemp.model.measures)."""
     g = rng.standard_normal(shape_and_dim)
     return g / np.linalg.norm(g, axis=-1, keepdims=True)
 

@@ -1,4 +1,4 @@
-"""The certified W2 (lowtemp.assignment: multiscale guide, sparse network simplex, all-pairs pricing) against
+"""The certified W2 (lowtemp.transport.assignment: multiscale guide, sparse network simplex, all-pairs pricing) against
 POT's network simplex on the dense matrix."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lowtemp import assignment
+from lowtemp.transport import assignment
 
 
 def _sphere(rng, n, d):

@@ -1,6 +1,6 @@
 """The table of bad inputs: each one gives its exact error before any work, and leaves no output.
 
-Every row goes through ``lowtemp.validation.validate_config``, the one function
+Every row goes through ``lowtemp.config.validation.validate_config``, the one function
 the Snakefile calls when it is read (before any job). A sample of rows also goes
 through the real Snakemake command line, checking the message reaches the user
 and that no ``results/`` folder appears. NetCDF inputs that are truncated, of an
@@ -21,7 +21,11 @@ import numpy as np
 import pytest
 import yaml
 
-from lowtemp import io, matrices, pipeline, validation
+from lowtemp.config import validation
+from lowtemp.model import matrices
+from lowtemp.store import io
+from lowtemp.stages import initial_tokens as initial_tokens_stage
+from lowtemp.stages import matrices as matrices_stage
 from conftest import SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG
 
 ConfigError, Violation = validation.ConfigError, matrices.AssumptionViolation
@@ -202,7 +206,7 @@ def every_numeric_key(base_config) -> dict:
 
 
 def _numeric_leaves(node, path=()):
-    """Key path of every int or float in the config (independently of ``lowtemp.validation``)."""
+    """Key path of every int or float in the config (independently of ``lowtemp.config.validation``)."""
     if isinstance(node, dict):
         return [leaf for key, value in node.items() for leaf in _numeric_leaves(value, (*path, key))]
     if isinstance(node, list):
@@ -401,13 +405,13 @@ def stage_inputs(tmp_path, base_config):
     config = copy.deepcopy(base_config)
     validation.validate_config(config, SCHEMA, results=tmp_path / "results")
     exp = config["experiments"]["tiny"]
-    pipeline.stage_matrices("tiny", exp, config["root_seed"], tmp_path / "matrices.nc")
+    matrices_stage.stage_matrices("tiny", exp, config["root_seed"], tmp_path / "matrices.nc")
     return exp, config["root_seed"], tmp_path
 
 
 def _initial_tokens(stage_inputs):
     exp, seed, root = stage_inputs
-    pipeline.stage_initial_tokens("tiny", exp, seed, root / "matrices.nc", root / "tokens.nc")
+    initial_tokens_stage.stage_initial_tokens("tiny", exp, seed, root / "matrices.nc", root / "tokens.nc")
 
 
 def test_truncated_netcdf_input(stage_inputs):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lowtemp import io
+from lowtemp.store import io
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_ORTOOLS = importlib.util.find_spec("ortools") is not None

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp import assignment, transport
+from lowtemp.transport import assignment, w2 as transport
 
 
 def _sphere(rng, n, d):

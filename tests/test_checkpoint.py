@@ -20,7 +20,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp import checkpoint, dynamics, integrate, io, kernels, pipeline
+from lowtemp.dynamics import fields as dynamics, integrate, kernels
+from lowtemp.store import checkpoint, io
+from lowtemp.stages import distances as distances_stage
+from lowtemp.stages import initial_tokens as initial_tokens_stage
+from lowtemp.stages import matrices as matrices_stage
+from lowtemp.stages import simulate as simulate_stage
 from conftest import TEST_CONFIG, random_unit, spectral_matrices, validated
 
 
@@ -156,14 +161,14 @@ def tiny(tmp_path_factory):
     exp["kernel"] = "dense"
     exp["integrator"] = "rk4"  # the guards below count RK4 evaluations; the adaptive stage has its own tests
     root = tmp_path_factory.mktemp("stages")
-    pipeline.stage_matrices("tiny", exp, config["root_seed"], root / "matrices.nc")
-    pipeline.stage_initial_tokens("tiny", exp, config["root_seed"], root / "matrices.nc", root / "tokens.nc")
+    matrices_stage.stage_matrices("tiny", exp, config["root_seed"], root / "matrices.nc")
+    initial_tokens_stage.stage_initial_tokens("tiny", exp, config["root_seed"], root / "matrices.nc", root / "tokens.nc")
     return exp, config["root_seed"], root
 
 
 def _run_finite(tiny, out, **kw):
     exp, seed, root = tiny
-    pipeline.stage_finite_temperature("tiny", exp, seed, 50.0, root / "matrices.nc", root / "tokens.nc", out, **kw)
+    simulate_stage.stage_finite_temperature("tiny", exp, seed, 50.0, root / "matrices.nc", root / "tokens.nc", out, **kw)
     return io.read_netcdf(out, "finite_temperature")
 
 
@@ -253,7 +258,7 @@ def test_stage_outputs_norm_drift(tiny, tmp_path, caplog):
     exp, seed, root = tiny
     caplog.set_level("INFO", logger="lowtemp")
     fin = _run_finite(tiny, tmp_path / "fin.nc")
-    pipeline.stage_zero_temperature("tiny", exp, seed, root / "matrices.nc", root / "tokens.nc", tmp_path / "zero.nc")
+    simulate_stage.stage_zero_temperature("tiny", exp, seed, root / "matrices.nc", root / "tokens.nc", tmp_path / "zero.nc")
     zero = io.read_netcdf(tmp_path / "zero.nc", "zero_temperature")
     for ds in (fin, zero):
         drift = ds["norm_drift"]
@@ -310,14 +315,14 @@ def _run_distances(tiny, root, out, **kw):
     exp, seed, base = tiny
     if not (root / "finite.nc").exists():
         _run_finite(tiny, root / "finite.nc")
-        pipeline.stage_zero_temperature("tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "zero.nc")
-    pipeline.stage_distances_beta("tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "finite.nc",
+        simulate_stage.stage_zero_temperature("tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "zero.nc")
+    distances_stage.stage_distances_beta("tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "finite.nc",
                                   root / "zero.nc", out, **kw)
     return io.read_netcdf(out, "distances_beta")
 
 
 def test_distances_stage_resumes_its_exact_w2_loop_losing_at_most_one_solve(tiny, tmp_path, monkeypatch):
-    from lowtemp import transport
+    from lowtemp.transport import w2 as transport
     plain = _run_distances(tiny, tmp_path, tmp_path / "plain.nc")
     solves = int(np.sum(np.isfinite(plain["w2_zero_temperature"].values)))
     assert solves >= 6

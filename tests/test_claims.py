@@ -18,7 +18,11 @@ import xarray as xr
 import yaml
 
 from conftest import TEST_CONFIG, validated
-from lowtemp import claims, datasets, estimates, fitting, io, matrices, pipeline, rates
+from lowtemp.analysis import claims, estimates, fitting
+from lowtemp.model import matrices, rates
+from lowtemp.store import datasets, io
+from lowtemp.stages import fit as fit_stage
+from lowtemp.stages import matrices as matrices_stage
 
 T = np.linspace(0.0, 30.0, 151)
 BETAS = np.array([10.0, 100.0, 1000.0, 10000.0])
@@ -284,12 +288,12 @@ def test_stage_fit_and_stage_claims_on_synthetic_files(tmp_path):
     exp = config["experiments"]["tiny"]
     exp.update(betas=BETAS.tolist(), replicas=R, tokens=N, matrices={
         "family": "end_phase", "eigenvalues": [1.5, 0.6, 0.5], "eigenvalues_V": [1.2, 0.8, 0.6], "angle_V": 30})
-    pipeline.stage_matrices("tiny", exp, 7, tmp_path / "matrices.nc")
+    matrices_stage.stage_matrices("tiny", exp, 7, tmp_path / "matrices.nc")
     dist = synthetic(M_=datasets.load_matrices(tmp_path / "matrices.nc"))
     io.write_netcdf(dist, tmp_path / "distances.nc", "distances", io.provenance("tiny", exp, 7))
-    pipeline.stage_fit("tiny", exp, 7, tmp_path / "matrices.nc", tmp_path / "distances.nc", tmp_path / "fit.nc")
+    fit_stage.stage_fit("tiny", exp, 7, tmp_path / "matrices.nc", tmp_path / "distances.nc", tmp_path / "fit.nc")
     fit = io.read_netcdf(tmp_path / "fit.nc", "fit")
-    pipeline.stage_claims("tiny", exp, 7, tmp_path / "distances.nc", tmp_path / "fit.nc", tmp_path / "claims.nc")
+    fit_stage.stage_claims("tiny", exp, 7, tmp_path / "distances.nc", tmp_path / "fit.nc", tmp_path / "claims.nc")
     out = io.read_netcdf(tmp_path / "claims.nc", "claims")
     assert list(out.claim.values) == NAMES
     assert out["status"].values.tolist() == [1] * len(NAMES), out["summary"].values

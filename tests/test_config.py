@@ -10,7 +10,9 @@ import subprocess
 import pytest
 import yaml
 
-from lowtemp import claims, fitting, matrices, validation
+from lowtemp.analysis import claims, fitting
+from lowtemp.config import validation
+from lowtemp.model import matrices
 from conftest import ROOT, SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
 

@@ -1,4 +1,4 @@
-"""Convergence studies (lowtemp.convergence): observed orders against the nominal ones, the
+"""Convergence studies (lowtemp.stages.convergence): observed orders against the nominal ones, the
 Richardson estimate against a much finer run and against the exact zero-temperature
 solution, the particle-number study against closed forms at t = 0, the stop-moving rule
 against a naive reference, the settings' errors, and the rule through Snakemake."""
@@ -17,8 +17,13 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp import (convergence, dynamics, estimates, exact, fitting, integrate, io, matrices, measures,
-                     particle_budget, projection, seeding, transport, validation)
+from lowtemp.analysis import estimates, fitting, particle_budget
+from lowtemp.config import studies, validation
+from lowtemp.dynamics import fields as dynamics, integrate
+from lowtemp.model import exact, matrices, measures, projection, seeding
+from lowtemp.stages import convergence
+from lowtemp.store import io
+from lowtemp.transport import w2 as transport
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
 
 ConfigError = validation.ConfigError
@@ -59,16 +64,16 @@ ORDER_CASES = [("rk4", 0.1, 0.35), ("euler", 0.025, 0.2)]
 @pytest.mark.parametrize("method, h, tol", ORDER_CASES)
 def test_order_against_the_exact_zero_temperature_solution(M, X0, method, h, tol):
     times = [1.0, 2.0, 3.0]
-    grids = convergence.halving_grids(3.0, 0.5, h)
+    grids = studies.halving_grids(3.0, 0.5, h)
     runs, _ = convergence.run_halving(_zero(M), X0, grids, method, [2, 4, 6], "test")
     ref = exact.exact_zero_temperature(X0, M.A, M.B, np.array(times))
     err = convergence.errors_against(runs, ref)
     p = convergence.observed_order(err[:-1], err[1:])
-    assert np.all(np.abs(p - convergence.NOMINAL_ORDER[method]) < tol), p
+    assert np.all(np.abs(p - studies.NOMINAL_ORDER[method]) < tol), p
     # Richardson, without the exact solution, sees the same order and estimates the error of the run at h
-    assert np.all(np.abs(_orders(runs) - convergence.NOMINAL_ORDER[method]) < tol)
+    assert np.all(np.abs(_orders(runs) - studies.NOMINAL_ORDER[method]) < tol)
     diff = convergence.successive_differences(runs)
-    estimate = convergence.richardson_error(diff[0], convergence.NOMINAL_ORDER[method])
+    estimate = convergence.richardson_error(diff[0], studies.NOMINAL_ORDER[method])
     np.testing.assert_allclose(estimate, err[0], rtol=0.1)
 
 
@@ -78,10 +83,10 @@ def test_order_against_the_exact_zero_temperature_solution(M, X0, method, h, tol
 @pytest.mark.parametrize("method, h, tol", ORDER_CASES)
 def test_richardson_order_at_finite_beta(M, method, h, tol, beta, seed):
     X = random_unit(np.random.default_rng(seed), 1, 24, 3)
-    grids = convergence.halving_grids(2.0, 0.4, h, levels=4)
+    grids = studies.halving_grids(2.0, 0.4, h, levels=4)
     runs, _ = convergence.run_halving(_finite(M, beta), X, grids, method, [2, 5], "test")
     p = _orders(runs)  # (h, h/2, h/4) and (h/2, h/4, h/8)
-    nominal = convergence.NOMINAL_ORDER[method]
+    nominal = studies.NOMINAL_ORDER[method]
     assert np.all(np.abs(p - nominal) < tol), (beta, p)
     assert np.all(np.abs(p[1] - nominal) <= np.abs(p[0] - nominal) + 0.02), p  # the O(h) deviation shrinks
 
@@ -90,9 +95,9 @@ def test_richardson_order_at_finite_beta(M, method, h, tol, beta, seed):
 def test_richardson_estimate_matches_a_much_finer_run(M, X0, method, h):
     """The error of the run at h, estimated from h and h/2 only, against |X_h − X_{h/64}|."""
     beta = 10.0
-    grids = convergence.halving_grids(2.0, 0.5, h, levels=7)
+    grids = studies.halving_grids(2.0, 0.5, h, levels=7)
     runs, _ = convergence.run_halving(_finite(M, beta), X0, grids, method, [2, 4], "test")
-    p = convergence.NOMINAL_ORDER[method]
+    p = studies.NOMINAL_ORDER[method]
     true = np.max(np.abs(runs[0] - runs[-1]), axis=(1, 2, 3)) / (1 - 2.0 ** (-6 * p))  # X_{h/64} has error/64^p
     estimate = convergence.richardson_error(convergence.successive_differences(runs[:2])[0], p)
     np.testing.assert_allclose(estimate, true, rtol=0.12 if method == "euler" else 0.03)
@@ -103,7 +108,7 @@ def test_richardson_estimate_matches_a_much_finer_run(M, X0, method, h):
 def test_observed_order_of_an_exact_power_law(C, p, h, shift):
     """X_h = X + C h^p exactly: differences C h^p (1 − 2^−p), order p, Richardson error C h^p."""
     X = np.full((1, 2, 3), shift)
-    steps = convergence.halving_steps(h)
+    steps = studies.halving_steps(h)
     runs = np.stack([(X + C * s**p)[None] for s in steps])  # (level, time, replica, token, dim)
     diff = convergence.successive_differences(runs)
     assume(diff.min() > 1e-8)  # far above the rounding of X + C h^p (test_no_order_is_read_from_rounding)
@@ -119,12 +124,12 @@ def test_no_order_is_read_from_rounding():
 
 
 def test_halving_grids_use_the_steps_exactly():
-    grids = convergence.halving_grids(20.0, 0.25, 0.05)
+    grids = studies.halving_grids(20.0, 0.25, 0.05)
     assert [g.step for g in grids] == pytest.approx([0.05, 0.025, 0.0125], rel=1e-14)
     assert [g.steps_per_snapshot for g in grids] == [5, 10, 20]
     assert all(np.allclose(g.times, np.linspace(0, 20, 81)) for g in grids)
     with pytest.raises(ConfigError, match=r"convergence\.steps\.dt"):
-        convergence.halving_grids(20.0, 0.25, 0.03)  # 0.25/0.03 is not an integer: the grid would use 0.0278
+        studies.halving_grids(20.0, 0.25, 0.03)  # 0.25/0.03 is not an integer: the grid would use 0.0278
 
 
 # ------------------------------------------------------------------ settings
@@ -137,7 +142,7 @@ def _experiment(**convergence_block):
 
 
 def test_default_settings():
-    s = convergence.study_settings("tiny", _experiment())
+    s = studies.study_settings("tiny", _experiment())
     assert s.beta == 50.0  # the largest β
     assert s.interval == pytest.approx(0.2)
     assert s.steps.dt == pytest.approx(0.1)  # the runs' own step
@@ -145,8 +150,8 @@ def test_default_settings():
     assert (s.steps.tokens, s.steps.replicas) == (64, 1)
     assert s.particles.tokens == (8, 16, 32, 64)
     assert (s.particles.replicas, s.particles.horizon) == (4, 6.0)  # at least 4, the budget's default
-    assert convergence.default_particle_numbers(4096) == [512, 1024, 2048, 4096]
-    assert convergence.default_particle_numbers(10) == [10, 20, 40, 80]
+    assert studies.default_particle_numbers(4096) == [512, 1024, 2048, 4096]
+    assert studies.default_particle_numbers(10) == [10, 20, 40, 80]
 
 
 @pytest.mark.parametrize("block, match", [
@@ -164,7 +169,7 @@ def test_default_settings():
 def test_bad_settings_name_the_key(block, match):
     exp = _experiment(**block)  # the schema accepts these: only the study's own check can refuse them
     with pytest.raises(ConfigError, match=match):
-        convergence.study_settings("tiny", exp)
+        studies.study_settings("tiny", exp)
     with pytest.raises(ConfigError, match=match):  # and the config check before any job
         validation.validate_experiment("tiny", exp, 7)
 
@@ -175,7 +180,7 @@ def test_fewer_than_four_particle_replicas_are_refused():
     exp = _experiment()
     exp["convergence"] = {"particles": {"replicas": 3}}  # past the schema
     with pytest.raises(ConfigError, match=r"experiments\.tiny\.convergence\.particles\.replicas = 3: .* at least 4"):
-        convergence.study_settings("tiny", exp)
+        studies.study_settings("tiny", exp)
 
 
 def test_fewer_than_four_particle_numbers_are_refused():
@@ -184,7 +189,7 @@ def test_fewer_than_four_particle_numbers_are_refused():
     exp = _experiment()
     exp["convergence"] = {"particles": {"tokens": [16, 32, 64]}}  # past the schema, e.g. from a notebook
     with pytest.raises(ConfigError, match=r"experiments\.tiny\.convergence\.particles\.tokens needs at least 4"):
-        convergence.study_settings("tiny", exp)
+        studies.study_settings("tiny", exp)
 
 
 @settings(max_examples=40, deadline=None)
@@ -194,12 +199,12 @@ def test_steps_dividing_the_interval_are_accepted_others_refused(snapshots, hori
     exp["time"] = {"horizon": horizon, "snapshots": snapshots, "dt": horizon / snapshots}
     interval = horizon / snapshots
     exp["convergence"] = {"steps": {"dt": interval / k}}
-    s = convergence.study_settings("tiny", exp)
-    grids = convergence.halving_grids(max(s.steps.times), s.interval, s.steps.dt)
+    s = studies.study_settings("tiny", exp)
+    grids = studies.halving_grids(max(s.steps.times), s.interval, s.steps.dt)
     assert [g.step for g in grids] == pytest.approx([interval / k, interval / (2 * k), interval / (4 * k)], rel=1e-12)
     exp["convergence"] = {"steps": {"dt": interval / (k + frac)}}
     with pytest.raises(ConfigError, match=r"convergence\.steps\.dt"):
-        convergence.study_settings("tiny", exp)
+        studies.study_settings("tiny", exp)
 
 
 # ------------------------------------------------------------------ particle number

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp import dynamics, measures, seeding
+from lowtemp.dynamics import fields as dynamics
+from lowtemp.model import measures, seeding
 from conftest import (naive_attention_field, naive_ess, naive_zero_temperature_field, random_unit,
                       spectral_matrices)
 

@@ -21,9 +21,13 @@ import xarray as xr
 import yaml
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp import compare, dynamics, exact, integrate, io, matrices, meanfield, measures, params, pipeline, projection, \
-    seeding
-from lowtemp import experiment as lowtemp_experiment
+from lowtemp.config import params
+from lowtemp.dynamics import fields as dynamics, integrate, meanfield
+from lowtemp.model import exact, matrices, measures, projection, seeding
+from lowtemp.store import compare, io
+from lowtemp.config import experiment as lowtemp_experiment
+from lowtemp.stages import simulate as simulate_stage
+from lowtemp.dynamics import reduction
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 from conftest import run_workflow as _run_workflow
 
@@ -126,7 +130,7 @@ def test_every_netcdf_has_schema_and_provenance(results, config):
         experiment = path.relative_to(results).parts[0]
         assert prov["experiment"] == experiment
         assert prov["root_seed"] == config["root_seed"]
-        # each file records the slice of the config its stage reads (lowtemp.params)
+        # each file records the slice of the config its stage reads (lowtemp.config.params)
         assert prov["config"] == params.stage_slice(config["experiments"][experiment], ds.attrs["lowtemp_kind"])
         io.read_netcdf(path)  # the package's own reader accepts it
     assert not [p for p in results.rglob("*") if ".tmp-" in p.name]  # no leftovers of atomic writes
@@ -227,12 +231,12 @@ def test_mean_field_experiment_is_the_references_push_forward(results, config):
     name = "tiny_mean_field"
     exp = config["experiments"][name]
     M, X0 = _stored_inputs(results, name)
-    red = meanfield.reduce(M.B, M.V)
+    red = reduction.reduce(M.B, M.V)
     for b in exp["betas"]:
         fin = _open(results / name / "finite_temperature" / f"beta{_beta_label(b)}.nc")
         times = fin["time"].values
         sols = [meanfield.solve(red, float(b), times, width=w, depth=exp["mean_field"]["depth"],
-                                rtol=pipeline.MEAN_FIELD_RTOL, atol=pipeline.MEAN_FIELD_ATOL).push_forward(X0)
+                                rtol=simulate_stage.MEAN_FIELD_RTOL, atol=simulate_stage.MEAN_FIELD_ATOL).push_forward(X0)
                 for w in (exp["mean_field"]["width"], 2 * exp["mean_field"]["width"])]
         np.testing.assert_allclose(fin["positions"].values, sols[0], atol=1e-12)
         err = np.sqrt(np.mean(np.sum((sols[0] - sols[1]) ** 2, axis=-1), axis=-1))

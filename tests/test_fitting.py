@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp import experiment, fitting
+from lowtemp.analysis import fitting
+from lowtemp.config import experiment
 
 HYP = settings(max_examples=25, deadline=None)
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp import dynamics, exact, integrate, matrices, measures, projection, seeding
+from lowtemp.dynamics import fields as dynamics, integrate
+from lowtemp.model import exact, matrices, measures, projection, seeding
 from conftest import SIGMA_MAX, SIGMA_MIN, EIGENVALUES_OF_A, random_unit
 
 SCHEMA_DEFAULT_DT = 0.05

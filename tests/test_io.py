@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from lowtemp import __version__, io
+from lowtemp import __version__
+from lowtemp.store import io
 
 
 def _dataset():

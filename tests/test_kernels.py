@@ -1,4 +1,4 @@
-"""Fast field kernels (lowtemp.kernels): the numba ``dense`` and low-temperature ``cap``
+"""Fast field kernels (lowtemp.dynamics.kernels): the numba ``dense`` and low-temperature ``cap``
 kernels against the float64 numpy reference ``dynamics.attention_field``, the truncation
 bound of the cap kernel, the polynomial exponential, the ESS, the automatic kernel rule,
 determinism across thread counts, and the pipeline/config wiring of the ``kernel`` key.
@@ -14,7 +14,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from lowtemp import dynamics, experiment, kernel_choice, kernels, matrices, validation
+from lowtemp.config import experiment, validation
+from lowtemp.dynamics import fields as dynamics, kernel_choice, kernels
+from lowtemp.model import matrices
 from conftest import SCHEMA, random_unit, validated
 
 HYP = settings(max_examples=25, deadline=None)

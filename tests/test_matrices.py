@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp import matrices, seeding
+from lowtemp.model import matrices, seeding
 
 I3 = np.eye(3)
 

@@ -1,4 +1,4 @@
-"""The mean-field reference solvers (lowtemp.meanfield) against independent computations:
+"""The mean-field reference solvers (lowtemp.dynamics.meanfield) against independent computations:
 scaled Bessel functions against scipy, the softmax averages against closed forms (uniform
 densities on S¹ and S²) and against adaptive quadrature cell by cell (deep Laplace points),
 initial masses against the von Mises–Fisher CDF, refusal of every input without the symmetry,
@@ -18,8 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, special
 
-from lowtemp import (datasets, dynamics, exact, integrate as lt_integrate, io, matrices, meanfield as mf,
-                     pipeline, projection, transport)
+from lowtemp.dynamics import integrate as lt_integrate, meanfield as mf
+from lowtemp.model import exact, matrices, projection
+from lowtemp.store import datasets, io
+from lowtemp.transport import w2 as transport
+from lowtemp.dynamics import reduction
+from lowtemp.stages import initial_tokens as initial_tokens_stage
+from lowtemp.stages import matrices as matrices_stage
+from lowtemp.stages import simulate as simulate_stage
 
 HYP = settings(max_examples=30, deadline=None)
 
@@ -72,7 +78,7 @@ def test_circle_softmax_mean_of_uniform_density_is_bessel_ratio(kappa, alpha, ce
     edges = np.sort(np.concatenate([[start], start + rng.uniform(0, 2 * np.pi, cells - 1)]))
     edges = np.append(edges, start + 2 * np.pi)
     masses = np.diff(edges) / (2 * np.pi)
-    red = mf.reduce(np.eye(2) * kappa, np.eye(2))  # a = κ x: the query's angle is α
+    red = reduction.reduce(np.eye(2) * kappa, np.eye(2))  # a = κ x: the query's angle is α
     means = mf.softmax_means(red, edges, masses, 1.0, np.array([alpha]))
     ratio = special.ive(1, kappa) / special.ive(0, kappa)
     np.testing.assert_allclose(means[0], ratio * np.array([np.cos(alpha), np.sin(alpha)]), atol=5e-12)
@@ -86,7 +92,7 @@ def test_sphere_softmax_mean_of_uniform_density_is_langevin(scale, ratio, query,
     rng = np.random.default_rng(seed)
     inner = np.sort(rng.uniform(0, np.pi, cells - 1))
     edges = np.concatenate([[0.0], inner, [np.pi]])
-    red = mf.reduce(*axisymmetric(scale, scale * ratio, 1.0, 0.5))
+    red = reduction.reduce(*axisymmetric(scale, scale * ratio, 1.0, 0.5))
     masses = mf.cell_measure(red, edges) / (4 * np.pi)
     means = mf.softmax_means(red, edges, masses, 1.0, np.array([query]))
     a = np.array([red.b_axis * np.cos(query), red.b_perp * np.sin(query)])  # (along e, along the azimuth)
@@ -123,7 +129,7 @@ def test_circle_softmax_resolves_a_deep_laplace_point(depth):
     density = np.array([1e-3, 1e-3, 1.0, math.exp(-600.0), math.exp(-depth), math.exp(-600.0)])
     masses = density * np.diff(edges)
     masses /= masses.sum()
-    red = mf.reduce(np.eye(2) * kappa, np.eye(2))
+    red = reduction.reduce(np.eye(2) * kappa, np.eye(2))
     got = mf.softmax_means(red, edges, masses, 1.0, np.array([alpha]))[0]
     np.testing.assert_allclose(got, reference_circle_means(edges, masses, kappa, alpha), atol=1e-11)
     if depth <= 100:  # the tail matters at this depth: without it the mean is measurably different
@@ -141,7 +147,7 @@ def _tangential_softmax_errors(slopes: bool):
     edges = np.linspace(0.0, 2 * np.pi, 64)
     masses = np.diff(edges + 0.5 * np.sin(edges))
     masses /= masses.sum()
-    red = mf.reduce(np.eye(2) * kappa, np.eye(2))
+    red = reduction.reduce(np.eye(2) * kappa, np.eye(2))
     alphas = np.linspace(0.05, 6.2, 40)
     original = mf.density_slopes
     if not slopes:
@@ -181,7 +187,7 @@ def test_softmax_mean_sees_the_density_gradient_inside_a_cell():
 def test_axisymmetric_reduction_finds_the_axis_in_any_frame(seed):
     R = rotation(seed)
     B, V = axisymmetric(2.0, 0.7, 0.8, 1.1, R)
-    red = mf.reduce(B, V)
+    red = reduction.reduce(B, V)
     assert red.geometry == "axisymmetric"
     assert abs(abs(red.frame[:, 0] @ R[:, 0]) - 1) < 1e-12
     np.testing.assert_allclose([red.b_axis, red.b_perp, red.v_axis, red.v_perp], [2.0, 0.7, 0.8, 1.1], rtol=1e-12)
@@ -198,26 +204,26 @@ def test_symmetry_breaking_inputs_are_refused_with_the_reason():
         ((np.eye(4), np.eye(4)), "d = 4"),
     ]
     for (b, v), message in cases:
-        with pytest.raises(mf.SymmetryBroken, match=message):
-            mf.reduce(b, v)
-    with pytest.raises(mf.SymmetryBroken, match="one axis"):
-        mf.reduce(B, V, "vmf_mixture", {"kappas": [2.0, 1.0], "means": [R[:, 0], R[:, 1]]})
-    with pytest.raises(mf.SymmetryBroken, match="explicit 'means'"):
-        mf.reduce(B, V, "vmf_mixture", {"kappas": [2.0]})
-    with pytest.raises(mf.SymmetryBroken, match="no density"):
-        mf.reduce(B, V, "atoms", {"points": [[1, 0, 0]]})
+        with pytest.raises(reduction.SymmetryBroken, match=message):
+            reduction.reduce(b, v)
+    with pytest.raises(reduction.SymmetryBroken, match="one axis"):
+        reduction.reduce(B, V, "vmf_mixture", {"kappas": [2.0, 1.0], "means": [R[:, 0], R[:, 1]]})
+    with pytest.raises(reduction.SymmetryBroken, match="explicit 'means'"):
+        reduction.reduce(B, V, "vmf_mixture", {"kappas": [2.0]})
+    with pytest.raises(reduction.SymmetryBroken, match="no density"):
+        reduction.reduce(B, V, "atoms", {"points": [[1, 0, 0]]})
     # the same axis given by ρ0 alone is accepted (B, V isotropic)
-    red = mf.reduce(np.eye(3), 0.5 * np.eye(3), "vmf_mixture", {"kappas": [2.0, 1.0], "means": [R[:, 0], -R[:, 0]]})
+    red = reduction.reduce(np.eye(3), 0.5 * np.eye(3), "vmf_mixture", {"kappas": [2.0, 1.0], "means": [R[:, 0], -R[:, 0]]})
     assert abs(abs(red.frame[:, 0] @ R[:, 0]) - 1) < 1e-12
 
 
 def test_bad_numbers_are_refused_before_any_work():
     B, V = axisymmetric(2.0, 0.7, 0.8, 1.1)
     with pytest.raises(ValueError, match="finite"):
-        mf.reduce(B * np.nan, V)
+        reduction.reduce(B * np.nan, V)
     with pytest.raises(ValueError, match="singular"):
-        mf.reduce(np.diag([2.0, 0.0, 0.0]), V)
-    red = mf.reduce(B, V)
+        reduction.reduce(np.diag([2.0, 0.0, 0.0]), V)
+    red = reduction.reduce(B, V)
     for beta in (0.0, -1.0, np.inf, np.nan):
         with pytest.raises(ValueError, match="beta"):
             mf.solve(red, beta, [0.0, 1.0])
@@ -233,17 +239,17 @@ def test_bad_numbers_are_refused_before_any_work():
 @pytest.mark.parametrize("kappa", [0.5, 4.0, 40.0])
 def test_initial_masses_follow_the_vmf_cdf_on_the_sphere(kappa):
     """vMF on S² about e: the cap θ ≤ θ₀ has mass (1 − e^{−κ(1−cos θ₀)})/(1 − e^{−2κ})."""
-    red = mf.reduce(*axisymmetric(2.0, 0.7, 0.8, 1.1))
+    red = reduction.reduce(*axisymmetric(2.0, 0.7, 0.8, 1.1))
     e = red.frame[:, 0]
-    edges = mf.graded_edges(red, 0.05, 1e-6)
+    edges = reduction.graded_edges(red, 0.05, 1e-6)
     masses = mf.initial_masses(red, edges, "vmf_mixture", {"kappas": [kappa], "means": [e]})
     cdf = -np.expm1(-kappa * (1 - np.cos(edges))) / -np.expm1(-2 * kappa)
     np.testing.assert_allclose(np.cumsum(masses), cdf[1:], rtol=1e-12, atol=1e-15)
 
 
 def test_initial_masses_of_a_vmf_mixture_on_the_circle_sum_to_one():
-    red = mf.reduce(*[m for m in (circle_matrices().B, circle_matrices().V)])
-    edges = mf.graded_edges(red, 0.05, 1e-6)
+    red = reduction.reduce(*[m for m in (circle_matrices().B, circle_matrices().V)])
+    edges = reduction.graded_edges(red, 0.05, 1e-6)
     masses = mf.initial_masses(red, edges, "vmf_mixture",
                                {"kappas": [3.0, 1.0], "weights": [0.3, 0.7], "means": [[1, 0], [0, -1]]})
     assert abs(masses.sum() - 1) < 1e-13 and np.all(masses > 0)
@@ -274,7 +280,7 @@ def test_cells_tile_the_domain_and_keep_their_mass_at_every_snapshot(geometry):
     not, sum to 1; a cell's density times its measure is its mass."""
     M = circle_matrices()
     B, V = (M.B, M.V) if geometry == "circle" else SPHERE
-    red = mf.reduce(B, V)
+    red = reduction.reduce(B, V)
     sol = mf.solve(red, 30.0, [0.0, 1.0, 3.0], width=0.2, remesh_every=0.5, rtol=1e-8, atol=1e-10)
     assert sol.info["cells"] > sol.info["cells_initial"]  # cells were split
     total = 2 * np.pi if geometry == "circle" else 4 * np.pi
@@ -291,7 +297,7 @@ def test_cells_tile_the_domain_and_keep_their_mass_at_every_snapshot(geometry):
 def test_split_cells_keeps_the_reconstructed_density_and_the_mass(seed, widest, geometry):
     rng = np.random.default_rng(seed)
     M = circle_matrices()
-    red = mf.reduce(M.B, M.V) if geometry == "circle" else mf.reduce(*SPHERE)
+    red = reduction.reduce(M.B, M.V) if geometry == "circle" else reduction.reduce(*SPHERE)
     span = 2 * np.pi if geometry == "circle" else np.pi
     edges = np.concatenate([[0.0], np.sort(rng.uniform(0, span, 7)), [span]])
     masses = rng.uniform(0.1, 1, 8)
@@ -317,7 +323,7 @@ def cell_convergence(betas=(10.0, 10.0, 10.0)):
     circle at t = 1: distances of successive solutions over fixed mass fractions (the Lagrangian coupling, an upper
     bound of W2)."""
     M = circle_matrices()
-    red = mf.reduce(M.B, M.V)
+    red = reduction.reduce(M.B, M.V)
     sols = [mf.solve(red, beta, [0.0, 1.0], edges0=np.linspace(0, 2 * np.pi, n + 1), rtol=1e-11, atol=1e-13)
             for n, beta in zip((64, 128, 256), betas)]
     P = [fixed_quantiles(s)[1] for s in sols]
@@ -350,9 +356,9 @@ def zero_temperature_errors(geometry, perturb=1.0):
     if geometry == "circle":
         B_ref = B @ np.diag([1.0, perturb])
     else:
-        e = mf.reduce(B, V).frame[:, 0]
+        e = reduction.reduce(B, V).frame[:, 0]
         B_ref = B + (perturb - 1.0) * 0.6 * (np.eye(3) - np.outer(e, e))
-    red = mf.reduce(B_ref, V)
+    red = reduction.reduce(B_ref, V)
     errors = []
     for beta in (30.0, 300.0):
         P = mf.solve(red, beta, times, width=0.05, rtol=1e-10, atol=1e-12).push_forward(X)[1]
@@ -374,11 +380,11 @@ def test_approaches_the_exact_zero_temperature_flow_as_beta_grows(geometry):
 def particle_errors(perturb=1.0):
     """W2 at t = 1.5 between particles (β = 10, dense kernel, RK4, two replicas) and the reference's push-forward of
     the same tokens, at N = 512 and 2048, averaged over the replicas; ``perturb`` scales the reference's V on e⊥."""
-    from lowtemp import kernels
+    from lowtemp.dynamics import kernels
 
     B, V = SPHERE
-    e = mf.reduce(B, V).frame[:, 0]
-    red = mf.reduce(B, V + (perturb - 1.0) * 1.2 * (np.eye(3) - np.outer(e, e)))
+    e = reduction.reduce(B, V).frame[:, 0]
+    red = reduction.reduce(B, V + (perturb - 1.0) * 1.2 * (np.eye(3) - np.outer(e, e)))
     grid = lt_integrate.TimeGrid(horizon=1.5, snapshots=1, dt=0.025)
     sol = mf.solve(red, 10.0, grid.times, width=0.05, rtol=1e-10, atol=1e-12)
     errors = {}
@@ -406,11 +412,11 @@ def test_particles_at_small_beta_converge_to_the_reference_like_one_over_root_n(
 def test_distance_to_eigenspace_equals_the_tokens_of_a_fine_push_forward(geometry):
     """The cells' quadrature of sqrt(∫ (2 − 2|Px|) dρ_t) against `projection.distance_to_eigenspace` of 200 000
     tokens drawn from ρ0 and pushed forward (Monte Carlo error about 1e-3); a wrong subspace differs by far more."""
-    from lowtemp import projection
+    from lowtemp.model import projection
 
     M = circle_matrices()
     B, V = (M.B, M.V) if geometry == "circle" else SPHERE
-    red = mf.reduce(B, V)
+    red = reduction.reduce(B, V)
     sol = mf.solve(red, 30.0, [0.0, 1.0, 2.0], width=0.1, rtol=1e-9, atol=1e-11)
     X = np.random.default_rng(3).standard_normal((200000, B.shape[0]))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
@@ -428,7 +434,7 @@ def test_a_cell_below_the_resolution_of_angles_stops_the_reference_or_truncates_
     t = 6: without ``truncate`` the solve raises CellsUnresolved naming the limit, never crawls on; with it the
     snapshots after the limit are NaN and ``resolved_until`` says where it stopped."""
     M = circle_matrices()
-    red = mf.reduce(M.B, M.V)
+    red = reduction.reduce(M.B, M.V)
     u = math.atan2(M.E1[1, 0], M.E1[0, 0]) % (2 * np.pi)
     edges = np.sort(np.concatenate([np.linspace(0, 2 * np.pi, 33)[:-1], [u, u + 1e-12]]))
     edges = np.append(edges, edges[0] + 2 * np.pi)
@@ -449,7 +455,7 @@ def test_push_forward_is_the_identity_at_t_0_even_in_deep_tails_and_starts_from_
     the total, and tokens there still map to themselves at t = 0 (their Lagrangian coordinate is kept relative to
     their own initial cell). Times that do not start at 0 still push forward from t = 0: the snapshot at t = 1 of
     times (1, 2) equals that of times (0, 1, 2)."""
-    red = mf.reduce(*SPHERE)
+    red = reduction.reduce(*SPHERE)
     e = red.frame[:, 0]
     sol = mf.solve(red, 10.0, [0.0, 0.5], measure="vmf_mixture", params={"kappas": [200.0, 200.0], "means": [e, -e]},
                    width=0.1, rtol=1e-8, atol=1e-12)
@@ -458,7 +464,7 @@ def test_push_forward_is_the_identity_at_t_0_even_in_deep_tails_and_starts_from_
     X = (np.stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)], axis=-1)) @ red.frame.T
     np.testing.assert_allclose(sol.push_forward(X)[0], X, atol=1e-12)
     M = circle_matrices()
-    red2 = mf.reduce(M.B, M.V)
+    red2 = reduction.reduce(M.B, M.V)
     params = {"kappas": [60.0], "means": [[1.0, 0.0]]}
     sol2 = mf.solve(red2, 3.0, [0.0, 1.0, 2.0], measure="vmf_mixture", params=params, width=0.1, rtol=1e-9, atol=1e-12)
     theta = np.array([1.5, 2.5, 3.0, 3.1, 3.5])
@@ -469,14 +475,14 @@ def test_push_forward_is_the_identity_at_t_0_even_in_deep_tails_and_starts_from_
 
 
 def test_out_of_scale_inputs_get_named_errors():
-    red = mf.reduce(*SPHERE)
+    red = reduction.reduce(*SPHERE)
     with pytest.raises(ValueError, match="stops"):
         mf.solve(red, 10.0, [0.0, 1e12])
     with pytest.raises(ValueError, match="stops"):
         mf.solve(red, 10.0, [0.0, 1.0], remesh_every=1e-300)
     # κ = 0 is the uniform law
     e = red.frame[:, 0]
-    edges = mf.uniform_edges(red, 0.1)
+    edges = reduction.uniform_edges(red, 0.1)
     np.testing.assert_allclose(mf.initial_masses(red, edges, "vmf_mixture", {"kappas": [0.0], "means": [e]}),
                                mf.cell_measure(red, edges) / (4 * np.pi), rtol=1e-12)
 
@@ -496,7 +502,7 @@ def test_unit_position_inverts_the_mass_fraction(F, s):
 def test_density_slopes_are_exact_for_a_linear_density_and_zero_at_an_extremum():
     """Cells of a density linear in θ (circle, away from the wrap) get its slope; a peak gets 0 (limited)."""
     M = circle_matrices()
-    red = mf.reduce(M.B, M.V)
+    red = reduction.reduce(M.B, M.V)
     edges = np.linspace(0.0, 2 * np.pi, 65)
     mid = 0.5 * (edges[:-1] + edges[1:])
     h = np.diff(edges)
@@ -512,7 +518,7 @@ def test_density_slopes_are_exact_for_a_linear_density_and_zero_at_an_extremum()
 def _median_push_forward_errors(slopes):
     """Median token error at t = 1, β = 100 (circle), of widths 0.2, 0.1, 0.05 against width 0.0125."""
     M = circle_matrices()
-    red = mf.reduce(M.B, M.V)
+    red = reduction.reduce(M.B, M.V)
     X = np.random.default_rng(5).standard_normal((1, 2000, 2))
     X /= np.linalg.norm(X, axis=-1, keepdims=True)
     fine = mf.solve(red, 100.0, [0.0, 1.0], width=0.0125, rtol=1e-11, atol=1e-13).push_forward(X)[1]
@@ -549,7 +555,7 @@ def _graded_only_to_width(red, width, depth):
     offsets = depth * ratio ** np.arange(200)
     offsets = offsets[offsets < width]
     points = [np.linspace(red.lower, red.upper, int(math.ceil(np.pi / width)) + 1)]
-    for p in mf.unstable_points(red):
+    for p in reduction.unstable_points(red):
         points += [p - offsets, p + offsets]
     edges = np.unique(np.clip(np.concatenate(points), red.lower, red.upper))
     return edges[np.concatenate([[True], np.diff(edges) > 0.5 * depth])]
@@ -580,14 +586,14 @@ def test_graded_cells_grow_smoothly_out_to_the_uniform_width(width, depth_fracti
     depth = width * depth_fraction
     if geometry == "circle":
         M = circle_matrices(seed % 1000 + 1)
-        red = mf.reduce(M.B, M.V)
+        red = reduction.reduce(M.B, M.V)
     else:
-        red = mf.reduce(*axisymmetric(1.8, 0.6, 0.8, 1.2, rotation(seed % 1000)))
-    edges = mf.graded_edges(red, width, depth)
-    mf.check_edges(red, edges)
+        red = reduction.reduce(*axisymmetric(1.8, 0.6, 0.8, 1.2, rotation(seed % 1000)))
+    edges = reduction.graded_edges(red, width, depth)
+    reduction.check_edges(red, edges)
     assert np.diff(edges).max() <= width * (1 + 1e-12)
     bound = max((1 + 2 * width) ** 2, 2.0) * (1 + 1e-9)
-    unstable = mf.unstable_points(red)
+    unstable = reduction.unstable_points(red)
     assert _largest_neighbour_ratio(edges, unstable) <= bound
     if geometry == "sphere" and width <= 0.2 and depth_fraction <= 0.1:  # a grading to violate
         assert _largest_neighbour_ratio(_graded_only_to_width(red, width, depth), unstable) > bound
@@ -597,14 +603,14 @@ def test_a_grid_float64_cannot_carry_or_that_grades_nothing_is_refused():
     """A depth whose narrowest graded cell (2·width·depth) is below what float64 angles resolve would end the solve
     at once with CellsUnresolved; a depth beyond the grading's reach would grade nothing, silently: both are
     refused by name. Negative or misshaped masses are refused by the reconstruction."""
-    red = mf.reduce(*SPHERE)
-    floor = mf.RESOLVED_WIDTH / (2 * 0.05)
-    mf.graded_edges(red, 0.05, 2 * floor)  # just above the floor: a grid
+    red = reduction.reduce(*SPHERE)
+    floor = reduction.RESOLVED_WIDTH / (2 * 0.05)
+    reduction.graded_edges(red, 0.05, 2 * floor)  # just above the floor: a grid
     with pytest.raises(ValueError, match="narrowest graded cell"):
-        mf.graded_edges(red, 0.05, 0.5 * floor)
+        reduction.graded_edges(red, 0.05, 0.5 * floor)
     with pytest.raises(ValueError, match="grading's reach"):
-        mf.graded_edges(red, 0.9, mf.GRADED_REACH)
-    edges = mf.graded_edges(red, 0.1, 1e-3)
+        reduction.graded_edges(red, 0.9, reduction.GRADED_REACH)
+    edges = reduction.graded_edges(red, 0.1, 1e-3)
     masses = mf.initial_masses(red, edges, "uniform", {})
     mf.density_slopes(red, edges, masses)
     for bad in (np.where(np.arange(masses.size) == 3, -1e-3, masses), masses[:-1]):
@@ -616,7 +622,7 @@ def test_tokens_near_the_graded_zone_are_placed_well_at_large_beta():
     """S², β = 1000, t = 1: the root mean square token distance between the references at widths 0.1 and 0.05 is at
     most 3e-5 (measured 2.9e-6); on the grid graded only to ``width`` (the input that must fail) it is above 1e-4
     (measured 2.2e-4): the tokens of its first uniform cell, where the flow map bends, are placed badly."""
-    red = mf.reduce(*SPHERE)
+    red = reduction.reduce(*SPHERE)
     X = np.random.default_rng(3).standard_normal((1, 2000, 3))
     X /= np.linalg.norm(X, axis=-1, keepdims=True)
 
@@ -643,19 +649,19 @@ def test_the_pipeline_stage_on_an_axisymmetric_sphere_pushes_tokens_along_their_
     exp["dim"] = 3
     exp["matrices"].update(eigenvalues=[1.5, 0.5, 0.5], eigenvalues_V=[1.2, 0.6, 0.6], angle_V=0.0)
     seed = config["root_seed"]
-    pipeline.stage_matrices("sphere", exp, seed, tmp_path / "matrices.nc")
-    pipeline.stage_initial_tokens("sphere", exp, seed, tmp_path / "matrices.nc", tmp_path / "tokens.nc")
-    pipeline.stage_mean_field("sphere", exp, seed, 100.0, tmp_path / "matrices.nc", tmp_path / "tokens.nc",
+    matrices_stage.stage_matrices("sphere", exp, seed, tmp_path / "matrices.nc")
+    initial_tokens_stage.stage_initial_tokens("sphere", exp, seed, tmp_path / "matrices.nc", tmp_path / "tokens.nc")
+    simulate_stage.stage_mean_field("sphere", exp, seed, 100.0, tmp_path / "matrices.nc", tmp_path / "tokens.nc",
                               tmp_path / "beta100.nc")
     fin = io.read_netcdf(tmp_path / "beta100.nc", "finite_temperature")
     M, X0 = datasets.load_matrices(tmp_path / "matrices.nc"), datasets.load_initial_tokens(tmp_path / "tokens.nc")
-    red = mf.reduce(M.B, M.V)
+    red = reduction.reduce(M.B, M.V)
     assert red.geometry == "axisymmetric"
     Y = fin["positions"].values  # (time, replica, token, 3)
     times = fin["time"].values
     width, depth = exp["mean_field"]["width"], exp["mean_field"]["depth"]
-    sols = [mf.solve(red, 100.0, times, width=w, depth=depth, rtol=pipeline.MEAN_FIELD_RTOL,
-                     atol=pipeline.MEAN_FIELD_ATOL).push_forward(X0) for w in (width, 2 * width)]
+    sols = [mf.solve(red, 100.0, times, width=w, depth=depth, rtol=simulate_stage.MEAN_FIELD_RTOL,
+                     atol=simulate_stage.MEAN_FIELD_ATOL).push_forward(X0) for w in (width, 2 * width)]
     np.testing.assert_allclose(Y, sols[0], atol=1e-12)
     np.testing.assert_allclose(fin["reference_error"].values,
                                np.sqrt(np.mean(np.sum((sols[0] - sols[1]) ** 2, axis=-1), axis=-1)), atol=1e-12)

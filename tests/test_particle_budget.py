@@ -1,4 +1,4 @@
-"""The particle-number budget (lowtemp.particle_budget) on curves whose N-dependence is known.
+"""The particle-number budget (lowtemp.analysis.particle_budget) on curves whose N-dependence is known.
 
 Synthetic measurements Q_{N,r} = Q∞ + a·N^−p + noise, R independent replicas at every N, with the remaining
 error a·N*^−p at the experiment's N* set above or below the tolerance: the rate at which the budget calls a
@@ -19,8 +19,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp import convergence, estimates, fitting, particle_budget
-from lowtemp.experiment import build_matrices
+from lowtemp.analysis import estimates, fitting, particle_budget
+from lowtemp.stages import convergence
+from lowtemp.config.experiment import build_matrices
+from lowtemp.config import studies
 from conftest import ROOT, validated
 
 NUMBERS = np.array([512.0, 1024.0, 2048.0, 4096.0])
@@ -345,7 +347,7 @@ def test_a_real_particle_study_on_the_circle_at_beta_1000_is_outside_the_departu
     for beta in (1000.0, 10.0):
         exp["betas"] = [beta]
         experiment = validated(cfg)["experiments"][name]
-        S = convergence.study_settings(name, experiment)
+        S = studies.study_settings(name, experiment)
         M = build_matrices(name, experiment, int(cfg["root_seed"]))
         w2, dist_A, _, _, grid, _ = convergence._particle_study(name, "test", experiment, int(cfg["root_seed"]),
                                                                 S, M)

@@ -8,7 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp import dynamics, fitting, integrate, matrices, measures, projection, seeding, transport
+from lowtemp.analysis import fitting
+from lowtemp.dynamics import fields as dynamics, integrate
+from lowtemp.model import matrices, measures, projection, seeding
+from lowtemp.transport import w2 as transport
 from conftest import random_unit, spectral_matrices
 
 HYP = settings(max_examples=30, deadline=None)

@@ -1,11 +1,11 @@
-"""Early (mean-field) and late (finite-N) decay rates of W2(ρ^∞_t, Π_♯ρ0) (lowtemp.rates).
+"""Early (mean-field) and late (finite-N) decay rates of W2(ρ^∞_t, Π_♯ρ0) (lowtemp.model.rates).
 
 The derivation is docs/early_rate.md; Eq. (R1)–(R9) refer to it.
 
 Mean field: ρ0 is the uniform measure on S², represented by a deterministic
 product Gauss lattice with weights (graded Gauss–Legendre in the angle from the
 slow set, midpoint rule in the azimuth), every node moved by the exact
-zero-temperature solution (``lowtemp.exact``). W2 to Π_♯ρ0 of a weighted lattice
+zero-temperature solution (``lowtemp.model.exact``). W2 to Π_♯ρ0 of a weighted lattice
 is the weighted mean of the per-node distance to E1 ∩ S (Eq. R2; checked here
 against POT's exact solver and against the synchronous coupling). The fitted
 log-slopes are compared with ``rates.early_rate`` and with two rules that must
@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lowtemp import exact, matrices, rates, transport
+from lowtemp.model import exact, matrices, rates
+from lowtemp.transport import w2 as transport
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "early_rate.md"
 

@@ -1,4 +1,4 @@
-"""Config edits rerun exactly the jobs that read the edited keys (``lowtemp.params``).
+"""Config edits rerun exactly the jobs that read the edited keys (``lowtemp.config.params``).
 
 Every rule's params are the canonical slice of its experiment's config that its
 stage function reads (``params.STAGE_KEYS``). Two checks:
@@ -23,8 +23,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lowtemp import convergence, figures, io, params, pipeline
-from lowtemp import experiment as lowtemp_experiment
+from lowtemp.config import params
+from lowtemp.stages import convergence, figures
+from lowtemp.store import io
+from lowtemp.config import experiment as lowtemp_experiment
+from lowtemp.stages import distances as distances_stage
+from lowtemp.stages import fit as fit_stage
+from lowtemp.stages import initial_tokens as initial_tokens_stage
+from lowtemp.stages import matrices as matrices_stage
+from lowtemp.stages import simulate as simulate_stage
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
 
@@ -168,38 +175,38 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
     def check(stage, path, experiment=exp):
         assert _prov(path)["config"] == params.stage_slice(experiment, stage), stage
 
-    pipeline.stage_matrices(name, g("matrices"), seed, output=out / "matrices.nc")
+    matrices_stage.stage_matrices(name, g("matrices"), seed, output=out / "matrices.nc")
     check("matrices", out / "matrices.nc")
-    pipeline.stage_initial_tokens(name, g("initial_tokens"), seed, matrices_path=mats, output=out / "initial_tokens.nc")
+    initial_tokens_stage.stage_initial_tokens(name, g("initial_tokens"), seed, matrices_path=mats, output=out / "initial_tokens.nc")
     check("initial_tokens", out / "initial_tokens.nc")
-    pipeline.stage_finite_temperature(name, g("finite_temperature"), seed, beta=5.0, matrices_path=mats,
+    simulate_stage.stage_finite_temperature(name, g("finite_temperature"), seed, beta=5.0, matrices_path=mats,
                                       tokens_path=toks, output=out / "beta5.nc")
     check("finite_temperature", out / "beta5.nc")
     # a model: mean_field experiment's finite-temperature stage reads the rest of its row
     mf_exp, mf_res = test_experiments["experiments"]["tiny_mean_field"], run_dir / "results" / "tiny_mean_field"
-    pipeline.stage_finite_temperature("tiny_mean_field", g("finite_temperature", mf_exp), seed, beta=10.0,
+    simulate_stage.stage_finite_temperature("tiny_mean_field", g("finite_temperature", mf_exp), seed, beta=10.0,
                                       matrices_path=mf_res / "matrices.nc", tokens_path=mf_res / "initial_tokens.nc",
                                       output=out / "mf_beta10.nc")
     check("finite_temperature", out / "mf_beta10.nc", mf_exp)
-    pipeline.stage_zero_temperature(name, g("zero_temperature"), seed, matrices_path=mats, tokens_path=toks,
+    simulate_stage.stage_zero_temperature(name, g("zero_temperature"), seed, matrices_path=mats, tokens_path=toks,
                                     output=out / "zero_temperature.nc")
     check("zero_temperature", out / "zero_temperature.nc")
-    pipeline.stage_distances_beta(name, g("distances_beta"), seed, matrices_path=mats, tokens_path=toks,
+    distances_stage.stage_distances_beta(name, g("distances_beta"), seed, matrices_path=mats, tokens_path=toks,
                                   finite_path=res / "finite_temperature" / "beta5.nc", zero_path=zero,
                                   output=out / "distances_beta5.nc")
     check("distances_beta", out / "distances_beta5.nc")
     parts = sorted((res / "distances").glob("beta*.nc"))
-    pipeline.stage_collect_distances(name, g("distances"), seed, matrices_path=mats, tokens_path=toks,
+    distances_stage.stage_distances(name, g("distances"), seed, matrices_path=mats, tokens_path=toks,
                                      zero_path=zero, parts=parts, output=out / "distances.nc")
     check("distances", out / "distances.nc")
-    pipeline.stage_fit(name, g("fit"), seed, matrices_path=mats, distances_path=res / "distances.nc",
+    fit_stage.stage_fit(name, g("fit"), seed, matrices_path=mats, distances_path=res / "distances.nc",
                        output=out / "fit.nc")
     check("fit", out / "fit.nc")
-    pipeline.stage_claims(name, g("claims"), seed, distances_path=res / "distances.nc", fit_path=res / "fit.nc",
+    fit_stage.stage_claims(name, g("claims"), seed, distances_path=res / "distances.nc", fit_path=res / "fit.nc",
                           output=out / "claims.nc")
     check("claims", out / "claims.nc")
     for fig in figures.FIGURES:
-        figures.render(fig, name, g(f"figure:{fig}"), matrices_path=mats, distances_path=res / "distances.nc",
+        figures.stage_figure(fig, name, g(f"figure:{fig}"), matrices_path=mats, distances_path=res / "distances.nc",
                        fit_path=res / "fit.nc", zero_path=zero,
                        finite_paths=sorted((res / "finite_temperature").glob("*.nc")),
                        pdf=out / f"{fig}.pdf", png=out / f"{fig}.png")
@@ -209,7 +216,7 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
     convergence.stage_convergence(name, g("convergence", small), seed, matrices_path=mats, tokens_path=toks,
                                   output=out / "convergence.nc")
     check("convergence", out / "convergence.nc", small)
-    figures.render_convergence(name, g("convergence_figure", small), convergence_path=out / "convergence.nc",
+    figures.stage_convergence_figure(name, g("convergence_figure", small), convergence_path=out / "convergence.nc",
                                pdf=out / "convergence.pdf", png=out / "convergence.png")
     # no key of the table is left unread (tiny uses kernel 'auto', whose rule reads tokens and dim)
     assert set(reads) == set(params.STAGE_KEYS)

@@ -1,4 +1,4 @@
-"""Resource estimates (lowtemp.resources) against independent arithmetic: the arrays a
+"""Resource estimates (lowtemp.config.resources) against independent arithmetic: the arrays a
 job must hold fit in its memory request, the field evaluations it must do fit in its
 wall time, requests grow with N, the cap kernel is budgeted below the dense one, and
 the rules and the SLURM profile use them."""
@@ -12,9 +12,9 @@ import subprocess
 import pytest
 import yaml
 
-from lowtemp import experiment as lowtemp_experiment
-from lowtemp import resources
-from lowtemp import assignment
+from lowtemp.config import experiment as lowtemp_experiment
+from lowtemp.config import resources
+from lowtemp.transport import assignment
 from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
 MB = 2**20

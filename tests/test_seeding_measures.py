@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import special
 
-from lowtemp import measures, seeding
+from lowtemp.model import measures, seeding
 from conftest import random_unit
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=12)

@@ -1,4 +1,4 @@
-"""The sparse network simplex (lowtemp.simplex) against SciPy's sparse assignment (LAPJVsp), and its
+"""The sparse network simplex (lowtemp.transport.simplex) against SciPy's sparse assignment (LAPJVsp), and its
 optimality conditions read off its own duals."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import min_weight_full_bipartite_matching
 
-from lowtemp.simplex import SparseAssignment
+from lowtemp.transport.simplex import SparseAssignment
 
 
 def _graph(seed, n, degree, integer_costs):

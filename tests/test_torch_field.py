@@ -19,8 +19,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp import dynamics, integrate, kernels, resources, torch_field, validation
-from lowtemp.experiment import ConfigError
+from lowtemp.config import resources, validation
+from lowtemp.dynamics import fields as dynamics, integrate, kernels, torch_field
+from lowtemp.config.experiment import ConfigError
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
 from test_resources import experiment as resource_experiment
 from test_resources import matrices_of

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp import projection, transport
+from lowtemp.model import projection
+from lowtemp.transport import w2 as transport
 from conftest import random_unit
 
 HYP = settings(max_examples=40, deadline=None)
@@ -154,7 +155,7 @@ def test_w2_to_projection_dim2_is_exact_solve_against_great_circle_cloud():
 
 def test_w2_of_uniform_clouds_is_the_certified_assignment(monkeypatch):
     """transport.w2 returns the certified solver's value, and refuses an uncertified one."""
-    from lowtemp import assignment
+    from lowtemp.transport import assignment
     rng = np.random.default_rng(4)
     X, Y = rng.standard_normal((200, 3)), rng.standard_normal((200, 3))
     assert transport.w2(X, Y) == pytest.approx(transport.w2_network_simplex(X, Y), rel=1e-9)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test-container: build envs/Containerfile with podman on a local Debian base,
 # run config/test.yaml inside the image, run it on the host with .venv, and check
-# that every number agrees (python -m lowtemp.compare, bit for bit).
+# that every number agrees (python -m lowtemp.store.compare, bit for bit).
 #
 # Needs root and Debian (CI's machine): podman, runc and debootstrap come from
 # Debian's packages, installed only if missing. There is no container registry
@@ -148,7 +148,7 @@ log "local run done in $((SECONDS - run_start)) s"
 figures=$(cd "$WORK/container/results" && find . -path '*/figures/*' -name '*.png' | wc -l)
 expected=$(cd "$WORK/local/results" && find . -path '*/figures/*' -name '*.png' | wc -l)
 [ "$figures" -gt 0 ] && [ "$figures" = "$expected" ] || fail "figures: $figures in the container, $expected here"
-if ! "$VENV_PY" -m lowtemp.compare "$WORK/local/results" "$WORK/container/results" >"$WORK/compare.log" 2>&1; then
+if ! "$VENV_PY" -m lowtemp.store.compare "$WORK/local/results" "$WORK/container/results" >"$WORK/compare.log" 2>&1; then
     head -40 "$WORK/compare.log"; fail "container and local results differ"
 fi
 nfiles=$(cd "$WORK/local/results" && find . -name '*.nc' | wc -l)

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.image  # noqa: E402
 import xarray as xr  # noqa: E402
 
-from lowtemp import compare, io  # noqa: E402
+from lowtemp.store import compare, io  # noqa: E402
 from conftest import SNAKEFILE, SNAKEMAKE  # noqa: E402
 
 #: upper bound on one workflow run in these tests (the runs take seconds to a minute)

@@ -1,7 +1,7 @@
 """SIGKILL the workflow in the middle of a simulation, rerun with --rerun-incomplete, several times.
 
 The resumed results must be bit for bit those of an uninterrupted run (every
-NetCDF value, compared with ``lowtemp.compare``). The experiment is sized so
+NetCDF value, compared with ``lowtemp.store.compare``). The experiment is sized so
 that the finite-temperature rule steps for about ten seconds with the plain
 numpy kernel, and writes a checkpoint at every snapshot
 (``checkpoint_every_seconds: 0``), so kills land between and inside steps.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lowtemp import compare
+from lowtemp.store import compare
 from killing import run_and_kill, run_to_completion, temporaries
 
 CONFIG = {
@@ -92,6 +92,6 @@ def test_killed_runs_resume_to_bit_for_bit_results(tmp_path, configfile, referen
 
 
 def _snapshots(work: Path) -> int:
-    from lowtemp import io
+    from lowtemp.store import io
 
     return io.read_netcdf(work / CHECKPOINT, "checkpoint")["positions"].shape[0]

@@ -1,7 +1,7 @@
 """SIGKILL the workflow while it writes its outputs: no file that exists may be half written.
 
 ``LOWTEMP_FAULT_WRITE_PAUSE`` holds every write for a moment between the
-complete temporary file and its rename (``lowtemp.io.atomic_path``), so that a
+complete temporary file and its rename (``lowtemp.store.io.atomic_path``), so that a
 kill timed on the appearance of a temporary file lands inside a write. After
 every kill, each NetCDF and figure that exists must open and equal the file of
 an uninterrupted run; the run is then resumed and killed again, and finally
@@ -16,7 +16,7 @@ import random
 
 import pytest
 
-from lowtemp import compare, io
+from lowtemp.store import compare, io
 from conftest import TEST_CONFIG
 from killing import check_every_output_is_whole, run_and_kill, run_to_completion, temporaries
 

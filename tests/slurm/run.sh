@@ -10,7 +10,7 @@
 #      processes, record their pids, wait until `sinfo` shows the node idle;
 #   3. run the tiny config locally and through
 #      `snakemake --workflow-profile workflow/profiles/slurm` in two temp folders;
-#   4. tests/slurm/test_slurm_run.py: same numbers (lowtemp.compare, bit for bit),
+#   4. tests/slurm/test_slurm_run.py: same numbers (lowtemp.store.compare, bit for bit),
 #      jobs really went through sbatch, short jobs grouped, profile settings used;
 #   5. on exit (success or failure) cancel the cluster's jobs and stop the
 #      daemons by their recorded pids.

@@ -3,12 +3,12 @@ config/test.yaml: one local, one through the SLURM profile on the single-node
 cluster the script started. Not collected by `make test` (pytest's norecursedirs
 holds "slurm"); run on its own it fails, since it needs the runs' folder.
 
-* the SLURM run gives the local run's numbers, bit for bit (lowtemp.compare);
+* the SLURM run gives the local run's numbers, bit for bit (lowtemp.store.compare);
 * every job really ran inside a SLURM allocation (sbatch job ids, one SLURM log
   per job, the job id in that job's own environment);
 * the short jobs went as group jobs (distances; fit and figures);
 * the profile's settings reached sbatch: memory, wall time and CPUs from
-  lowtemp.resources, HDF5 file locking off, the partition given with
+  lowtemp.config.resources, HDF5 file locking off, the partition given with
   --default-resources, no retry needed.
 """
 
@@ -24,7 +24,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from lowtemp import experiment, resources
+from lowtemp.config import experiment, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 if not os.environ.get("LOWTEMP_SLURM_STATE"):
@@ -72,7 +72,7 @@ def _option(call: str, pattern: str) -> str:
 
 
 def test_same_numbers_as_the_local_run():
-    out = subprocess.run([sys.executable, "-m", "lowtemp.compare", str(LOCAL), str(SLURM)],
+    out = subprocess.run([sys.executable, "-m", "lowtemp.store.compare", str(LOCAL), str(SLURM)],
                          capture_output=True, text=True)
     assert out.returncode == 0, f"SLURM and local results differ:\n{out.stdout}\n{out.stderr}"
     assert "bit for bit" in out.stdout, out.stdout
@@ -127,7 +127,7 @@ def test_sbatch_requests_follow_the_resource_estimates():
             continue
         rule, wildcards = m.groups()
         if rule not in resources.STAGES:
-            continue  # a rule lowtemp.resources does not size
+            continue  # a rule lowtemp.config.resources does not size
         name, beta = labels[wildcards]
         threads = 2 if rule == "finite_temperature" else 1
         est = resources.estimate(rule, experiments[name], beta=beta, matrices=mats[name], threads=threads)

@@ -5,10 +5,10 @@ import os
 
 from snakemake.sourcecache import LocalSourceFile
 
-from lowtemp import convergence as lowtemp_convergence
-from lowtemp import experiment as lowtemp_experiment
-from lowtemp import params as lowtemp_params
-from lowtemp import validation
+from lowtemp.config import experiment as lowtemp_experiment
+from lowtemp.config import params as lowtemp_params
+from lowtemp.config import studies as lowtemp_studies
+from lowtemp.config import validation
 
 RESULTS = "results"
 
@@ -55,7 +55,7 @@ wildcard_constraints:
 def stage_params(stage):
     """Params of a rule's jobs: experiment name, the slice of its config that ``stage`` reads, root seed.
 
-    The slice (``lowtemp.params.STAGE_KEYS``, canonical: sorted keys, 10.0 as 10) is the
+    The slice (``lowtemp.config.params.STAGE_KEYS``, canonical: sorted keys, 10.0 as 10) is the
     rule's only config dependency, so Snakemake reruns a job when, and only when, a key
     its stage reads changes. The rule ``figure`` has one slice per figure."""
 
@@ -68,10 +68,10 @@ def stage_params(stage):
 
 def convergence_reused_run(wildcards):
     """{"finite": the experiment's run at the study's beta} when the particle-number study reuses it
-    for N = tokens (``lowtemp.convergence.reusable_run``), else nothing."""
+    for N = tokens (``lowtemp.config.studies.reusable_run``), else nothing."""
     exp = EXPERIMENTS[wildcards.experiment]
-    settings = lowtemp_convergence.study_settings(wildcards.experiment, exp)
-    if not lowtemp_convergence.reusable_run(exp, settings):
+    settings = lowtemp_studies.study_settings(wildcards.experiment, exp)
+    if not lowtemp_studies.reusable_run(exp, settings):
         return {}
     return {"finite": f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{beta_label(settings.beta)}.nc"}
 
@@ -98,7 +98,7 @@ def figure_labels(wildcards):
 def convergence_labels(wildcards):
     """Labels of a convergence figure in the report (β: the one both studies run at)."""
     name = wildcards.experiment
-    beta = lowtemp_convergence.study_settings(name, EXPERIMENTS[name]).beta
+    beta = lowtemp_studies.study_settings(name, EXPERIMENTS[name]).beta
     return {"experiment": name, "β": f"{beta:g}", "figure": "convergence"}
 
 

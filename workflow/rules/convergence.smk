@@ -1,7 +1,8 @@
 # Convergence studies: step halving (h, h/2, h/4; RK4 and Euler; the adaptive integrator's tolerance levels;
 # finite β by Richardson, zero temperature also against the exact solution) and particle
 # number (W2(ρ^β_t, Π♯ρ0) for N doubling, spread over replicas). Not in the default target
-# (`all`): `snakemake --cores all convergence_all` runs them for every experiment.
+# (`all`): `snakemake --cores all convergence_all` runs them for every experiment. Their figure's
+# rule, `convergence_figure`, is in figures.smk with the other figures.
 
 
 rule convergence:
@@ -28,34 +29,6 @@ rule convergence:
         checkpoints=f"{RESULTS}/{{experiment}}/checkpoints",
     script:
         "../scripts/convergence.py"
-
-
-rule convergence_figure:
-    input:
-        convergence=f"{RESULTS}/{{experiment}}/convergence.nc",
-    output:
-        pdf=f"{RESULTS}/{{experiment}}/figures/convergence.pdf",
-        png=report(
-            f"{RESULTS}/{{experiment}}/figures/convergence.png",
-            caption="../report/convergence.rst",
-            category="{experiment}",
-            subcategory="convergence",
-            labels=convergence_labels,
-        ),
-    log:
-        f"{RESULTS}/{{experiment}}/logs/figure_convergence.log",
-    benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/figure_convergence.tsv"
-    conda:
-        SOFTWARE
-    resources:
-        mem_mb=stage_mem_mb("figure"),
-        runtime=stage_runtime("figure"),
-        cpus_per_task=stage_cpus("figure"),
-    params:
-        stage=stage_params("convergence_figure"),
-    script:
-        "../scripts/convergence_figure.py"
 
 
 rule convergence_all:

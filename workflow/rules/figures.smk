@@ -1,4 +1,4 @@
-# Step 7: figures from the NetCDF outputs (no physics recomputed).
+# Step 7: figures from the NetCDF outputs (no physics recomputed), the convergence studies' included.
 
 
 rule figure:
@@ -33,3 +33,31 @@ rule figure:
         stage=stage_params("figure"),
     script:
         "../scripts/figure.py"
+
+
+rule convergence_figure:
+    input:
+        convergence=f"{RESULTS}/{{experiment}}/convergence.nc",
+    output:
+        pdf=f"{RESULTS}/{{experiment}}/figures/convergence.pdf",
+        png=report(
+            f"{RESULTS}/{{experiment}}/figures/convergence.png",
+            caption="../report/convergence.rst",
+            category="{experiment}",
+            subcategory="convergence",
+            labels=convergence_labels,
+        ),
+    log:
+        f"{RESULTS}/{{experiment}}/logs/figure_convergence.log",
+    benchmark:
+        f"{RESULTS}/{{experiment}}/benchmarks/figure_convergence.tsv"
+    conda:
+        SOFTWARE
+    resources:
+        mem_mb=stage_mem_mb("figure"),
+        runtime=stage_runtime("figure"),
+        cpus_per_task=stage_cpus("figure"),
+    params:
+        stage=stage_params("convergence_figure"),
+    script:
+        "../scripts/convergence_figure.py"

@@ -1,9 +1,6 @@
-"""Snakemake adapter: rule claims_summary -> lowtemp.claims.summary_markdown (generated from claims.nc)."""
-from lowtemp import claims, io, joblog
+"""Snakemake adapter: rule claims_summary -> lowtemp.stages.fit.stage_claims_summary (generated from claims.nc)."""
+from lowtemp.stages import fit, joblog
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with joblog.logged(sm.log[0]):
-    text = claims.summary_markdown(dict(zip(sm.params.experiments, sm.input)))
-    with io.atomic_path(sm.output[0]) as tmp:
-        with open(tmp, "w") as fh:
-            fh.write(text)
+    fit.stage_claims_summary(dict(zip(sm.params.experiments, sm.input)), sm.output[0])

@@ -1,5 +1,6 @@
-"""Snakemake adapter: rule convergence -> lowtemp.convergence.stage_convergence."""
-from lowtemp import convergence, joblog, kernels
+"""Snakemake adapter: rule convergence -> lowtemp.stages.convergence.stage_convergence."""
+from lowtemp.dynamics import kernels
+from lowtemp.stages import joblog, convergence
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params.stage

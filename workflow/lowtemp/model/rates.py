@@ -4,7 +4,7 @@ The derivation is in docs/early_rate.md; equation numbers (R1)–(R9) below refe
 to it. Notation: A = VBᵀ symmetric with distinct eigenvalue levels
 μ_1 > μ_2 > … > μ_L, eigenspaces E_1, …, E_L of dimensions m_1, …, m_L,
 γ = μ_1 − μ_2; the zero-temperature token x(t) = e^{sA}x0/|e^{sA}x0| runs on
-the clock ds/dt = 1/|Bᵀx| (``lowtemp.exact``).
+the clock ds/dt = 1/|Bᵀx| (``lowtemp.model.exact``).
 
 * W2²(ρ^∞_t, Π_♯ρ0) = ∫ (2 − 2|P1 x|) dρ^∞_t exactly (R2), a sum over tokens.
 * A token that has reached u ∈ E1 ∩ S decays at the per-token rate γ/|Bᵀu| (R3).

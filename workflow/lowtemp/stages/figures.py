@@ -17,7 +17,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import claims, experiment as experiment_config, fitting, io  # noqa: E402
+from ..analysis import claims, fitting  # noqa: E402
+from ..config import experiment as experiment_config  # noqa: E402
+from ..store import io  # noqa: E402
 
 
 def _palette(n):
@@ -209,8 +211,10 @@ def plot_snapshots(data, experiment):
     return fig
 
 
-#: the drawing function of each figure: ``plot_<name>`` for every name of ``experiment.FIGURES`` (the one list)
-FIGURES = {name: globals()[f"plot_{name}"] for name in experiment_config.FIGURES}
+#: the drawing function of each figure named in ``lowtemp.config.experiment.FIGURES`` (the one list of names;
+#: a test checks that the two agree)
+FIGURES = {"w2_projection": plot_w2_projection, "collapse": plot_collapse, "end_phase": plot_end_phase,
+           "time_scale": plot_time_scale, "snapshots": plot_snapshots}
 
 
 def _save_atomic(fig, path):
@@ -219,8 +223,8 @@ def _save_atomic(fig, path):
         fig.savefig(tmp, format=path.suffix.lstrip("."), dpi=150, bbox_inches="tight")
 
 
-def render(figure, name, experiment, *, matrices_path, distances_path, fit_path, zero_path, finite_paths,
-           pdf, png):
+def stage_figure(figure, name, experiment, *, matrices_path, distances_path, fit_path, zero_path, finite_paths,
+                 pdf, png):
     """Draw the named figure of one experiment from its NetCDF files, save PDF and PNG."""
     try:
         plot = FIGURES[figure]
@@ -250,7 +254,7 @@ INTEGRATOR_STYLE = {"rk4": ("C0", "RK4"), "euler": ("C3", "Euler"), "dopri5": ("
 def plot_convergence(conv, experiment):
     """Left: step halving and tolerance, errors against the step (max over the check times; an adaptive
     integrator's level k at h/2^k) with the schemes' slopes.
-    Middle: W2(ρ^β_t, Π♯ρ0) against t per N, mean ± 2 sem over replicas (``lowtemp.convergence``).
+    Middle: W2(ρ^β_t, Π♯ρ0) against t per N, mean ± 2 sem over replicas (``lowtemp.stages.convergence``).
     Right: the median effective sample size of the softmax against t per N (smallest over replicas),
     with the experiment's ``ess_threshold``."""
     beta = float(conv.attrs["beta"])
@@ -316,7 +320,7 @@ def plot_convergence(conv, experiment):
     return fig
 
 
-def render_convergence(name, experiment, *, convergence_path, pdf, png):
+def stage_convergence_figure(name, experiment, *, convergence_path, pdf, png):
     """Draw the convergence figure of one experiment from its convergence.nc, save PDF and PNG."""
     sns.set_theme(style="ticks", context="paper")
     fig = plot_convergence(io.read_netcdf(convergence_path, "convergence"), experiment)

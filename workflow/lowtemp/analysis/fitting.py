@@ -1,4 +1,4 @@
-"""Fitting the constants of Theorem 1 on arrays (``lowtemp.estimates`` assembles fit.nc from them).
+"""Fitting the constants of Theorem 1 on arrays (``lowtemp.analysis.estimates`` assembles fit.nc from them).
 
 Theorem 1:  W2(ρ^β_t, Π_♯ρ0) ≲ a·sqrt(log(β+1)/β)·e^{C1 t} + b·e^{−c t}.
 
@@ -11,7 +11,7 @@ Theorem 1:  W2(ρ^β_t, Π_♯ρ0) ≲ a·sqrt(log(β+1)/β)·e^{C1 t} + b·e^{�
   metastable phase that the tokens are farther from E1(A) than half the way to
   V's leading eigenspace;
 * a and b: prefactors calibrated on one part of the data (the bound is tested
-  on the rest, ``lowtemp.claims``);
+  on the rest, ``lowtemp.analysis.claims``);
 * intervals over replicas: Student-t (``t_interval``).
 
 Window choice (``log_linear_window``): among the contiguous runs of snapshot

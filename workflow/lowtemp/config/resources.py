@@ -27,7 +27,7 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
   - the exact W2 (``w2_bytes``): the certified sparse network simplex holds O(N·k)
     (candidate arcs, the spanning tree, the coarse levels: ``W2_SPARSE_BYTES_PER_TOKEN``); its fallback,
     POT's network simplex, builds the N×N float64 cost matrix up to
-    ``assignment.DENSE_MAX`` tokens (peak measured at 5.13 × 8N² bytes above the
+    ``limits.DENSE_MAX`` tokens (peak measured at 5.13 × 8N² bytes above the
     process's baseline, N = 2048, 4096, 8192: 164 MB, 656 MB, 2.6 GB; budgeted as
     ``W2_BYTES_PER_PAIR``) and above it runs ``ot.emd2_lazy``, costs computed on the
     fly, O(N) memory. So the memory no longer caps N; the wall time does.
@@ -57,7 +57,7 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
     time-changed solution (2.6 µs measured).
   - distances: per replica and exact snapshot (``distances.exact_every``) one
     exact W2, ``w2_seconds(N)`` = 0.9 s·(N/4096)^1.6, the certified sparse
-    network simplex (``assignment.w2_exact``) on the pipeline's own clouds with
+    network simplex (``lowtemp.transport.assignment.w2_exact``) on the pipeline's own clouds with
     another job on the two cores: 0.05–1.0 s at N = 4096 (concentration, β = 100,
     t = 0…20), 0.4–12 s at 16384, 9 s (t = 1) and 79 s (t = 5, the slowest kind:
     clusters forming) at 65536; the closed-form W2 to Π♯ρ0, the coupling bound and
@@ -90,7 +90,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import assignment, convergence, integrate
+from ..dynamics import integrate
+from . import studies
+from ..transport import limits
 from .experiment import exact_w2_snapshots, field_kernel, time_grid
 
 STAGES = ("matrices", "initial_tokens", "finite_temperature", "zero_temperature",
@@ -167,7 +169,7 @@ def field_evaluations(experiment: dict) -> int:
 
 def gpus(stage: str, experiment: dict) -> int:
     """GPUs a job asks for: 1 for the stages that evaluate the finite-temperature field
-    (``THREADED_STAGES``) when the experiment's kernel is ``torch`` (``lowtemp.torch_field``, which runs
+    (``THREADED_STAGES``) when the experiment's kernel is ``torch`` (``lowtemp.dynamics.torch_field``, which runs
     on a CUDA device when it sees one), else 0. The SLURM profile turns 1 into ``--gpus=1``."""
     return int(stage in THREADED_STAGES and field_kernel(experiment) == "torch")
 
@@ -187,15 +189,15 @@ def ns_per_pair(kernel: str, d: int) -> float:
 
 
 def w2_seconds(n_tokens: int) -> float:
-    """Wall time of one exact W2 between two clouds of N tokens (``assignment.w2_exact``), upper estimate."""
+    """Wall time of one exact W2 between two clouds of N tokens (``lowtemp.transport.assignment.w2_exact``), upper estimate."""
     return W2_SECONDS_4096 * (n_tokens / 4096.0) ** W2_EXPONENT
 
 
 def w2_bytes(n_tokens: int) -> float:
     """Peak bytes of one exact W2 between two clouds of N tokens (``transport.w2``): O(N) above
-    ``assignment.DENSE_MAX`` tokens, where the fallback no longer builds the N×N matrix."""
+    ``limits.DENSE_MAX`` tokens, where the fallback no longer builds the N×N matrix."""
     n = int(n_tokens)
-    dense = W2_BYTES_PER_PAIR * n * n if n <= assignment.DENSE_MAX else 0.0
+    dense = W2_BYTES_PER_PAIR * n * n if n <= limits.DENSE_MAX else 0.0
     return dense + W2_SPARSE_BYTES_PER_TOKEN * n
 
 
@@ -281,14 +283,14 @@ def _figure(experiment):
 # The rule ``convergence`` (not part of the default target, so not in STAGES and not
 # in the config check's memory test): step halving at h, h/2, h/4 for RK4 and Euler (and the tolerance study
 # of an adaptive integrator)
-# at finite β and zero temperature, then the particle-number runs (lowtemp.convergence).
+# at finite β and zero temperature, then the particle-number runs (lowtemp.stages.convergence).
 EXTRA_STAGES = ("convergence",)
 #: stages whose jobs run the numba kernels on the rule's threads
 THREADED_STAGES = ("finite_temperature", "convergence")
 
 
 def _convergence(experiment, matrices, threads):
-    s = convergence.study_settings("experiment", experiment)
+    s = studies.study_settings("experiment", experiment)
     d = int(experiment["dim"])
     interval = s.interval
     exact_w2 = matrices is None or matrices.E1.shape[1] > 1  # else the closed form against ±u
@@ -296,10 +298,10 @@ def _convergence(experiment, matrices, threads):
     # step halving: runs up to the last check time at h, h/2, h/4 (1 + 2 + 4 times the steps at h); an
     # adaptive integrator at three tolerances that halve its steps: 1 + 2 + 4 times its budget at the first
     st = s.steps
-    grids = convergence.halving_grids(max(st.times), interval, st.dt)
-    methods = convergence.study_methods(experiment)
-    evals = sum(integrate.budgeted_evaluations(m, g) for m in convergence.NOMINAL_ORDER for g in grids)
-    evals += sum((2**convergence.STEP_LEVELS - 1) * integrate.budgeted_evaluations(m, grids[0])
+    grids = studies.halving_grids(max(st.times), interval, st.dt)
+    methods = studies.study_methods(experiment)
+    evals = sum(integrate.budgeted_evaluations(m, g) for m in studies.NOMINAL_ORDER for g in grids)
+    evals += sum((2**studies.STEP_LEVELS - 1) * integrate.budgeted_evaluations(m, grids[0])
                  for m in methods if m in integrate.ADAPTIVE)
     kernel = field_kernel({**experiment, "tokens": st.tokens})
     speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
@@ -308,15 +310,15 @@ def _convergence(experiment, matrices, threads):
     seconds = (evals * r * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
                + evals * r * n * (LINEAR_NS + ZERO_NS_PER_TOKEN_EVAL) * 1e-9
                + checks * r * n * EXACT_NS_PER_TOKEN_SNAPSHOT * 1e-9
-               + len(methods) * convergence.STEP_LEVELS * checks * r * w2_cost(n))
+               + len(methods) * studies.STEP_LEVELS * checks * r * w2_cost(n))
     snapshots = round(max(st.times) / interval) + 1
-    step_bytes = (snapshots + 12 + 2 * len(methods) * convergence.STEP_LEVELS * checks) * r * n * d * _F
+    step_bytes = (snapshots + 12 + 2 * len(methods) * studies.STEP_LEVELS * checks) * r * n * d * _F
     # particle number: one run per N on the experiment's step, W2 at every snapshot
     pa = s.particles
-    grid = convergence.particle_grid(experiment, s)
+    grid = studies.particle_grid(experiment, s)
     snapshots = grid.snapshots
     evals = integrate.budgeted_evaluations(experiment.get("integrator", "dopri5"), grid)
-    reused = int(experiment["tokens"]) if convergence.reusable_run(experiment, s) else None
+    reused = int(experiment["tokens"]) if studies.reusable_run(experiment, s) else None
     for n in pa.tokens:
         seconds += (snapshots + 1) * pa.replicas * w2_cost(n)
         if n == reused:  # the experiment's own run stands in for this N: read, not simulated

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .measures import normalise
+from ..model.measures import normalise
 
 Field = Callable[[np.ndarray], np.ndarray]
 

@@ -1,5 +1,5 @@
 """Fast kernels for the finite-temperature field, interchangeable with
-``dynamics.attention_field`` (the blocked numpy float64 reference).
+``fields.attention_field`` (the blocked numpy float64 reference).
 
 * ``dense``: numba, parallel over query tokens, never materialises the N×N
   weights: for each query one pass accumulates Z = Σ_j w_ij and Σ_j w_ij x_j
@@ -47,7 +47,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 from scipy.spatial import cKDTree
 
-from . import dynamics, torch_field
+from . import fields, torch_field
 from .kernel_choice import DEFAULT_TAIL, KERNELS, OPTIONAL_KERNELS, cap_geometry, concrete_kernel, truncation_constant
 
 # Kernels are compiled afresh in every process (no numba on-disk cache): a kernel
@@ -206,7 +206,7 @@ def _check_dim(X, kernel):
 
 
 def dense_field(X, B, V, beta, with_ess: bool = False):
-    """Finite-temperature field, numba dense kernel (same result as dynamics.attention_field).
+    """Finite-temperature field, numba dense kernel (same result as fields.attention_field).
 
     With ``with_ess`` also the effective sample size 1/Σ_j w_ij², shape (replica, token).
     """
@@ -349,11 +349,11 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
 # ------------------------------------------------------------------ dispatch
 def attention_field(X, B, V, beta, kernel: str = "dense"):
     """The finite-temperature field with the named kernel (``numpy``, ``dense``, ``cap``, ``torch`` (optional,
-    ``lowtemp.torch_field``); ``auto``: the one ``kernel_choice.choose_for_cloud`` predicts cheaper on this
+    ``lowtemp.dynamics.torch_field``); ``auto``: the one ``kernel_choice.choose_for_cloud`` predicts cheaper on this
     cloud)."""
     kernel = concrete_kernel(kernel, X, B, beta)
     if kernel == "numpy":
-        return dynamics.attention_field(X, B, V, beta)
+        return fields.attention_field(X, B, V, beta)
     if kernel == "dense":
         return dense_field(X, B, V, beta)
     if kernel == "cap":
@@ -368,7 +368,7 @@ def effective_sample_size(X, B, V, beta, kernel: str = "dense"):
     """ESS_i = 1/Σ_j w_ij² with the named kernel, shape (replica, token)."""
     kernel = concrete_kernel(kernel, X, B, beta)
     if kernel == "numpy":
-        return dynamics.effective_sample_size(X, B, beta)
+        return fields.effective_sample_size(X, B, beta)
     if kernel == "dense":
         return dense_field(X, B, V, beta, with_ess=True)[1]
     if kernel == "cap":

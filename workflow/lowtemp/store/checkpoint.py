@@ -37,7 +37,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from . import __version__, integrate, io
+from . import io
+from .. import __version__
+from ..dynamics import integrate
 
 log = logging.getLogger("lowtemp")
 
@@ -92,6 +94,12 @@ class _Checkpoint:
             self.path.parent.rmdir()
         except OSError:
             pass
+
+
+def discard(ckpt: _Checkpoint | None) -> None:
+    """Remove a stage's checkpoint once its output is written (nothing without one)."""
+    if ckpt is not None:
+        ckpt.discard()
 
 
 class SimulationCheckpoint(_Checkpoint):

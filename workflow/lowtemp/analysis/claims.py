@@ -1,6 +1,6 @@
 """The paper's statements as checks on one experiment's numbers (``results/<experiment>/claims.nc``).
 
-Every check reads the constants and intervals of ``fit.nc`` (``lowtemp.estimates``,
+Every check reads the constants and intervals of ``fit.nc`` (``lowtemp.analysis.estimates``,
 computed once) and the curves of ``distances.nc``; it estimates nothing itself.
 Each returns a ``Claim``: its status, the number it is about, that number's
 interval over replicas (Student-t, from fit.nc), the target, and one line with the
@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import xarray as xr
 
-from . import fitting, io
+from . import fitting
+from ..store import io
 
 PASSED, FAILED, NOT_EVALUABLE, UNDER_RESOLVED, INCONCLUSIVE = 1, 0, -1, -2, -3
 STATUS_WORD = {PASSED: "PASSED", FAILED: "FAILED", NOT_EVALUABLE: "NOT EVALUABLE", UNDER_RESOLVED: "UNDER-RESOLVED",

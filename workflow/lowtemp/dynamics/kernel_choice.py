@@ -1,9 +1,9 @@
 """Which kernel computes the finite-temperature field: the names and the automatic rule (``kernel: auto``).
 
-Kept apart from ``lowtemp.kernels`` (which compiles numba code on import) so that the
+Kept apart from ``lowtemp.dynamics.kernels`` (which compiles numba code on import) so that the
 config check, the resource estimates and the figures can apply the rule without
-loading numba. ``lowtemp.experiment.field_kernel`` applies it to an experiment's
-config; the kernels themselves are described in ``lowtemp.kernels`` and
+loading numba. ``lowtemp.config.experiment.field_kernel`` applies it to an experiment's
+config; the kernels themselves are described in ``lowtemp.dynamics.kernels`` and
 docs/kernels.md.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 #: the kernels of ``kernels.attention_field`` that are always there
 KERNELS = ("numpy", "dense", "cap")
 #: kernels that need an optional package: ``torch`` (PyTorch, float64, on a CUDA device when there is one;
-#: ``lowtemp.torch_field``)
+#: ``lowtemp.dynamics.torch_field``)
 OPTIONAL_KERNELS = ("torch",)
 #: relative mass the cap kernel may neglect
 DEFAULT_TAIL = 1e-12

@@ -2,8 +2,8 @@
 
 ``experiment`` is one entry of the validated config's ``experiments`` mapping
 (schema defaults applied), or the slice of it a stage reads
-(``params.STAGE_KEYS``). Every stage, the config check (``lowtemp.validation``),
-the resource estimates (``lowtemp.resources``) and the figures ask this module,
+(``params.STAGE_KEYS``). Every stage, the config check (``lowtemp.config.validation``),
+the resource estimates (``lowtemp.config.resources``) and the figures ask this module,
 so a job and its estimate cannot disagree on the time grid, the kernel, the
 snapshots with an exact W2 or the figures drawn.
 
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import integrate, matrices
-from .kernel_choice import choose_kernel
-from .seeding import generator
+from ..dynamics import integrate
+from ..model import matrices
+from ..dynamics.kernel_choice import choose_kernel
+from ..model.seeding import generator
 
 
 class ConfigError(ValueError):

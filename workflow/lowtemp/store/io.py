@@ -1,5 +1,5 @@
 """NetCDF reading and writing: schema version, kind, provenance and atomic writes of every file
-(what each file holds is laid out by ``lowtemp.datasets``).
+(what each file holds is laid out by ``lowtemp.store.datasets``).
 
 Every file carries ``lowtemp_schema`` (the schema version, checked on read),
 ``lowtemp_kind`` (which stage wrote it) and ``provenance`` (one JSON string:
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from . import __version__
+from .. import __version__
 
 SCHEMA_VERSION = 1
 ENGINE = "h5netcdf"

@@ -9,7 +9,7 @@ order p gives X_h(t) = X(t) + C(t) h^p + O(h^{p+1}), hence
 so the observed order is p_obs = log2(e(h)/e(h/2)) from the runs at h, h/2, h/4,
 and the error of the run at h is about e(h)·2^p/(2^p − 1) (p the nominal order:
 4 for ``rk4``, 1 for ``euler``). The same is done at zero temperature (Eq. 3),
-where the exact time-changed solution (``lowtemp.exact``) also gives the error
+where the exact time-changed solution (``lowtemp.model.exact``) also gives the error
 itself, an independent check of the estimate. Differences below
 ``ROUNDING_FLOOR`` are rounding, not truncation: no order is read from them.
 
@@ -24,14 +24,14 @@ fixed-step schemes, and the field evaluations of every run are recorded, so the
 study also says what each accuracy costs.
 
 Particle number. W2(ρ^β_t, Π♯ρ0) (the closed form against ±u for dim E1 = 1,
-``transport.w2_to_projection``, as in the distances stage), the distance to E1(A) (for the
+``w2_to_projection``, as in the distances stage), the distance to E1(A) (for the
 departure time) and the median effective sample size of the softmax, for N doubling over at
 least four values, R ≥ 4 replicas each
 drawn afresh from the experiment's initial measure; where N is the experiment's own
 token count and β one of its betas, the experiment's run (its first R replicas, i.i.d.
 draws from the same ρ0, on the same grid) stands in for a fresh one instead of being
 simulated twice (``reused_run`` in convergence.nc). Each fresh run is checkpointed like
-the simulation stages. From these the particle-number budget (``lowtemp.particle_budget``):
+the simulation stages. From these the particle-number budget (``lowtemp.analysis.particle_budget``):
 the 95 % upper bound of the remaining N error of W2 at the experiment's N under
 E W2_N = W2∞ + a·N^−p, relative to W2, before the earliest departure; and the bound on the
 departure time's slope per doubling of N. The fit decides with them which claims the
@@ -45,178 +45,28 @@ from __future__ import annotations
 
 import logging
 import time as _time
-from dataclasses import dataclass
 
 import numpy as np
 
-from . import checkpoint, datasets, dynamics, exact, fitting, integrate, io, kernels, measures, particle_budget, \
-    projection, transport
-from .experiment import ConfigError, field_kernel, integration_tolerance, time_grid
+from ..analysis import fitting, particle_budget
+from ..dynamics import fields, integrate, kernels
+from ..model import exact, measures, projection
+from ..store import checkpoint, datasets, io
+from ..transport.w2 import w2_to_projection
+from ..config.studies import NOMINAL_ORDER, STEP_LEVELS, halving_grids, halving_steps, level_max_steps, level_tolerances, nominal_order, particle_grid, reusable_run, study_methods, study_settings
+from ..config.experiment import ConfigError, field_kernel, integration_tolerance
 from .joblog import progress_logger
-from .seeding import generator
+from ..model.seeding import generator
 
 log = logging.getLogger("lowtemp")
 
-#: the steps h, h/2, h/4
-STEP_LEVELS = 3
-#: the fixed-step integrators compared, with their nominal orders (the adaptive ones: ``integrate.ADAPTIVE``)
-NOMINAL_ORDER = {"rk4": 4, "euler": 1}
 #: differences below this (about 450 machine epsilons on unit vectors) are rounding
 ROUNDING_FLOOR = 1e-13
-#: tokens of the step study unless configured (7 runs per integrator at N² per field evaluation)
-DEFAULT_STEP_TOKENS = 1024
-#: fewest particle numbers in the N study
-MIN_PARTICLE_NUMBERS = 4
-#: replicas per particle number unless configured (or the experiment's, if more)
-DEFAULT_PARTICLE_REPLICAS = 4
 #: coverage of the particle-number budget's bounds
 BUDGET_CONFIDENCE = 0.95
 
 
-# ------------------------------------------------------------------ settings
-@dataclass(frozen=True)
-class StepStudy:
-    """The step-halving study: runs at dt, dt/2, dt/4 on the first tokens of the stored initial tokens."""
-
-    dt: float  # the coarsest step h; the runs use h, h/2, h/4
-    times: tuple[float, ...]  # the fixed times of the report (snapshot times of the experiment)
-    tokens: int  # the first `tokens` tokens of the stored initial tokens …
-    replicas: int  # … of the first `replicas` replicas
-
-
-@dataclass(frozen=True)
-class ParticleStudy:
-    """The particle-number study: fresh tokens from ρ0 for each N, run on the experiment's step."""
-
-    tokens: tuple[int, ...]  # N values, increasing
-    replicas: int
-    horizon: float  # a snapshot time of the experiment
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Both studies of one experiment, with every default resolved (``study_settings``)."""
-
-    beta: float
-    interval: float  # the experiment's snapshot interval time.horizon / time.snapshots
-    steps: StepStudy
-    particles: ParticleStudy
-
-
-def _is_multiple(x: float, unit: float) -> bool:
-    k = x / unit
-    return round(k) >= 1 and abs(k - round(k)) <= 1e-9 * max(1.0, k)
-
-
-def default_particle_numbers(n: int) -> list[int]:
-    """[N/8, N/4, N/2, N] (integer division), or [N, 2N, 4N, 8N] when N/8 < 2."""
-    if n // 8 >= 2:
-        return [n // 8, n // 4, n // 2, n]
-    return [n, 2 * n, 4 * n, 8 * n]
-
-
-def study_settings(name: str, experiment: dict) -> Settings:
-    """The experiment's ``convergence`` block with its defaults resolved; ConfigError names the key.
-
-    Cheap (no arrays): the config check calls it before any job.
-    """
-    where = f"experiments.{name}.convergence"
-    cfg = experiment.get("convergence") or {}
-    grid = time_grid(experiment)
-    interval = grid.horizon / grid.snapshots
-    beta = float(cfg.get("beta", max(float(b) for b in experiment["betas"])))
-    if not (np.isfinite(beta) and beta > 0):
-        raise ConfigError(f"{where}.beta must be positive and finite, got {beta}")
-
-    st = cfg.get("steps") or {}
-    h = float(st.get("dt", grid.step))
-    if not (np.isfinite(h) and h > 0) or h > interval * (1 + 1e-12) or not _is_multiple(interval, h):
-        raise ConfigError(
-            f"{where}.steps.dt = {h:g} does not divide the snapshot interval time.horizon/time.snapshots = "
-            f"{interval:g} (ratio {interval / h:.6g}); the runs at dt, dt/2, dt/4 must land on the snapshot "
-            f"times exactly, so choose dt = interval/k for an integer k")
-    default_times = sorted({float(interval * max(1, round(grid.snapshots * f))) for f in (0.25, 0.5, 1.0)})
-    times = tuple(float(t) for t in st.get("times", default_times))
-    for t in times:
-        if not (0 < t <= grid.horizon * (1 + 1e-12)) or not _is_multiple(t, interval):
-            raise ConfigError(f"{where}.steps.times: {t:g} is not a snapshot time in (0, time.horizon = "
-                              f"{grid.horizon:g}] (a multiple of time.horizon/time.snapshots = {interval:g})")
-    if list(times) != sorted(set(times)):
-        raise ConfigError(f"{where}.steps.times must be increasing without repeats, got {list(times)}")
-    times = tuple(float(interval * round(t / interval)) for t in times)
-    n_steps = int(st.get("tokens", min(int(experiment["tokens"]), DEFAULT_STEP_TOKENS)))
-    r_steps = int(st.get("replicas", 1))
-    if not 2 <= n_steps <= int(experiment["tokens"]):
-        raise ConfigError(f"{where}.steps.tokens = {n_steps} must be between 2 and tokens = {experiment['tokens']} "
-                          f"(the study runs the first tokens of the stored initial tokens)")
-    if not 1 <= r_steps <= int(experiment["replicas"]):
-        raise ConfigError(f"{where}.steps.replicas = {r_steps} must be between 1 and replicas = "
-                          f"{experiment['replicas']}")
-
-    pa = cfg.get("particles") or {}
-    numbers = [int(n) for n in pa.get("tokens", default_particle_numbers(int(experiment["tokens"])))]
-    if len(numbers) < MIN_PARTICLE_NUMBERS:
-        raise ConfigError(f"{where}.particles.tokens needs at least {MIN_PARTICLE_NUMBERS} particle numbers "
-                          f"(N doubling, e.g. [N/8, N/4, N/2, N]), got {numbers}")
-    if any(n < 2 for n in numbers) or any(b <= a for a, b in zip(numbers, numbers[1:])):
-        raise ConfigError(f"{where}.particles.tokens must be increasing integers ≥ 2, got {numbers}")
-    r_particles = int(pa.get("replicas", max(int(experiment["replicas"]), DEFAULT_PARTICLE_REPLICAS)))
-    if r_particles < particle_budget.MIN_REPLICAS:
-        raise ConfigError(f"{where}.particles.replicas = {r_particles}: the particle-number budget's Student-t "
-                          f"bounds need at least {particle_budget.MIN_REPLICAS} replicas")
-    horizon = float(pa.get("horizon", grid.horizon))
-    if not (0 < horizon <= grid.horizon * (1 + 1e-12)) or not _is_multiple(horizon, interval):
-        raise ConfigError(f"{where}.particles.horizon = {horizon:g} is not a snapshot time in (0, time.horizon = "
-                          f"{grid.horizon:g}] (a multiple of time.horizon/time.snapshots = {interval:g})")
-    horizon = float(interval * round(horizon / interval))
-    return Settings(beta=beta, interval=interval,
-                    steps=StepStudy(dt=h, times=times, tokens=n_steps, replicas=r_steps),
-                    particles=ParticleStudy(tokens=tuple(numbers), replicas=r_particles, horizon=horizon))
-
-
 # ------------------------------------------------------------------ step halving
-def halving_steps(h: float, levels: int = STEP_LEVELS) -> np.ndarray:
-    """h, h/2, h/4, …"""
-    return float(h) / 2.0 ** np.arange(levels)
-
-
-def halving_grids(horizon: float, interval: float, h: float, levels: int = STEP_LEVELS) -> list[integrate.TimeGrid]:
-    """Time grids with snapshot interval ``interval`` up to ``horizon`` whose steps are exactly h, h/2, h/4.
-
-    ``TimeGrid`` uses interval/ceil(interval/dt), so h must divide the interval; a
-    step that would be rounded raises ConfigError.
-    """
-    snapshots = int(round(horizon / interval))
-    grids = []
-    for s in halving_steps(h, levels):
-        grid = integrate.TimeGrid(horizon=float(horizon), snapshots=snapshots, dt=float(s))
-        if abs(grid.step - s) > 1e-12 * s:
-            raise ConfigError(f"convergence.steps.dt: the step {s:g} does not divide the snapshot interval "
-                              f"{interval:g} (the grid would use {grid.step:g})")
-        grids.append(grid)
-    return grids
-
-
-def study_methods(experiment: dict) -> list[str]:
-    """The integrators of the study: ``rk4`` and ``euler``, and the experiment's own if it is adaptive."""
-    own = experiment.get("integrator", "dopri5")
-    return list(NOMINAL_ORDER) + ([own] if own in integrate.ADAPTIVE else [])
-
-
-def nominal_order(method: str) -> int:
-    """The order of a scheme: ``NOMINAL_ORDER``, or the kept solution's of an adaptive pair."""
-    return integrate.ADAPTIVE[method].order if method in integrate.ADAPTIVE else NOMINAL_ORDER[method]
-
-
-def level_tolerances(method: str, tolerance: float, levels: int = STEP_LEVELS) -> np.ndarray:
-    """τ, τ/2^(q+1), τ/4^(q+1), …: the tolerances at which the pair's steps (∝ τ^(1/(q+1))) halve."""
-    q = integrate.ADAPTIVE[method].estimate_order
-    return float(tolerance) * 2.0 ** (-(q + 1) * np.arange(levels))
-
-
-def level_max_steps(interval: float, levels: int = STEP_LEVELS) -> np.ndarray:
-    """Δ, Δ/2, Δ/4, …: the step caps of an adaptive integrator's levels (Δ the snapshot interval)."""
-    return float(interval) / 2.0 ** np.arange(levels)
 
 
 def run_halving(field, X0: np.ndarray, grids: list[integrate.TimeGrid], method: str, indices, label: str,
@@ -276,7 +126,7 @@ def w2_to_projection_curves(positions: np.ndarray, X0: np.ndarray, E1: np.ndarra
     The same function as the distances stage (closed form against ±u when dim E1 = 1).
     """
     nt, nr = positions.shape[:2]
-    return np.array([[transport.w2_to_projection(positions[k, r], X0[r], E1) for k in range(nt)]
+    return np.array([[w2_to_projection(positions[k, r], X0[r], E1) for k in range(nt)]
                      for r in range(nr)])
 
 
@@ -339,11 +189,6 @@ def particle_tokens(name: str, experiment: dict, root_seed: int, n: int, replica
 
 
 # ------------------------------------------------------------------ stage
-def particle_grid(experiment: dict, S: Settings) -> integrate.TimeGrid:
-    """The time grid of every run of the particle-number study: the experiment's step, up to its horizon."""
-    pa = S.particles
-    return integrate.TimeGrid(horizon=pa.horizon, snapshots=int(round(pa.horizon / S.interval)),
-                              dt=float(experiment["time"]["dt"]))
 
 
 def _finite_field(experiment, beta, M, n_tokens):
@@ -360,7 +205,7 @@ def _step_study(label, experiment, S, M, X0):
     indices = [int(round(t / S.interval)) for t in st.times]
     X0s = np.ascontiguousarray(X0[: st.replicas, : st.tokens])
     field, kernel = _finite_field(experiment, S.beta, M, st.tokens)
-    zero_field = lambda X: dynamics.zero_temperature_field(X, M.A, M.B)  # noqa: E731
+    zero_field = lambda X: fields.zero_temperature_field(X, M.A, M.B)  # noqa: E731
     reference = exact.exact_zero_temperature(X0s, M.A, M.B, np.asarray(st.times))
     out = {k: [] for k in ("finite", "zero", "w2", "tolerance", "evaluations", "zero_evaluations")}
     for method in study_methods(experiment):
@@ -380,13 +225,6 @@ def median_ess(positions: np.ndarray, M, beta: float, kernel: str) -> np.ndarray
     """Median over tokens of the softmax's effective sample size, (replica, time) for positions (time, replica, …)."""
     return np.stack([np.median(kernels.effective_sample_size(X, M.B, M.V, beta, kernel), axis=-1)
                      for X in positions], axis=-1)
-
-
-def reusable_run(experiment: dict, S: Settings) -> bool:
-    """Whether the experiment's own run at the study's β can stand for the study's run at N = tokens."""
-    pa = S.particles
-    return (int(experiment["tokens"]) in pa.tokens and pa.replicas <= int(experiment["replicas"])
-            and any(float(b) == S.beta for b in experiment["betas"]))
 
 
 def _particle_study(name, label, experiment, root_seed, S, M, finite_path=None, checkpoint_dir=None,
@@ -419,8 +257,7 @@ def _particle_study(name, label, experiment, root_seed, S, M, finite_path=None, 
                 field, X0, grid, method, run, path, checkpoint_every, (M.B, M.V),
                 progress_logger(run, grid, n, pa.replicas), tolerance=tolerance, beta=S.beta, kernel=kernel)
             ess.append(median_ess(positions, M, S.beta, kernel))
-            if ckpt is not None:
-                ckpt.discard()
+            checkpoint.discard(ckpt)
         w2.append(w2_to_projection_curves(positions, X0, M.E1))
         dist_A.append(projection.distance_to_eigenspace(positions, M.E1).T)  # (replica, time)
         low = np.min(ess[-1])

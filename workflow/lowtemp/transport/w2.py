@@ -19,7 +19,7 @@ import numpy as np
 import ot
 
 from . import assignment
-from .projection import projection_map, two_atom_masses
+from ..model.projection import projection_map, two_atom_masses
 
 #: POT's result code for an optimal solution of the network simplex
 _OPTIMAL = 1

@@ -1,7 +1,7 @@
 """The finite-temperature field on an accelerator (kernel ``torch``): PyTorch in float64.
 
-The same computation as the dense kernel (``lowtemp.kernels.dense_field``) and the
-numpy reference (``lowtemp.dynamics.attention_field``): per block of query rows the
+The same computation as the dense kernel (``lowtemp.dynamics.kernels.dense_field``) and the
+numpy reference (``lowtemp.dynamics.fields.attention_field``): per block of query rows the
 scores β x_iᵀ B x_j, shifted by their row maximum, exponentiated, normalised, applied to
 V x_j, then the tangent projection; in float64 throughout (the pipeline's accuracy
 contract: equal to the dense kernel to 1e-12 relative, ``tests/test_torch_field.py``).

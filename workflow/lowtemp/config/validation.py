@@ -35,7 +35,10 @@ import jsonschema
 import numpy as np
 import yaml
 
-from . import convergence, matrices, meanfield, measures, resources
+from . import resources
+from ..dynamics import reduction
+from ..model import matrices, measures
+from . import studies
 from .experiment import ConfigError, build_matrices, snapshot_times, time_grid
 
 
@@ -260,27 +263,27 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     if experiment.get("model", "particles") == "mean_field":
         _check_mean_field(where, experiment, M)
     if "convergence" in experiment:  # the optional studies' block: steps dividing the grid, N list, …
-        convergence.study_settings(name, experiment)
+        studies.study_settings(name, experiment)
     return M
 
 
 def _check_mean_field(where: str, experiment: dict, M) -> None:
     """A ``model: mean_field`` experiment must have the symmetry that makes Eq. 2 one-dimensional
-    (``meanfield.reduce``: d = 2, or d = 3 axisymmetric B, V and ρ0), and no particle-number study."""
+    (``reduction.reduce``: d = 2, or d = 3 axisymmetric B, V and ρ0), and no particle-number study."""
     if "convergence" in experiment:
         raise ConfigError(f"{where}.convergence: a model: mean_field experiment has no particles to study; put the "
                           f"particle-number study in a model: particles experiment")
     params = dict(experiment["initial_measure"])
     measure = params.pop("name")
     try:
-        red = meanfield.reduce(M.B, M.V, measure, params)
-    except (meanfield.SymmetryBroken, ValueError) as exc:
+        red = reduction.reduce(M.B, M.V, measure, params)
+    except (reduction.SymmetryBroken, ValueError) as exc:
         raise ConfigError(f"{where}.model: mean_field needs a one-dimensional reduction of the mean-field "
                           f"equation: {exc}") from None
     cells = experiment["mean_field"]
     try:  # the grid of the solve and of its error estimate at twice the width
         for width in (cells["width"], 2 * cells["width"]):
-            meanfield.graded_edges(red, width, cells["depth"])
+            reduction.graded_edges(red, width, cells["depth"])
     except ValueError as exc:
         raise ConfigError(f"{where}.mean_field: {exc}") from None
 
@@ -383,7 +386,7 @@ def _refuse_dangling_link(results: Path) -> None:
 
 
 def largest_job_memory_bytes(experiment: dict, M: matrices.AttentionMatrices | None = None) -> int:
-    """Peak memory of the experiment's largest job (``lowtemp.resources``, the SLURM requests' model)."""
+    """Peak memory of the experiment's largest job (``lowtemp.config.resources``, the SLURM requests' model)."""
     need = 0
     for stage in resources.STAGES:
         betas = experiment["betas"] if stage == "finite_temperature" else [None]

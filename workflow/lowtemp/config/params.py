@@ -6,7 +6,7 @@ reruns only the stages that read the edited key and what depends on their output
 The slice is canonical: keys sorted at every level and integral floats written as
 integers (10.0 -> 10), so a config whose keys are merely reordered, or whose numbers
 are written 10.0 instead of 10, reruns nothing. The slice is also what the stage
-passes on to ``io.provenance``: each output records the keys it depends on.
+passes on to ``store.io.provenance``: each output records the keys it depends on.
 
 ``tests/test_rerun.py`` runs every stage function on its slice with a guard that
 fails on any read outside it, and checks which jobs a dry run reruns after each kind
@@ -22,36 +22,36 @@ from collections.abc import Mapping
 #: a path names a whole block (``matrices``) or one key in it (``fit.confidence``).
 #: The rule ``figure`` has one entry per figure (``figure:<name>``).
 STAGE_KEYS: dict[str, tuple[str, ...]] = {
-    # pipeline.stage_matrices -> experiment.build_matrices
+    # stages.matrices.stage_matrices -> experiment.build_matrices
     "matrices": ("dim", "matrices"),
-    # pipeline.stage_initial_tokens
+    # stages.initial_tokens.stage_initial_tokens
     "initial_tokens": ("dim", "initial_measure", "replicas", "tokens"),
-    # pipeline.stage_finite_temperature: experiment.time_grid, the integrator and its tolerance
+    # stages.simulate.stage_finite_temperature: experiment.time_grid, the integrator and its tolerance
     # (experiment.integration_tolerance: time.tolerance, else one from tokens), experiment.field_kernel
     # (``kernel``; the automatic rule reads tokens and dim); the ESS it records is judged by the fit
     # With model: mean_field, stage_mean_field reads the mean_field block and the initial measure (the reduction)
     "finite_temperature": ("dim", "initial_measure", "integrator", "kernel", "mean_field", "model", "time", "tokens"),
-    # pipeline.stage_zero_temperature: experiment.time_grid, the integrator and its tolerance
+    # stages.simulate.stage_zero_temperature: experiment.time_grid, the integrator and its tolerance
     "zero_temperature": ("integrator", "time", "tokens"),
-    # pipeline.stage_distances_beta -> experiment.exact_w2_snapshots
+    # stages.distances.stage_distances_beta -> experiment.exact_w2_snapshots
     "distances_beta": ("distances.exact_every",),
-    # pipeline.stage_collect_distances: nothing beyond its input files
+    # stages.distances.stage_distances: nothing beyond its input files
     "distances": (),
-    # pipeline.stage_fit -> estimates.fit_experiment (the whole fit block)
+    # stages.fit.stage_fit -> analysis.estimates.fit_experiment (the whole fit block)
     "fit": ("ess_threshold", "fit", "tokens"),
-    # pipeline.stage_claims -> claims.evaluate (the claims block; the confidence level comes from fit.nc)
+    # stages.fit.stage_claims -> analysis.claims.evaluate (the claims block; the confidence level comes from fit.nc)
     "claims": ("claims",),
-    # figures.render -> figures.FIGURES[name]; one entry per name of experiment.FIGURES
+    # stages.figures.stage_figure -> figures.FIGURES[name]; one entry per name of experiment.FIGURES
     "figure:w2_projection": ("ess_threshold",),
     "figure:collapse": ("ess_threshold",),
     "figure:end_phase": ("ess_threshold",),
     "figure:time_scale": (),
     "figure:snapshots": ("figures.snapshot_times", "time.horizon"),  # experiment.snapshot_times
-    # convergence.stage_convergence: study_settings (betas for the default beta, tokens,
+    # stages.convergence.stage_convergence: studies.study_settings (betas for the default beta, tokens,
     # replicas, time), initial_measure and dim for fresh tokens, integrator, experiment.field_kernel
     "convergence": ("betas", "convergence", "dim", "initial_measure", "integrator", "kernel", "replicas",
                     "time", "tokens"),
-    # figures.render_convergence: convergence.nc and the ESS threshold it draws
+    # stages.figures.stage_convergence_figure: convergence.nc and the ESS threshold it draws
     "convergence_figure": ("ess_threshold",),
 }
 

@@ -1,6 +1,6 @@
 """Every constant and interval of one experiment, computed once (``results/<experiment>/fit.nc``).
 
-The claims (``lowtemp.claims``) read these numbers and judge them; they never
+The claims (``lowtemp.analysis.claims``) read these numbers and judge them; they never
 estimate anything a second time. What is estimated here, from ``distances.nc``:
 
 * the zero-temperature decay rate of W2(ρ^∞_t, Π♯ρ0) in each of its two regimes
@@ -29,8 +29,10 @@ import xarray as xr
 
 from dataclasses import dataclass
 
-from . import fitting, io, particle_budget, rates
-from .matrices import AttentionMatrices
+from . import fitting, particle_budget
+from ..model import rates
+from ..store import io
+from ..model.matrices import AttentionMatrices
 
 log = logging.getLogger("lowtemp")
 

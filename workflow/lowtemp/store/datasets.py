@@ -1,24 +1,25 @@
 """What each NetCDF of the pipeline holds: variables, dimensions, attributes.
 
 One builder per file, fed with computed arrays (no numerics here), and the
-readers of the stored inputs. ``lowtemp.io`` writes and reads them (schema
+readers of the stored inputs. ``lowtemp.store.io`` writes and reads them (schema
 version, kind, provenance, atomic writes); README.md's table "What appears in
 ``results/``" describes them for a reader of the files.
 
-=========================  ==========================================  ==================
-file                        builder                                     written by
-=========================  ==========================================  ==================
-matrices.nc                 ``matrices_dataset``                        ``pipeline.stage_matrices``
-initial_tokens.nc           ``initial_tokens_dataset``                  ``pipeline.stage_initial_tokens``
-finite_temperature/*.nc     ``finite_temperature_dataset``              ``pipeline.stage_finite_temperature``
-zero_temperature.nc         ``zero_temperature_dataset``                ``pipeline.stage_zero_temperature``
-distances/beta*.nc          ``distances_beta_dataset``                  ``pipeline.stage_distances_beta``
-distances.nc                ``distances_dataset``                       ``pipeline.stage_collect_distances``
-convergence.nc              ``convergence_dataset``                     ``convergence.stage_convergence``
-=========================  ==========================================  ==================
+===========================  ==========================================  ==============================================
+file                         builder                                     written by (``lowtemp.stages.…``)
+===========================  ==========================================  ==============================================
+matrices.nc                  ``matrices_dataset``                        ``matrices.stage_matrices``
+initial_tokens.nc            ``initial_tokens_dataset``                  ``initial_tokens.stage_initial_tokens``
+finite_temperature/*.nc      ``finite_temperature_dataset``              ``simulate.stage_finite_temperature``
+                             ``mean_field_dataset``                      ``simulate.stage_mean_field``
+zero_temperature.nc          ``zero_temperature_dataset``                ``simulate.stage_zero_temperature``
+distances/beta*.nc           ``distances_beta_dataset``                  ``distances.stage_distances_beta``
+distances.nc                 ``distances_dataset``                       ``distances.stage_distances``
+convergence.nc               ``convergence_dataset``                     ``convergence.stage_convergence``
+===========================  ==========================================  ==============================================
 
-fit.nc is laid out by ``estimates.fit_experiment`` and claims.nc by
-``claims.claims_dataset``, next to the estimates and checks that fill them.
+fit.nc is laid out by ``lowtemp.analysis.estimates.fit_experiment`` and claims.nc by
+``lowtemp.analysis.claims.claims_dataset``, next to the estimates and checks that fill them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from . import integrate, io, matrices
+from . import io
+from ..dynamics import integrate
+from ..model import matrices
 
 
 # ------------------------------------------------------------------ matrices.nc
@@ -84,6 +87,11 @@ def initial_tokens_dataset(X0: np.ndarray, moment: np.ndarray) -> xr.Dataset:
 def load_initial_tokens(path) -> np.ndarray:
     """The initial tokens (replica, token, dim) from initial_tokens.nc."""
     return io.read_netcdf(path, "initial_tokens")["tokens"].values
+
+
+def load_inputs(matrices_path, tokens_path) -> tuple[matrices.AttentionMatrices, np.ndarray]:
+    """The stored inputs every stage after ``initial_tokens`` starts from: the checked matrices and the tokens."""
+    return load_matrices(matrices_path), load_initial_tokens(tokens_path)
 
 
 # ------------------------------------------------------------------ simulations
@@ -242,7 +250,7 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
                         dist_A, budget: dict, attrs: dict) -> xr.Dataset:
     """convergence.nc: the step-halving and tolerance study (dimensions integrator, step or coarse_step,
     check_time; an adaptive integrator's level k is the tolerance that halves its step k times) and the
-    particle-number study (tokens, replica, time); see ``lowtemp.convergence`` for each quantity.
+    particle-number study (tokens, replica, time); see ``lowtemp.stages.convergence`` for each quantity.
 
     ``stats`` holds the replica ``mean``, ``sem``, ``min`` and ``max`` of ``w2_particles``; ``budget`` the
     particle-number budget (``convergence.particle_budget_of``); ``attrs`` the run's settings (β, sizes,

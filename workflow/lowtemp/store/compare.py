@@ -6,7 +6,7 @@ give the NetCDF values of a plain local run. Provenance is compared too, except
 for the keys listed in ``VOLATILE_PROVENANCE`` (none today: provenance holds no
 host names or clocks).
 
-Command line: ``python -m lowtemp.compare RESULTS_A RESULTS_B [--rtol R]``
+Command line: ``python -m lowtemp.store.compare RESULTS_A RESULTS_B [--rtol R]``
 prints every difference and exits 1 if there is any.
 """
 
@@ -91,7 +91,7 @@ def compare_results(first: Path, second: Path, rtol: float = 0.0) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line ``python -m lowtemp.compare FIRST SECOND [--rtol R]``; returns the exit status."""
+    """Command line ``python -m lowtemp.store.compare FIRST SECOND [--rtol R]``; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("first", type=Path)
     parser.add_argument("second", type=Path)

@@ -2,7 +2,7 @@
 
 With uniform weights 1/N on both sides, optimal transport for the cost c_ij = |x_i − y_j|² is
 an assignment problem (Birkhoff): W2² = min_π (1/N) Σ_i c_{i,π(i)}. It is solved on a sparse
-set of candidate pairs by a primal network simplex (``lowtemp.simplex``), priced on all N²
+set of candidate pairs by a primal network simplex (``lowtemp.transport.simplex``), priced on all N²
 pairs without storing them, and grown where the pricing finds better pairs:
 
 1. Multiscale guide. Both clouds are cut into balanced cells of ``CELL_SIZE`` tokens
@@ -54,6 +54,7 @@ import numpy as np
 import ot
 from scipy.spatial import cKDTree
 
+from .limits import DENSE_BASE, DENSE_MAX
 from .simplex import SparseAssignment
 
 #: default absolute tolerance of ``certify`` on reduced costs (costs are ≤ 4 on the sphere)
@@ -83,11 +84,6 @@ FALLBACK_REL_TOL = 1e-8
 #: unit roundoff of float64, and the cost below which a square of a coordinate difference may be subnormal
 _U = 2.0**-53
 _TINY = 2.0**-969
-#: the fallback builds the dense N×N matrix (ot.emd) up to this many tokens (2.6 GB peak at 8192),
-#: else ot.emd2_lazy (costs computed on the fly, O(N) memory)
-DENSE_MAX = 8192
-#: clouds of at most this many tokens are solved with every pair a candidate (the recursion's floor)
-DENSE_BASE = 256
 #: tokens per cell of the multiscale guide, and how many Y cells (nearest to the matched one) give
 #: their tokens to every row of a cell (8 rather than 4 plus the lifted candidates of ``k_dual``: as
 #: fast at N = 4096 on the default run's snapshots, 12 % faster at 16384, where the lifted query in

@@ -1,0 +1,3 @@
+"""Layer 7, the stages: one module per rule file of ``workflow/rules/``, one ``stage_<rule>`` function per
+rule, each reading its inputs, calling the layers above and writing one output file. The Snakemake scripts
+of ``workflow/scripts/`` are one-call adapters onto these."""

@@ -1,0 +1,80 @@
+"""Stages ``fit`` and ``claims``: the constants of the bound with their intervals, and the paper's
+statements judged on them.
+
+Called by ``workflow/scripts/`` (thin Snakemake adapters) or from a notebook; ``experiment`` is one
+validated entry of the config's ``experiments`` (or its ``lowtemp.config.params`` slice).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..analysis import claims, estimates
+from ..store import datasets, io
+
+log = logging.getLogger("lowtemp")
+
+
+def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output, convergence_path=None):
+    """fit.nc: every constant and interval of the experiment, computed once (``estimates.fit_experiment``).
+
+    With ``convergence_path`` (an experiment with a ``convergence`` block), its
+    particle-number budget decides for which claims the study's β is resolved.
+    """
+    M = datasets.load_matrices(matrices_path)
+    ds = io.read_netcdf(distances_path, "distances")
+    budget = None
+    if convergence_path is not None:
+        conv = io.read_netcdf(convergence_path, "convergence")
+        budget = estimates.study_budget(conv, float(experiment["fit"]["particle_error_fraction"]))
+    out = estimates.fit_experiment(name, ds, M, experiment["fit"], float(experiment["ess_threshold"]),
+                                   int(experiment["tokens"]), particle_budget=budget)
+    for line in estimates.describe(out, name):
+        log.info("%s", line)
+    for beta, low in zip(out.beta.values, out["ess_min_to_horizon"].values):
+        if "reference_error_to_horizon" in out:  # a mean-field experiment: no ESS, its reference's error decides
+            log.info("%s: beta = %g: mean-field reference error over W2, early %.3g, to departure %.3g; departure "
+                     "shift at twice the cell width %.3g", name, beta,
+                     *(float(out[k].sel(beta=beta)) for k in ("reference_error_early", "reference_error_to_departure",
+                                                              "reference_departure_shift")))
+            continue
+        if budget is not None and np.isclose(beta, budget.beta):  # the budget decides here, the ESS is a diagnostic
+            log.info("%s: beta = %g, N = %d: particle-number budget: remaining N error of W2 <= %.3g x W2 (95%%; "
+                     "%.3g x W2 reached at N ~ %.3g), departure time per doubling of N in [%.3g, %.3g]; median ESS "
+                     "down to %.1f (a diagnostic here)", name, beta, budget.tokens, budget.w2_ratio,
+                     float(experiment["fit"]["particle_error_fraction"]), budget.tokens_needed,
+                     *budget.slope_interval, low)
+            continue
+        if not low >= experiment["ess_threshold"]:
+            log.warning("%s: beta = %g, N = %d: median effective sample size falls to %.1f < %g; the particle "
+                        "system does not stand for the mean field there (N must grow like beta^((d-1)/2)); the "
+                        "claims leave this beta out where it falls inside their window", name, beta,
+                        int(experiment["tokens"]), low, experiment["ess_threshold"])
+    io.write_netcdf(out, output, "fit", io.provenance(name, experiment, root_seed))
+
+
+def stage_claims(name, experiment, root_seed, distances_path, fit_path, output):
+    """claims.nc: the paper's statements judged on fit.nc and distances.nc (``claims.evaluate``)."""
+    dist = io.read_netcdf(distances_path, "distances")
+    fit = io.read_netcdf(fit_path, "fit")
+    found = claims.evaluate(dist, fit, experiment["claims"])
+    ds = claims.claims_dataset(found, fit)
+    counts = {w: sum(c.status == s for c in found) for s, w in claims.STATUS_WORD.items()}
+    log.info("%s: %s (intervals: %g%% Student-t over %d replicas)", name,
+             ", ".join(f"{n} {w.lower()}" for w, n in counts.items() if n), 100 * float(fit.attrs["confidence"]),
+             dist.sizes["replica"])
+    for c in found:
+        (log.info if c.status == claims.PASSED else log.warning)("%s: %s", name, c.line())
+    io.write_netcdf(ds, output, "claims", io.provenance(name, experiment, root_seed))
+
+
+def stage_claims_summary(claims_files: dict, output) -> None:
+    """results/claims_summary.md: every experiment's verdicts as one markdown table, generated from its
+    claims.nc (``claims.summary_markdown``; ``claims_files`` maps experiment name to path)."""
+    text = claims.summary_markdown(claims_files)
+    with io.atomic_path(output) as tmp:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+    log.info("claims summary of %d experiments written to %s", len(claims_files), output)
