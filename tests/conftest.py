@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
+from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.config import validation
 from lowtemp.model import matrices, seeding
 
@@ -125,3 +126,20 @@ def validated(config: dict) -> dict:
     """Validate against the schema (fills defaults in place, as the workflow does) and return the config."""
     validation.check_schema(config, SCHEMA)
     return config
+
+
+def resource_experiment(**changes) -> dict:
+    """A validated experiment (d = 3, spectral family, N = 4096, R = 4) with some keys changed: the
+    resource model's tests size their jobs on it."""
+    exp = {
+        "dim": 3, "tokens": 4096, "replicas": 4, "betas": [10, 100, 1000],
+        "matrices": {"family": "spectral", "eigenvalues": [1.5, 0.5, 0.25], "sigma_min": 0.8, "sigma_max": 1.25},
+        "time": {"horizon": 20.0, "dt": 0.05, "snapshots": 80},
+    }
+    exp.update(changes)
+    return validated({"experiments": {"e": exp}})["experiments"]["e"]
+
+
+def experiment_matrices(exp):
+    """K, Q, V of an experiment named "e" at root seed 1."""
+    return lowtemp_experiment.build_matrices("e", exp, 1)

@@ -42,15 +42,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import enum
+
 import numpy as np
 import xarray as xr
 
 from . import fitting
 from ..store import io
 
-PASSED, FAILED, NOT_EVALUABLE, UNDER_RESOLVED, INCONCLUSIVE = 1, 0, -1, -2, -3
-STATUS_WORD = {PASSED: "PASSED", FAILED: "FAILED", NOT_EVALUABLE: "NOT EVALUABLE", UNDER_RESOLVED: "UNDER-RESOLVED",
-               INCONCLUSIVE: "INCONCLUSIVE"}
+class Status(enum.IntEnum):
+    """A claim's verdict (module docstring); the integer is what claims.nc stores in ``status``."""
+
+    PASSED = 1
+    FAILED = 0
+    NOT_EVALUABLE = -1
+    UNDER_RESOLVED = -2
+    INCONCLUSIVE = -3
+
+    @property
+    def word(self) -> str:
+        """How logs and the summary write it: PASSED, FAILED, NOT EVALUABLE, UNDER-RESOLVED, INCONCLUSIVE."""
+        return self.name.replace("NOT_", "NOT ").replace("_", "-")
 
 DEFAULTS = {"bound_fraction": 0.9, "end_phase_tolerance": 0.1, "rate_tolerance": 0.15}
 
@@ -66,7 +78,7 @@ class Claim:
 
     name: str
     statement: str
-    status: int
+    status: Status
     value: float = float("nan")
     interval: tuple[float, float] = NAN2
     target: tuple[float, float] = NAN2
@@ -75,11 +87,11 @@ class Claim:
 
     def line(self) -> str:
         """The log line: status word, name, numbers."""
-        return f"{STATUS_WORD[self.status]} {self.name}: {self.numbers}"
+        return f"{self.status.word} {self.name}: {self.numbers}"
 
 
-def _status(ok: bool) -> int:
-    return PASSED if ok else FAILED
+def _status(ok: bool) -> Status:
+    return Status.PASSED if ok else Status.FAILED
 
 
 def _betas(beta, mask) -> str:
@@ -106,13 +118,13 @@ def check_rate(fit: xr.Dataset, regime: str, tolerance: float) -> Claim:
                f"t = {start:.3g} and the finite-N band starts at t = {band[0]:.3g}; raise tokens"
                if regime == "early" and span[0] >= span[1] else
                f"no log-linear window in t in [{span[0]:.3g}, {span[1]:.3g}]")
-        return Claim(name, statement, NOT_EVALUABLE, target=target, numbers=f"{why}; prediction {note}; {context}")
+        return Claim(name, statement, Status.NOT_EVALUABLE, target=target, numbers=f"{why}; prediction {note}; {context}")
     if not np.isfinite(lo):
-        return Claim(name, statement, NOT_EVALUABLE, mean, (lo, hi), target,
+        return Claim(name, statement, Status.NOT_EVALUABLE, mean, (lo, hi), target,
                      f"c = {mean:.4f} from one replica: no interval; prediction {note}")
     # an equivalence test: inside the widened prediction passes, wholly outside fails
-    status = PASSED if target[0] <= lo and hi <= target[1] else \
-        FAILED if hi < target[0] or lo > target[1] else INCONCLUSIVE
+    status = Status.PASSED if target[0] <= lo and hi <= target[1] else \
+        Status.FAILED if hi < target[0] or lo > target[1] else Status.INCONCLUSIVE
     w0, w1 = fit["c_regime_window"].values[k]
     return Claim(name, statement, status, mean, (lo, hi), target,
                  f"c = {mean:.4f} [{lo:.4f}, {hi:.4f}] on t in [{w0:g}, {w1:g}] against the prediction "
@@ -139,22 +151,22 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
     per_beta = {"bound_fraction_above": (fractions, io.attrs("fraction of held-out points (t up to departure) "
                                                              "where the bound is above"))}
     if not resolved.any():
-        return Claim(name, statement, UNDER_RESOLVED, per_beta=per_beta,
+        return Claim(name, statement, Status.UNDER_RESOLVED, per_beta=per_beta,
                      numbers=f"every β under-resolved up to departure ({_unresolved_rule(fit)}): nothing to calibrate on")
     if not np.all(np.isfinite([a, C1, b, c])):
-        return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
+        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
                      numbers="the bound could not be calibrated: no resolved β with a growth window of "
                              "W2(ρ^β_t, ρ^∞_t), or no decay window at β = ∞ (see logs/fit.log)")
     if not above.any():
-        return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
+        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
                      numbers=f"no β above the calibration β {_betas(beta, cal_beta)} to test the bound on")
     if not held.any():
-        return Claim(name, statement, UNDER_RESOLVED, per_beta=per_beta,
+        return Claim(name, statement, Status.UNDER_RESOLVED, per_beta=per_beta,
                      numbers=f"calibrated on β {_betas(beta, cal_beta)}; every β above it is under-resolved "
                              f"({_unresolved_rule(fit)}: "
                              f"{_betas(beta, above & ~resolved)})")
     if not a > 0:
-        return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
+        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
                      numbers=f"a = 0: the calibration data never exceed b·e^(−ct) = {b:.3g}·e^(−{c:.3g} t), so the "
                              f"β term of the bound is untested")
     w = dist["w2_projection"].transpose("beta", "replica", "time").sel(beta=beta).values
@@ -167,7 +179,7 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
                 curves[i, r] = float(np.mean(bound[judged[i, r]] >= w[i, r, judged[i, r]]))
         fractions[i] = min((f for (j, _), f in curves.items() if j == i), default=np.nan)
     if not curves:
-        return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
+        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
                      numbers=f"no held-out curve reached the metastable phase (β {_betas(beta, held)})")
     worst = min(curves, key=curves.get)
     value = curves[worst]
@@ -201,28 +213,28 @@ def check_temperature_scaling(fit: xr.Dataset) -> Claim:
     per_beta = {"early_error_mean": (fit["early_error"].values.mean(axis=1),
                                      io.attrs(f"W2(rho^beta_t, rho^inf_t) at t = {t_early:g}, replica mean"))}
     if not np.isfinite(t_early):
-        return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
+        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
                      numbers=f"no exact W2(ρ^β_t, ρ^∞_t) within half of fit.early_time = "
                              f"{float(fit.attrs['requested_early_time']):g} (distances.exact_every skips it)")
     if used.sum() < 2:
         low_ess = ~fit["resolved_early"].values.astype(bool)
-        status = UNDER_RESOLVED if (low_ess & ~used).any() else NOT_EVALUABLE
+        status = Status.UNDER_RESOLVED if (low_ess & ~used).any() else Status.NOT_EVALUABLE
         why = (f"under-resolved over [0, {t_early:g}] ({_unresolved_rule(fit)}) at "
                f"β = {_betas(beta, low_ess)}"
-               if status == UNDER_RESOLVED else
+               if status == Status.UNDER_RESOLVED else
                f"fewer than two β with a positive exact W2 at t = {t_early:g} that had not departed by then")
         return Claim(name, statement, status, numbers=f"{why}: fewer than two β to fit an exponent",
                      per_beta=per_beta)
     mean = float(np.mean(alpha[np.isfinite(alpha)])) if np.isfinite(alpha).any() else float("nan")
     if not np.isfinite(hi):
-        return Claim(name, statement, NOT_EVALUABLE, mean, (lo, hi), (-np.inf, theory),
+        return Claim(name, statement, Status.NOT_EVALUABLE, mean, (lo, hi), (-np.inf, theory),
                      f"exponent {mean:.3f} from one replica: no interval", per_beta)
     pairs = fit["temperature_pair_interval"].values
     pair_bound = fit["temperature_pair_bound_exponent"].values
     slower = [str(p) for p, (p_lo, _), pb in zip(fit.pair.values, pairs, pair_bound) if p_lo > pb]
     unsure = [str(p) for p, (_, p_hi), pb in zip(fit.pair.values, pairs, pair_bound) if p_hi > pb]
-    status = FAILED if lo > theory or slower else PASSED if hi <= theory and not unsure else INCONCLUSIVE
-    relation = {PASSED: "decays at least as fast as", FAILED: "decays slower than", INCONCLUSIVE: "is not shown to decay as fast as"}
+    status = Status.FAILED if lo > theory or slower else Status.PASSED if hi <= theory and not unsure else Status.INCONCLUSIVE
+    relation = {Status.PASSED: "decays at least as fast as", Status.FAILED: "decays slower than", Status.INCONCLUSIVE: "is not shown to decay as fast as"}
     pair_text = (f"; slower between β {', '.join(slower)}" if slower else
                  f"; not resolved pair by pair between β {', '.join(unsure)}" if unsure else
                  "; every pair of consecutive β too")
@@ -251,29 +263,29 @@ def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
     shown = ", ".join(f"β={b:g}: {m:.2f}" + (f" ({n} censored)" if n else "")
                       for b, m, n in zip(beta, mean, cen.sum(axis=1)))
     if not gap > 0:
-        return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
+        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
                      numbers="V's leading eigenspace meets E1(A): there is no end phase to depart for")
     arrived = np.isfinite(dep) | cen
     if used.sum() < 2:
-        status = UNDER_RESOLVED if (arrived.any(axis=1) & ~used).any() else NOT_EVALUABLE
+        status = Status.UNDER_RESOLVED if (arrived.any(axis=1) & ~used).any() else Status.NOT_EVALUABLE
         return Claim(name, statement, status, per_beta=per_beta,
                      numbers=f"fewer than two β whose departure is resolved (not {_unresolved_rule(fit, departure=True)}); "
                              f"under-resolved β {_betas(beta, ~used)} ({shown})")
     if arrived[used].any(axis=1).sum() < 2:
-        return Claim(name, statement, NOT_EVALUABLE, per_beta=per_beta,
+        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
                      numbers=f"fewer than two resolved β reached the metastable phase (within {gap / 2:.3g} of E1(A))"
                              f" ({shown})")
     lo, hi = (float(v) for v in fit["metastable_slope_interval"].values)
     bounds = fit["metastable_slope"].values
     value = float(np.mean(bounds[np.isfinite(bounds)])) if np.isfinite(bounds).any() else float("nan")
     if np.isnan(lo) or np.isnan(hi):
-        return Claim(name, statement, NOT_EVALUABLE, value, (lo, hi), (0.0, np.inf),
+        return Claim(name, statement, Status.NOT_EVALUABLE, value, (lo, hi), (0.0, np.inf),
                      f"fewer than two replicas with a slope: no bound ({shown})", per_beta)
     if np.isneginf(lo) and not hi < 0:
-        return Claim(name, statement, NOT_EVALUABLE, value, (lo, hi), (0.0, np.inf),
+        return Claim(name, statement, Status.NOT_EVALUABLE, value, (lo, hi), (0.0, np.inf),
                      f"a smaller β was still metastable at the horizon in some replica, so the slope has no lower "
                      f"bound; lengthen time.horizon ({shown})", per_beta)
-    status = PASSED if lo > 0 else FAILED if hi < 0 else INCONCLUSIVE
+    status = Status.PASSED if lo > 0 else Status.FAILED if hi < 0 else Status.INCONCLUSIVE
     return Claim(name, statement, status, value, (lo, hi), (0.0, np.inf),
                  f"slope of the departure time against log β over β {_betas(beta, used)}: one-sided bounds "
                  f"[{lo:.3f}, {hi:.3f}] (departures known to a snapshot step; censored ones beyond the horizon); "
@@ -321,13 +333,13 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
                 f"lengthen time.horizon" if np.any(moving & resolved[:, None]) else "")
     if not judged.any():
         if np.any(moving & resolved[:, None]):
-            return Claim(name, statement, INCONCLUSIVE, target=(0.0, float(tolerance)),
+            return Claim(name, statement, Status.INCONCLUSIVE, target=(0.0, float(tolerance)),
                          numbers=f"no resolved (β, replica) settled after departing{arriving} ({shown})",
                          per_beta=per_beta)
-        status = UNDER_RESOLVED if departed.any() else NOT_EVALUABLE
+        status = Status.UNDER_RESOLVED if departed.any() else Status.NOT_EVALUABLE
         why = (f"the β that departed are under-resolved ({_unresolved_rule(fit)}): "
                f"{_betas(beta, ~resolved)}"
-               if status == UNDER_RESOLVED else "no β left the metastable phase before the horizon")
+               if status == Status.UNDER_RESOLVED else "no β left the metastable phase before the horizon")
         return Claim(name, statement, status, target=(0.0, float(tolerance)), numbers=f"{why} ({shown})",
                      per_beta=per_beta)
     value = float(np.max(to_v[judged]))
@@ -468,6 +480,6 @@ def summary_markdown(claims_files: dict) -> str:
         lines += [f"## {name}", "", "| claim | status | numbers |", "|---|---|---|"]
         for claim, status, summary in zip(ds.claim.values, ds["status"].values, ds["summary"].values):
             numbers = str(summary).split(": ", 1)[1].replace("|", "\\|")
-            lines.append(f"| `{claim}` | {STATUS_WORD[int(status)]} | {numbers} |")
+            lines.append(f"| `{claim}` | {Status(int(status)).word} | {numbers} |")
         lines.append("")
     return "\n".join(lines)

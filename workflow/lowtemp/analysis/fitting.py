@@ -292,7 +292,7 @@ def t_interval(per_replica, confidence: float = DEFAULT_CONFIDENCE) -> tuple[flo
 
     Replicas are independent initial clouds, so a per-replica statistic is one
     independent draw; for normally distributed draws this interval has exactly
-    the stated coverage for every R ≥ 2 (``tests/test_fitting.py`` simulates it).
+    the stated coverage for every R ≥ 2 (``tests/analysis/test_fitting.py`` simulates it).
     A percentile bootstrap over R = 2 … 4 replicas covers far less than its
     label (measured there too). With fewer than two finite values there is no
     interval: (NaN, NaN).

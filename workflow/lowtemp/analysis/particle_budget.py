@@ -30,7 +30,7 @@ was measured).
 Why not "stops moving" (the replica means of consecutive N within two standard errors): with few
 replicas the spread is wide, a curve whose remaining bias is several times the tolerance passes it
 most of the time, and more replicas turn the same pair from "agrees" into "moves". Its rate of false
-passes on synthetic curves against this budget's is measured in ``tests/test_particle_budget.py``.
+passes on synthetic curves against this budget's is measured in ``tests/analysis/test_particle_budget.py``.
 
 Arrays: values are (N, replica, …): the particle numbers first, then replicas, then anything the
 bound is computed for element by element (time).

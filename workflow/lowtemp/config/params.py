@@ -8,7 +8,7 @@ integers (10.0 -> 10), so a config whose keys are merely reordered, or whose num
 are written 10.0 instead of 10, reruns nothing. The slice is also what the stage
 passes on to ``store.io.provenance``: each output records the keys it depends on.
 
-``tests/test_rerun.py`` runs every stage function on its slice with a guard that
+``tests/workflow/test_rerun.py`` runs every stage function on its slice with a guard that
 fails on any read outside it, and checks which jobs a dry run reruns after each kind
 of edit.
 """

@@ -347,35 +347,34 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
 
 
 # ------------------------------------------------------------------ dispatch
+#: each kernel's field and ESS, (X, B, V, β) -> array: the one table the dispatch reads
+_KERNEL_FUNCTIONS = {
+    "numpy": (fields.attention_field, lambda X, B, V, beta: fields.effective_sample_size(X, B, beta)),
+    "dense": (dense_field, lambda X, B, V, beta: dense_field(X, B, V, beta, with_ess=True)[1]),
+    "cap": (cap_field, lambda X, B, V, beta: cap_field(X, B, V, beta, with_ess=True)[1]),
+    "torch": (torch_field.torch_field, lambda X, B, V, beta: torch_field.torch_field(X, B, V, beta, with_ess=True)[1]),
+}
+
+
+def _kernel_functions(kernel: str, X, B, beta):
+    """(field, ESS) functions of the named kernel, ``auto`` resolved on this cloud; ValueError names the known ones."""
+    try:
+        return _KERNEL_FUNCTIONS[concrete_kernel(kernel, X, B, beta)]
+    except KeyError:
+        raise ValueError(f"unknown kernel {kernel!r}; known: {list(KERNELS + OPTIONAL_KERNELS)} (or 'auto' in the "
+                         f"config)") from None
+
+
 def attention_field(X, B, V, beta, kernel: str = "dense"):
     """The finite-temperature field with the named kernel (``numpy``, ``dense``, ``cap``, ``torch`` (optional,
     ``lowtemp.dynamics.torch_field``); ``auto``: the one ``kernel_choice.choose_for_cloud`` predicts cheaper on this
     cloud)."""
-    kernel = concrete_kernel(kernel, X, B, beta)
-    if kernel == "numpy":
-        return fields.attention_field(X, B, V, beta)
-    if kernel == "dense":
-        return dense_field(X, B, V, beta)
-    if kernel == "cap":
-        return cap_field(X, B, V, beta)
-    if kernel == "torch":
-        return torch_field.torch_field(X, B, V, beta)
-    raise ValueError(f"unknown kernel {kernel!r}; known: {list(KERNELS + OPTIONAL_KERNELS)} (or 'auto' in the "
-                     f"config)")
+    return _kernel_functions(kernel, X, B, beta)[0](X, B, V, beta)
 
 
 def effective_sample_size(X, B, V, beta, kernel: str = "dense"):
     """ESS_i = 1/Σ_j w_ij² with the named kernel, shape (replica, token)."""
-    kernel = concrete_kernel(kernel, X, B, beta)
-    if kernel == "numpy":
-        return fields.effective_sample_size(X, B, beta)
-    if kernel == "dense":
-        return dense_field(X, B, V, beta, with_ess=True)[1]
-    if kernel == "cap":
-        return cap_field(X, B, V, beta, with_ess=True)[1]
-    if kernel == "torch":
-        return torch_field.torch_field(X, B, V, beta, with_ess=True)[1]
-    raise ValueError(f"unknown kernel {kernel!r}; known: {list(KERNELS + OPTIONAL_KERNELS)}")
+    return _kernel_functions(kernel, X, B, beta)[1](X, B, V, beta)
 
 
 def set_threads(n: int | None) -> None:

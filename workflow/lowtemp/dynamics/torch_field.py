@@ -4,7 +4,7 @@ The same computation as the dense kernel (``lowtemp.dynamics.kernels.dense_field
 numpy reference (``lowtemp.dynamics.fields.attention_field``): per block of query rows the
 scores β x_iᵀ B x_j, shifted by their row maximum, exponentiated, normalised, applied to
 V x_j, then the tangent projection; in float64 throughout (the pipeline's accuracy
-contract: equal to the dense kernel to 1e-12 relative, ``tests/test_torch_field.py``).
+contract: equal to the dense kernel to 1e-12 relative, ``tests/dynamics/test_torch_field.py``).
 It runs on the first CUDA device when there is one, else on the CPU. Each evaluation
 moves the R·N·d positions to the device and the field back (the N² work stays there).
 

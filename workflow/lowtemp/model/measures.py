@@ -31,7 +31,7 @@ from scipy import special
 #: largest concentration κ the vMF sampler takes. Wood's algorithm in float64 resolves the cosine
 #: w = ⟨μ, x⟩ only while 1 − w ≈ (d − 1)/(2κ) stays well above the spacing of floats near 1, and its
 #: rejection test κw − c carries a rounding error of about κ·ε: at 1e12 they are a few thousand
-#: spacings and 2e-4, and the mean of 1 − w is still right to 1% (``tests/test_seeding_measures.py``);
+#: spacings and 2e-4, and the mean of 1 − w is still right to 1% (``tests/model/test_seeding_measures.py``);
 #: by 1e15 it is 10% off in d = 2, at 1e16 the sampler takes log(0) (d = 2, 3), beyond 1e154 κ²
 #: overflows. A vMF law that concentrated (angular spread 1e-6) is an atom in all but name.
 KAPPA_MAX = 1e12

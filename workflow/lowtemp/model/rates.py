@@ -202,7 +202,7 @@ def transient_end(M: AttentionMatrices) -> float:
     e^{sA}x0/|e^{sA}x0|), so the bulk (θ0 ≈ 60°) is within tan θ < 0.1 after
     s = log(tan 60° / 0.1)/γ ≈ 2.85/γ, i.e. after t = σmax(B)·2.85/γ on the slowest
     clock. Before that the decay of W2 is the nonlinear transient of the bulk, not a
-    channel: on the mean-field quadratures of tests/test_rates.py the local slope is
+    channel: on the mean-field quadratures of tests/model/test_rates.py the local slope is
     up to 50 % off the prediction at t = 1 and within the claims' tolerance from
     this time on (docs/early_rate.md).
     """

@@ -61,12 +61,12 @@ def stage_claims(name, experiment, root_seed, distances_path, fit_path, output):
     fit = io.read_netcdf(fit_path, "fit")
     found = claims.evaluate(dist, fit, experiment["claims"])
     ds = claims.claims_dataset(found, fit)
-    counts = {w: sum(c.status == s for c in found) for s, w in claims.STATUS_WORD.items()}
+    counts = {s.word: sum(c.status == s for c in found) for s in claims.Status}
     log.info("%s: %s (intervals: %g%% Student-t over %d replicas)", name,
              ", ".join(f"{n} {w.lower()}" for w, n in counts.items() if n), 100 * float(fit.attrs["confidence"]),
              dist.sizes["replica"])
     for c in found:
-        (log.info if c.status == claims.PASSED else log.warning)("%s: %s", name, c.line())
+        (log.info if c.status == claims.Status.PASSED else log.warning)("%s: %s", name, c.line())
     io.write_netcdf(ds, output, "claims", io.provenance(name, experiment, root_seed))
 
 

@@ -40,7 +40,7 @@ Everything is sequential except the nearest-neighbour queries and the pricing pa
 over rows, each row writing its own output slots), so the same input gives the same bits.
 Its numba functions (and the simplex's) are cached on disk (numba's cache, next to the module or in
 ``NUMBA_CACHE_DIR``): a distances job would otherwise spend about 9 s compiling them; a cached load gives
-the same bits as a fresh compile (``tests/test_numba_cache.py``; none of them uses fastmath).
+the same bits as a fresh compile (``tests/workflow/test_numba_cache.py``; none of them uses fastmath).
 """
 
 from __future__ import annotations

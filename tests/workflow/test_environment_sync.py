@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "envs" / "requirements.lock"
 ENVIRONMENT = ROOT / "envs" / "environment.yaml"
 CONTAINERFILE = ROOT / "envs" / "Containerfile"

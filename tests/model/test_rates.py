@@ -15,8 +15,8 @@ fail: the superseded rule (half the per-token rate, γ/(2|Bᵀu|)) and the
 Finite N: clouds of uniform tokens (fixed seed) moved exactly; after the band of
 ``rates.regime_band`` they decay at ``rates.late_rate``.
 
-Run ``python tests/test_rates.py`` to print the tables of docs/early_rate.md and
-``python tests/test_rates.py --write`` to rewrite them there; the test
+Run ``python tests/model/test_rates.py`` to print the tables of docs/early_rate.md and
+``python tests/model/test_rates.py --write`` to rewrite them there; the test
 ``test_doc_tables_are_current`` fails when the document and the measurement differ.
 """
 
@@ -33,7 +33,7 @@ import pytest
 from lowtemp.model import exact, matrices, rates
 from lowtemp.transport import w2 as transport
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "early_rate.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "early_rate.md"
 
 # ---------------------------------------------------------------------------
 # the cases: A and B diagonal (eigenbasis = coordinate axes), K = B, Q = I, V = A B^{-T}
@@ -538,7 +538,7 @@ def _numbers(table: str) -> list[float]:
 
 def test_doc_tables_are_current():
     """Every number in the document's tables is what this module measures (regenerate with
-    ``python tests/test_rates.py --write``)."""
+    ``python tests/model/test_rates.py --write``)."""
     text = DOC.read_text(encoding="utf-8")
     for key, make in _TABLES.items():
         doc, now = _numbers(_block(text, key)), _numbers(make())

@@ -15,7 +15,7 @@ import pytest
 
 from lowtemp.store import io
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HAS_ORTOOLS = importlib.util.find_spec("ortools") is not None
 
 

@@ -22,9 +22,8 @@ from hypothesis import strategies as st
 from lowtemp.config import resources, validation
 from lowtemp.dynamics import fields as dynamics, integrate, kernels, torch_field
 from lowtemp.config.experiment import ConfigError
-from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
-from test_resources import experiment as resource_experiment
-from test_resources import matrices_of
+from conftest import (SNAKEFILE, SNAKEMAKE, TEST_CONFIG, experiment_matrices, random_unit, resource_experiment,
+                      spectral_matrices, validated)
 
 HAS_TORCH = torch_field.available()
 needs_torch = pytest.mark.skipif(not HAS_TORCH and not os.environ.get("LOWTEMP_REQUIRE_TORCH"),
@@ -112,7 +111,7 @@ def test_the_torch_kernel_without_pytorch_raises_a_clear_error(monkeypatch):
 def test_the_resource_model_budgets_the_torch_kernel_as_the_numpy_reference():
     """What it costs on a CPU (docs/kernels.md): the same budget as numpy, never a KeyError."""
     est = {k: resources.estimate("finite_temperature", resource_experiment(kernel=k), beta=100.0,
-                                 matrices=matrices_of(resource_experiment(kernel=k)), threads=2)
+                                 matrices=experiment_matrices(resource_experiment(kernel=k)), threads=2)
            for k in ("numpy", "torch")}
     assert est["torch"].compute_seconds == pytest.approx(est["numpy"].compute_seconds)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "workflow" / "lowtemp"
+PACKAGE = Path(__file__).resolve().parents[2] / "workflow" / "lowtemp"
 #: the layers, top first: a module may import its own subpackage and those before it, never one after it
 LAYERS = ("model", "dynamics", "transport", "store", "analysis", "config", "stages")
 #: every module as "subpackage.module" ("" for the package's own __init__), and each subpackage's __init__
@@ -171,7 +171,7 @@ def test_no_module_imports_snakemake():
 def test_every_rule_has_its_stage_function():
     """``rule X`` in workflow/rules/F.smk runs ``lowtemp.stages.F.stage_X`` (the map rule → function is one
     hop); rules without a script (aggregating targets) have none."""
-    rules = Path(__file__).resolve().parents[1] / "workflow" / "rules"
+    rules = Path(__file__).resolve().parents[2] / "workflow" / "rules"
     found = 0
     for smk in sorted(rules.glob("*.smk")):
         text = smk.read_text(encoding="utf-8")

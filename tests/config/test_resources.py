@@ -16,24 +16,10 @@ from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.config import resources
 from lowtemp.transport import assignment
 from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
+from conftest import experiment_matrices as matrices_of
+from conftest import resource_experiment as experiment
 
 MB = 2**20
-
-
-def experiment(**changes) -> dict:
-    """A validated experiment (d = 3, spectral family) with some keys changed."""
-    exp = {
-        "dim": 3, "tokens": 4096, "replicas": 4, "betas": [10, 100, 1000],
-        "matrices": {"family": "spectral", "eigenvalues": [1.5, 0.5, 0.25], "sigma_min": 0.8, "sigma_max": 1.25},
-        "time": {"horizon": 20.0, "dt": 0.05, "snapshots": 80},
-    }
-    for key, value in changes.items():
-        exp[key] = value
-    return validated({"experiments": {"e": exp}})["experiments"]["e"]
-
-
-def matrices_of(exp):
-    return lowtemp_experiment.build_matrices("e", exp, 1)
 
 
 def positions_bytes(exp) -> int:
