@@ -55,10 +55,13 @@ paper-scale-beta1000: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## lint: snakemake --lint finds nothing, the workflow files are snakefmt-formatted (also part of make test)
+## lint: snakemake --lint finds nothing, the workflow files are snakefmt-formatted, the Python is ruff-clean and
+## ruff-formatted (also part of make test); `ruff format .` and `ruff check --fix .` repair most findings
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/Snakefile workflow/rules
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 ## test-faults: fault injection (SIGKILL mid-run and mid-write, resume bit for bit), bounded in time
 test-faults: $(STAMP)

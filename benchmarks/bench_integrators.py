@@ -32,9 +32,9 @@ import xarray as xr
 from lowtemp.config import experiment, validation
 from lowtemp.dynamics import integrate, kernels
 from lowtemp.model import measures
+from lowtemp.model.seeding import generator
 from lowtemp.stages import convergence
 from lowtemp.store import io
-from lowtemp.model.seeding import generator
 
 #: (integrator, tolerance relative to the default) of every run; None: fixed step
 RUNS = (("rk4", None), ("euler", None), ("dopri5", 1.0), ("dopri5", 10.0), ("bs3", 1.0), ("bs3", 10.0))
@@ -79,11 +79,15 @@ def main(argv=None):
     names = [m if t is None else f"{m} tol x{t:g}" for m, t in RUNS]
     fields = ("evaluations", "accepted", "rejected", "seconds", "w2_error", "position_error")
     table = {f: np.full((len(args.betas), len(RUNS)), np.nan) for f in fields}
-    lines = [f"# Integrators on `{args.experiment}` (N = {args.tokens}, {args.replicas} replicas, horizon "
-             f"{grid.horizon:g}, {grid.snapshots} snapshots, dt = {grid.step:g}; reference rk4 at dt/{args.refine}; "
-             f"default tolerance 1e-3/sqrt(N) = {tol0:.3g}); {cpu_name()}", "",
-             "| beta | integrator | evaluations | vs rk4 | steps (rejected) | wall time vs rk4 | max W2 error | "
-             "max rms position error |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Integrators on `{args.experiment}` (N = {args.tokens}, {args.replicas} replicas, horizon "
+        f"{grid.horizon:g}, {grid.snapshots} snapshots, dt = {grid.step:g}; reference rk4 at dt/{args.refine}; "
+        f"default tolerance 1e-3/sqrt(N) = {tol0:.3g}); {cpu_name()}",
+        "",
+        "| beta | integrator | evaluations | vs rk4 | steps (rejected) | wall time vs rk4 | max W2 error | "
+        "max rms position error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     print("\n".join(lines), flush=True)
     for b, beta in enumerate(args.betas):
         field = lambda X, beta=beta: kernels.attention_field(X, M.B, M.V, beta, "dense")  # noqa: E731
@@ -92,21 +96,34 @@ def main(argv=None):
         for j, (method, factor) in enumerate(RUNS):
             P, record, seconds = run_one(field, X0, grid, method, None if factor is None else factor * tol0)
             w2 = convergence.w2_to_projection_curves(P, X0, M.E1)
-            values = (record.evaluations.sum(), record.accepted.sum(), record.rejected.sum(), seconds,
-                      np.max(np.abs(w2 - w2_ref)), np.max(np.sqrt(np.mean(np.sum((P - ref) ** 2, -1), -1))))
+            values = (
+                record.evaluations.sum(),
+                record.accepted.sum(),
+                record.rejected.sum(),
+                seconds,
+                np.max(np.abs(w2 - w2_ref)),
+                np.max(np.sqrt(np.mean(np.sum((P - ref) ** 2, -1), -1))),
+            )
             for f, v in zip(fields, values):
                 table[f][b, j] = v
         for j, name in enumerate(names):
             row = {f: table[f][b, j] for f in fields}
-            lines.append(f"| {beta:g} | {name} | {row['evaluations']:.0f} | "
-                         f"{row['evaluations'] / table['evaluations'][b, 0]:.2f} | {row['accepted']:.0f} "
-                         f"({row['rejected']:.0f}) | {row['seconds'] / table['seconds'][b, 0]:.2f} | "
-                         f"{row['w2_error']:.2e} | {row['position_error']:.2e} |")
-        print("\n".join(lines[-len(names):]), flush=True)
-    ds = xr.Dataset({f: (("beta", "run"), table[f]) for f in fields},
-                    coords={"beta": args.betas, "run": names})
-    ds.attrs.update(experiment=args.experiment, tokens=args.tokens, replicas=args.replicas, refine=args.refine,
-                    default_tolerance=tol0, cpu=cpu_name())
+            lines.append(
+                f"| {beta:g} | {name} | {row['evaluations']:.0f} | "
+                f"{row['evaluations'] / table['evaluations'][b, 0]:.2f} | {row['accepted']:.0f} "
+                f"({row['rejected']:.0f}) | {row['seconds'] / table['seconds'][b, 0]:.2f} | "
+                f"{row['w2_error']:.2e} | {row['position_error']:.2e} |"
+            )
+        print("\n".join(lines[-len(names) :]), flush=True)
+    ds = xr.Dataset({f: (("beta", "run"), table[f]) for f in fields}, coords={"beta": args.betas, "run": names})
+    ds.attrs.update(
+        experiment=args.experiment,
+        tokens=args.tokens,
+        replicas=args.replicas,
+        refine=args.refine,
+        default_tolerance=tol0,
+        cpu=cpu_name(),
+    )
     io.write_netcdf(ds, args.out, "bench", io.provenance(args.experiment, exp, cfg["root_seed"]))
     if args.markdown:
         with open(args.markdown, "w") as fh:

@@ -33,10 +33,10 @@ import xarray as xr
 
 from lowtemp.dynamics import integrate, kernel_choice, kernels
 from lowtemp.model import matrices, measures
-from lowtemp.store import io
-from lowtemp.transport import w2 as transport
 from lowtemp.model.projection import two_atom_masses
 from lowtemp.model.seeding import generator
+from lowtemp.store import io
+from lowtemp.transport import w2 as transport
 
 NAIVE_BLOCK = 4096
 
@@ -115,13 +115,25 @@ def bench_fields(cases, repeats, log):
             F = call()  # warm-up (JIT)
             t = best_time(call, repeats)
             err = float(np.max(np.linalg.norm(F - reference, axis=-1)) / scale)
-            row = dict(kernel=kernel, cloud=cloud, dim=d, beta=beta, tokens=n, ns_per_pair=t / n**2 * 1e9,
-                       speedup=t_naive / t, peak_mb=peak_bytes(call) / 2**20, rel_error=err,
-                       naive_ns_per_pair=t_naive / n**2 * 1e9, auto_pick=pick)
+            row = dict(
+                kernel=kernel,
+                cloud=cloud,
+                dim=d,
+                beta=beta,
+                tokens=n,
+                ns_per_pair=t / n**2 * 1e9,
+                speedup=t_naive / t,
+                peak_mb=peak_bytes(call) / 2**20,
+                rel_error=err,
+                naive_ns_per_pair=t_naive / n**2 * 1e9,
+                auto_pick=pick,
+            )
             rows.append(row)
-            log(f"{kernel:>6} {cloud:>9} d={d} beta={beta:>7g} N={n:>6}  {row['ns_per_pair']:7.3f} ns/pair  "
+            log(
+                f"{kernel:>6} {cloud:>9} d={d} beta={beta:>7g} N={n:>6}  {row['ns_per_pair']:7.3f} ns/pair  "
                 f"x{row['speedup']:6.1f} vs naive ({row['naive_ns_per_pair']:.2f} ns/pair)  "
-                f"peak {row['peak_mb']:8.1f} MB  rel.err {err:.1e}  auto: {pick}")
+                f"peak {row['peak_mb']:8.1f} MB  rel.err {err:.1e}  auto: {pick}"
+            )
     return rows
 
 
@@ -150,11 +162,14 @@ def peak_resident_mb():
 
 
 def bench_large_cap(n, log):
-    proc = subprocess.run([sys.executable, __file__, "--large-step", str(n)], capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--large-step", str(n)], capture_output=True, text=True, check=True
+    )
     t, rss_mb = json.loads(proc.stdout.strip().splitlines()[-1])
-    log(f"   cap d=3 beta=1000 N={n}: one RK4 step (4 field evaluations) {t:.2f} s; "
-        f"peak RSS of that process {rss_mb:.0f} MB")
+    log(
+        f"   cap d=3 beta=1000 N={n}: one RK4 step (4 field evaluations) {t:.2f} s; "
+        f"peak RSS of that process {rss_mb:.0f} MB"
+    )
     return t, rss_mb
 
 
@@ -171,8 +186,10 @@ def bench_w2(sizes, log, exact_max):
         if n <= exact_max:
             t_exact = best_time(lambda: transport.w2_network_simplex(X, Y), 1)
         rows.append(dict(tokens=n, two_atom_s=t_atoms, exact_s=t_exact))
-        log(f"   W2 N={n:>6}: two-atom closed form {t_atoms * 1e3:8.2f} ms; exact N×N (POT) "
-            f"{t_exact:8.2f} s per snapshot")
+        log(
+            f"   W2 N={n:>6}: two-atom closed form {t_atoms * 1e3:8.2f} ms; exact N×N (POT) "
+            f"{t_exact:8.2f} s per snapshot"
+        )
     return rows
 
 
@@ -195,22 +212,43 @@ def main(argv=None):
     w2_rows = bench_w2([512, 2048] if args.quick else [2048, 16384], log, exact_max=2048 if args.quick else 16384)
     case = np.arange(len(rows))
     ds = xr.Dataset(
-        {key: (("case",), np.array([r[key] for r in rows]), io.attrs(key.replace("_", " "), unit))
-         for key, unit in [("ns_per_pair", "ns"), ("speedup", "1"), ("peak_mb", "MiB"), ("rel_error", "1"),
-                           ("naive_ns_per_pair", "ns"), ("dim", "1"), ("beta", "1"), ("tokens", "1")]},
-        coords={"case": case, "kernel": ("case", [r["kernel"] for r in rows]),
-                "cloud": ("case", [r["cloud"] for r in rows])},
+        {
+            key: (("case",), np.array([r[key] for r in rows]), io.attrs(key.replace("_", " "), unit))
+            for key, unit in [
+                ("ns_per_pair", "ns"),
+                ("speedup", "1"),
+                ("peak_mb", "MiB"),
+                ("rel_error", "1"),
+                ("naive_ns_per_pair", "ns"),
+                ("dim", "1"),
+                ("beta", "1"),
+                ("tokens", "1"),
+            ]
+        },
+        coords={
+            "case": case,
+            "kernel": ("case", [r["kernel"] for r in rows]),
+            "cloud": ("case", [r["cloud"] for r in rows]),
+        },
     )
-    ds["auto_pick"] = (("case",), np.array([r["auto_pick"] for r in rows], dtype=object),
-                       io.attrs("the kernel `kernel: auto` runs on this cloud (kernel_choice.choose_for_cloud)"))
-    ds["w2_two_atom_seconds"] = (("w2_tokens",), np.array([r["two_atom_s"] for r in w2_rows]),
-                                 io.attrs("W2 to two atoms, closed form, per snapshot", "s"))
-    ds["w2_exact_seconds"] = (("w2_tokens",), np.array([r["exact_s"] for r in w2_rows]),
-                              io.attrs("W2 between two clouds, POT network simplex, per snapshot", "s"))
+    ds["auto_pick"] = (
+        ("case",),
+        np.array([r["auto_pick"] for r in rows], dtype=object),
+        io.attrs("the kernel `kernel: auto` runs on this cloud (kernel_choice.choose_for_cloud)"),
+    )
+    ds["w2_two_atom_seconds"] = (
+        ("w2_tokens",),
+        np.array([r["two_atom_s"] for r in w2_rows]),
+        io.attrs("W2 to two atoms, closed form, per snapshot", "s"),
+    )
+    ds["w2_exact_seconds"] = (
+        ("w2_tokens",),
+        np.array([r["exact_s"] for r in w2_rows]),
+        io.attrs("W2 between two clouds, POT network simplex, per snapshot", "s"),
+    )
     ds = ds.assign_coords(w2_tokens=[r["tokens"] for r in w2_rows])
     ds["large_cap_step_seconds"] = ((), t_large, io.attrs(f"cap kernel, one RK4 step, N = {large_n}", "s"))
-    ds["large_cap_peak_rss_mb"] = ((), rss, io.attrs("peak resident memory of the process that made that step",
-                                                     "MiB"))
+    ds["large_cap_peak_rss_mb"] = ((), rss, io.attrs("peak resident memory of the process that made that step", "MiB"))
     out = io.write_netcdf(ds, args.out, "bench", io.provenance("bench", {"quick": args.quick}, 1))
     log(f"wrote {out}")
 

@@ -55,9 +55,10 @@ import xarray as xr
 
 from lowtemp.dynamics import integrate, kernel_choice, kernels
 from lowtemp.model import exact, matrices, measures
-from lowtemp.store import io
-from lowtemp.transport import assignment, w2 as transport
 from lowtemp.model.seeding import generator
+from lowtemp.store import io
+from lowtemp.transport import assignment
+from lowtemp.transport import w2 as transport
 
 SOLVERS = ("w2_exact", "emd2", "emd2_lazy", "emd2_lazy_warm", "ortools")
 
@@ -112,8 +113,11 @@ def w2_ortools(X, Y):
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         C = ((X[r0:r1, None, :] - Y[None, :, :]) ** 2).sum(-1)
-        solver.add_arcs_with_cost(np.repeat(np.arange(r0, r1, dtype=np.int32), n), np.tile(cols, r1 - r0),
-                                  np.rint(C * S).astype(np.int64).ravel())
+        solver.add_arcs_with_cost(
+            np.repeat(np.arange(r0, r1, dtype=np.int32), n),
+            np.tile(cols, r1 - r0),
+            np.rint(C * S).astype(np.int64).ravel(),
+        )
     status = solver.solve()
     if status != solver.OPTIMAL:
         raise RuntimeError(f"OR-tools linear_sum_assignment: {status}")
@@ -150,8 +154,14 @@ def _normalise(P):
 
 def clouds(n, kinds, steps=12, beta=100.0):
     """{kind: (X, Y)} for the synthetic cloud pairs of the module docstring."""
-    M = matrices.generate_matrices("end_phase", 3, generator(1, "bench", "w2", "matrices"),
-                                   eigenvalues=[1.5, 0.6, 0.5], eigenvalues_V=[1.2, 0.8, 0.6], angle_V=30)
+    M = matrices.generate_matrices(
+        "end_phase",
+        3,
+        generator(1, "bench", "w2", "matrices"),
+        eigenvalues=[1.5, 0.6, 0.5],
+        eigenvalues_V=[1.2, 0.8, 0.6],
+        angle_V=30,
+    )
     X0 = measures.uniform(generator(1, "bench", "w2", "tokens", str(n)), 1, n, 3)
     Z = exact.exact_zero_temperature(X0, M.A, M.B, np.array([0.0, 3.0, 8.0, 20.0]))[:, 0]
     rng = np.random.default_rng(n)
@@ -182,9 +192,13 @@ def snapshot_clouds(finite, zero, every):
     """{"t=<time>": (X, Y)}: replica 0 of a pipeline run at every ``every``-th snapshot."""
     F = io.read_netcdf(finite, "finite_temperature")
     Z = io.read_netcdf(zero, "zero_temperature")
-    return {f"t={float(F.time[k]):g}": (np.ascontiguousarray(F["positions"].values[k, 0]),
-                                        np.ascontiguousarray(Z["positions"].values[k, 0]))
-            for k in range(0, F.sizes["time"], every)}
+    return {
+        f"t={float(F.time[k]):g}": (
+            np.ascontiguousarray(F["positions"].values[k, 0]),
+            np.ascontiguousarray(Z["positions"].values[k, 0]),
+        )
+        for k in range(0, F.sizes["time"], every)
+    }
 
 
 def run_solver(name, X, Y, duals=None):
@@ -221,10 +235,12 @@ def peak_rss_mb():
 def child_memory(solver, path):
     """In a fresh process: the peak resident memory of one solve of the clouds stored at ``path`` above the
     memory in use before it (interpreter, libraries, clouds; MiB)."""
-    code = (f"import sys, numpy as np; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_w2 as b; "
-            f"d = np.load({str(path)!r}); X, Y = d['X'], d['Y']; "
-            f"b.run_solver('w2_exact', X[:600].copy(), Y[:600].copy()) if {solver!r} == 'w2_exact' else None; "
-            f"b.reset_peak_rss(); base = b.peak_rss_mb(); b.run_solver({solver!r}, X, Y); print(b.peak_rss_mb() - base)")
+    code = (
+        f"import sys, numpy as np; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_w2 as b; "
+        f"d = np.load({str(path)!r}); X, Y = d['X'], d['Y']; "
+        f"b.run_solver('w2_exact', X[:600].copy(), Y[:600].copy()) if {solver!r} == 'w2_exact' else None; "
+        f"b.reset_peak_rss(); base = b.peak_rss_mb(); b.run_solver({solver!r}, X, Y); print(b.peak_rss_mb() - base)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     return float(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else np.nan
 
@@ -235,9 +251,18 @@ def compare(case, X, Y, args, log, warm=None):
     repeats = args.repeats if n <= 16384 else 1
     t_new, res = best_time(lambda: assignment.w2_exact(X, Y), repeats)
     pricing, _ = best_time(lambda: assignment._price_all_pairs(X, Y, res.perm, res.v, 0.0), 1)
-    rows = {"w2_exact": dict(seconds=t_new, value=res.value, rounds=res.rounds, pivots=res.stats["pivots"],
-                             fallback=int(res.fallback), certified=int(res.certified),
-                             gap=res.gap_bound / max(res.value**2, 1e-300), pricing_ns=pricing / n**2 * 1e9)}
+    rows = {
+        "w2_exact": dict(
+            seconds=t_new,
+            value=res.value,
+            rounds=res.rounds,
+            pivots=res.stats["pivots"],
+            fallback=int(res.fallback),
+            certified=int(res.certified),
+            gap=res.gap_bound / max(res.value**2, 1e-300),
+            pricing_ns=pricing / n**2 * 1e9,
+        )
+    }
     if warm is not None:
         t_warm, res_warm = best_time(lambda: assignment.w2_exact(X, Y, warm=warm), repeats)
         rows["w2_exact"].update(warm_seconds=t_warm, warm_pivots=res_warm.stats["pivots"])
@@ -246,8 +271,13 @@ def compare(case, X, Y, args, log, warm=None):
         if n <= limit:
             t, (value, _) = best_time(lambda: run_solver(solver, X, Y, (res.u, res.v)), 1)
             rows[solver] = dict(seconds=t, value=value)
-    truth = ("not installed" if _ortools() is None else
-             f"skipped (N > --truth-max {args.truth_max})" if n > args.truth_max else None)
+    truth = (
+        "not installed"
+        if _ortools() is None
+        else f"skipped (N > --truth-max {args.truth_max})"
+        if n > args.truth_max
+        else None
+    )
     if truth is None:
         try:
             t, (value, bound, scale) = best_time(lambda: w2_ortools(X, Y), 1)
@@ -255,8 +285,15 @@ def compare(case, X, Y, args, log, warm=None):
             truth = f"failed: {err}"
         else:
             diff, tol, flag = truth_check(res.value, res.gap_bound, value, bound)
-            rows["ortools"] = dict(seconds=t, value=value, truth_bound=bound, truth_scale=scale, truth_diff=diff,
-                                   truth_tol=tol, truth_flag=flag)
+            rows["ortools"] = dict(
+                seconds=t,
+                value=value,
+                truth_bound=bound,
+                truth_scale=scale,
+                truth_diff=diff,
+                truth_tol=tol,
+                truth_flag=flag,
+            )
     if args.memory:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "clouds.npz"
@@ -266,19 +303,31 @@ def compare(case, X, Y, args, log, warm=None):
                     rows[solver]["peak_mb"] = child_memory(solver, path)
     ref = rows.get("emd2", {}).get("value", np.nan)
     for r in rows.values():
-        r["rel_diff"] = abs(r["value"]**2 - ref**2) / max(ref**2, 1e-300) if np.isfinite(ref) else np.nan
+        r["rel_diff"] = abs(r["value"] ** 2 - ref**2) / max(ref**2, 1e-300) if np.isfinite(ref) else np.nan
         r.setdefault("peak_mb", np.nan)
     new = rows["w2_exact"]
     speed = {s: rows[s]["seconds"] / new["seconds"] for s in rows if s != "w2_exact"}
-    log(f"{case:>12} {n:>6} | w2_exact {new['seconds']:8.3f} s {new['peak_mb']:8.1f} MB  pricing {new['pricing_ns']:5.2f} "
+    log(
+        f"{case:>12} {n:>6} | w2_exact {new['seconds']:8.3f} s {new['peak_mb']:8.1f} MB  "
+        f"pricing {new['pricing_ns']:5.2f} "
         f"ns/pair  passes {new['rounds']:>2}  pivots {new['pivots']:>8}  fb {new['fallback']}  gap/W2² {new['gap']:.1e}"
         + (f"  warm {new['warm_seconds']:.3f} s" if warm is not None else "")
-        + "".join(f" | {s} {rows[s]['seconds']:8.2f} s {rows[s]['peak_mb']:8.1f} MB (x{speed[s]:.1f}) "
-                  f"rel {rows[s]['rel_diff']:.1e}" for s in rows if s != "w2_exact")
-        + (f" | ortools {truth}" if truth else
-           f" vs w2_exact {rows['ortools']['truth_diff']:.1e} " + ("> " if rows["ortools"]["truth_flag"] else "<= ")
-           + f"{rows['ortools']['truth_tol']:.1e} " + ("DISAGREE" if rows["ortools"]["truth_flag"] else "ok"))
-        + f" | W2 {new['value']:.8g}  new vs emd2 {new['rel_diff']:.1e}")
+        + "".join(
+            f" | {s} {rows[s]['seconds']:8.2f} s {rows[s]['peak_mb']:8.1f} MB (x{speed[s]:.1f}) "
+            f"rel {rows[s]['rel_diff']:.1e}"
+            for s in rows
+            if s != "w2_exact"
+        )
+        + (
+            f" | ortools {truth}"
+            if truth
+            else f" vs w2_exact {rows['ortools']['truth_diff']:.1e} "
+            + ("> " if rows["ortools"]["truth_flag"] else "<= ")
+            + f"{rows['ortools']['truth_tol']:.1e} "
+            + ("DISAGREE" if rows["ortools"]["truth_flag"] else "ok")
+        )
+        + f" | W2 {new['value']:.8g}  new vs emd2 {new['rel_diff']:.1e}"
+    )
     return rows, res
 
 
@@ -294,25 +343,39 @@ def job_share(results: str) -> str:
         return f"W2 share of job time: no finished run under {results}/ (make reproduce first)"
     w2 = sum(v for k, v in seconds.items() if k.split("/")[1].startswith("distances_beta"))
     total = sum(seconds.values())
-    return (f"W2 share of job time ({results}/, {len(seconds)} jobs): distances_beta {w2:.0f} s of {total:.0f} s "
-            f"= {100 * w2 / total:.0f} %")
+    return (
+        f"W2 share of job time ({results}/, {len(seconds)} jobs): distances_beta {w2:.0f} s of {total:.0f} s "
+        f"= {100 * w2 / total:.0f} %"
+    )
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 16384, 65536])
     ap.add_argument("--kinds", nargs="+", default=["finite-beta", "perturbed", "clusters", "departed"])
-    ap.add_argument("--snapshots", nargs=2, metavar=("FINITE", "ZERO"),
-                    help="a pipeline run's finite_temperature/beta<β>.nc and zero_temperature.nc instead")
+    ap.add_argument(
+        "--snapshots",
+        nargs=2,
+        metavar=("FINITE", "ZERO"),
+        help="a pipeline run's finite_temperature/beta<β>.nc and zero_temperature.nc instead",
+    )
     ap.add_argument("--every", type=int, default=4, help="with --snapshots: every n-th snapshot (default 4)")
     ap.add_argument("--emd2-max", type=int, default=16384, help="largest N for ot.emd2 (dense N×N matrix)")
     ap.add_argument("--lazy-max", type=int, default=4096, help="largest N for ot.emd2_lazy")
-    ap.add_argument("--truth-max", type=int, default=8192,
-                    help="largest N for the independent truth (ortools, dense: ~36 bytes a pair, 2.3 GB at 8192)")
+    ap.add_argument(
+        "--truth-max",
+        type=int,
+        default=8192,
+        help="largest N for the independent truth (ortools, dense: ~36 bytes a pair, 2.3 GB at 8192)",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--memory", action="store_true", help="peak memory of each solve in a fresh process")
-    ap.add_argument("--job-share", metavar="RESULTS", default=None,
-                    help="also report the exact-W2 jobs' share of the job time of a run under RESULTS")
+    ap.add_argument(
+        "--job-share",
+        metavar="RESULTS",
+        default=None,
+        help="also report the exact-W2 jobs' share of the job time of a run under RESULTS",
+    )
     ap.add_argument("--out", default="results/bench/w2.nc")
     args = ap.parse_args(argv)
     log = lambda s: print(s, flush=True)  # noqa: E731
@@ -323,17 +386,42 @@ def main(argv=None):
         assignment.w2_exact(P, P[::-1].copy(), guide=True)
         assignment.w2_exact(P, P[::-1].copy(), guide=False)
     records, totals, previous = [], {}, None
-    batches = [(None, snapshot_clouds(*args.snapshots, args.every))] if args.snapshots else \
-        ((n, clouds(n, args.kinds)) for n in args.sizes)
+    batches = (
+        [(None, snapshot_clouds(*args.snapshots, args.every))]
+        if args.snapshots
+        else ((n, clouds(n, args.kinds)) for n in args.sizes)
+    )
     for _, batch in batches:
         for case, (X, Y) in batch.items():
             rows, previous = compare(case, X, Y, args, log, warm=previous if args.snapshots else None)
             for solver, r in rows.items():
                 totals[solver] = totals.get(solver, 0.0) + r["seconds"]
-                records.append(dict(case=case, tokens=X.shape[0], solver=solver, **{
-                    k: float(r.get(k, np.nan)) for k in ("seconds", "peak_mb", "rel_diff", "value", "pricing_ns",
-                                                         "rounds", "pivots", "gap", "warm_seconds", "truth_bound",
-                                                         "truth_scale", "truth_diff", "truth_tol", "truth_flag")}))
+                records.append(
+                    dict(
+                        case=case,
+                        tokens=X.shape[0],
+                        solver=solver,
+                        **{
+                            k: float(r.get(k, np.nan))
+                            for k in (
+                                "seconds",
+                                "peak_mb",
+                                "rel_diff",
+                                "value",
+                                "pricing_ns",
+                                "rounds",
+                                "pivots",
+                                "gap",
+                                "warm_seconds",
+                                "truth_bound",
+                                "truth_scale",
+                                "truth_diff",
+                                "truth_tol",
+                                "truth_flag",
+                            )
+                        },
+                    )
+                )
     both = [r["case"] + str(r["tokens"]) for r in records if r["solver"] == "emd2"]
     t_new = sum(r["seconds"] for r in records if r["solver"] == "w2_exact" and r["case"] + str(r["tokens"]) in both)
     t_emd = sum(r["seconds"] for r in records if r["solver"] == "emd2")
@@ -342,8 +430,10 @@ def main(argv=None):
     truth = [r for r in records if r["solver"] == "ortools"]
     if truth:
         bad = [f"{r['case']} N={r['tokens']}" for r in truth if r["truth_flag"]]
-        log(f"independent truth (ortools): {len(truth) - len(bad)} of {len(truth)} solves agree with w2_exact "
-            f"within the rounding bound + gap_bound" + (f"; DISAGREE: {', '.join(bad)}" if bad else ""))
+        log(
+            f"independent truth (ortools): {len(truth) - len(bad)} of {len(truth)} solves agree with w2_exact "
+            f"within the rounding bound + gap_bound" + (f"; DISAGREE: {', '.join(bad)}" if bad else "")
+        )
     elif _ortools() is None:
         log("independent truth (ortools): not installed (pip install ortools, or .[truth])")
     if args.snapshots:

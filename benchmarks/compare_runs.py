@@ -56,14 +56,16 @@ def main(argv=None):
     for what, pred in (("all jobs", lambda k: True), ("simulation jobs", sim)):
         b = [sum(v[i] for k, v in jb.items() if pred(k)) for i in (0, 1)]
         a = [sum(v[i] for k, v in ja.items() if pred(k)) for i in (0, 1)]
-        out.append(f"* {what}: wall {b[0]:.0f} s → {a[0]:.0f} s, CPU {b[1]:.0f} s → {a[1]:.0f} s "
-                   f"(CPU ratio {a[1] / b[1]:.2f})")
+        out.append(
+            f"* {what}: wall {b[0]:.0f} s → {a[0]:.0f} s, CPU {b[1]:.0f} s → {a[1]:.0f} s (CPU ratio {a[1] / b[1]:.2f})"
+        )
     out += ["", "| simulation | evaluations before | after | ratio | max \\|Δposition\\| |", "|---|---|---|---|---|"]
     work_b = work_a = 0.0
-    files = sorted(glob.glob(f"{after}/results/*/finite_temperature/*.nc")
-                   + glob.glob(f"{after}/results/*/zero_temperature.nc"))
+    files = sorted(
+        glob.glob(f"{after}/results/*/finite_temperature/*.nc") + glob.glob(f"{after}/results/*/zero_temperature.nc")
+    )
     for f in files:
-        rel = f[len(after) + len("/results/"):]
+        rel = f[len(after) + len("/results/") :]
         a, b = _open(f), _open(f"{base}/results/{rel}")
         ea, eb = evaluations(a), evaluations(b)
         n = a.sizes["token"] * a.sizes["replica"]
@@ -73,7 +75,7 @@ def main(argv=None):
         out.append(f"| {rel} | {eb:.0f} | {ea:.0f} | {ea / eb:.3f} | {diff:.2e} |")
     out += ["", f"Evaluations weighted by their work: ratio {work_a / work_b:.3f} ({work_b / work_a:.2f}× fewer).", ""]
     for f in sorted(glob.glob(f"{after}/results/*/fit.nc")):
-        rel = f[len(after) + len("/results/"):]
+        rel = f[len(after) + len("/results/") :]
         a, b = _open(f), _open(f"{base}/results/{rel}")
         judged, relative = [], []
         for v in a.data_vars:
@@ -95,13 +97,20 @@ def main(argv=None):
                 with np.errstate(invalid="ignore", divide="ignore"):
                     r = d / np.maximum(np.abs(vb.values), 1e-12)
                 relative.append((v, float(np.nanmax(r)) if np.isfinite(r).any() else np.nan, nan_moved))
-        fmt = lambda rows: ", ".join(f"`{v}` {r:.3g}" + (f" (NaN at {m} other places)" if m else "")  # noqa: E731
-                                     for v, r, m in sorted(rows, key=lambda x: -np.nan_to_num(x[1], nan=-1))[:5])
-        out.append(f"* {rel}: largest change over the interval's half width: {fmt(judged)}; largest relative change "
-                   f"of the other numbers: {fmt(relative)}")
+
+        def fmt(rows):
+            return ", ".join(
+                f"`{v}` {r:.3g}" + (f" (NaN at {m} other places)" if m else "")
+                for v, r, m in sorted(rows, key=lambda x: -np.nan_to_num(x[1], nan=-1))[:5]
+            )
+
+        out.append(
+            f"* {rel}: largest change over the interval's half width: {fmt(judged)}; largest relative change "
+            f"of the other numbers: {fmt(relative)}"
+        )
     out.append("")
     for f in sorted(glob.glob(f"{after}/results/*/claims.nc")):
-        rel = f[len(after) + len("/results/"):]
+        rel = f[len(after) + len("/results/") :]
         a, b = _open(f), _open(f"{base}/results/{rel}")
         changed = int(np.sum(a["status"].values != b["status"].values))
         out.append(f"* {rel}: {a['status'].size} claim statuses, {changed} changed")

@@ -28,11 +28,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from lowtemp.config import validation
+from lowtemp.config import studies, validation
+from lowtemp.config.experiment import build_matrices
 from lowtemp.stages import convergence
 from lowtemp.store import io
-from lowtemp.config.experiment import build_matrices
-from lowtemp.config import studies
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -62,32 +61,42 @@ def main(argv=None) -> int:
 
     config = validation.load_config_file(args.config)
     name = args.experiment or next(iter(config["experiments"]))
-    config["experiments"][name] = study_experiment(config["experiments"][name], args.beta, args.tokens,
-                                                   args.replicas, args.horizon)
+    config["experiments"][name] = study_experiment(
+        config["experiments"][name], args.beta, args.tokens, args.replicas, args.horizon
+    )
     validation.validate_config(config, SCHEMA, configfiles=[args.config])  # fills in the schema's defaults
     experiment, root_seed = config["experiments"][name], int(config["root_seed"])
     S = studies.study_settings(name, experiment)
     start = time.perf_counter()
     M = build_matrices(name, experiment, root_seed)  # what the matrices stage writes
-    w2, dist_A, ess, _, grid, kernels = convergence._particle_study(name, f"{name} ess scaling", experiment,
-                                                                     root_seed, S, M)
+    w2, dist_A, ess, _, grid, kernels = convergence._particle_study(
+        name, f"{name} ess scaling", experiment, root_seed, S, M
+    )
     seconds = time.perf_counter() - start
     worst = ess.min(axis=1)  # (N, time): the smaller replica's median ESS
     print(f"beta = {S.beta:g}, {S.particles.replicas} replicas, horizon {grid.horizon:g}, {seconds:.0f} s")
     print(f"{'N':>7} {'kernel':>7} {'ESS t=0':>8} {'min ESS':>8} {'at t':>6} {'min/N x 1e4':>12}")
     for i, n in enumerate(S.particles.tokens):
         k = int(np.argmin(worst[i]))
-        print(f"{n:>7} {kernels[i]:>7} {worst[i, 0]:>8.1f} {worst[i, k]:>8.2f} {grid.times[k]:>6.2f} "
-              f"{1e4 * worst[i, k] / n:>12.3f}")
+        print(
+            f"{n:>7} {kernels[i]:>7} {worst[i, 0]:>8.1f} {worst[i, k]:>8.2f} {grid.times[k]:>6.2f} "
+            f"{1e4 * worst[i, k] / n:>12.3f}"
+        )
     budget = convergence.particle_budget_of(S.particles.tokens, w2, dist_A, grid, S.particles.tokens[-1], M)
     lo, hi = budget["departure_slope_per_doubling"]
-    print(f"budget at N = {S.particles.tokens[-1]}: remaining W2 error <= {budget['w2_budget_ratio']:.3g} x W2 "
-          f"(t <= {budget['budget_window_end']:g}); departure per doubling of N in [{lo:.3g}, {hi:.3g}]")
+    print(
+        f"budget at N = {S.particles.tokens[-1]}: remaining W2 error <= {budget['w2_budget_ratio']:.3g} x W2 "
+        f"(t <= {budget['budget_window_end']:g}); departure per doubling of N in [{lo:.3g}, {hi:.3g}]"
+    )
     ds = xr.Dataset(
-        {"ess_median": (("tokens", "replica", "time"), ess), "w2": (("tokens", "replica", "time"), w2),
-         "dist_leading_A": (("tokens", "replica", "time"), dist_A)},
+        {
+            "ess_median": (("tokens", "replica", "time"), ess),
+            "w2": (("tokens", "replica", "time"), w2),
+            "dist_leading_A": (("tokens", "replica", "time"), dist_A),
+        },
         coords={"tokens": list(S.particles.tokens), "time": grid.times},
-        attrs=dict(beta=S.beta, experiment=name, config=args.config, seconds=seconds, kernels=",".join(kernels)))
+        attrs=dict(beta=S.beta, experiment=name, config=args.config, seconds=seconds, kernels=",".join(kernels)),
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     io.write_netcdf(ds, args.out, "bench", io.provenance(name, experiment, root_seed))
     print(f"wrote {args.out}")

@@ -8,7 +8,8 @@ the SLURM profile requests, before the safety factor and the start-up time), the
 total CPU hours and the wall time on ``--cores`` cores if the jobs were packed
 perfectly. With ``--measured RESULTS`` (a finished run's ``results/`` folder) each row also shows what
 the job took (Snakemake's ``benchmarks/<job>.tsv``: wall seconds and peak resident memory; for
-``figure`` the slowest of the figure jobs) and measured/estimated. The per-pair field costs and the W2 solve times it uses are the measured
+``figure`` the slowest of the figure jobs) and measured/estimated. The per-pair field costs and the W2 solve
+times it uses are the measured
 constants of ``lowtemp.config.resources`` (``make bench`` measures them again); the W2 time is
 that of the slower snapshots of the certified network simplex (``resources.w2_seconds``).
 """
@@ -28,8 +29,12 @@ def jobs(config: dict, checked: dict, threads: int):
     for name, exp in config["experiments"].items():
         M = checked[name]
         for beta in exp["betas"]:
-            yield name, "finite_temperature", beta, resources.estimate("finite_temperature", exp, beta=beta,
-                                                                       matrices=M, threads=threads)
+            yield (
+                name,
+                "finite_temperature",
+                beta,
+                resources.estimate("finite_temperature", exp, beta=beta, matrices=M, threads=threads),
+            )
             yield name, "distances_beta", beta, resources.estimate("distances_beta", exp)
         for stage in ("zero_temperature", "distances", "fit", "figure"):
             yield name, stage, None, resources.estimate(stage, exp)
@@ -41,7 +46,9 @@ def measured(results: Path, name: str, stage: str, beta) -> tuple[float, float] 
     """(wall seconds, peak resident GB) of the job from its Snakemake benchmark file, None if it has none."""
     folder = results / name / "benchmarks"
     per_beta = stage if stage.endswith("_beta") else f"{stage}_beta"  # distances_beta10, finite_temperature_beta10
-    pattern = f"{per_beta}{beta:g}.tsv" if beta is not None else (f"{stage}_*.tsv" if stage == "figure" else f"{stage}.tsv")
+    pattern = (
+        f"{per_beta}{beta:g}.tsv" if beta is not None else (f"{stage}_*.tsv" if stage == "figure" else f"{stage}.tsv")
+    )
     rows = []
     for path in sorted(folder.glob(pattern)):
         header, *lines = path.read_text().splitlines()
@@ -75,18 +82,24 @@ def main(argv=None):
     cpu_seconds = 0.0
     for name, stage, beta, est in rows:
         b = "" if beta is None else f"{beta:g}"
-        line = (f"{name:<16} {stage:<20} {b:>8} {est.compute_seconds / 3600:>10.2f} {est.mem_mb / 1024:>10.1f} "
-                f"{est.cpus:>5}")
+        line = (
+            f"{name:<16} {stage:<20} {b:>8} {est.compute_seconds / 3600:>10.2f} {est.mem_mb / 1024:>10.1f} "
+            f"{est.cpus:>5}"
+        )
         took = measured(args.measured, name, stage, beta) if args.measured else None
         if took is not None:
-            line += (f" {took[0]:>8.0f} {took[0] / max(est.compute_seconds, 1e-9):>6.2f} {took[1]:>7.2f} "
-                     f"{took[1] / (est.mem_mb / 1024):>6.2f}")
+            line += (
+                f" {took[0]:>8.0f} {took[0] / max(est.compute_seconds, 1e-9):>6.2f} {took[1]:>7.2f} "
+                f"{took[1] / (est.mem_mb / 1024):>6.2f}"
+            )
         print(line)
         cpu_seconds += est.compute_seconds * est.cpus
     longest = max(est.compute_seconds for *_, est in rows)
     wall = max(longest, cpu_seconds / args.cores)
-    print(f"total: {cpu_seconds / 3600:.1f} CPU hours; at least {wall / 3600:.1f} h of wall time on {args.cores} "
-          f"cores (longest job {longest / 3600:.1f} h)")
+    print(
+        f"total: {cpu_seconds / 3600:.1f} CPU hours; at least {wall / 3600:.1f} h of wall time on {args.cores} "
+        f"cores (longest job {longest / 3600:.1f} h)"
+    )
     return rows
 
 

@@ -31,12 +31,11 @@ import xarray as xr
 
 from lowtemp.analysis import fitting
 from lowtemp.config import validation
-from lowtemp.dynamics import integrate, kernels, meanfield
+from lowtemp.config.experiment import build_matrices
+from lowtemp.dynamics import integrate, kernels, meanfield, reduction
 from lowtemp.model import measures, projection, seeding
 from lowtemp.store import io
 from lowtemp.transport import w2 as transport
-from lowtemp.config.experiment import build_matrices
-from lowtemp.dynamics import reduction
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 LOG = logging.getLogger("mean_field_departure")
@@ -56,8 +55,12 @@ def cpu_name() -> str:
 
 def commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -92,8 +95,9 @@ def main(argv=None) -> int:
     if exp["dim"] != 2:
         raise SystemExit(f"{name}: the circle's reference needs dim = 2, got {exp['dim']}")
     if exp["initial_measure"]["name"] != "uniform":
-        raise SystemExit(f"{name}: this study draws uniform tokens; the experiment's measure is "
-                         f"{exp['initial_measure']['name']!r}")
+        raise SystemExit(
+            f"{name}: this study draws uniform tokens; the experiment's measure is {exp['initial_measure']['name']!r}"
+        )
     M = build_matrices(name, exp, root_seed)  # what the matrices stage writes
     red = reduction.reduce(M.B, M.V)
     grid = integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"], exp["time"]["dt"])
@@ -116,24 +120,44 @@ def main(argv=None) -> int:
     for i, beta in enumerate(betas):
         t0 = time.time()
         try:
-            sol = meanfield.solve(red, beta, times, width=args.width, rtol=1e-8, atol=1e-13, truncate=True,
-                                  progress=lambda t, info, b=beta: LOG.info("beta %g: mean field at t = %g (%s)", b, t,
-                                                                            info))
+            sol = meanfield.solve(
+                red,
+                beta,
+                times,
+                width=args.width,
+                rtol=1e-8,
+                atol=1e-13,
+                truncate=True,
+                progress=lambda t, info, b=beta: LOG.info("beta %g: mean field at t = %g (%s)", b, t, info),
+            )
         except (RuntimeError, FloatingPointError) as exc:  # the reference's limit (docs/mean_field.md, "Limits")
             LOG.warning("beta %g: no mean-field reference: %s", beta, exc)
-            rows.append({"beta": beta, "mf": f"not computed ({str(exc)[:120]})", "cells": "-", "until": np.nan,
-                         **{f"N={n}": "-" for n in tokens}, **{f"err{n}": np.nan for n in tokens}})
+            rows.append(
+                {
+                    "beta": beta,
+                    "mf": f"not computed ({str(exc)[:120]})",
+                    "cells": "-",
+                    "until": np.nan,
+                    **{f"N={n}": "-" for n in tokens},
+                    **{f"err{n}": np.nan for n in tokens},
+                }
+            )
             continue
         mf_seconds[i] = time.time() - t0
         mf_dist[i] = sol.distance_to_eigenspace(M.E1)
         LOG.info("beta %g: mean field in %.0f s (%s)", beta, mf_seconds[i], sol.info)
         until = sol.info["resolved_until"]
         resolved = times <= until
-        row = {"beta": beta, "mf": departure(times[resolved], mf_dist[i][resolved], gap), "cells": sol.info["cells"],
-               "until": until}
+        row = {
+            "beta": beta,
+            "mf": departure(times[resolved], mf_dist[i][resolved], gap),
+            "cells": sol.info["cells"],
+            "until": until,
+        }
         for j, n in enumerate(tokens):
-            X0 = measures.uniform(seeding.generator(root_seed, name, "mean_field_departure", str(n)),
-                                  args.replicas, n, 2)
+            X0 = measures.uniform(
+                seeding.generator(root_seed, name, "mean_field_departure", str(n)), args.replicas, n, 2
+            )
             X = integrate.simulate(lambda Y, b=beta: kernels.dense_field(Y, M.B, M.V, b), X0, grid)
             P = sol.push_forward(X0)
             p_dist[i, j] = np.moveaxis(projection.distance_to_eigenspace(X, M.E1), 0, -1)
@@ -146,43 +170,73 @@ def main(argv=None) -> int:
         rows.append(row)
 
     ds = xr.Dataset(
-        {"mf_dist_leading_A": (("beta", "time"), mf_dist),
-         "mf_seconds": (("beta",), mf_seconds),
-         "particle_dist_leading_A": (("beta", "tokens", "replica", "time"), p_dist),
-         "particle_error_w2": (("beta", "tokens", "replica", "w2_time"), p_err)},
-        coords={"beta": betas, "tokens": tokens, "replica": np.arange(args.replicas), "time": times,
-                "w2_time": times[w2_at]},
-        attrs={"experiment": name, "end_phase_gap": gap,
-               "description": "mean-field reference on the circle against particles: distance to E1(A) and "
-                              "W2 between particles and the reference's push-forward of the same tokens"})
+        {
+            "mf_dist_leading_A": (("beta", "time"), mf_dist),
+            "mf_seconds": (("beta",), mf_seconds),
+            "particle_dist_leading_A": (("beta", "tokens", "replica", "time"), p_dist),
+            "particle_error_w2": (("beta", "tokens", "replica", "w2_time"), p_err),
+        },
+        coords={
+            "beta": betas,
+            "tokens": tokens,
+            "replica": np.arange(args.replicas),
+            "time": times,
+            "w2_time": times[w2_at],
+        },
+        attrs={
+            "experiment": name,
+            "end_phase_gap": gap,
+            "description": "mean-field reference on the circle against particles: distance to E1(A) and "
+            "W2 between particles and the reference's push-forward of the same tokens",
+        },
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     io.write_netcdf(ds, args.out, "bench", io.provenance(name, exp, root_seed))
     wall = time.time() - start
-    header = ["β", "mean field departs at", *[f"particles N = {n} (per replica)" for n in tokens],
-              *[f"max W2 particles–reference, N = {n}" for n in tokens], "reference resolved to t =",
-              "cells (last)"]
+    header = [
+        "β",
+        "mean field departs at",
+        *[f"particles N = {n} (per replica)" for n in tokens],
+        *[f"max W2 particles–reference, N = {n}" for n in tokens],
+        "reference resolved to t =",
+        "cells (last)",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        lines.append("| " + " | ".join([f"{row['beta']:g}", row["mf"], *[row[f"N={n}"] for n in tokens],
-                                        *[f"{row[f'err{n}']:.3g}" for n in tokens], f"{row['until']:g}",
-                                        str(row["cells"])]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    f"{row['beta']:g}",
+                    row["mf"],
+                    *[row[f"N={n}"] for n in tokens],
+                    *[f"{row[f'err{n}']:.3g}" for n in tokens],
+                    f"{row['until']:g}",
+                    str(row["cells"]),
+                ]
+            )
+            + " |"
+        )
     table = "\n".join(lines)
     print(table)
     if args.markdown:
-        text = (f"# Mean-field departure on the circle (generated)\n\n"
-                f"Generated by `benchmarks/mean_field_departure.py {args.config} --experiment {name} --tokens "
-                f"{' '.join(map(str, tokens))} --replicas {args.replicas} --w2-every {args.w2_every}"
-                f"{' --betas ' + ' '.join(f'{b:g}' for b in betas) if args.betas else ''}` (`make mean-field-departure`) "
-                f"at commit "
-                f"{commit()} on {cpu_name()}, {wall / 60:.1f} min of wall time. Do not edit: regenerate.\n\n"
-                f"Experiment `{name}` of `{args.config}`: d = 2, horizon {times[-1]:g}, snapshot every "
-                f"{times[1] - times[0]:g}; departure = the first time, after reaching E1(A), that the distance to "
-                f"E1(A) exceeds half the distance between E1(A) and V's leading eigenspace ({gap / 2:.3f}); "
-                f"'> T': still metastable at time T (the horizon, or for the mean field the last time its cells "
-                f"are resolved in float64, docs/mean_field.md, \"Limits\"). The particle error is W2 between the particle cloud and "
-                f"the reference's push-forward of the same initial tokens, largest over replicas and over every "
-                f"{args.w2_every}-th snapshot up to the reference's last resolved time. Method: "
-                f"docs/mean_field.md.\n\n{table}\n")
+        text = (
+            f"# Mean-field departure on the circle (generated)\n\n"
+            f"Generated by `benchmarks/mean_field_departure.py {args.config} --experiment {name} --tokens "
+            f"{' '.join(map(str, tokens))} --replicas {args.replicas} --w2-every {args.w2_every}"
+            f"{' --betas ' + ' '.join(f'{b:g}' for b in betas) if args.betas else ''}` (`make mean-field-departure`) "
+            f"at commit "
+            f"{commit()} on {cpu_name()}, {wall / 60:.1f} min of wall time. Do not edit: regenerate.\n\n"
+            f"Experiment `{name}` of `{args.config}`: d = 2, horizon {times[-1]:g}, snapshot every "
+            f"{times[1] - times[0]:g}; departure = the first time, after reaching E1(A), that the distance to "
+            f"E1(A) exceeds half the distance between E1(A) and V's leading eigenspace ({gap / 2:.3f}); "
+            f"'> T': still metastable at time T (the horizon, or for the mean field the last time its cells "
+            f'are resolved in float64, docs/mean_field.md, "Limits"). '
+            f"The particle error is W2 between the particle cloud and "
+            f"the reference's push-forward of the same initial tokens, largest over replicas and over every "
+            f"{args.w2_every}-th snapshot up to the reference's last resolved time. Method: "
+            f"docs/mean_field.md.\n\n{table}\n"
+        )
         Path(args.markdown).write_text(text, encoding="utf-8")
     return 0
 

@@ -37,8 +37,9 @@ def spectral_matrices(seed: int = 0, d: int = 3, eigenvalues=None) -> matrices.A
     if eigenvalues is None:
         eigenvalues = EIGENVALUES_OF_A if d == 3 else list(np.linspace(1.5, 0.25, d))
     rng = seeding.generator(seed, "tests", "matrices", str(d))
-    return matrices.generate_matrices("spectral", d, rng, eigenvalues=eigenvalues,
-                                      sigma_min=SIGMA_MIN, sigma_max=SIGMA_MAX)
+    return matrices.generate_matrices(
+        "spectral", d, rng, eigenvalues=eigenvalues, sigma_min=SIGMA_MIN, sigma_max=SIGMA_MAX
+    )
 
 
 @pytest.fixture(scope="session")
@@ -97,9 +98,22 @@ def naive_zero_temperature_field(X: np.ndarray, A: np.ndarray, B: np.ndarray) ->
 def run_workflow(workdir: Path, cores: int = 2) -> subprocess.CompletedProcess:
     """config/test.yaml through Snakemake in ``workdir`` (``--directory``: nothing lands in the repository)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
-                           "--configfile", str(TEST_CONFIG), "--cores", str(cores)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "--snakefile",
+            str(SNAKEFILE),
+            "--directory",
+            str(workdir),
+            "--configfile",
+            str(TEST_CONFIG),
+            "--cores",
+            str(cores),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     return proc
 
@@ -132,7 +146,10 @@ def resource_experiment(**changes) -> dict:
     """A validated experiment (d = 3, spectral family, N = 4096, R = 4) with some keys changed: the
     resource model's tests size their jobs on it."""
     exp = {
-        "dim": 3, "tokens": 4096, "replicas": 4, "betas": [10, 100, 1000],
+        "dim": 3,
+        "tokens": 4096,
+        "replicas": 4,
+        "betas": [10, 100, 1000],
         "matrices": {"family": "spectral", "eigenvalues": [1.5, 0.5, 0.25], "sigma_min": 0.8, "sigma_max": 1.25},
         "time": {"horizon": 20.0, "dt": 0.05, "snapshots": 80},
     }

@@ -16,36 +16,50 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-
 from conftest import TEST_CONFIG, validated
+
 from lowtemp.analysis import claims, estimates, fitting
 from lowtemp.model import matrices, rates
-from lowtemp.store import datasets, io
 from lowtemp.stages import fit as fit_stage
 from lowtemp.stages import matrices as matrices_stage
+from lowtemp.store import datasets, io
 
 T = np.linspace(0.0, 30.0, 151)
 BETAS = np.array([10.0, 100.0, 1000.0, 10000.0])
 R, N = 4, 10**6  # N large enough that the early regime (after the transient, before t*) spans t in [5.4, 9.9]
 C1_TRUE, A_TRUE = 0.3, 0.05
 KAPPA, T0 = 1.0, 2.0  # departure time = T0 + KAPPA log β (4.3 … 11.2 for β = 10 … 10⁴)
-FIT = {"max_residual": 0.05, "min_points": 5, "saturation": 0.5, "confidence": 0.95, "calibration_betas": 1,
-       "early_time": 1.0, "particle_error_fraction": 0.25}
+FIT = {
+    "max_residual": 0.05,
+    "min_points": 5,
+    "saturation": 0.5,
+    "confidence": 0.95,
+    "calibration_betas": 1,
+    "early_time": 1.0,
+    "particle_error_fraction": 0.25,
+}
 CFG = dict(claims.DEFAULTS)
 THRESHOLD = 30.0
 
 
 def end_phase_matrices(angle=30.0):
     """A = V Bᵀ with spectrum (1.5, 0.6, 0.5) and V's leading eigenvector at ``angle`` to E1(A)."""
-    return matrices.generate_matrices("end_phase", 3, np.random.default_rng(3), eigenvalues=[1.5, 0.6, 0.5],
-                                      eigenvalues_V=[1.2, 0.8, 0.6], angle_V=angle)
+    return matrices.generate_matrices(
+        "end_phase",
+        3,
+        np.random.default_rng(3),
+        eigenvalues=[1.5, 0.6, 0.5],
+        eigenvalues_V=[1.2, 0.8, 0.6],
+        angle_V=angle,
+    )
 
 
 M = end_phase_matrices()
 
 
-def synthetic(seed=0, early=1.0, late=1.0, error_power=-1.0, kappa=KAPPA, t0=T0, end_at="V", ess=100.0,
-              never_depart=(), M_=M):
+def synthetic(
+    seed=0, early=1.0, late=1.0, error_power=-1.0, kappa=KAPPA, t0=T0, end_at="V", ess=100.0, never_depart=(), M_=M
+):
     """distances-like dataset, (beta, replica, time), with 1 % multiplicative noise per replica.
 
     ``early``/``late`` multiply the predicted rates of the two regimes; the finite-temperature
@@ -73,8 +87,9 @@ def synthetic(seed=0, early=1.0, late=1.0, error_power=-1.0, kappa=KAPPA, t0=T0,
             # the tokens cross halfway to V's eigenspace at the departure; W2 to Π♯ρ0 rises from 0.5 later
             after = T > depart[i, r]
             rising = T > depart[i, r] + 0.5
-            w2_proj[i, r, rising] = np.minimum(w2_proj[i, r, ~rising][-1] * 4.0 ** (T[rising] - depart[i, r] - 0.5),
-                                               2.0)
+            w2_proj[i, r, rising] = np.minimum(
+                w2_proj[i, r, ~rising][-1] * 4.0 ** (T[rising] - depart[i, r] - 0.5), 2.0
+            )
             dist_A[i, r] = np.maximum(np.exp(-T), 0.05)
             dist_A[i, r, after] = np.minimum(0.6 * gap + (T[after] - depart[i, r]), gap)
     near, far = 0.02, 1.3
@@ -89,8 +104,10 @@ def synthetic(seed=0, early=1.0, late=1.0, error_power=-1.0, kappa=KAPPA, t0=T0,
             "dist_leading_A": (("beta", "replica", "time"), dist_A),
             "dist_leading_V": (("beta", "replica", "time"), dist_V),
             "dist_leading_V_modulus": (("beta", "replica", "time"), dist_V + 0.01),
-            "ess_median": (("beta", "replica", "time"),
-                           np.broadcast_to(np.asarray(ess, float).reshape(-1, 1, 1), w2_proj.shape).copy()),
+            "ess_median": (
+                ("beta", "replica", "time"),
+                np.broadcast_to(np.asarray(ess, float).reshape(-1, 1, 1), w2_proj.shape).copy(),
+            ),
         },
         coords={"beta": BETAS, "replica": np.arange(R), "time": T},
     )
@@ -118,22 +135,27 @@ def test_every_claim_passes_on_curves_that_satisfy_it():
     assert np.mean(fit["metastable_slope"].values) == pytest.approx(KAPPA, rel=0.1)
 
 
-@pytest.mark.parametrize("changes, failing", [
-    ({"early": 1.6}, {"rate_early"}),
-    ({"late": 0.5}, {"rate_late"}),
-    # the finite-temperature error grows with β (the opposite of Theorem 1)
-    ({"error_power": +0.5}, {"bound_above_data", "temperature_scaling"}),
-    # decays, but slower than sqrt(log(β+1)/β)
-    ({"error_power": -0.2}, {"bound_above_data", "temperature_scaling"}),
-    ({"kappa": -0.5, "t0": 10.0}, {"metastable_log_beta"}),
-    ({"end_at": "A"}, {"conjecture_1"}),
-])
+@pytest.mark.parametrize(
+    "changes, failing",
+    [
+        ({"early": 1.6}, {"rate_early"}),
+        ({"late": 0.5}, {"rate_late"}),
+        # the finite-temperature error grows with β (the opposite of Theorem 1)
+        ({"error_power": +0.5}, {"bound_above_data", "temperature_scaling"}),
+        # decays, but slower than sqrt(log(β+1)/β)
+        ({"error_power": -0.2}, {"bound_above_data", "temperature_scaling"}),
+        ({"kappa": -0.5, "t0": 10.0}, {"metastable_log_beta"}),
+        ({"end_at": "A"}, {"conjecture_1"}),
+    ],
+)
 def test_a_violation_fails_its_check(changes, failing):
     _, found = judge(synthetic(**changes))
     got = {k for k, c in found.items() if c.status == claims.Status.FAILED}
     assert got == failing, [c.line() for c in found.values()]
     # the others pass, or (a rate changed under the bound's b·e^(−ct)) say why they cannot judge
-    assert all(found[k].status in (claims.Status.PASSED, claims.Status.NOT_EVALUABLE) for k in NAMES if k not in failing)
+    assert all(
+        found[k].status in (claims.Status.PASSED, claims.Status.NOT_EVALUABLE) for k in NAMES if k not in failing
+    )
 
 
 def test_the_bound_is_tested_on_data_it_was_not_calibrated_on():
@@ -165,11 +187,14 @@ def test_the_bound_is_judged_per_replica_not_on_a_mean():
 def test_under_resolved_beta_give_their_own_status():
     """ESS ≈ 1 at every β (a d = 5 run at N ~ 10³): no verdict is about the mean field."""
     _, found = judge(synthetic(ess=1.0))
-    assert statuses(found) == {"rate_early": claims.Status.PASSED, "rate_late": claims.Status.PASSED,
-                               "bound_above_data": claims.Status.UNDER_RESOLVED,
-                               "temperature_scaling": claims.Status.UNDER_RESOLVED,
-                               "metastable_log_beta": claims.Status.UNDER_RESOLVED,
-                               "conjecture_1": claims.Status.UNDER_RESOLVED}
+    assert statuses(found) == {
+        "rate_early": claims.Status.PASSED,
+        "rate_late": claims.Status.PASSED,
+        "bound_above_data": claims.Status.UNDER_RESOLVED,
+        "temperature_scaling": claims.Status.UNDER_RESOLVED,
+        "metastable_log_beta": claims.Status.UNDER_RESOLVED,
+        "conjecture_1": claims.Status.UNDER_RESOLVED,
+    }
     assert "UNDER-RESOLVED conjecture_1" in found["conjecture_1"].line()
 
 
@@ -286,8 +311,17 @@ def test_stage_fit_and_stage_claims_on_synthetic_files(tmp_path):
     with open(TEST_CONFIG) as fh:
         config = validated(yaml.safe_load(fh))
     exp = config["experiments"]["tiny"]
-    exp.update(betas=BETAS.tolist(), replicas=R, tokens=N, matrices={
-        "family": "end_phase", "eigenvalues": [1.5, 0.6, 0.5], "eigenvalues_V": [1.2, 0.8, 0.6], "angle_V": 30})
+    exp.update(
+        betas=BETAS.tolist(),
+        replicas=R,
+        tokens=N,
+        matrices={
+            "family": "end_phase",
+            "eigenvalues": [1.5, 0.6, 0.5],
+            "eigenvalues_V": [1.2, 0.8, 0.6],
+            "angle_V": 30,
+        },
+    )
     matrices_stage.stage_matrices("tiny", exp, 7, tmp_path / "matrices.nc")
     dist = synthetic(M_=datasets.load_matrices(tmp_path / "matrices.nc"))
     io.write_netcdf(dist, tmp_path / "distances.nc", "distances", io.provenance("tiny", exp, 7))
@@ -300,14 +334,16 @@ def test_stage_fit_and_stage_claims_on_synthetic_files(tmp_path):
     # one number, one place: every interval in claims.nc is fit.nc's
     np.testing.assert_array_equal(
         [out["interval_low"].sel(claim="temperature_scaling"), out["interval_high"].sel(claim="temperature_scaling")],
-        fit["temperature_exponent_interval"].values)
+        fit["temperature_exponent_interval"].values,
+    )
     np.testing.assert_array_equal(
         [out["interval_low"].sel(claim="rate_early"), out["interval_high"].sel(claim="rate_early")],
-        fit["c_regime_interval"].sel(regime="early").values)
+        fit["c_regime_interval"].sel(regime="early").values,
+    )
     assert float(out.attrs["early_time"]) == pytest.approx(1.0)
 
 
-# ------------------------------------------------------------------ inputs an independent referee used to break the checks
+# ----------------------------------------------------------- inputs an independent referee used to break the checks
 def test_one_held_out_curve_above_the_bound_fails_even_if_the_pooled_fraction_passes():
     dist = synthetic()
     dist["w2_projection"][1, 2] *= 100.0  # one (β, replica) curve, wholly above the bound
@@ -346,7 +382,11 @@ def test_a_rate_whose_interval_straddles_the_target_is_inconclusive_not_passed()
         dist["w2_zero_to_projection"][r] *= np.exp(-0.15 * rng.standard_normal() * np.minimum(T, t_star))
     fit, found = judge(dist)
     lo, hi = fit["c_regime_interval"].sel(regime="early").values
-    assert found["rate_early"].status in (claims.Status.INCONCLUSIVE, claims.Status.FAILED), (lo, hi, found["rate_early"].line())
+    assert found["rate_early"].status in (claims.Status.INCONCLUSIVE, claims.Status.FAILED), (
+        lo,
+        hi,
+        found["rate_early"].line(),
+    )
 
 
 def test_a_pair_of_beta_where_the_error_stalls_fails_temperature_scaling():
@@ -359,8 +399,9 @@ def test_a_pair_of_beta_where_the_error_stalls_fails_temperature_scaling():
     assert float(np.mean(fit["temperature_exponent"].values)) < float(fit["temperature_bound_exponent"])
     assert found["temperature_scaling"].status == claims.Status.FAILED, found["temperature_scaling"].line()
     assert "slower between β" in found["temperature_scaling"].numbers
-    assert dist["w2_zero_temperature"].values[1, 0, k] == pytest.approx(dist["w2_zero_temperature"].values[3, 0, k],
-                                                                         rel=0.05)
+    assert dist["w2_zero_temperature"].values[1, 0, k] == pytest.approx(
+        dist["w2_zero_temperature"].values[3, 0, k], rel=0.05
+    )
 
 
 def test_early_time_far_from_every_exact_snapshot_is_not_evaluable():
@@ -427,8 +468,11 @@ def test_claims_that_leave_out_a_budgeted_beta_say_what_n_it_would_need():
     fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=over)
     found = {c.name: c for c in claims.evaluate(dist, fit, CFG)}
     for name in ("bound_above_data", "temperature_scaling", "conjecture_1"):
-        assert f"β = 1000 not judged: its remaining N error of W2 is up to 3.7 × W2 (95 %) at N = {N}" \
-            in found[name].numbers and "would need N ≈ 1.7e+08" in found[name].numbers, found[name].numbers
+        assert (
+            f"β = 1000 not judged: its remaining N error of W2 is up to 3.7 × W2 (95 %) at N = {N}"
+            in found[name].numbers
+            and "would need N ≈ 1.7e+08" in found[name].numbers
+        ), found[name].numbers
     assert "departure moves by [0.5, 0.9] per doubling of N" in found["metastable_log_beta"].numbers
     assert "no N resolves it" in found["metastable_log_beta"].numbers
     assert not any("not judged" in found[f"rate_{r}"].numbers for r in ("early", "late"))
@@ -475,8 +519,10 @@ def with_reference(dist, error_fraction, shift=None):
 def test_a_mean_field_reference_decides_by_its_own_error_claim_by_claim():
     """model: mean_field: no ESS; the reference's error estimate decides. Errors of 10 % of W2 resolve every β (the
     verdicts are those of the particle curves with ESS 100); an error of 30 % of W2(ρ^β_t, ρ^∞_t) at β = 1000 (above
-    the fraction 0.25) leaves that β out of temperature_scaling, one of 10 times it out of every W2 claim; a coarser reference departing one snapshot later at β = 100 widens that β's departure range by the
-    shift, two snapshots later leave it out of metastable_log_beta only; errors of 10 times it everywhere make every W2 claim UNDER-RESOLVED, in words that
+    the fraction 0.25) leaves that β out of temperature_scaling, one of 10 times it out of every W2 claim; a
+    coarser reference departing one snapshot later at β = 100 widens that β's departure range by the shift, two
+    snapshots later leave it out of metastable_log_beta only; errors of 10 times it everywhere make every W2 claim
+    UNDER-RESOLVED, in words that
     name the reference."""
     base, found = judge(synthetic())
     fit, ok = judge(with_reference(synthetic(), [0.1] * 4))
@@ -537,4 +583,9 @@ def test_tokens_still_approaching_v_at_the_horizon_are_not_judged():
 def test_status_codes_and_words():
     """The integers claims.nc stores and the words of the logs and the summary (claims.nc's attribute says them)."""
     assert [(int(s), s.word) for s in claims.Status] == [
-        (1, "PASSED"), (0, "FAILED"), (-1, "NOT EVALUABLE"), (-2, "UNDER-RESOLVED"), (-3, "INCONCLUSIVE")]
+        (1, "PASSED"),
+        (0, "FAILED"),
+        (-1, "NOT EVALUABLE"),
+        (-2, "UNDER-RESOLVED"),
+        (-3, "INCONCLUSIVE"),
+    ]

@@ -104,8 +104,13 @@ def test_fit_growth_rate_without_window_raises():
 
 
 @HYP
-@given(t_arrive=st.floats(0.5, 4.0), t_leave=st.floats(4.5, 8.0), k=st.floats(0.3, 3.0), gap=st.floats(0.2, 1.5),
-       shape=st.tuples(st.integers(1, 3), st.integers(1, 3)))
+@given(
+    t_arrive=st.floats(0.5, 4.0),
+    t_leave=st.floats(4.5, 8.0),
+    k=st.floats(0.3, 3.0),
+    gap=st.floats(0.2, 1.5),
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+)
 def test_geometric_departure_on_closed_form_curves(t_arrive, t_leave, k, gap, shape):
     """dist_A falls linearly to 0 at t_arrive, stays, and rises at rate k after t_leave: the departure is the first
     snapshot past t_leave + gap/(2k)."""
@@ -187,8 +192,11 @@ def _longest_run(ok, min_points):
 
 
 @settings(max_examples=60, deadline=None)
-@given(mask=st.lists(st.booleans(), min_size=1, max_size=30), min_points=st.integers(3, 6),
-       slope=st.sampled_from([-1.0, 1.0]))
+@given(
+    mask=st.lists(st.booleans(), min_size=1, max_size=30),
+    min_points=st.integers(3, 6),
+    slope=st.sampled_from([-1.0, 1.0]),
+)
 def test_log_linear_window_on_exact_line_is_longest_admissible_run(mask, min_points, slope):
     """On an exactly linear log curve every admissible run qualifies, so the window is the longest
     admissible run (earliest on ties) and never contains an inadmissible point."""

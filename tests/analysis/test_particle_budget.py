@@ -16,14 +16,14 @@ from dataclasses import replace as dataclasses_replace
 import numpy as np
 import pytest
 import yaml
+from conftest import ROOT, validated
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lowtemp.analysis import estimates, fitting, particle_budget
-from lowtemp.stages import convergence
-from lowtemp.config.experiment import build_matrices
 from lowtemp.config import studies
-from conftest import ROOT, validated
+from lowtemp.config.experiment import build_matrices
+from lowtemp.stages import convergence
 
 NUMBERS = np.array([512.0, 1024.0, 2048.0, 4096.0])
 TOL = 1.0
@@ -34,7 +34,7 @@ def synthetic(rng, p, remaining, noise, replicas=4, sign=1.0, draws=DRAWS, numbe
     """(N, replica, draw): mean Q∞ + a·N^−p with a·N*^−p = sign·remaining; replica noise noise·sqrt(N*/N)
     (a Monte Carlo spread that halves its variance per doubling)."""
     a = sign * remaining * numbers[-1] ** p
-    mean = 5.0 + a * numbers ** -p
+    mean = 5.0 + a * numbers**-p
     sd = noise * np.sqrt(numbers[-1] / numbers)
     return mean[:, None, None] + sd[:, None, None] * rng.standard_normal((numbers.size, replicas, draws))
 
@@ -71,8 +71,9 @@ def test_false_passes_on_curves_that_have_not_converged_stay_below_five_percent(
     assert old > 0.5  # the curves are hard: the rule the budget replaced passes most of some of them
 
 
-@pytest.mark.parametrize("p, noise, replicas, least", [(0.5, 0.05, 4, 0.5), (2.0, 0.1, 4, 0.4),
-                                                       (0.5, 0.1, 8, 0.5), (1.0, 0.05, 8, 0.5)])
+@pytest.mark.parametrize(
+    "p, noise, replicas, least", [(0.5, 0.05, 4, 0.5), (2.0, 0.1, 4, 0.4), (0.5, 0.1, 8, 0.5), (1.0, 0.05, 8, 0.5)]
+)
 def test_converged_curves_pass(p, noise, replicas, least):
     """Remaining error 0.05× the tolerance with a replica spread well below it: the budget passes at least half
     of them (its power; with noise near the tolerance it cannot, and says so by failing)."""
@@ -143,8 +144,9 @@ def test_non_finite_values_give_nan_where_they_are_and_numbers_elsewhere():
 
 
 def test_the_relative_budget_is_the_largest_ratio_in_the_window():
-    b = particle_budget.Budget(bound=np.array([0.1, 0.2, 0.6, np.inf]), exponent=np.zeros(4),
-                               value=np.array([1.0, 1.0, 2.0, 1.0]))
+    b = particle_budget.Budget(
+        bound=np.array([0.1, 0.2, 0.6, np.inf]), exponent=np.zeros(4), value=np.array([1.0, 1.0, 2.0, 1.0])
+    )
     assert particle_budget.relative_budget(b, [True, True, True, False]) == pytest.approx(0.3)
     assert particle_budget.relative_budget(b, [False, False, False, True]) == np.inf
     assert np.isnan(particle_budget.relative_budget(b, [False] * 4))
@@ -193,8 +195,12 @@ def test_the_particles_needed_cover_the_true_number(p):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.floats(1e-12, 1e3), min_size=1, max_size=4), st.floats(1e-6, 1e3), st.floats(1e-3, 10.0),
-       st.integers(0, 3))
+@given(
+    st.lists(st.floats(1e-12, 1e3), min_size=1, max_size=4),
+    st.floats(1e-6, 1e3),
+    st.floats(1e-3, 10.0),
+    st.integers(0, 3),
+)
 def test_the_particles_needed_and_the_relative_budget_agree_on_being_met(scale, value, fraction, rejected):
     """The projected N is at most N* exactly when the relative budget is at most the fraction, to the bit (they
     compared b/v ≤ f and b/(f·v) ≤ 1, which disagree by one rounding: b = 0.13304044373456833,
@@ -205,16 +211,28 @@ def test_the_particles_needed_and_the_relative_budget_agree_on_being_met(scale, 
     per[min(rejected, len(scale) - 1)] = np.nan if rejected < 3 else per[min(rejected, len(scale) - 1)]
     if np.all(np.isnan(per)):
         return
-    b = particle_budget.Budget(bound=np.nanmax(per, axis=0), exponent=np.zeros(1), value=np.array([value]),
-                               exponents=exponents, per_exponent=per, at=4096.0)
+    b = particle_budget.Budget(
+        bound=np.nanmax(per, axis=0),
+        exponent=np.zeros(1),
+        value=np.array([value]),
+        exponents=exponents,
+        per_exponent=per,
+        at=4096.0,
+    )
     met = particle_budget.relative_budget(b, [True]) <= fraction
     assert (particle_budget.tokens_needed(b, [True], fraction) <= 4096.0) == met
-    rounding = particle_budget.Budget(bound=np.array([0.13304044373456833]), exponent=np.zeros(1),
-                                      value=np.array([1.3304044373456831]), exponents=np.array([0.5]),
-                                      per_exponent=np.array([[0.13304044373456833]]), at=4096.0)
+    rounding = particle_budget.Budget(
+        bound=np.array([0.13304044373456833]),
+        exponent=np.zeros(1),
+        value=np.array([1.3304044373456831]),
+        exponents=np.array([0.5]),
+        per_exponent=np.array([[0.13304044373456833]]),
+        at=4096.0,
+    )
     assert particle_budget.tokens_needed(rounding, [True], 0.1) > 4096.0
-    overflow = dataclasses_replace(rounding, bound=np.array([np.inf]), per_exponent=np.array([[np.inf], [1e-3]]),
-                                   exponents=np.array([0.5, 1.0]))
+    overflow = dataclasses_replace(
+        rounding, bound=np.array([np.inf]), per_exponent=np.array([[np.inf], [1e-3]]), exponents=np.array([0.5, 1.0])
+    )
     assert particle_budget.tokens_needed(overflow, [True], 0.1) == np.inf
 
 
@@ -231,14 +249,17 @@ def test_the_particles_needed_are_at_most_n_when_met_and_inf_without_a_power_law
                 particle_budget.tokens_needed(met, window, bad)
 
 
-@pytest.mark.parametrize("numbers, shape, match", [
-    ([512, 1024], (2, 4, 3), "at least 3 particle numbers"),
-    ([512, 1024, 2048], (3, 3, 3), "with 4 replicas"),
-    ([512, 2048, 1024], (3, 4, 3), "increasing"),
-    ([512, 1024, 2048], (4, 4, 3), "values have 4 particle numbers, numbers has 3"),
-    ([512, 1024, np.inf], (3, 4, 3), "positive and increasing"),
-    ([512, 1024, 2048], (3,), r"values must be \(N, replica, ...\)"),
-])
+@pytest.mark.parametrize(
+    "numbers, shape, match",
+    [
+        ([512, 1024], (2, 4, 3), "at least 3 particle numbers"),
+        ([512, 1024, 2048], (3, 3, 3), "with 4 replicas"),
+        ([512, 2048, 1024], (3, 4, 3), "increasing"),
+        ([512, 1024, 2048], (4, 4, 3), "values have 4 particle numbers, numbers has 3"),
+        ([512, 1024, np.inf], (3, 4, 3), "positive and increasing"),
+        ([512, 1024, 2048], (3,), r"values must be \(N, replica, ...\)"),
+    ],
+)
 def test_bad_input_is_named(numbers, shape, match):
     with pytest.raises(ValueError, match=match):
         particle_budget.remaining_error_bound(numbers, np.ones(shape))
@@ -249,8 +270,11 @@ def test_bad_input_is_named(numbers, shape, match):
 
 # ------------------------------------------------------------------ departure slope
 def departure_times(rng, slope, spread, replicas=4, draws=1, numbers=NUMBERS):
-    return 6.0 + slope * np.log2(numbers / numbers[0])[:, None, None] + spread * rng.standard_normal(
-        (numbers.size, replicas, draws))
+    return (
+        6.0
+        + slope * np.log2(numbers / numbers[0])[:, None, None]
+        + spread * rng.standard_normal((numbers.size, replicas, draws))
+    )
 
 
 def slope_interval(dep, censored=None, horizon=30.0):
@@ -270,11 +294,15 @@ def test_departure_slope_interval_covers_and_separates():
             lo, hi = slope_interval(departure_times(rng, slope, 0.3)[..., 0])
             hits += lo <= slope <= hi
         assert hits / 2000 >= 0.935, (slope, hits / 2000)
-    moving = [particle_budget.slope_magnitude_bound(slope_interval(departure_times(rng, 0.9, 0.3)[..., 0]))
-              for _ in range(200)]
+    moving = [
+        particle_budget.slope_magnitude_bound(slope_interval(departure_times(rng, 0.9, 0.3)[..., 0]))
+        for _ in range(200)
+    ]
     assert min(moving) > 0.0625
-    fixed = [particle_budget.slope_magnitude_bound(slope_interval(departure_times(rng, 0.0, 0.05)[..., 0]))
-             for _ in range(200)]
+    fixed = [
+        particle_budget.slope_magnitude_bound(slope_interval(departure_times(rng, 0.0, 0.05)[..., 0]))
+        for _ in range(200)
+    ]
     assert np.mean(np.array(fixed) <= 0.0625) >= 0.5
 
 
@@ -308,11 +336,21 @@ def test_arrival_that_depends_on_n_is_outside_the_departure_budget():
     assert np.isnan(particle_budget.departure_slope_bound(none, cen, slope_interval(none, cen)))
     every = departure_times(rng, 0.0, 0.05)[..., 0]
     interval = slope_interval(every, cen)
-    assert particle_budget.departure_slope_bound(every, cen, interval) == particle_budget.slope_magnitude_bound(
-        interval) < 0.2
+    assert (
+        particle_budget.departure_slope_bound(every, cen, interval)
+        == particle_budget.slope_magnitude_bound(interval)
+        < 0.2
+    )
     measured, _, dep_ok = estimates.particle_budget_verdicts(
-        [1000.0], estimates.ParticleBudget(1000.0, 0.1, particle_budget.departure_slope_bound(
-            only_largest, cen, slope_interval(only_largest, cen)), 0.25), 0.25)
+        [1000.0],
+        estimates.ParticleBudget(
+            1000.0,
+            0.1,
+            particle_budget.departure_slope_bound(only_largest, cen, slope_interval(only_largest, cen)),
+            0.25,
+        ),
+        0.25,
+    )
     assert measured.tolist() == [True] and dep_ok.tolist() == [False]
 
 
@@ -349,14 +387,15 @@ def test_a_real_particle_study_on_the_circle_at_beta_1000_is_outside_the_departu
         experiment = validated(cfg)["experiments"][name]
         S = studies.study_settings(name, experiment)
         M = build_matrices(name, experiment, int(cfg["root_seed"]))
-        w2, dist_A, _, _, grid, _ = convergence._particle_study(name, "test", experiment, int(cfg["root_seed"]),
-                                                                S, M)
+        w2, dist_A, _, _, grid, _ = convergence._particle_study(name, "test", experiment, int(cfg["root_seed"]), S, M)
         results[beta] = convergence.particle_budget_of(S.particles.tokens, w2, dist_A, grid, 1024, M)
     limited = results[1000.0]
     fraction = 0.25 * 0.25  # fit.particle_error_fraction × the snapshot interval
     assert limited["departure_slope_per_doubling"][0] > fraction, limited["departure_slope_per_doubling"]
     measured, w2_ok, dep_ok = estimates.particle_budget_verdicts(
-        [10.0, 1000.0], estimates.ParticleBudget(1000.0, limited["w2_budget_ratio"], limited["departure_slope_bound"],
-                                                 0.25), 0.25)
+        [10.0, 1000.0],
+        estimates.ParticleBudget(1000.0, limited["w2_budget_ratio"], limited["departure_slope_bound"], 0.25),
+        0.25,
+    )
     assert measured.tolist() == [False, True] and dep_ok.tolist() == [True, False]
     assert results[10.0]["departure_slope_bound"] < limited["departure_slope_per_doubling"][0]

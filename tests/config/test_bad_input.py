@@ -20,13 +20,13 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from conftest import SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG
 
 from lowtemp.config import validation
 from lowtemp.model import matrices
-from lowtemp.store import io
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
-from conftest import SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG
+from lowtemp.store import io
 
 ConfigError, Violation = validation.ConfigError, matrices.AssumptionViolation
 EYE = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
@@ -58,104 +58,278 @@ def vmf(**params):
 
 # (id, mutation of the parsed test config, exception, exact message as a regular expression)
 BAD_CONFIGS = [
-    ("unknown-top-level-key", lambda c: c.update(foo=1), ConfigError,
-     r"config key \(top level\): Additional properties are not allowed \('foo' was unexpected\)"),
-    ("unknown-experiment-key", tiny(tokenz=64), ConfigError,
-     r"config key experiments\.tiny: Additional properties are not allowed \('tokenz' was unexpected\)"),
-    ("wrong-type", tiny(tokens="many"), ConfigError,
-     r"config key experiments\.tiny\.tokens: 'many' is not of type 'integer'"),
-    ("negative-beta", tiny(betas=[5, -1]), ConfigError,
-     r"config key experiments\.tiny\.betas\.1: -1 is less than or equal to the minimum of 0"),
-    ("zero-beta", tiny(betas=[0]), ConfigError,
-     r"config key experiments\.tiny\.betas\.0: 0 is less than or equal to the minimum of 0"),
-    ("nan-beta", tiny(betas=[math.nan]), ConfigError,
-     r"config key experiments\.tiny\.betas\.0: nan is not a finite number"),
+    (
+        "unknown-top-level-key",
+        lambda c: c.update(foo=1),
+        ConfigError,
+        r"config key \(top level\): Additional properties are not allowed \('foo' was unexpected\)",
+    ),
+    (
+        "unknown-experiment-key",
+        tiny(tokenz=64),
+        ConfigError,
+        r"config key experiments\.tiny: Additional properties are not allowed \('tokenz' was unexpected\)",
+    ),
+    (
+        "wrong-type",
+        tiny(tokens="many"),
+        ConfigError,
+        r"config key experiments\.tiny\.tokens: 'many' is not of type 'integer'",
+    ),
+    (
+        "negative-beta",
+        tiny(betas=[5, -1]),
+        ConfigError,
+        r"config key experiments\.tiny\.betas\.1: -1 is less than or equal to the minimum of 0",
+    ),
+    (
+        "zero-beta",
+        tiny(betas=[0]),
+        ConfigError,
+        r"config key experiments\.tiny\.betas\.0: 0 is less than or equal to the minimum of 0",
+    ),
+    (
+        "nan-beta",
+        tiny(betas=[math.nan]),
+        ConfigError,
+        r"config key experiments\.tiny\.betas\.0: nan is not a finite number",
+    ),
     ("empty-beta-grid", tiny(betas=[]), ConfigError, r"config key experiments\.tiny\.betas: \[\] should be non-empty"),
-    ("duplicate-beta", tiny(betas=[5, 5.0]), ConfigError,
-     r"experiments\.tiny\.betas has duplicate values: \[5\.0, 5\.0\]"),
-    ("zero-tokens", tiny(tokens=0), ConfigError, r"config key experiments\.tiny\.tokens: 0 is less than the minimum of 2"),
-    ("negative-tokens", tiny(tokens=-64), ConfigError,
-     r"config key experiments\.tiny\.tokens: -64 is less than the minimum of 2"),
+    (
+        "duplicate-beta",
+        tiny(betas=[5, 5.0]),
+        ConfigError,
+        r"experiments\.tiny\.betas has duplicate values: \[5\.0, 5\.0\]",
+    ),
+    (
+        "zero-tokens",
+        tiny(tokens=0),
+        ConfigError,
+        r"config key experiments\.tiny\.tokens: 0 is less than the minimum of 2",
+    ),
+    (
+        "negative-tokens",
+        tiny(tokens=-64),
+        ConfigError,
+        r"config key experiments\.tiny\.tokens: -64 is less than the minimum of 2",
+    ),
     ("dim-1", tiny(dim=1), ConfigError, r"config key experiments\.tiny\.dim: 1 is less than the minimum of 2"),
-    ("zero-replicas", tiny(replicas=0), ConfigError,
-     r"config key experiments\.tiny\.replicas: 0 is less than the minimum of 1"),
-    ("zero-dt", tiny_in("time", dt=0), ConfigError,
-     r"config key experiments\.tiny\.time\.dt: 0 is less than or equal to the minimum of 0"),
-    ("dt-larger-than-horizon", tiny_in("time", dt=7.0), ConfigError,
-     r"experiments\.tiny\.time\.dt = 7\.0 is larger than time\.horizon = 6\.0"),
-    ("infinite-horizon", tiny_in("time", horizon=math.inf), ConfigError,
-     r"config key experiments\.tiny\.time\.horizon: inf is not a finite number"),
-    ("nan-under-fit", tiny(fit={"max_residual": math.nan}), ConfigError,
-     r"config key experiments\.tiny\.fit\.max_residual: nan is not a finite number"),
-    ("nan-memory-limit", lambda c: c.update(memory_limit_gb=math.nan), ConfigError,
-     r"config key memory_limit_gb: nan is not a finite number"),
-    ("infinite-checkpoint-interval", lambda c: c.update(checkpoint_every_seconds=math.inf), ConfigError,
-     r"config key checkpoint_every_seconds: inf is not a finite number"),
-    ("tokens-beyond-int64", tiny(tokens=2**64), ConfigError,
-     r"config key experiments\.tiny\.tokens: 18446744073709551616 is out of range \(integers must lie within "
-     r"±2\*\*63, numpy's int64\)"),
-    ("tokens-as-a-float", tiny(tokens=1.0e300), ConfigError,
-     r"config key experiments\.tiny\.tokens: 1e\+300 is not of type 'integer'"),
-    ("tokens-beyond-any-memory", tiny(tokens=2**62), ConfigError,
-     r"experiments\.tiny: the largest job needs about \d+\.?\d* GiB \(tokens = 4611686018427387904, replicas = 2, "
-     r"snapshots = 30\), more than"),
-    ("no-experiments", lambda c: c.update(experiments={}), ConfigError,
-     r"config key experiments: \{\} should be non-empty"),
-    ("bad-experiment-name", lambda c: c["experiments"].update({"9 lives": c["experiments"]["tiny"]}), ConfigError,
-     r"config key experiments: '9 lives' does not match"),
-    ("experiment-name-with-newline", renamed("tiny\n"), ConfigError,
-     r"config key experiments: 'tiny\\n' does not match"),
+    (
+        "zero-replicas",
+        tiny(replicas=0),
+        ConfigError,
+        r"config key experiments\.tiny\.replicas: 0 is less than the minimum of 1",
+    ),
+    (
+        "zero-dt",
+        tiny_in("time", dt=0),
+        ConfigError,
+        r"config key experiments\.tiny\.time\.dt: 0 is less than or equal to the minimum of 0",
+    ),
+    (
+        "dt-larger-than-horizon",
+        tiny_in("time", dt=7.0),
+        ConfigError,
+        r"experiments\.tiny\.time\.dt = 7\.0 is larger than time\.horizon = 6\.0",
+    ),
+    (
+        "infinite-horizon",
+        tiny_in("time", horizon=math.inf),
+        ConfigError,
+        r"config key experiments\.tiny\.time\.horizon: inf is not a finite number",
+    ),
+    (
+        "nan-under-fit",
+        tiny(fit={"max_residual": math.nan}),
+        ConfigError,
+        r"config key experiments\.tiny\.fit\.max_residual: nan is not a finite number",
+    ),
+    (
+        "nan-memory-limit",
+        lambda c: c.update(memory_limit_gb=math.nan),
+        ConfigError,
+        r"config key memory_limit_gb: nan is not a finite number",
+    ),
+    (
+        "infinite-checkpoint-interval",
+        lambda c: c.update(checkpoint_every_seconds=math.inf),
+        ConfigError,
+        r"config key checkpoint_every_seconds: inf is not a finite number",
+    ),
+    (
+        "tokens-beyond-int64",
+        tiny(tokens=2**64),
+        ConfigError,
+        r"config key experiments\.tiny\.tokens: 18446744073709551616 is out of range \(integers must lie within "
+        r"±2\*\*63, numpy's int64\)",
+    ),
+    (
+        "tokens-as-a-float",
+        tiny(tokens=1.0e300),
+        ConfigError,
+        r"config key experiments\.tiny\.tokens: 1e\+300 is not of type 'integer'",
+    ),
+    (
+        "tokens-beyond-any-memory",
+        tiny(tokens=2**62),
+        ConfigError,
+        r"experiments\.tiny: the largest job needs about \d+\.?\d* GiB \(tokens = 4611686018427387904, replicas = 2, "
+        r"snapshots = 30\), more than",
+    ),
+    (
+        "no-experiments",
+        lambda c: c.update(experiments={}),
+        ConfigError,
+        r"config key experiments: \{\} should be non-empty",
+    ),
+    (
+        "bad-experiment-name",
+        lambda c: c["experiments"].update({"9 lives": c["experiments"]["tiny"]}),
+        ConfigError,
+        r"config key experiments: '9 lives' does not match",
+    ),
+    (
+        "experiment-name-with-newline",
+        renamed("tiny\n"),
+        ConfigError,
+        r"config key experiments: 'tiny\\n' does not match",
+    ),
     ("experiment-name-too-long", renamed("a" * 300), ConfigError, r"config key experiments: 'a{300}' is too long"),
-    ("matrix-wrong-shape", explicit(K=[[1, 0], [0, 1]]), ConfigError,
-     r"experiments\.tiny\.matrices\.K must be a 3x3 matrix \(dim = 3\), got shape \(2, 2\)"),
-    ("matrix-ragged", explicit(Q=[[1, 0, 0], [0, 1], [0, 0, 1]]), ConfigError,
-     r"experiments\.tiny\.matrices\.Q is not a rectangular matrix \(rows of unequal length\)"),
-    ("matrix-nan", explicit(V=[[2, 0, 0], [0, math.nan, 0], [0, 0, 0.5]]), ConfigError,
-     r"config key experiments\.tiny\.matrices\.V\.1\.1: nan is not a finite number"),
-    ("matrix-inf", explicit(K=[[1, 0, 0], [0, math.inf, 0], [0, 0, 1]]), ConfigError,
-     r"config key experiments\.tiny\.matrices\.K\.1\.1: inf is not a finite number"),
-    ("singular-B", explicit(K=[[1, 0, 0], [0, 1, 0], [0, 0, 0]]), Violation,
-     r"experiments\.tiny\.matrices: Assumption 1 violated: B = QᵀK is singular or ill-conditioned "
-     r"\(σmin = 0\.000e\+00, σmax = 1\.000e\+00, condition number inf > 1\.0e\+08\)"),
-    ("ill-conditioned-B", tiny_in("matrices", sigma_min=1e-9, sigma_max=1.0), Violation,
-     r"Assumption 1 violated: B = QᵀK is singular or ill-conditioned \(σmin = 1\.000e-09, σmax = 1\.000e\+00, "
-     r"condition number 1\.000e\+09 > 1\.0e\+08\)"),
-    ("VBt-not-symmetric", explicit(V=[[2, 1, 0], [0, 1, 0], [0, 0, 0.5]]), Violation,
-     r"experiments\.tiny\.matrices: Assumption 1 violated: A = VBᵀ is not symmetric \(‖A − Aᵀ‖/‖A‖ = 5\.657e-01 > 1\.0e-10\)"),
-    ("no-spectral-gap", tiny_in("matrices", eigenvalues=[1, 1, 1]), Violation,
-     r"experiments\.tiny\.matrices: Assumption 1 violated: A = VBᵀ has no spectral gap \(all eigenvalues equal 1 "),
-    ("eigenvalues-wrong-length", tiny_in("matrices", eigenvalues=[1, 0.5]), ConfigError,
-     r"experiments\.tiny\.matrices\.eigenvalues must have length dim = 3, got 2"),
-    ("cap-is-not-a-positive-density", tiny(initial_measure={"name": "cap", "center": [0, 0, 1], "angle": 30}), Violation,
-     r"experiments\.tiny\.initial_measure: 'cap' is not a positive density on the sphere \(a cap of angle 30° has "
-     r"zero density outside it; Assumption 3\)\. Set experiments\.tiny\.initial_measure\.positive_density: false"),
-    ("atoms-are-not-a-density", tiny(initial_measure={"name": "atoms", "points": [[1, 0, 0]]}), Violation,
-     r"'atoms' is not a positive density on the sphere \(finitely many atoms have no density; Assumption 3\)"),
-    ("assumption-2-mass-on-E1-complement",
-     lambda c: c["experiments"]["tiny"].update(matrices=EXPLICIT, initial_measure={
-         "name": "atoms", "points": [[1, 1, 0], [0, 1, 0], [0, 0, 2]], "positive_density": False}), Violation,
-     r"experiments\.tiny\.initial_measure: Assumption 2 fails: point\(s\) \[1, 2\] lie on E1⊥ \(P1 x = 0\), so "
-     r"∫\|P1 x\|\^\(-1/2\) dρ0 is infinite"),
-    ("kernel-for-another-dim", tiny(kernel="dense", dim=4, matrices={"family": "spectral", "eigenvalues": [1, .5, .3, .2],
-                                                                      "sigma_min": .8, "sigma_max": 1.25}), ConfigError,
-     r"experiments\.tiny\.kernel: 'dense' supports dim 2 and 3, got dim = 4; use 'numpy' or 'auto'"),
-    ("kappa-infinite", vmf(kappas=[math.inf, 1.0]), ConfigError,
-     r"config key experiments\.tiny\.initial_measure\.kappas\.0: inf is not a finite number"),
-    ("kappa-beyond-the-sampler", vmf(kappas=[1e300, 1.0]), ConfigError,
-     r"experiments\.tiny\.initial_measure\.kappas must be finite numbers in \[0, 1e\+12\] \(the vMF sampler's "
-     r"range\), got \[1e\+300, 1\.0\]"),
-    ("weights-summing-to-1.00001", vmf(kappas=[2.0, 1.0], weights=[0.5, 0.50001]), ConfigError,
-     r"experiments\.tiny\.initial_measure\.weights must sum to 1 \(to 1\.5e-08\), got 1\.00001"),
-    ("unknown-integrator", tiny(integrator="leapfrog"), ConfigError,
-     r"config key experiments\.tiny\.integrator: 'leapfrog' is not one of \['dopri5', 'bs3', 'rk4', 'euler'\]"),
-    ("unknown-measure", tiny(initial_measure={"name": "gaussian"}), ConfigError,
-     r"config key experiments\.tiny\.initial_measure\.name: 'gaussian' is not one of"),
-    ("snapshot-time-outside-horizon", tiny_in("figures", snapshot_times=[0, 9]), ConfigError,
-     r"experiments\.tiny\.figures\.snapshot_times: 9 is outside \[0, time\.horizon = 6\.0\]"),
-    ("too-many-tokens-for-memory", lambda c: c.update(memory_limit_gb=4) or c["experiments"]["tiny"].update(
-        tokens=200_000, replicas=4), ConfigError,
-     r"experiments\.tiny: the largest job needs about [0-9.]+ GiB \(tokens = 200000, replicas = 4, snapshots = 30\), "
-     r"more than the 4\.0 GiB of memory_limit_gb"),
+    (
+        "matrix-wrong-shape",
+        explicit(K=[[1, 0], [0, 1]]),
+        ConfigError,
+        r"experiments\.tiny\.matrices\.K must be a 3x3 matrix \(dim = 3\), got shape \(2, 2\)",
+    ),
+    (
+        "matrix-ragged",
+        explicit(Q=[[1, 0, 0], [0, 1], [0, 0, 1]]),
+        ConfigError,
+        r"experiments\.tiny\.matrices\.Q is not a rectangular matrix \(rows of unequal length\)",
+    ),
+    (
+        "matrix-nan",
+        explicit(V=[[2, 0, 0], [0, math.nan, 0], [0, 0, 0.5]]),
+        ConfigError,
+        r"config key experiments\.tiny\.matrices\.V\.1\.1: nan is not a finite number",
+    ),
+    (
+        "matrix-inf",
+        explicit(K=[[1, 0, 0], [0, math.inf, 0], [0, 0, 1]]),
+        ConfigError,
+        r"config key experiments\.tiny\.matrices\.K\.1\.1: inf is not a finite number",
+    ),
+    (
+        "singular-B",
+        explicit(K=[[1, 0, 0], [0, 1, 0], [0, 0, 0]]),
+        Violation,
+        r"experiments\.tiny\.matrices: Assumption 1 violated: B = QᵀK is singular or ill-conditioned "
+        r"\(σmin = 0\.000e\+00, σmax = 1\.000e\+00, condition number inf > 1\.0e\+08\)",
+    ),
+    (
+        "ill-conditioned-B",
+        tiny_in("matrices", sigma_min=1e-9, sigma_max=1.0),
+        Violation,
+        r"Assumption 1 violated: B = QᵀK is singular or ill-conditioned \(σmin = 1\.000e-09, σmax = 1\.000e\+00, "
+        r"condition number 1\.000e\+09 > 1\.0e\+08\)",
+    ),
+    (
+        "VBt-not-symmetric",
+        explicit(V=[[2, 1, 0], [0, 1, 0], [0, 0, 0.5]]),
+        Violation,
+        r"experiments\.tiny\.matrices: Assumption 1 violated: A = VBᵀ is not symmetric "
+        r"\(‖A − Aᵀ‖/‖A‖ = 5\.657e-01 > 1\.0e-10\)",
+    ),
+    (
+        "no-spectral-gap",
+        tiny_in("matrices", eigenvalues=[1, 1, 1]),
+        Violation,
+        r"experiments\.tiny\.matrices: Assumption 1 violated: A = VBᵀ has no spectral gap \(all eigenvalues equal 1 ",
+    ),
+    (
+        "eigenvalues-wrong-length",
+        tiny_in("matrices", eigenvalues=[1, 0.5]),
+        ConfigError,
+        r"experiments\.tiny\.matrices\.eigenvalues must have length dim = 3, got 2",
+    ),
+    (
+        "cap-is-not-a-positive-density",
+        tiny(initial_measure={"name": "cap", "center": [0, 0, 1], "angle": 30}),
+        Violation,
+        r"experiments\.tiny\.initial_measure: 'cap' is not a positive density on the sphere \(a cap of angle 30° has "
+        r"zero density outside it; Assumption 3\)\. Set experiments\.tiny\.initial_measure\.positive_density: false",
+    ),
+    (
+        "atoms-are-not-a-density",
+        tiny(initial_measure={"name": "atoms", "points": [[1, 0, 0]]}),
+        Violation,
+        r"'atoms' is not a positive density on the sphere \(finitely many atoms have no density; Assumption 3\)",
+    ),
+    (
+        "assumption-2-mass-on-E1-complement",
+        lambda c: c["experiments"]["tiny"].update(
+            matrices=EXPLICIT,
+            initial_measure={"name": "atoms", "points": [[1, 1, 0], [0, 1, 0], [0, 0, 2]], "positive_density": False},
+        ),
+        Violation,
+        r"experiments\.tiny\.initial_measure: Assumption 2 fails: point\(s\) \[1, 2\] lie on E1⊥ \(P1 x = 0\), so "
+        r"∫\|P1 x\|\^\(-1/2\) dρ0 is infinite",
+    ),
+    (
+        "kernel-for-another-dim",
+        tiny(
+            kernel="dense",
+            dim=4,
+            matrices={"family": "spectral", "eigenvalues": [1, 0.5, 0.3, 0.2], "sigma_min": 0.8, "sigma_max": 1.25},
+        ),
+        ConfigError,
+        r"experiments\.tiny\.kernel: 'dense' supports dim 2 and 3, got dim = 4; use 'numpy' or 'auto'",
+    ),
+    (
+        "kappa-infinite",
+        vmf(kappas=[math.inf, 1.0]),
+        ConfigError,
+        r"config key experiments\.tiny\.initial_measure\.kappas\.0: inf is not a finite number",
+    ),
+    (
+        "kappa-beyond-the-sampler",
+        vmf(kappas=[1e300, 1.0]),
+        ConfigError,
+        r"experiments\.tiny\.initial_measure\.kappas must be finite numbers in \[0, 1e\+12\] \(the vMF sampler's "
+        r"range\), got \[1e\+300, 1\.0\]",
+    ),
+    (
+        "weights-summing-to-1.00001",
+        vmf(kappas=[2.0, 1.0], weights=[0.5, 0.50001]),
+        ConfigError,
+        r"experiments\.tiny\.initial_measure\.weights must sum to 1 \(to 1\.5e-08\), got 1\.00001",
+    ),
+    (
+        "unknown-integrator",
+        tiny(integrator="leapfrog"),
+        ConfigError,
+        r"config key experiments\.tiny\.integrator: 'leapfrog' is not one of \['dopri5', 'bs3', 'rk4', 'euler'\]",
+    ),
+    (
+        "unknown-measure",
+        tiny(initial_measure={"name": "gaussian"}),
+        ConfigError,
+        r"config key experiments\.tiny\.initial_measure\.name: 'gaussian' is not one of",
+    ),
+    (
+        "snapshot-time-outside-horizon",
+        tiny_in("figures", snapshot_times=[0, 9]),
+        ConfigError,
+        r"experiments\.tiny\.figures\.snapshot_times: 9 is outside \[0, time\.horizon = 6\.0\]",
+    ),
+    (
+        "too-many-tokens-for-memory",
+        lambda c: c.update(memory_limit_gb=4) or c["experiments"]["tiny"].update(tokens=200_000, replicas=4),
+        ConfigError,
+        r"experiments\.tiny: the largest job needs about [0-9.]+ GiB "
+        r"\(tokens = 200000, replicas = 4, snapshots = 30\), "
+        r"more than the 4\.0 GiB of memory_limit_gb",
+    ),
 ]
 
 
@@ -175,7 +349,9 @@ def test_the_table_names_each_case_once():
     assert len(set(names)) == len(names), sorted(n for n in names if names.count(n) > 1)
 
 
-@pytest.mark.parametrize("mutate, error, message", [row[1:] for row in BAD_CONFIGS], ids=[row[0] for row in BAD_CONFIGS])
+@pytest.mark.parametrize(
+    "mutate, error, message", [row[1:] for row in BAD_CONFIGS], ids=[row[0] for row in BAD_CONFIGS]
+)
 def test_bad_config_gives_its_exact_error_and_no_output(tmp_path, base_config, mutate, error, message):
     mutate(base_config)
     with pytest.raises(error, match=message):
@@ -196,8 +372,11 @@ def every_numeric_key(base_config) -> dict:
     base_config.update(memory_limit_gb=64, checkpoint_every_seconds=300)
     tiny = base_config["experiments"]["tiny"]
     tiny["matrices"]["max_condition_B"] = 1e8
-    tiny["convergence"] = {"beta": 50, "steps": {"dt": 0.1, "times": [1.6, 6.0], "tokens": 32, "replicas": 1},
-                           "particles": {"tokens": [8, 16, 32, 64], "replicas": 4, "horizon": 6.0}}
+    tiny["convergence"] = {
+        "beta": 50,
+        "steps": {"dt": 0.1, "times": [1.6, 6.0], "tokens": 32, "replicas": 1},
+        "particles": {"tokens": [8, 16, 32, 64], "replicas": 4, "horizon": 6.0},
+    }
     circle = base_config["experiments"]["tiny_circle"]
     circle["initial_measure"].update(means=[[1, 0], [0, 1]], weights=[0.25, 0.75])
     circle["matrices"].update(angle_V=45, V_shear=0.1)
@@ -214,8 +393,9 @@ def _numeric_leaves(node, path=()):
     return [path] if isinstance(node, (int, float)) and not isinstance(node, bool) else []
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 2**63, -2**63 - 1],
-                         ids=["nan", "inf", "-inf", "2**63", "-2**63-1"])
+@pytest.mark.parametrize(
+    "value", [math.nan, math.inf, -math.inf, 2**63, -(2**63) - 1], ids=["nan", "inf", "-inf", "2**63", "-2**63-1"]
+)
 def test_a_non_finite_or_overflowing_number_is_refused_at_every_numeric_key(tmp_path, every_numeric_key, value):
     """The schema's bounds let NaN through (every comparison with NaN is false): one walk over the whole
     config refuses NaN, ±inf and integers beyond int64 wherever they are, naming the key. (Where the schema
@@ -256,8 +436,11 @@ def test_duplicate_experiment_names_in_the_yaml_file(tmp_path):
     path = tmp_path / "dup.yaml"
     path.write_text(text)
     first, second = [n + 1 for n, line in enumerate(text.splitlines()) if line == "  tiny:"]
-    with pytest.raises(ConfigError, match=rf"dup\.yaml, line {second}: duplicate key 'tiny' \(first at line {first}\); "
-                                          r"YAML would silently keep only the last one"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"dup\.yaml, line {second}: duplicate key 'tiny' \(first at line {first}\); "
+        r"YAML would silently keep only the last one",
+    ):
         validation.load_config_file(path)
 
 
@@ -276,17 +459,22 @@ def test_yaml_alias_bomb_is_refused(tmp_path, base_config):
     bomb = "".join(f"  {line}\n" for line in _alias_bomb(9).splitlines())
     path.write_text(TEST_CONFIG.read_text() + "bomb:\n" + bomb)
     line = TEST_CONFIG.read_text().count("\n") + 3  # the first alias: the second line of the bomb
-    message = (rf"bomb\.yaml: its YAML aliases \(the first: \*l0, line {line}\) expand it to more than "
-               rf"{validation.MAX_EXPANDED_NODES} keys and values, which Snakemake and this check would visit one by "
-               r"one; write a config of that size out, or use fewer aliases")
+    message = (
+        rf"bomb\.yaml: its YAML aliases \(the first: \*l0, line {line}\) expand it to more than "
+        rf"{validation.MAX_EXPANDED_NODES} keys and values, which Snakemake and this check would visit one by "
+        r"one; write a config of that size out, or use fewer aliases"
+    )
     with pytest.raises(ConfigError, match=message):
         validation.load_config_file(path)
     with pytest.raises(ConfigError, match=message):
         validation.validate_config(base_config, SCHEMA, configfiles=[path], results=tmp_path / "results")
     loop = tmp_path / "loop.yaml"
     loop.write_text("root_seed: 7\nexperiments:\n  a: &a [1, *a]\n")
-    with pytest.raises(ConfigError, match=r"loop\.yaml, line 3: this node contains a YAML alias to itself, which "
-                                          r"would expand forever"):
+    with pytest.raises(
+        ConfigError,
+        match=r"loop\.yaml, line 3: this node contains a YAML alias to itself, which "
+        r"would expand forever",
+    ):
         validation.load_config_file(loop)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.yaml", "loop.yaml"]  # nothing written
 
@@ -314,10 +502,14 @@ def test_yaml_aliases_within_the_budget_are_read(tmp_path, base_config):
                 validation.load_config_file(tmp_path / "doubling.yaml")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("- 1\n- 2\n", r"a config must be a mapping of keys at top level, got list"),
-    ("experiments: {tiny: [\n", r"not valid YAML"),
-], ids=["not-a-mapping", "not-yaml"])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("- 1\n- 2\n", r"a config must be a mapping of keys at top level, got list"),
+        ("experiments: {tiny: [\n", r"not valid YAML"),
+    ],
+    ids=["not-a-mapping", "not-yaml"],
+)
 def test_config_file_that_is_not_a_mapping(tmp_path, text, message):
     path = tmp_path / "c.yaml"
     path.write_text(text)
@@ -338,8 +530,11 @@ def test_results_folder_that_is_a_link_to_nothing(tmp_path, base_config, target)
     """Snakemake's os.makedirs cannot create a folder through a link whose target is missing: refused,
     naming the link and its target (the check creates nothing, not even the target)."""
     (tmp_path / "results").symlink_to(target)
-    with pytest.raises(ConfigError, match=rf"results folder '.*results': .*results is a link to '{target}', "
-                                          r"which does not exist \(or is a loop of links\)"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"results folder '.*results': .*results is a link to '{target}', "
+        r"which does not exist \(or is a loop of links\)",
+    ):
         _validate(base_config, tmp_path / "results")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
 
@@ -363,14 +558,34 @@ def test_results_folder_that_cannot_be_written(tmp_path, base_config):
 
 
 # ------------------------------------------------------------------ through the Snakemake command line
-CLI_ROWS = ["unknown-experiment-key", "negative-beta", "singular-B", "assumption-2-mass-on-E1-complement",
-            "too-many-tokens-for-memory", "experiment-name-with-newline"]
+CLI_ROWS = [
+    "unknown-experiment-key",
+    "negative-beta",
+    "singular-B",
+    "assumption-2-mass-on-E1-complement",
+    "too-many-tokens-for-memory",
+    "experiment-name-with-newline",
+]
 
 
 def _snakemake(work: Path, configfile: Path, *extra) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(work),
-                           "--configfile", str(configfile), "--cores", "1", *extra],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "--snakefile",
+            str(SNAKEFILE),
+            "--directory",
+            str(work),
+            "--configfile",
+            str(configfile),
+            "--cores",
+            "1",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("row", CLI_ROWS)
@@ -431,8 +646,11 @@ def _set_attribute(path: Path, key: str, value) -> None:
 def test_netcdf_from_an_older_schema(stage_inputs):
     root = stage_inputs[2]
     _set_attribute(root / "matrices.nc", "lowtemp_schema", io.SCHEMA_VERSION - 1)
-    with pytest.raises(io.NetCDFSchemaError, match=rf"matrices\.nc: schema version {io.SCHEMA_VERSION - 1}, "
-                                                   rf"expected {io.SCHEMA_VERSION}; rerun the stage that writes it"):
+    with pytest.raises(
+        io.NetCDFSchemaError,
+        match=rf"matrices\.nc: schema version {io.SCHEMA_VERSION - 1}, "
+        rf"expected {io.SCHEMA_VERSION}; rerun the stage that writes it",
+    ):
         _initial_tokens(stage_inputs)
     assert not (root / "tokens.nc").exists()
 
@@ -468,8 +686,10 @@ def test_snakemake_job_with_a_truncated_input_fails_and_removes_its_output(tmp_p
     path.write_bytes(data[: len(data) // 3])
     proc = _snakemake(work, TEST_CONFIG, target)
     assert proc.returncode != 0
-    assert "cannot be read as NetCDF" in proc.stdout + proc.stderr + (
-        work / "results/tiny_circle/logs/initial_tokens.log").read_text()
+    assert (
+        "cannot be read as NetCDF"
+        in proc.stdout + proc.stderr + (work / "results/tiny_circle/logs/initial_tokens.log").read_text()
+    )
     assert not (work / target).exists()
     assert not np.any([".tmp-" in p.name for p in (work / "results").rglob("*")])
 
@@ -477,8 +697,11 @@ def test_snakemake_job_with_a_truncated_input_fails_and_removes_its_output(tmp_p
 def test_memory_refusal_against_this_machine_when_no_limit_is_set(tmp_path, base_config):
     exp = base_config["experiments"]["tiny"]
     exp["tokens"] = 200_000_000  # the stored positions alone: (snapshots + 1)·R·N·d·8 bytes, terabytes
-    with pytest.raises(ConfigError, match=r"GiB \(tokens = 200000000, .* more than the [0-9.]+ GiB of this "
-                                          r"machine's memory"):
+    with pytest.raises(
+        ConfigError,
+        match=r"GiB \(tokens = 200000000, .* more than the [0-9.]+ GiB of this "
+        r"machine's memory",
+    ):
         _validate(base_config, tmp_path / "results")
     need = validation.largest_job_memory_bytes(exp)
     positions = (exp["time"]["snapshots"] + 1) * exp["replicas"] * exp["tokens"] * exp["dim"] * 8

@@ -9,11 +9,11 @@ import subprocess
 
 import pytest
 import yaml
+from conftest import ROOT, SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
 from lowtemp.analysis import claims, fitting
 from lowtemp.config import validation
 from lowtemp.model import matrices
-from conftest import ROOT, SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
 
 def _set(path, value):
@@ -22,6 +22,7 @@ def _set(path, value):
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = value
+
     return mutate
 
 
@@ -31,30 +32,51 @@ def _delete(path):
         for key in path[:-1]:
             node = node[key]
         del node[path[-1]]
+
     return mutate
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (_set(["bogus_top_level"], 1), ["bogus_top_level"]),
-    (_set(["experiments", "tiny", "tokenz"], 64), ["tokenz"]),
-    (_set(["experiments", "tiny", "tokens"], "many"), ["tokens", "'many'", "integer"]),
-    (_set(["experiments", "tiny", "tokens"], 64.5), ["tokens", "64.5"]),
-    (_set(["experiments", "tiny", "betas"], [5, -1]), ["betas", "-1"]),
-    (_set(["experiments", "tiny", "betas"], [0]), ["betas"]),
-    (_set(["experiments", "tiny", "dim"], 0), ["dim", "0"]),
-    (_set(["experiments", "tiny", "matrices", "family"], "hilbert"), ["family", "'hilbert'"]),
-    (_set(["experiments", "tiny", "matrices", "sigma_mn"], 0.8), ["sigma_mn"]),
-    (_delete(["experiments", "tiny", "time", "horizon"]), ["'horizon' is a required property"]),
-    (_set(["experiments", "tiny", "time", "dt"], -0.1), ["dt", "-0.1"]),
-    (_set(["experiments", "tiny", "integrator"], "leapfrog"), ["integrator", "'leapfrog'"]),
-    (_set(["experiments", "tiny", "initial_measure"], {"name": "vmf_mixture"}), ["'kappas' is a required"]),
-    (_set(["root_seed"], -3), ["root_seed", "-3"]),
-    (_set(["experiments", "tiny", "tokens"], 64.0), ["tokens", "64.0", "integer"]),
-    (_set(["experiments", "tiny\n"], {}), ["config key experiments:", "'tiny\\n' does not match"]),
-    (_set(["experiments", "a" * 65], {}), ["config key experiments:", "is too long"]),
-], ids=["top-level-key", "experiment-key", "tokens-type", "tokens-float", "negative-beta", "zero-beta",
-        "zero-dim", "unknown-family", "matrices-key", "missing-horizon", "negative-dt", "integrator",
-        "vmf-needs-kappas", "negative-seed", "tokens-integral-float", "name-with-final-newline", "name-too-long"])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (_set(["bogus_top_level"], 1), ["bogus_top_level"]),
+        (_set(["experiments", "tiny", "tokenz"], 64), ["tokenz"]),
+        (_set(["experiments", "tiny", "tokens"], "many"), ["tokens", "'many'", "integer"]),
+        (_set(["experiments", "tiny", "tokens"], 64.5), ["tokens", "64.5"]),
+        (_set(["experiments", "tiny", "betas"], [5, -1]), ["betas", "-1"]),
+        (_set(["experiments", "tiny", "betas"], [0]), ["betas"]),
+        (_set(["experiments", "tiny", "dim"], 0), ["dim", "0"]),
+        (_set(["experiments", "tiny", "matrices", "family"], "hilbert"), ["family", "'hilbert'"]),
+        (_set(["experiments", "tiny", "matrices", "sigma_mn"], 0.8), ["sigma_mn"]),
+        (_delete(["experiments", "tiny", "time", "horizon"]), ["'horizon' is a required property"]),
+        (_set(["experiments", "tiny", "time", "dt"], -0.1), ["dt", "-0.1"]),
+        (_set(["experiments", "tiny", "integrator"], "leapfrog"), ["integrator", "'leapfrog'"]),
+        (_set(["experiments", "tiny", "initial_measure"], {"name": "vmf_mixture"}), ["'kappas' is a required"]),
+        (_set(["root_seed"], -3), ["root_seed", "-3"]),
+        (_set(["experiments", "tiny", "tokens"], 64.0), ["tokens", "64.0", "integer"]),
+        (_set(["experiments", "tiny\n"], {}), ["config key experiments:", "'tiny\\n' does not match"]),
+        (_set(["experiments", "a" * 65], {}), ["config key experiments:", "is too long"]),
+    ],
+    ids=[
+        "top-level-key",
+        "experiment-key",
+        "tokens-type",
+        "tokens-float",
+        "negative-beta",
+        "zero-beta",
+        "zero-dim",
+        "unknown-family",
+        "matrices-key",
+        "missing-horizon",
+        "negative-dt",
+        "integrator",
+        "vmf-needs-kappas",
+        "negative-seed",
+        "tokens-integral-float",
+        "name-with-final-newline",
+        "name-too-long",
+    ],
+)
 def test_schema_violation_names_the_key(test_config, mutate, expected):
     mutate(test_config)
     with pytest.raises(validation.ConfigError) as info:
@@ -64,8 +86,26 @@ def test_schema_violation_names_the_key(test_config, mutate, expected):
         assert fragment in message, (fragment, message[:500])
 
 
-@pytest.mark.parametrize("name", ["tiny", "E", "a" * 64, "b-2_c", "x\ny", "tiny\n", "tiny\r", " tiny", "tiny ",
-                                  "9lives", "a/b", "a.b", "", "a" * 65, "tinÿ"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tiny",
+        "E",
+        "a" * 64,
+        "b-2_c",
+        "x\ny",
+        "tiny\n",
+        "tiny\r",
+        " tiny",
+        "tiny ",
+        "9lives",
+        "a/b",
+        "a.b",
+        "",
+        "a" * 65,
+        "tinÿ",
+    ],
+)
 def test_experiment_names_are_folder_names(test_config, name):
     """A name is the folder results/<name>/: a letter, then letters, digits, _ or -, at most 64 characters,
     and nothing after (Python's $ would match before a final newline)."""
@@ -88,9 +128,15 @@ def test_schema_fills_defaults(test_config):
     assert exp["integrator"] == "dopri5"
     assert exp["time"] == {"horizon": 5.0, "dt": 0.05, "snapshots": 80}
     assert exp["ess_threshold"] == 30
-    assert exp["fit"] == {"max_residual": 0.05, "min_points": 5, "saturation": 0.5, "confidence": 0.95,
-                          "calibration_betas": 1, "early_time": 1.0,
-                          "particle_error_fraction": 0.25}
+    assert exp["fit"] == {
+        "max_residual": 0.05,
+        "min_points": 5,
+        "saturation": 0.5,
+        "confidence": 0.95,
+        "calibration_betas": 1,
+        "early_time": 1.0,
+        "particle_error_fraction": 0.25,
+    }
     assert exp["claims"] == {"bound_fraction": 0.9, "end_phase_tolerance": 0.1, "rate_tolerance": 0.15}
     assert exp["claims"] == claims.DEFAULTS  # the package's own defaults agree with the schema's
     assert exp["initial_measure"] == {"name": "uniform"}
@@ -111,23 +157,42 @@ def test_test_config_is_valid_and_consistent(test_config):
         assert isinstance(M, matrices.AttentionMatrices)
 
 
-@pytest.mark.parametrize("mutate, match", [
-    (_set(["betas"], [5, 50, 5.0]), r"experiments\.tiny\.betas has duplicate"),
-    (_set(["time"], {"horizon": 1.0, "dt": 2.0, "snapshots": 4}), r"experiments\.tiny\.time\.dt"),
-    (_set(["matrices", "eigenvalues"], [1.5, 0.5]), r"experiments\.tiny\.matrices\.eigenvalues must have length"),
-    (_set(["figures"], {"snapshot_times": [0.0, 7.0]}), r"experiments\.tiny\.figures\.snapshot_times"),
-    (_set(["initial_measure"], {"name": "projected_gaussian", "mean": [1, 0], "scale": 1.0}),
-     r"experiments\.tiny\.initial_measure\.mean"),
-    (_set(["initial_measure"], {"name": "vmf_mixture", "kappas": [1.0, 2.0], "means": [[1, 0, 0]]}),
-     r"experiments\.tiny\.initial_measure\.means"),
-    (_set(["matrices"], {"family": "explicit", "K": [[1, 0], [0, 1]], "Q": [[1, 0], [0, 1]],
-                         "V": [[2, 0], [0, 1]]}), r"experiments\.tiny\.matrices\.K must be a 3x3"),
-    (_set(["matrices"], {"family": "spectral", "eigenvalues": [1, 0.5, 0.2], "sigma_min": 2.0,
-                         "sigma_max": 1.0}), r"experiments\.tiny\.matrices: need 0 < sigma_min"),
-    # tiny's random d = 3 matrices have no axis of symmetry: no one-dimensional mean field to solve
-    (_set(["model"], "mean_field"), r"experiments\.tiny\.model: mean_field needs a one-dimensional reduction.*B has "
-                                    r"three distinct eigenvalues"),
-])
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (_set(["betas"], [5, 50, 5.0]), r"experiments\.tiny\.betas has duplicate"),
+        (_set(["time"], {"horizon": 1.0, "dt": 2.0, "snapshots": 4}), r"experiments\.tiny\.time\.dt"),
+        (_set(["matrices", "eigenvalues"], [1.5, 0.5]), r"experiments\.tiny\.matrices\.eigenvalues must have length"),
+        (_set(["figures"], {"snapshot_times": [0.0, 7.0]}), r"experiments\.tiny\.figures\.snapshot_times"),
+        (
+            _set(["initial_measure"], {"name": "projected_gaussian", "mean": [1, 0], "scale": 1.0}),
+            r"experiments\.tiny\.initial_measure\.mean",
+        ),
+        (
+            _set(["initial_measure"], {"name": "vmf_mixture", "kappas": [1.0, 2.0], "means": [[1, 0, 0]]}),
+            r"experiments\.tiny\.initial_measure\.means",
+        ),
+        (
+            _set(
+                ["matrices"],
+                {"family": "explicit", "K": [[1, 0], [0, 1]], "Q": [[1, 0], [0, 1]], "V": [[2, 0], [0, 1]]},
+            ),
+            r"experiments\.tiny\.matrices\.K must be a 3x3",
+        ),
+        (
+            _set(
+                ["matrices"], {"family": "spectral", "eigenvalues": [1, 0.5, 0.2], "sigma_min": 2.0, "sigma_max": 1.0}
+            ),
+            r"experiments\.tiny\.matrices: need 0 < sigma_min",
+        ),
+        # tiny's random d = 3 matrices have no axis of symmetry: no one-dimensional mean field to solve
+        (
+            _set(["model"], "mean_field"),
+            r"experiments\.tiny\.model: mean_field needs a one-dimensional reduction.*B has "
+            r"three distinct eigenvalues",
+        ),
+    ],
+)
 def test_validate_experiment_raises_config_error(test_config, mutate, match):
     exp = test_config["experiments"]["tiny"]
     mutate(exp)
@@ -149,30 +214,61 @@ def test_validate_experiment_rejects_bad_vmf_weights(test_config, weights):
 
 def test_validate_experiment_reports_assumption_violation_with_location(test_config):
     exp = test_config["experiments"]["tiny"]
-    exp["matrices"] = {"family": "explicit", "K": [[1, 0, 0], [0, 1, 0], [0, 0, 0]],
-                       "Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]], "V": [[2, 0, 0], [0, 1, 0], [0, 0, 1]]}
+    exp["matrices"] = {
+        "family": "explicit",
+        "K": [[1, 0, 0], [0, 1, 0], [0, 0, 0]],
+        "Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+        "V": [[2, 0, 0], [0, 1, 0], [0, 0, 1]],
+    }
     validated(test_config)
     with pytest.raises(matrices.AssumptionViolation, match=r"experiments\.tiny\.matrices: .*singular"):
         validation.validate_experiment("tiny", exp, test_config["root_seed"])
 
 
 # ------------------------------------------------------------------ through the Snakemake CLI
-@pytest.mark.parametrize("mutate, expected", [
-    (_set(["experiments", "tiny", "tokenz"], 64), "tokenz"),
-    (_set(["experiments", "tiny", "betas"], [5, 5]), "experiments.tiny.betas"),
-    (_set(["experiments", "tiny", "matrices"], {"family": "explicit", "K": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
-                                                 "Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
-                                                 "V": [[2, 0, 0], [0, 2, 0], [0, 0, 2]]}), "no spectral gap"),
-], ids=["schema", "pipeline-check", "assumption-1"])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (_set(["experiments", "tiny", "tokenz"], 64), "tokenz"),
+        (_set(["experiments", "tiny", "betas"], [5, 5]), "experiments.tiny.betas"),
+        (
+            _set(
+                ["experiments", "tiny", "matrices"],
+                {
+                    "family": "explicit",
+                    "K": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+                    "Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+                    "V": [[2, 0, 0], [0, 2, 0], [0, 0, 2]],
+                },
+            ),
+            "no spectral gap",
+        ),
+    ],
+    ids=["schema", "pipeline-check", "assumption-1"],
+)
 def test_snakemake_refuses_bad_config_before_running(tmp_path, test_config, mutate, expected):
     mutate(test_config)
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(test_config))
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(work),
-                           "--configfile", str(bad), "--cores", "1", "-n"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "--snakefile",
+            str(SNAKEFILE),
+            "--directory",
+            str(work),
+            "--configfile",
+            str(bad),
+            "--cores",
+            "1",
+            "-n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert expected in proc.stdout + proc.stderr
     assert not (work / "results").exists()
@@ -185,9 +281,23 @@ def test_configfile_option_runs_only_the_given_experiments(tmp_path):
     default = ROOT / "config" / "config.yaml"
     (tmp_path / "config").mkdir()
     shutil.copy(default, tmp_path / "config" / "config.yaml")
-    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
-                           "--configfile", str(TEST_CONFIG), "--cores", "1", "-n"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "--snakefile",
+            str(SNAKEFILE),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(TEST_CONFIG),
+            "--cores",
+            "1",
+            "-n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     planned = set(re.findall(r"results/([A-Za-z0-9_-]+)/matrices\.nc", proc.stdout + proc.stderr))
     with open(TEST_CONFIG) as fh:
@@ -246,6 +356,7 @@ def test_shipped_configs_validate_and_every_schema_key_is_documented():
 
 def _estimate_cost():
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("estimate_cost", ROOT / "benchmarks" / "estimate_cost.py")
     est = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(est)
@@ -281,8 +392,12 @@ def test_a_mean_field_experiment_is_checked_before_any_work(test_config):
     bad = dict(exp, convergence={})
     with pytest.raises(validation.ConfigError, match=r"tiny_mean_field\.convergence: a model: mean_field"):
         validation.validate_experiment("tiny_mean_field", bad, test_config["root_seed"])
-    axis = {"family": "explicit", "K": [[2, 0, 0], [0, 1, 0], [0, 0, 1]], "Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
-            "V": [[1.5, 0, 0], [0, 1, 0], [0, 0, 1]]}
+    axis = {
+        "family": "explicit",
+        "K": [[2, 0, 0], [0, 1, 0], [0, 0, 1]],
+        "Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+        "V": [[1.5, 0, 0], [0, 1, 0], [0, 0, 1]],
+    }
     sphere = dict(exp, dim=3, matrices=axis, initial_measure={"name": "uniform"})
     validation.validate_experiment("tiny_mean_field", sphere, test_config["root_seed"])
     tilted = dict(sphere, initial_measure={"name": "vmf_mixture", "kappas": [2.0], "means": [[0, 1, 0]]})
@@ -290,9 +405,12 @@ def test_a_mean_field_experiment_is_checked_before_any_work(test_config):
         validation.validate_experiment("tiny_mean_field", tilted, test_config["root_seed"])
     # cells float64 cannot carry (the narrowest graded cell 2·width·depth below 64 ulp of 2π), or a depth not below
     # the width (at the error estimate's twice the width too): named before any job
-    for cells, match in (({"width": 0.01, "depth": 1e-13}, "narrowest graded cell"),
-                         ({"width": 0.001, "depth": 0.002}, "depth < width")):
+    for cells, match in (
+        ({"width": 0.01, "depth": 1e-13}, "narrowest graded cell"),
+        ({"width": 0.001, "depth": 0.002}, "depth < width"),
+    ):
         with pytest.raises(validation.ConfigError, match=rf"tiny_mean_field\.mean_field: .*{match}"):
             validation.validate_experiment("tiny_mean_field", dict(exp, mean_field=cells), test_config["root_seed"])
-    validation.validate_experiment("tiny_mean_field", dict(exp, mean_field={"width": 0.01, "depth": 1e-10}),
-                                   test_config["root_seed"])
+    validation.validate_experiment(
+        "tiny_mean_field", dict(exp, mean_field={"width": 0.01, "depth": 1e-10}), test_config["root_seed"]
+    )

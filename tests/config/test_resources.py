@@ -11,13 +11,13 @@ import subprocess
 
 import pytest
 import yaml
+from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
+from conftest import experiment_matrices as matrices_of
+from conftest import resource_experiment as experiment
 
 from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.config import resources
 from lowtemp.transport import assignment
-from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
-from conftest import experiment_matrices as matrices_of
-from conftest import resource_experiment as experiment
 
 MB = 2**20
 
@@ -65,7 +65,7 @@ def test_exact_w2_memory_is_linear_above_the_dense_fallback():
     big = 4 * assignment.DENSE_MAX
     assert resources.w2_bytes(2 * big) == pytest.approx(2 * resources.w2_bytes(big))
     assert resources.w2_bytes(65536) < 1e9
-    assert resources.w2_bytes(assignment.DENSE_MAX) > 5 * 8 * assignment.DENSE_MAX ** 2
+    assert resources.w2_bytes(assignment.DENSE_MAX) > 5 * 8 * assignment.DENSE_MAX**2
     exp = experiment(tokens=65536, replicas=2, time={"horizon": 10.0, "dt": 0.1, "snapshots": 10})
     est = resources.estimate("distances_beta", exp)
     P = 11 * 2 * 65536 * 3 * 8
@@ -93,7 +93,11 @@ def test_exact_w2_time_matches_the_measured_solves():
 @pytest.mark.parametrize("snapshots,every,expected", [(80, 4, 21), (60, 2, 31), (10, 3, 5), (30, 1, 31)])
 def test_exact_snapshot_count_is_the_pipeline_mask(snapshots, every, expected):
     exp = experiment(time={"horizon": 6.0, "dt": 0.1, "snapshots": snapshots}, distances={"exact_every": every})
-    assert resources.exact_w2_count(exp) == expected == int(lowtemp_experiment.exact_w2_snapshots(exp, snapshots + 1).sum())
+    assert (
+        resources.exact_w2_count(exp)
+        == expected
+        == int(lowtemp_experiment.exact_w2_snapshots(exp, snapshots + 1).sum())
+    )
 
 
 def adaptive_budget(exp) -> int:
@@ -127,8 +131,9 @@ def test_monotone_in_n(stage):
     previous = None
     for n in [16, 256, 2048, 16384, 65536, 262144]:
         exp = experiment(tokens=n)
-        est = resources.estimate(stage, exp, beta=100.0 if stage in STAGES_WITH_BETA else None,
-                                 matrices=matrices_of(exp), threads=2)
+        est = resources.estimate(
+            stage, exp, beta=100.0 if stage in STAGES_WITH_BETA else None, matrices=matrices_of(exp), threads=2
+        )
         assert est.mem_mb >= 100 and est.runtime_min >= resources.RUNTIME_FLOOR_MIN and est.cpus >= 1
         if previous is not None:
             assert est.mem_mb >= previous.mem_mb, (n, est, previous)
@@ -196,7 +201,7 @@ def test_shipped_configs_ask_for_sane_amounts():
         for name, exp in cfg["experiments"].items():
             M = lowtemp_experiment.build_matrices(name, exp, cfg["root_seed"])
             for stage in resources.STAGES:
-                for beta in (exp["betas"] if stage == "finite_temperature" else [None]):
+                for beta in exp["betas"] if stage == "finite_temperature" else [None]:
                     est = resources.estimate(stage, exp, beta=beta, matrices=M, threads=2)
                     assert 100 <= est.mem_mb <= 8000, (path.name, name, stage, est)
                     assert resources.RUNTIME_FLOOR_MIN <= est.runtime_min <= 120, (path.name, name, stage, est)
@@ -206,10 +211,25 @@ def test_rules_request_the_estimates_and_the_profile_groups(tmp_path):
     """Dry run through the SLURM profile (no cluster needed): every job carries the
     estimate of its stage, and the short jobs form the two groups."""
     out = subprocess.run(
-        [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "--configfile",
-         str(TEST_CONFIG), "--workflow-profile", str(ROOT / "workflow" / "profiles" / "default"), "-n",
-         "--group-components", "distances=4", "figures=4"],
-        capture_output=True, text=True, timeout=300)
+        [
+            str(SNAKEMAKE),
+            "--snakefile",
+            str(SNAKEFILE),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(TEST_CONFIG),
+            "--workflow-profile",
+            str(ROOT / "workflow" / "profiles" / "default"),
+            "-n",
+            "--group-components",
+            "distances=4",
+            "figures=4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout + out.stderr
     cfg = validated(yaml.safe_load(TEST_CONFIG.read_text()))
@@ -246,11 +266,14 @@ def test_convergence_estimate_covers_the_studys_field_evaluations():
     assert "convergence" not in resources.STAGES  # not in the default target, nor in the config's memory check
     fresh = experiment(convergence={"particles": {"replicas": 5}})
     extra = particle_evals * 5 * 4096**2 * 0.27e-9
-    assert resources.estimate("convergence", fresh, matrices=M, threads=2).compute_seconds >= \
-        est.compute_seconds + extra
+    assert (
+        resources.estimate("convergence", fresh, matrices=M, threads=2).compute_seconds >= est.compute_seconds + extra
+    )
     bigger = experiment(tokens=8192)
-    assert resources.estimate("convergence", bigger, matrices=matrices_of(bigger), threads=2).compute_seconds > \
-        est.compute_seconds
+    assert (
+        resources.estimate("convergence", bigger, matrices=matrices_of(bigger), threads=2).compute_seconds
+        > est.compute_seconds
+    )
 
 
 def test_convergence_estimate_counts_exact_w2_when_dim_e1_exceeds_one():
@@ -264,8 +287,13 @@ def test_convergence_estimate_counts_exact_w2_when_dim_e1_exceeds_one():
 
 
 def test_convergence_estimate_follows_the_block():
-    exp = experiment(convergence={"beta": 10, "steps": {"tokens": 256, "times": [5.0]},
-                                  "particles": {"tokens": [64, 128, 256, 512], "replicas": 4, "horizon": 5.0}})
+    exp = experiment(
+        convergence={
+            "beta": 10,
+            "steps": {"tokens": 256, "times": [5.0]},
+            "particles": {"tokens": [64, 128, 256, 512], "replicas": 4, "horizon": 5.0},
+        }
+    )
     small = resources.estimate("convergence", exp, matrices=matrices_of(exp), threads=2)
     default = resources.estimate("convergence", experiment(), matrices=matrices_of(experiment()), threads=2)
     assert small.compute_seconds < default.compute_seconds / 50
@@ -278,6 +306,7 @@ def test_convergence_requests_cover_the_measured_jobs_of_the_default_config():
     cfg = validated(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
     for name, seconds, rss_mb in (("concentration", 361, 338), ("end_phase", 218, 305)):
         exp = cfg["experiments"][name]
-        est = resources.estimate("convergence", exp, matrices=lowtemp_experiment.build_matrices(name, exp, cfg["root_seed"]),
-                                 threads=2)
+        est = resources.estimate(
+            "convergence", exp, matrices=lowtemp_experiment.build_matrices(name, exp, cfg["root_seed"]), threads=2
+        )
         assert est.runtime_min * 60 >= seconds and est.mem_mb >= rss_mb, (name, est)

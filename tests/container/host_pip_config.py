@@ -35,8 +35,9 @@ SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 def effective_settings() -> dict[tuple[str, str], str]:
     """(section, key) -> value, as pip applies them (environment variables count as [global])."""
-    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], check=True, capture_output=True, text=True
+    ).stdout
     settings: dict[tuple[str, str], str] = {}
     for line in out.splitlines():
         if "=" not in line:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import naive_attention_field, naive_ess, naive_zero_temperature_field, random_unit, spectral_matrices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.model import measures, seeding
-from conftest import (naive_attention_field, naive_ess, naive_zero_temperature_field, random_unit,
-                      spectral_matrices)
 
 HYP = settings(max_examples=40, deadline=None)
 
@@ -25,8 +24,13 @@ def _random_problem(seed, R, N, d):
 
 
 @HYP
-@given(seed=st.integers(0, 2**32 - 1), R=st.integers(1, 2), N=st.integers(1, 12), d=st.integers(2, 5),
-       beta=st.one_of(st.floats(0.0, 50.0), st.floats(50.0, 1e4)))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    R=st.integers(1, 2),
+    N=st.integers(1, 12),
+    d=st.integers(2, 5),
+    beta=st.one_of(st.floats(0.0, 50.0), st.floats(50.0, 1e4)),
+)
 def test_attention_field_equals_naive_double_loop(seed, R, N, d, beta):
     X, B, V = _random_problem(seed, R, N, d)
     expected = naive_attention_field(X, B, V, beta)
@@ -37,8 +41,13 @@ def test_attention_field_equals_naive_double_loop(seed, R, N, d, beta):
 
 
 @HYP
-@given(seed=st.integers(0, 2**32 - 1), N=st.integers(2, 15), d=st.integers(2, 4),
-       beta=st.floats(0.0, 300.0), block=st.integers(1, 14))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    N=st.integers(2, 15),
+    d=st.integers(2, 4),
+    beta=st.floats(0.0, 300.0),
+    block=st.integers(1, 14),
+)
 def test_attention_field_blocking_does_not_change_result(seed, N, d, beta, block):
     X, B, V = _random_problem(seed, 2, N, d)
     block = min(block, N - 1) if N > 1 else 1  # strictly smaller than N
@@ -76,8 +85,13 @@ def test_attention_field_uses_qt_k_convention():
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), N=st.integers(1, 10), d=st.integers(2, 4), beta=st.floats(0.0, 100.0),
-       block=st.integers(1, 10))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    N=st.integers(1, 10),
+    d=st.integers(2, 4),
+    beta=st.floats(0.0, 100.0),
+    block=st.integers(1, 10),
+)
 def test_effective_sample_size_equals_naive(seed, N, d, beta, block):
     X, B, _ = _random_problem(seed, 2, N, d)
     ess = dynamics.effective_sample_size(X, B, beta, block_rows=block)
@@ -98,8 +112,9 @@ def test_zero_temperature_field_equals_naive(seed, R, N, d):
     S = rng.standard_normal((d, d))
     A = S + S.T
     B = rng.standard_normal((d, d)) + 3 * np.eye(d)
-    np.testing.assert_allclose(dynamics.zero_temperature_field(X, A, B),
-                               naive_zero_temperature_field(X, A, B), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        dynamics.zero_temperature_field(X, A, B), naive_zero_temperature_field(X, A, B), rtol=1e-10, atol=1e-12
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -122,8 +137,11 @@ def test_fields_are_permutation_equivariant(seed, N, d, beta):
 @given(seed=st.integers(0, 2**32 - 1), N=st.integers(1, 20), d=st.integers(2, 5), beta=st.floats(0.0, 100.0))
 def test_fields_are_tangent_to_the_sphere(seed, N, d, beta):
     X, B, V = _random_problem(seed, 2, N, d)
-    for F in (dynamics.attention_field(X, B, V, beta), dynamics.value_field(X, V),
-              dynamics.zero_temperature_field(X, V + V.T, B + 3 * np.eye(d))):
+    for F in (
+        dynamics.attention_field(X, B, V, beta),
+        dynamics.value_field(X, V),
+        dynamics.zero_temperature_field(X, V + V.T, B + 3 * np.eye(d)),
+    ):
         assert np.max(np.abs(np.sum(F * X, axis=-1))) < 1e-12 * (1 + np.abs(F).max())
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import EIGENVALUES_OF_A, SIGMA_MAX, SIGMA_MIN, random_unit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp.dynamics import fields as dynamics, integrate
+from lowtemp.dynamics import fields as dynamics
+from lowtemp.dynamics import integrate
 from lowtemp.model import exact, matrices, measures, projection, seeding
-from conftest import SIGMA_MAX, SIGMA_MIN, EIGENVALUES_OF_A, random_unit
 
 SCHEMA_DEFAULT_DT = 0.05
 
@@ -18,8 +19,9 @@ SCHEMA_DEFAULT_DT = 0.05
 @pytest.fixture(scope="module")
 def problem():
     rng = seeding.generator(123, "tests", "integrate")
-    M = matrices.generate_matrices("spectral", 3, rng, eigenvalues=EIGENVALUES_OF_A,
-                                   sigma_min=SIGMA_MIN, sigma_max=SIGMA_MAX)
+    M = matrices.generate_matrices(
+        "spectral", 3, rng, eigenvalues=EIGENVALUES_OF_A, sigma_min=SIGMA_MIN, sigma_max=SIGMA_MAX
+    )
     X0 = measures.uniform(rng, 2, 60, 3)
     return M, X0
 
@@ -106,8 +108,13 @@ def test_simulate_reports_progress_and_rejects_unknown_method(problem):
     M, X0 = problem
     grid = integrate.TimeGrid(horizon=1.0, snapshots=4, dt=0.1)
     seen = []
-    integrate.simulate(_zero_field(M), X0, grid, "rk4",
-                       progress=lambda t, k, record: seen.append((t, k, record.accepted[: k + 1].sum())))
+    integrate.simulate(
+        _zero_field(M),
+        X0,
+        grid,
+        "rk4",
+        progress=lambda t, k, record: seen.append((t, k, record.accepted[: k + 1].sum())),
+    )
     assert [t for t, _, _ in seen] == pytest.approx(grid.times[1:].tolist())
     assert [k for _, k, _ in seen] == [1, 2, 3, 4]
     assert [n for _, _, n in seen] == [grid.steps_per_snapshot * i for i in range(1, 5)]
@@ -145,14 +152,17 @@ def test_time_grid_invariants(horizon, snapshots, frac):
         assert horizon / snapshots / (g.steps_per_snapshot - 1) > dt * (1 - 1e-8)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(horizon=0.0, snapshots=3, dt=0.1), "horizon"),
-    (dict(horizon=np.inf, snapshots=3, dt=0.1), "horizon"),
-    (dict(horizon=1.0, snapshots=3, dt=0.0), "dt"),
-    (dict(horizon=1.0, snapshots=3, dt=2.0), "larger than time.horizon"),
-    (dict(horizon=1.0, snapshots=0, dt=0.1), "snapshots"),
-    (dict(horizon=1.0, snapshots=2.5, dt=0.1), "snapshots"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(horizon=0.0, snapshots=3, dt=0.1), "horizon"),
+        (dict(horizon=np.inf, snapshots=3, dt=0.1), "horizon"),
+        (dict(horizon=1.0, snapshots=3, dt=0.0), "dt"),
+        (dict(horizon=1.0, snapshots=3, dt=2.0), "larger than time.horizon"),
+        (dict(horizon=1.0, snapshots=0, dt=0.1), "snapshots"),
+        (dict(horizon=1.0, snapshots=2.5, dt=0.1), "snapshots"),
+    ],
+)
 def test_time_grid_rejects_bad_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
         integrate.TimeGrid(**kwargs)
@@ -220,12 +230,14 @@ def test_simulate_records_the_largest_drift_of_each_snapshot_interval(problem, m
 
 def _kick(replica, token, theta, h):
     """A field zero everywhere but at one token, where it turns that token by θ in one Euler step of h."""
+
     def field(X):
         F = np.zeros_like(X)
         x = X[replica, token]
         e = np.eye(X.shape[-1])[0] - x[0] * x  # a tangent direction at x
         F[replica, token] = theta / h * e / np.linalg.norm(e)
         return F
+
     return field
 
 
@@ -235,9 +247,11 @@ def test_drift_guard_fires_on_a_step_far_too_large_naming_step_time_replica_toke
     grid = integrate.TimeGrid(horizon=1.0, snapshots=2, dt=0.25)
     theta = 0.5
     assert np.sqrt(1 + theta**2) - 1 > integrate.DRIFT_TOLERANCE
-    with pytest.raises(FloatingPointError,
-                       match=r"beta = 7: the step is far too large: at t = 0\.25 \(step 1\) it left the sphere by "
-                             r"\| \|x\| - 1 \| = 1\.180e-01 > 0\.05 .*replica 1, token 2; lower time\.dt"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"beta = 7: the step is far too large: at t = 0\.25 \(step 1\) it left the sphere by "
+        r"\| \|x\| - 1 \| = 1\.180e-01 > 0\.05 .*replica 1, token 2; lower time\.dt",
+    ):
         integrate.simulate(_kick(1, 2, theta, grid.step), X0, grid, "euler", label="beta = 7")
 
 
@@ -270,8 +284,9 @@ def test_steppers_are_the_renormalised_increments(problem):
     M, X0 = problem
     X = measures.normalise(X0)
     for method, step in integrate.STEPPERS.items():
-        np.testing.assert_array_equal(step(_zero_field(M), X, 0.1),
-                                      measures.normalise(integrate.INCREMENTS[method](_zero_field(M), X, 0.1)))
+        np.testing.assert_array_equal(
+            step(_zero_field(M), X, 0.1), measures.normalise(integrate.INCREMENTS[method](_zero_field(M), X, 0.1))
+        )
 
 
 # ------------------------------------------------------------------ adaptive: embedded pairs
@@ -376,8 +391,11 @@ def test_adaptive_run_stops_when_the_step_underflows_naming_the_time(problem):
         return field(X) if calls["n"] <= 13 else np.full_like(X, np.nan)  # two good steps (to t = 0.3), then none
 
     grid = integrate.TimeGrid(horizon=2.0, snapshots=4, dt=0.05)
-    with pytest.raises(FloatingPointError, match=r"beta = 3: the adaptive step fell to .* at t = 0\.3 \(below 1e-10 of the snapshot .*"
-                                                 r"raise time\.tolerance"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"beta = 3: the adaptive step fell to .* at t = 0\.3 \(below 1e-10 of the snapshot .*"
+        r"raise time\.tolerance",
+    ):
         integrate.simulate(broken, X0, grid, "dopri5", tolerance=1e-3, label="beta = 3")
 
 
@@ -398,11 +416,11 @@ def test_adaptive_steps_are_capped_and_the_cap_is_checked(problem):
     above Δ is Δ; a cap of 0 is refused."""
     M, X0 = problem
     grid = integrate.TimeGrid(horizon=2.0, snapshots=4, dt=0.05)
-    _, capped = integrate.simulate(_zero_field(M), X0, grid, "dopri5", tolerance=1e-3, max_step=0.125,
-                                   return_record=True)
+    _, capped = integrate.simulate(
+        _zero_field(M), X0, grid, "dopri5", tolerance=1e-3, max_step=0.125, return_record=True
+    )
     assert np.all(capped.accepted[1:] >= 4) and np.all(capped.next_step[1:] <= 0.125)
-    _, loose = integrate.simulate(_zero_field(M), X0, grid, "dopri5", tolerance=1e-3, max_step=10.0,
-                                  return_record=True)
+    _, loose = integrate.simulate(_zero_field(M), X0, grid, "dopri5", tolerance=1e-3, max_step=10.0, return_record=True)
     assert np.all(loose.next_step[1:] <= 0.5) and loose.accepted.sum() < capped.accepted.sum()
     with pytest.raises(ValueError, match="largest step must be positive"):
         integrate.simulate(_zero_field(M), X0, grid, "dopri5", max_step=0.0)

@@ -74,14 +74,22 @@ def contract_violations(field_fn, ess_fn, X, B, V, beta, rtol) -> list[str]:
 def _kernel_functions(kernel):
     if kernel == "torch" and not HAS_TORCH:
         pytest.skip("PyTorch (the optional gpu extra) is not installed")
-    return (lambda X, B, V, b: kernels.attention_field(X, B, V, b, kernel),
-            lambda X, B, V, b: kernels.effective_sample_size(X, B, V, b, kernel))
+    return (
+        lambda X, B, V, b: kernels.attention_field(X, B, V, b, kernel),
+        lambda X, B, V, b: kernels.effective_sample_size(X, B, V, b, kernel),
+    )
 
 
 @pytest.mark.parametrize("kernel", ALL_KERNELS)
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(["spread", "clustered", "duplicates"]),
-       R=st.integers(1, 2), N=st.integers(2, 120), d=st.sampled_from([2, 3]), log_beta=st.floats(-2.0, 4.0))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(["spread", "clustered", "duplicates"]),
+    R=st.integers(1, 2),
+    N=st.integers(2, 120),
+    d=st.sampled_from([2, 3]),
+    log_beta=st.floats(-2.0, 4.0),
+)
 def test_every_kernel_keeps_the_contract(kernel, seed, kind, R, N, d, log_beta):
     rng = np.random.default_rng(seed)
     X = _cloud(rng, kind, R, N, d)
@@ -104,11 +112,19 @@ def test_a_single_precision_kernel_breaks_the_contract():
     X, B, V, beta = _problem()
 
     def single(X, B, V, b):
-        return kernels.attention_field(X.astype(np.float32), B.astype(np.float32), V.astype(np.float32), b,
-                                       "numpy").astype(np.float64)
+        return kernels.attention_field(
+            X.astype(np.float32), B.astype(np.float32), V.astype(np.float32), b, "numpy"
+        ).astype(np.float64)
 
-    found = contract_violations(single, lambda X, B, V, b: kernels.effective_sample_size(X, B, V, b, "dense"),
-                                X, B, V, beta, CONTRACT_RTOL["dense"])
+    found = contract_violations(
+        single,
+        lambda X, B, V, b: kernels.effective_sample_size(X, B, V, b, "dense"),
+        X,
+        B,
+        V,
+        beta,
+        CONTRACT_RTOL["dense"],
+    )
     assert any(v.startswith("field: relative error") for v in found), found
 
 
@@ -121,6 +137,7 @@ def test_a_kernel_without_the_tangent_projection_breaks_the_contract():
         w /= w.sum(axis=-1, keepdims=True)
         return np.einsum("rij,rje->rie", w, X @ V.T)
 
-    found = contract_violations(ambient, lambda X, B, V, b: kernels.effective_sample_size(X, B, V, b, "dense"),
-                                X, B, V, beta, 1e-12)
+    found = contract_violations(
+        ambient, lambda X, B, V, b: kernels.effective_sample_size(X, B, V, b, "dense"), X, B, V, beta, 1e-12
+    )
     assert any(v.startswith("not tangent") for v in found), found

@@ -11,13 +11,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
+from conftest import SCHEMA, random_unit, validated
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from lowtemp.config import experiment, validation
-from lowtemp.dynamics import fields as dynamics, kernel_choice, kernels
+from lowtemp.dynamics import fields as dynamics
+from lowtemp.dynamics import kernel_choice, kernels
 from lowtemp.model import matrices
-from conftest import SCHEMA, random_unit, validated
 
 HYP = settings(max_examples=25, deadline=None)
 
@@ -89,8 +90,9 @@ def _naive_weights(x: np.ndarray, X: np.ndarray, B: np.ndarray, beta: float):
 
 
 def _M():
-    return matrices.generate_matrices("spectral", 3, np.random.default_rng(0), eigenvalues=[1.5, 0.5, 0.25],
-                                      sigma_min=0.8, sigma_max=1.25)
+    return matrices.generate_matrices(
+        "spectral", 3, np.random.default_rng(0), eigenvalues=[1.5, 0.5, 0.25], sigma_min=0.8, sigma_max=1.25
+    )
 
 
 log_beta = st.floats(-2.0, 4.0)  # β = 10**log_beta, log-uniform in [1e-2, 1e4]
@@ -98,8 +100,14 @@ log_beta = st.floats(-2.0, 4.0)  # β = 10**log_beta, log-uniform in [1e-2, 1e4]
 
 # ------------------------------------------------------------------ 1. dense kernel
 @HYP
-@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(CLOUDS), R=st.integers(1, 3),
-       N=st.integers(2, 300), d=st.sampled_from([2, 3]), lb=log_beta)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(CLOUDS),
+    R=st.integers(1, 3),
+    N=st.integers(2, 300),
+    d=st.sampled_from([2, 3]),
+    lb=log_beta,
+)
 def test_dense_field_equals_reference(seed, kind, R, N, d, lb):
     beta = 10.0**lb
     X, B, V = _problem(seed, kind, R, N, d)
@@ -112,9 +120,10 @@ def test_dense_field_low_temperature_single_dominant_weight():
     """β = 1e4 on a vMF cluster and on near-duplicates: the regime where one weight dominates."""
     rng = np.random.default_rng(11)
     for d in (2, 3):
-        for X in (_unit(random_unit(rng, 1, 1, d) + 1e-3 * rng.standard_normal((2, 257, d))),
-                  _unit(np.repeat(random_unit(rng, 2, 3, d), 40, axis=1)
-                        + 1e-9 * rng.standard_normal((2, 120, d)))):
+        for X in (
+            _unit(random_unit(rng, 1, 1, d) + 1e-3 * rng.standard_normal((2, 257, d))),
+            _unit(np.repeat(random_unit(rng, 2, 3, d), 40, axis=1) + 1e-9 * rng.standard_normal((2, 120, d))),
+        ):
             B, V = _well_conditioned(rng, d), rng.standard_normal((d, d))
             ref = dynamics.attention_field(X, B, V, 1e4)
             assert _rel_err(kernels.dense_field(X, B, V, 1e4), ref) <= 1e-12
@@ -122,8 +131,14 @@ def test_dense_field_low_temperature_single_dominant_weight():
 
 # ------------------------------------------------------------------ 2. cap kernel
 @HYP
-@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(CAP_CLOUDS), R=st.integers(1, 2),
-       N=st.integers(50, 2000), d=st.sampled_from([2, 3]), lb=st.floats(1.0, 4.0))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(CAP_CLOUDS),
+    R=st.integers(1, 2),
+    N=st.integers(50, 2000),
+    d=st.sampled_from([2, 3]),
+    lb=st.floats(1.0, 4.0),
+)
 def test_cap_field_equals_dense_reference(seed, kind, R, N, d, lb):
     beta = 10.0**lb
     X, B, V = _problem(seed, kind, R, N, d)
@@ -231,8 +246,13 @@ def test_cap_neglected_mass_below_tail_and_field_error_bounded(d, beta, tail):
 # ------------------------------------------------------------------ 4. branch-free exponential
 def test_exp_nonpositive_accuracy_on_grid():
     f = kernels._exp_nonpositive
-    s = np.concatenate([np.linspace(-700.0, 0.0, 2**17 + 1), -np.logspace(-300, np.log10(700.0), 2000),
-                        -np.log(2.0) * np.arange(0, 1000) / 2])  # the range-reduction boundaries
+    s = np.concatenate(
+        [
+            np.linspace(-700.0, 0.0, 2**17 + 1),
+            -np.logspace(-300, np.log10(700.0), 2000),
+            -np.log(2.0) * np.arange(0, 1000) / 2,
+        ]
+    )  # the range-reduction boundaries
     s = s[s >= -700.0]
     got = np.array([f(float(v)) for v in s])
     rel = np.abs(got / np.exp(s) - 1.0)
@@ -276,8 +296,13 @@ def test_dense_bound_shift_and_exact_max_paths_agree_with_reference():
 
 # ------------------------------------------------------------------ 5. effective sample size
 @HYP
-@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(CLOUDS), N=st.integers(2, 300),
-       d=st.sampled_from([2, 3]), lb=st.floats(-1.0, 4.0))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(CLOUDS),
+    N=st.integers(2, 300),
+    d=st.sampled_from([2, 3]),
+    lb=st.floats(-1.0, 4.0),
+)
 def test_ess_kernels_agree(seed, kind, N, d, lb):
     beta = 10.0**lb
     X, B, V = _problem(seed, kind, 2, N, d)
@@ -342,11 +367,17 @@ ess_beta = st.one_of(st.floats(-2.0, 4.0).map(lambda lb: 10.0**lb), st.floats(15
 
 
 @HYP
-@given(seed=st.integers(0, 2**32 - 1), R=st.integers(1, 2), N=st.integers(2, 300), d=st.sampled_from([2, 3]),
-       beta=ess_beta, log_width=st.one_of(st.floats(-4.0, 0.0), st.just(np.inf)),
-       b=st.sampled_from(["+I", "-I", "+random", "-random"]), stretch=st.sampled_from([0.0, 0.02]))
-def test_ess_and_field_equal_reference_for_any_sign_of_B_and_clustering(seed, R, N, d, beta, log_width, b,
-                                                                        stretch):
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    R=st.integers(1, 2),
+    N=st.integers(2, 300),
+    d=st.sampled_from([2, 3]),
+    beta=ess_beta,
+    log_width=st.one_of(st.floats(-4.0, 0.0), st.just(np.inf)),
+    b=st.sampled_from(["+I", "-I", "+random", "-random"]),
+    stretch=st.sampled_from([0.0, 0.02]),
+)
+def test_ess_and_field_equal_reference_for_any_sign_of_B_and_clustering(seed, R, N, d, beta, log_width, b, stretch):
     """ESS and field of the dense and cap kernels against the numpy reference, over β, the
     cloud's width (10^log_width, or uniform on the sphere), B = ±I or ± a well-conditioned
     matrix, and tokens off the sphere by up to 2 % (Runge–Kutta stages).
@@ -447,8 +478,10 @@ def _naive_sweep(X, B, beta, queries):
     return np.mean(swept) / n
 
 
-@pytest.mark.parametrize("d, beta, cloud", [(3, 1000.0, "spread"), (3, 1000.0, "clustered"), (2, 1e4, "spread"),
-                                            (2, 1e4, "clustered"), (3, 10.0, "spread")])
+@pytest.mark.parametrize(
+    "d, beta, cloud",
+    [(3, 1000.0, "spread"), (3, 1000.0, "clustered"), (2, 1e4, "spread"), (2, 1e4, "clustered"), (3, 10.0, "spread")],
+)
 def test_cap_sweep_fraction_against_a_loop_over_the_tokens(d, beta, cloud):
     rng = np.random.default_rng(4)
     X = random_unit(rng, 1, 600, d)
@@ -462,9 +495,17 @@ def test_cap_sweep_fraction_against_a_loop_over_the_tokens(d, beta, cloud):
         assert got >= 0.4  # a cell holds a whole cluster: the cap kernel sweeps half the cloud
 
 
-@pytest.mark.parametrize("d, beta, cloud, expected", [
-    (3, 1000.0, "spread", "cap"), (3, 1000.0, "clustered", "dense"), (2, 1e4, "spread", "cap"),
-    (2, 1e4, "clustered", "dense"), (3, 10.0, "spread", "dense"), (2, 1000.0, "spread", "dense")])
+@pytest.mark.parametrize(
+    "d, beta, cloud, expected",
+    [
+        (3, 1000.0, "spread", "cap"),
+        (3, 1000.0, "clustered", "dense"),
+        (2, 1e4, "spread", "cap"),
+        (2, 1e4, "clustered", "dense"),
+        (3, 10.0, "spread", "dense"),
+        (2, 1000.0, "spread", "dense"),
+    ],
+)
 def test_choose_for_cloud_picks_what_make_bench_measured_faster(d, beta, cloud, expected):
     """The benchmark's clouds at N = 32768 (``make bench``, docs/kernels.md): the cap kernel measured 2–2.3× faster
     than dense on the spread clouds at d = 3, β = 1000 and d = 2, β = 10⁴, 1.2–6× slower on the clustered ones
@@ -494,8 +535,11 @@ def test_auto_kernel_equals_the_dense_kernel():
         picks.add(kernel_choice.choose_for_cloud(X, M.B, 3000.0))
         F, ref = kernels.attention_field(X, M.B, M.V, 3000.0, "auto"), kernels.dense_field(X, M.B, M.V, 3000.0)
         assert _rel_err(F, ref) <= 1e-12
-        np.testing.assert_allclose(kernels.effective_sample_size(X, M.B, M.V, 3000.0, "auto"),
-                                   kernels.effective_sample_size(X, M.B, M.V, 3000.0, "dense"), rtol=1e-10)
+        np.testing.assert_allclose(
+            kernels.effective_sample_size(X, M.B, M.V, 3000.0, "auto"),
+            kernels.effective_sample_size(X, M.B, M.V, 3000.0, "dense"),
+            rtol=1e-10,
+        )
     assert picks == {"cap", "dense"}
 
 
@@ -554,8 +598,13 @@ def test_kernels_bit_identical_across_calls_and_threads(d, restore_threads):
 def test_field_kernel_explicit_and_auto():
     for kernel in kernels.KERNELS:
         assert experiment.field_kernel({"dim": 3, "tokens": 32768, "kernel": kernel}) == kernel
-    for N, d, expected in [(32768, 3, "auto"), (1024, 3, "dense"), (16384, 2, "auto"), (4096, 2, "dense"),
-                           (32768, 4, "numpy")]:
+    for N, d, expected in [
+        (32768, 3, "auto"),
+        (1024, 3, "dense"),
+        (16384, 2, "auto"),
+        (4096, 2, "dense"),
+        (32768, 4, "numpy"),
+    ]:
         for exp in ({"dim": d, "tokens": N, "kernel": "auto"}, {"dim": d, "tokens": N}):
             assert experiment.field_kernel(exp) == kernel_choice.choose_kernel(N, d) == expected
 
@@ -583,8 +632,16 @@ def test_schema_rejects_unknown_kernel(test_config, kernel):
 
 def test_validate_experiment_refuses_fast_kernels_outside_d2_d3(test_config):
     exp = dict(validated(test_config)["experiments"]["tiny"])
-    exp.update(dim=4, kernel="dense",
-               matrices={"family": "spectral", "eigenvalues": [1.5, 0.5, 0.25, 0.1], "sigma_min": 0.8,
-                         "sigma_max": 1.25, "B_frames": "symmetric"})
+    exp.update(
+        dim=4,
+        kernel="dense",
+        matrices={
+            "family": "spectral",
+            "eigenvalues": [1.5, 0.5, 0.25, 0.1],
+            "sigma_min": 0.8,
+            "sigma_max": 1.25,
+            "B_frames": "symmetric",
+        },
+    )
     with pytest.raises(validation.ConfigError, match="kernel"):
         validation.validate_experiment("tiny", exp, 7)

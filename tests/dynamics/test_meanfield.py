@@ -18,14 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, special
 
-from lowtemp.dynamics import integrate as lt_integrate, meanfield as mf
-from lowtemp.model import exact, matrices, projection
-from lowtemp.store import datasets, io
-from lowtemp.transport import w2 as transport
+from lowtemp.dynamics import integrate as lt_integrate
+from lowtemp.dynamics import meanfield as mf
 from lowtemp.dynamics import reduction
+from lowtemp.model import exact, matrices, projection
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
 from lowtemp.stages import simulate as simulate_stage
+from lowtemp.store import datasets, io
+from lowtemp.transport import w2 as transport
 
 HYP = settings(max_examples=30, deadline=None)
 
@@ -34,7 +35,8 @@ def rotation(seed: int) -> np.ndarray:
     return matrices.random_orthogonal(3, np.random.default_rng(seed))
 
 
-def axisymmetric(b_axis, b_perp, v_axis, v_perp, R=np.eye(3)):
+def axisymmetric(b_axis, b_perp, v_axis, v_perp, R=None):
+    R = np.eye(3) if R is None else R
     B = R @ np.diag([b_axis, b_perp, b_perp]) @ R.T
     V = R @ np.diag([v_axis, v_perp, v_perp]) @ R.T
     return B, V
@@ -42,8 +44,9 @@ def axisymmetric(b_axis, b_perp, v_axis, v_perp, R=np.eye(3)):
 
 def circle_matrices(seed: int = 1, angle_V: float = 30.0):
     """A 2×2 pair with A = VBᵀ symmetric, γ = 1, V's leading eigenvector 30° from E1(A)."""
-    return matrices.generate_matrices("end_phase", 2, np.random.default_rng(seed), eigenvalues=[1.5, 0.5],
-                                      eigenvalues_V=[1.2, 0.6], angle_V=angle_V)
+    return matrices.generate_matrices(
+        "end_phase", 2, np.random.default_rng(seed), eigenvalues=[1.5, 0.5], eigenvalues_V=[1.2, 0.6], angle_V=angle_V
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -69,8 +72,12 @@ def test_scaled_bessel_refuses_negative_and_nan():
 
 
 @HYP
-@given(kappa=st.one_of(st.floats(1e-3, 50), st.floats(50, 1e5)), alpha=st.floats(-np.pi, np.pi),
-       cells=st.integers(3, 200), seed=st.integers(0, 2**31))
+@given(
+    kappa=st.one_of(st.floats(1e-3, 50), st.floats(50, 1e5)),
+    alpha=st.floats(-np.pi, np.pi),
+    cells=st.integers(3, 200),
+    seed=st.integers(0, 2**31),
+)
 def test_circle_softmax_mean_of_uniform_density_is_bessel_ratio(kappa, alpha, cells, seed):
     """Uniform density on S¹: ∫ y e^{κ cos(φ−α)} / ∫ e^{κ cos(φ−α)} = I₁(κ)/I₀(κ)·(cos α, sin α), on any cells."""
     rng = np.random.default_rng(seed)
@@ -85,8 +92,13 @@ def test_circle_softmax_mean_of_uniform_density_is_bessel_ratio(kappa, alpha, ce
 
 
 @HYP
-@given(scale=st.one_of(st.floats(1e-2, 50), st.floats(50, 1e5)), ratio=st.floats(0.2, 5.0),
-       query=st.floats(0.0, np.pi), cells=st.integers(3, 150), seed=st.integers(0, 2**31))
+@given(
+    scale=st.one_of(st.floats(1e-2, 50), st.floats(50, 1e5)),
+    ratio=st.floats(0.2, 5.0),
+    query=st.floats(0.0, np.pi),
+    cells=st.integers(3, 150),
+    seed=st.integers(0, 2**31),
+)
 def test_sphere_softmax_mean_of_uniform_density_is_langevin(scale, ratio, query, cells, seed):
     """Uniform density on S²: the mean under e^{⟨a, y⟩} is (coth|a| − 1/|a|)·a/|a| with a = Bᵀx."""
     rng = np.random.default_rng(seed)
@@ -108,8 +120,14 @@ def reference_circle_means(edges, masses, kappa, alpha):
     total = np.zeros(3)
     for k in range(masses.size):
         for j, g in enumerate((lambda p: 1.0, np.cos, np.sin)):
-            val, _ = integrate.quad(lambda p: g(p) * math.exp(log_density[k] + kappa * math.cos(p - alpha) - peak),
-                                    edges[k], edges[k + 1], epsabs=0, epsrel=1e-13, limit=200)
+            val, _ = integrate.quad(
+                lambda p, g=g, k=k: g(p) * math.exp(log_density[k] + kappa * math.cos(p - alpha) - peak),
+                edges[k],
+                edges[k + 1],
+                epsabs=0,
+                epsrel=1e-13,
+                limit=200,
+            )
             total[j] += val
     return total[1:] / total[0]
 
@@ -158,9 +176,18 @@ def _tangential_softmax_errors(slopes: bool):
         mf.density_slopes = original
     exact = []
     for a in alphas:
-        parts = [integrate.quad(lambda p, g=g: g(p) * (1 + 0.5 * math.cos(p)) * math.exp(kappa * (math.cos(p - a) - 1)),
-                                a - 1, a + 1, points=[a], epsabs=0, epsrel=1e-13, limit=400)[0]
-                 for g in (lambda p: 1.0, math.cos, math.sin)]
+        parts = [
+            integrate.quad(
+                lambda p, g=g, a=a: g(p) * (1 + 0.5 * math.cos(p)) * math.exp(kappa * (math.cos(p - a) - 1)),
+                a - 1,
+                a + 1,
+                points=[a],
+                epsabs=0,
+                epsrel=1e-13,
+                limit=400,
+            )[0]
+            for g in (lambda p: 1.0, math.cos, math.sin)
+        ]
         exact.append(np.array(parts[1:]) / parts[0])
     exact = np.array(exact)
     tangent = np.stack([-np.sin(alphas), np.cos(alphas)], axis=-1)
@@ -213,7 +240,9 @@ def test_symmetry_breaking_inputs_are_refused_with_the_reason():
     with pytest.raises(reduction.SymmetryBroken, match="no density"):
         reduction.reduce(B, V, "atoms", {"points": [[1, 0, 0]]})
     # the same axis given by ρ0 alone is accepted (B, V isotropic)
-    red = reduction.reduce(np.eye(3), 0.5 * np.eye(3), "vmf_mixture", {"kappas": [2.0, 1.0], "means": [R[:, 0], -R[:, 0]]})
+    red = reduction.reduce(
+        np.eye(3), 0.5 * np.eye(3), "vmf_mixture", {"kappas": [2.0, 1.0], "means": [R[:, 0], -R[:, 0]]}
+    )
     assert abs(abs(red.frame[:, 0] @ R[:, 0]) - 1) < 1e-12
 
 
@@ -250,8 +279,9 @@ def test_initial_masses_follow_the_vmf_cdf_on_the_sphere(kappa):
 def test_initial_masses_of_a_vmf_mixture_on_the_circle_sum_to_one():
     red = reduction.reduce(*[m for m in (circle_matrices().B, circle_matrices().V)])
     edges = reduction.graded_edges(red, 0.05, 1e-6)
-    masses = mf.initial_masses(red, edges, "vmf_mixture",
-                               {"kappas": [3.0, 1.0], "weights": [0.3, 0.7], "means": [[1, 0], [0, -1]]})
+    masses = mf.initial_masses(
+        red, edges, "vmf_mixture", {"kappas": [3.0, 1.0], "weights": [0.3, 0.7], "means": [[1, 0], [0, -1]]}
+    )
     assert abs(masses.sum() - 1) < 1e-13 and np.all(masses > 0)
 
 
@@ -324,8 +354,10 @@ def cell_convergence(betas=(10.0, 10.0, 10.0)):
     bound of W2)."""
     M = circle_matrices()
     red = reduction.reduce(M.B, M.V)
-    sols = [mf.solve(red, beta, [0.0, 1.0], edges0=np.linspace(0, 2 * np.pi, n + 1), rtol=1e-11, atol=1e-13)
-            for n, beta in zip((64, 128, 256), betas)]
+    sols = [
+        mf.solve(red, beta, [0.0, 1.0], edges0=np.linspace(0, 2 * np.pi, n + 1), rtol=1e-11, atol=1e-13)
+        for n, beta in zip((64, 128, 256), betas)
+    ]
     P = [fixed_quantiles(s)[1] for s in sols]
     d1, d2 = (np.linalg.norm(P[k] - P[k + 1], axis=-1) for k in (0, 1))
     l2 = np.sqrt([np.mean(d1**2), np.mean(d2**2)])
@@ -457,8 +489,16 @@ def test_push_forward_is_the_identity_at_t_0_even_in_deep_tails_and_starts_from_
     times (1, 2) equals that of times (0, 1, 2)."""
     red = reduction.reduce(*SPHERE)
     e = red.frame[:, 0]
-    sol = mf.solve(red, 10.0, [0.0, 0.5], measure="vmf_mixture", params={"kappas": [200.0, 200.0], "means": [e, -e]},
-                   width=0.1, rtol=1e-8, atol=1e-12)
+    sol = mf.solve(
+        red,
+        10.0,
+        [0.0, 0.5],
+        measure="vmf_mixture",
+        params={"kappas": [200.0, 200.0], "means": [e, -e]},
+        width=0.1,
+        rtol=1e-8,
+        atol=1e-12,
+    )
     assert sol.masses[0][np.isfinite(sol.masses[0])].min() < 1e-40
     theta = np.array([0.3, 1.0, 1.5, 2.0, 2.8])
     X = (np.stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)], axis=-1)) @ red.frame.T
@@ -483,8 +523,11 @@ def test_out_of_scale_inputs_get_named_errors():
     # κ = 0 is the uniform law
     e = red.frame[:, 0]
     edges = reduction.uniform_edges(red, 0.1)
-    np.testing.assert_allclose(mf.initial_masses(red, edges, "vmf_mixture", {"kappas": [0.0], "means": [e]}),
-                               mf.cell_measure(red, edges) / (4 * np.pi), rtol=1e-12)
+    np.testing.assert_allclose(
+        mf.initial_masses(red, edges, "vmf_mixture", {"kappas": [0.0], "means": [e]}),
+        mf.cell_measure(red, edges) / (4 * np.pi),
+        rtol=1e-12,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -574,8 +617,12 @@ def _largest_neighbour_ratio(edges, unstable=()):
 
 
 @HYP
-@given(width=st.floats(0.02, 0.45), depth_fraction=st.floats(1e-4, 0.5), seed=st.integers(0, 2**31),
-       geometry=st.sampled_from(["circle", "sphere"]))
+@given(
+    width=st.floats(0.02, 0.45),
+    depth_fraction=st.floats(1e-4, 0.5),
+    seed=st.integers(0, 2**31),
+    geometry=st.sampled_from(["circle", "sphere"]),
+)
 def test_graded_cells_grow_smoothly_out_to_the_uniform_width(width, depth_fraction, seed, geometry):
     """Every initial cell is at most ``width`` wide and at most max(r², 2) times as wide as its neighbour,
     r = 1 + 2·width the grading's ratio, the cells that end at an unstable point aside (the geometric grading
@@ -651,8 +698,9 @@ def test_the_pipeline_stage_on_an_axisymmetric_sphere_pushes_tokens_along_their_
     seed = config["root_seed"]
     matrices_stage.stage_matrices("sphere", exp, seed, tmp_path / "matrices.nc")
     initial_tokens_stage.stage_initial_tokens("sphere", exp, seed, tmp_path / "matrices.nc", tmp_path / "tokens.nc")
-    simulate_stage.stage_mean_field("sphere", exp, seed, 100.0, tmp_path / "matrices.nc", tmp_path / "tokens.nc",
-                              tmp_path / "beta100.nc")
+    simulate_stage.stage_mean_field(
+        "sphere", exp, seed, 100.0, tmp_path / "matrices.nc", tmp_path / "tokens.nc", tmp_path / "beta100.nc"
+    )
     fin = io.read_netcdf(tmp_path / "beta100.nc", "finite_temperature")
     M, X0 = datasets.load_matrices(tmp_path / "matrices.nc"), datasets.load_initial_tokens(tmp_path / "tokens.nc")
     red = reduction.reduce(M.B, M.V)
@@ -660,11 +708,22 @@ def test_the_pipeline_stage_on_an_axisymmetric_sphere_pushes_tokens_along_their_
     Y = fin["positions"].values  # (time, replica, token, 3)
     times = fin["time"].values
     width, depth = exp["mean_field"]["width"], exp["mean_field"]["depth"]
-    sols = [mf.solve(red, 100.0, times, width=w, depth=depth, rtol=simulate_stage.MEAN_FIELD_RTOL,
-                     atol=simulate_stage.MEAN_FIELD_ATOL).push_forward(X0) for w in (width, 2 * width)]
+    sols = [
+        mf.solve(
+            red,
+            100.0,
+            times,
+            width=w,
+            depth=depth,
+            rtol=simulate_stage.MEAN_FIELD_RTOL,
+            atol=simulate_stage.MEAN_FIELD_ATOL,
+        ).push_forward(X0)
+        for w in (width, 2 * width)
+    ]
     np.testing.assert_allclose(Y, sols[0], atol=1e-12)
-    np.testing.assert_allclose(fin["reference_error"].values,
-                               np.sqrt(np.mean(np.sum((sols[0] - sols[1]) ** 2, axis=-1), axis=-1)), atol=1e-12)
+    np.testing.assert_allclose(
+        fin["reference_error"].values, np.sqrt(np.mean(np.sum((sols[0] - sols[1]) ** 2, axis=-1), axis=-1)), atol=1e-12
+    )
 
     def azimuth(X):
         local = X @ red.frame  # (…, 3): along the axis, then the two directions of e⊥

@@ -16,18 +16,29 @@ import subprocess
 import numpy as np
 import pytest
 import yaml
+from conftest import (
+    SNAKEFILE,
+    SNAKEMAKE,
+    TEST_CONFIG,
+    experiment_matrices,
+    random_unit,
+    resource_experiment,
+    spectral_matrices,
+    validated,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lowtemp.config import resources, validation
-from lowtemp.dynamics import fields as dynamics, integrate, kernels, torch_field
 from lowtemp.config.experiment import ConfigError
-from conftest import (SNAKEFILE, SNAKEMAKE, TEST_CONFIG, experiment_matrices, random_unit, resource_experiment,
-                      spectral_matrices, validated)
+from lowtemp.dynamics import fields as dynamics
+from lowtemp.dynamics import integrate, kernels, torch_field
 
 HAS_TORCH = torch_field.available()
-needs_torch = pytest.mark.skipif(not HAS_TORCH and not os.environ.get("LOWTEMP_REQUIRE_TORCH"),
-                                 reason="PyTorch (the optional gpu extra) is not installed")
+needs_torch = pytest.mark.skipif(
+    not HAS_TORCH and not os.environ.get("LOWTEMP_REQUIRE_TORCH"),
+    reason="PyTorch (the optional gpu extra) is not installed",
+)
 
 #: the accuracy contract: the torch field equals the dense kernel to this relative error
 RELATIVE = 1e-12
@@ -39,8 +50,13 @@ def _relative(a, b) -> float:
 
 @needs_torch
 @settings(max_examples=25, deadline=None)
-@given(d=st.sampled_from([2, 3]), n=st.integers(2, 300), r=st.integers(1, 3),
-       log_beta=st.floats(0.0, 3.0), seed=st.integers(0, 2**16))
+@given(
+    d=st.sampled_from([2, 3]),
+    n=st.integers(2, 300),
+    r=st.integers(1, 3),
+    log_beta=st.floats(0.0, 3.0),
+    seed=st.integers(0, 2**16),
+)
 def test_torch_field_equals_the_dense_kernel(d, n, r, log_beta, seed):
     """Field and ESS against the dense kernel and the numpy reference on random clouds, β = 1 … 1000,
     and through ``kernels.attention_field``/``effective_sample_size`` by name."""
@@ -52,8 +68,9 @@ def test_torch_field_equals_the_dense_kernel(d, n, r, log_beta, seed):
     assert _relative(F, F_dense) <= RELATIVE
     assert _relative(F, dynamics.attention_field(X, M.B, M.V, beta)) <= RELATIVE
     assert _relative(ess, ess_dense) <= RELATIVE
-    np.testing.assert_array_equal(kernels.attention_field(X, M.B, M.V, beta, "torch"),
-                                  torch_field.torch_field(X, M.B, M.V, beta))
+    np.testing.assert_array_equal(
+        kernels.attention_field(X, M.B, M.V, beta, "torch"), torch_field.torch_field(X, M.B, M.V, beta)
+    )
 
 
 @needs_torch
@@ -73,10 +90,12 @@ def test_a_run_with_the_torch_field_follows_the_dense_run():
     M = spectral_matrices(3)
     X0 = random_unit(np.random.default_rng(4), 2, 64, 3)
     grid = integrate.TimeGrid(horizon=2.0, snapshots=8, dt=0.05)
-    a, rec_a = integrate.simulate(lambda X: kernels.attention_field(X, M.B, M.V, 50.0, "torch"), X0, grid,
-                                  "dopri5", return_record=True)
-    b, rec_b = integrate.simulate(lambda X: kernels.dense_field(X, M.B, M.V, 50.0), X0, grid, "dopri5",
-                                  return_record=True)
+    a, rec_a = integrate.simulate(
+        lambda X: kernels.attention_field(X, M.B, M.V, 50.0, "torch"), X0, grid, "dopri5", return_record=True
+    )
+    b, rec_b = integrate.simulate(
+        lambda X: kernels.dense_field(X, M.B, M.V, 50.0), X0, grid, "dopri5", return_record=True
+    )
     assert np.max(np.abs(a - b)) < 1e-10
     np.testing.assert_array_equal(rec_a.evaluations, rec_b.evaluations)
 
@@ -94,8 +113,11 @@ def test_kernel_torch_without_pytorch_is_refused_by_the_config_check(monkeypatch
     exp["kernel"] = "torch"
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"experiments\.tiny\.kernel: 'torch' needs PyTorch, which is not "
-                                          r"installed here: `\.venv/bin/pip install torch`"):
+    with pytest.raises(
+        ConfigError,
+        match=r"experiments\.tiny\.kernel: 'torch' needs PyTorch, which is not "
+        r"installed here: `\.venv/bin/pip install torch`",
+    ):
         validation.validate_experiment("tiny", exp, config["root_seed"])
     monkeypatch.setattr(importlib.util, "find_spec", real)
     if importlib.util.find_spec("torch") is not None:
@@ -110,9 +132,16 @@ def test_the_torch_kernel_without_pytorch_raises_a_clear_error(monkeypatch):
 
 def test_the_resource_model_budgets_the_torch_kernel_as_the_numpy_reference():
     """What it costs on a CPU (docs/kernels.md): the same budget as numpy, never a KeyError."""
-    est = {k: resources.estimate("finite_temperature", resource_experiment(kernel=k), beta=100.0,
-                                 matrices=experiment_matrices(resource_experiment(kernel=k)), threads=2)
-           for k in ("numpy", "torch")}
+    est = {
+        k: resources.estimate(
+            "finite_temperature",
+            resource_experiment(kernel=k),
+            beta=100.0,
+            matrices=experiment_matrices(resource_experiment(kernel=k)),
+            threads=2,
+        )
+        for k in ("numpy", "torch")
+    }
     assert est["torch"].compute_seconds == pytest.approx(est["numpy"].compute_seconds)
 
 
@@ -131,9 +160,23 @@ def test_a_dry_run_with_kernel_torch_requests_a_gpu_for_the_field_jobs(tmp_path)
     cfg["experiments"] = {"tiny": cfg["experiments"]["tiny"]}
     cfg["experiments"]["tiny"]["kernel"] = "torch"
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
-                           "--configfile", str(tmp_path / "config.yaml"), "--cores", "2", "--dry-run"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "--snakefile",
+            str(SNAKEFILE),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(tmp_path / "config.yaml"),
+            "--cores",
+            "2",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = re.split(r"\n(?=rule |localrule )", proc.stdout + proc.stderr)
     finite = [j for j in jobs if j.startswith("rule finite_temperature")]

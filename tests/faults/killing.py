@@ -21,27 +21,40 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.image  # noqa: E402
 import xarray as xr  # noqa: E402
+from conftest import SNAKEFILE, SNAKEMAKE  # noqa: E402
 
 from lowtemp.store import compare, io  # noqa: E402
-from conftest import SNAKEFILE, SNAKEMAKE  # noqa: E402
 
 #: upper bound on one workflow run in these tests (the runs take seconds to a minute)
 RUN_TIMEOUT = 600
 
 
 def snakemake_command(work: Path, configfile: Path, *extra: str) -> list[str]:
-    return [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(work), "--configfile",
-            str(configfile), "--cores", "2", "--rerun-incomplete", *extra]
+    return [
+        str(SNAKEMAKE),
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(work),
+        "--configfile",
+        str(configfile),
+        "--cores",
+        "2",
+        "--rerun-incomplete",
+        *extra,
+    ]
 
 
 def run_to_completion(work: Path, configfile: Path, env: dict | None = None) -> float:
     """Unlock (after a kill), run to the end, return the wall time; fail with Snakemake's output otherwise."""
     work.mkdir(parents=True, exist_ok=True)
-    subprocess.run(snakemake_command(work, configfile, "--unlock"), capture_output=True, text=True, timeout=120,
-                   env=env)
+    subprocess.run(
+        snakemake_command(work, configfile, "--unlock"), capture_output=True, text=True, timeout=120, env=env
+    )
     start = time.perf_counter()
-    proc = subprocess.run(snakemake_command(work, configfile), capture_output=True, text=True, timeout=RUN_TIMEOUT,
-                          env=env)
+    proc = subprocess.run(
+        snakemake_command(work, configfile), capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env
+    )
     assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
     return time.perf_counter() - start
 
@@ -52,15 +65,27 @@ class Kill:
     after_s: float  # seconds from the start to the kill
 
 
-def run_and_kill(work: Path, configfile: Path, when: Callable[[float], bool], delay_s: float = 0.0,
-                 env: dict | None = None, poll_s: float = 0.01) -> Kill:
+def run_and_kill(
+    work: Path,
+    configfile: Path,
+    when: Callable[[float], bool],
+    delay_s: float = 0.0,
+    env: dict | None = None,
+    poll_s: float = 0.01,
+) -> Kill:
     """Start the workflow; once ``when(elapsed)`` holds, wait ``delay_s`` and SIGKILL the whole process group."""
     work.mkdir(parents=True, exist_ok=True)
-    subprocess.run(snakemake_command(work, configfile, "--unlock"), capture_output=True, text=True, timeout=120,
-                   env=env)
+    subprocess.run(
+        snakemake_command(work, configfile, "--unlock"), capture_output=True, text=True, timeout=120, env=env
+    )
     start = time.perf_counter()
-    proc = subprocess.Popen(snakemake_command(work, configfile), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    proc = subprocess.Popen(
+        snakemake_command(work, configfile),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
     try:
         while proc.poll() is None and not when(time.perf_counter() - start):
             if time.perf_counter() - start > RUN_TIMEOUT:

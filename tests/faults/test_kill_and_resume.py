@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from killing import run_and_kill, run_to_completion, temporaries
 
 from lowtemp.store import compare
-from killing import run_and_kill, run_to_completion, temporaries
 
 CONFIG = {
     "root_seed": 11,
@@ -26,9 +26,13 @@ CONFIG = {
         "slow": {
             # rk4 at the fixed step: the adaptive default finishes the run within the kill's random delay after
             # the first checkpoint, and the test would find no checkpoint left to resume from
-            "dim": 3, "tokens": 640, "replicas": 2, "betas": [50], "kernel": "numpy", "integrator": "rk4",
-            "matrices": {"family": "spectral", "eigenvalues": [1.5, 0.5, 0.25], "sigma_min": 0.8,
-                         "sigma_max": 1.25},
+            "dim": 3,
+            "tokens": 640,
+            "replicas": 2,
+            "betas": [50],
+            "kernel": "numpy",
+            "integrator": "rk4",
+            "matrices": {"family": "spectral", "eigenvalues": [1.5, 0.5, 0.25], "sigma_min": 0.8, "sigma_max": 1.25},
             "time": {"horizon": 6.0, "dt": 0.05, "snapshots": 30},
             "distances": {"exact_every": 1},
         }
@@ -72,8 +76,9 @@ def test_killed_runs_resume_to_bit_for_bit_results(tmp_path, configfile, referen
     assert snapshots_before >= 1, story
 
     # 2. rerun: it must resume from the checkpoint, not from t = 0; killed again while stepping
-    kill = run_and_kill(work, configfile, lambda _: "resuming from checkpoint" in _log(work),
-                        delay_s=rng.uniform(0.5, 2.5))
+    kill = run_and_kill(
+        work, configfile, lambda _: "resuming from checkpoint" in _log(work), delay_s=rng.uniform(0.5, 2.5)
+    )
     story.append(("after resuming", kill))
     assert kill.killed, story
     assert f"at snapshot {snapshots_before - 1} of 30" in _log(work), (story, _log(work))

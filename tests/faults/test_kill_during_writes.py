@@ -15,10 +15,10 @@ import os
 import random
 
 import pytest
-
-from lowtemp.store import compare, io
 from conftest import TEST_CONFIG
 from killing import check_every_output_is_whole, run_and_kill, run_to_completion, temporaries
+
+from lowtemp.store import compare, io
 
 KILLS = 6
 
@@ -41,7 +41,7 @@ def test_kills_during_writes_leave_only_whole_files(tmp_path, reference):
         writes = set()
         target = rng.randint(1, 6)  # kill inside the target-th write of this run
 
-        def inside_a_write(_elapsed):
+        def inside_a_write(_elapsed, writes=writes, stale=stale, target=target):
             writes.update(set(temporaries(results)) - stale)
             return len(writes) >= target
 

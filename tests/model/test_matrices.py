@@ -13,20 +13,23 @@ I3 = np.eye(3)
 
 
 # ------------------------------------------------------------------ violations
-@pytest.mark.parametrize("K, Q, V, match", [
-    (np.diag([1.0, 1.0, 0.0]), I3, I3 + np.diag([1.0, 0, 0]), "singular or ill-conditioned"),
-    (np.diag([1.0, 1.0, 1e-9]), I3, np.diag([2.0, 1.0, 0.5]), "singular or ill-conditioned"),
-    (I3, np.diag([1.0, 1.0, 0.0]), np.diag([2.0, 1.0, 0.5]), "singular or ill-conditioned"),
-    (I3, I3, np.array([[2.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.5]]), "not symmetric"),
-    (I3, I3, 2.0 * I3, "no spectral gap"),
-    (np.diag([2.0, 2.0, 2.0]), I3, 0.5 * I3, "no spectral gap"),  # A = VBᵀ ∝ I though V, B are not I
-    (I3, I3, np.array([[1.0, 0, 0], [0, np.nan, 0], [0, 0, 1]]), "NaN or Inf"),
-    (np.array([[1.0, 0, 0], [0, np.inf, 0], [0, 0, 1]]), I3, I3, "NaN or Inf"),
-    (np.ones((3, 2)), I3, I3, "square"),
-    (I3, I3, np.ones(3), "square"),
-    (I3, I3, np.eye(2), "same shape"),
-    (np.eye(1), np.eye(1), np.eye(1), "dimension"),
-])
+@pytest.mark.parametrize(
+    "K, Q, V, match",
+    [
+        (np.diag([1.0, 1.0, 0.0]), I3, I3 + np.diag([1.0, 0, 0]), "singular or ill-conditioned"),
+        (np.diag([1.0, 1.0, 1e-9]), I3, np.diag([2.0, 1.0, 0.5]), "singular or ill-conditioned"),
+        (I3, np.diag([1.0, 1.0, 0.0]), np.diag([2.0, 1.0, 0.5]), "singular or ill-conditioned"),
+        (I3, I3, np.array([[2.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.5]]), "not symmetric"),
+        (I3, I3, 2.0 * I3, "no spectral gap"),
+        (np.diag([2.0, 2.0, 2.0]), I3, 0.5 * I3, "no spectral gap"),  # A = VBᵀ ∝ I though V, B are not I
+        (I3, I3, np.array([[1.0, 0, 0], [0, np.nan, 0], [0, 0, 1]]), "NaN or Inf"),
+        (np.array([[1.0, 0, 0], [0, np.inf, 0], [0, 0, 1]]), I3, I3, "NaN or Inf"),
+        (np.ones((3, 2)), I3, I3, "square"),
+        (I3, I3, np.ones(3), "square"),
+        (I3, I3, np.eye(2), "same shape"),
+        (np.eye(1), np.eye(1), np.eye(1), "dimension"),
+    ],
+)
 def test_assumption_1_violations_name_the_condition(K, Q, V, match):
     with pytest.raises(matrices.AssumptionViolation, match=match):
         matrices.check_assumption_1(K, Q, V)
@@ -54,15 +57,21 @@ def test_small_relative_asymmetry_is_tolerated_and_symmetrised():
 
 # ------------------------------------------------------------------ derived quantities
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), d=st.integers(2, 6), smin=st.floats(0.2, 1.0), ratio=st.floats(1.0, 20.0),
-       data=st.data())
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    d=st.integers(2, 6),
+    smin=st.floats(0.2, 1.0),
+    ratio=st.floats(1.0, 20.0),
+    data=st.data(),
+)
 def test_spectral_family_has_the_prescribed_spectrum_and_conditioning(seed, d, smin, ratio, data):
     mu = sorted(data.draw(st.lists(st.floats(-3, 3), min_size=d, max_size=d, unique=True)), reverse=True)
     if mu[0] - mu[1] < 1e-3:
         mu[0] = mu[1] + 0.5
     smax = smin * ratio
-    M = matrices.generate_matrices("spectral", d, seeding.generator(seed, "m"), eigenvalues=mu, sigma_min=smin,
-                                   sigma_max=smax)
+    M = matrices.generate_matrices(
+        "spectral", d, seeding.generator(seed, "m"), eigenvalues=mu, sigma_min=smin, sigma_max=smax
+    )
     np.testing.assert_allclose(M.B, M.Q.T @ M.K, atol=1e-12)
     np.testing.assert_allclose(M.V @ M.B.T, M.A, atol=1e-9 * (1 + np.abs(M.A).max()))
     np.testing.assert_allclose(M.mu, mu, atol=1e-9)
@@ -87,15 +96,21 @@ def test_generate_matrices_is_reproducible_and_rejects_unknown_family():
     with pytest.raises(ValueError, match="unknown matrix family"):
         matrices.generate_matrices("hilbert", 3, seeding.generator(1, "m"))
     with pytest.raises(ValueError, match="length"):
-        matrices.generate_matrices("spectral", 3, seeding.generator(1, "m"), eigenvalues=[1.0, 0.5],
-                                   sigma_min=0.8, sigma_max=1.25)
+        matrices.generate_matrices(
+            "spectral", 3, seeding.generator(1, "m"), eigenvalues=[1.0, 0.5], sigma_min=0.8, sigma_max=1.25
+        )
 
 
-@pytest.mark.parametrize("d, mu, nu", [(2, [1.5, 0.6], [1.2, 0.6]), (3, [1.5, 0.5, 0.25], [2.0, 1.0, 0.5]),
-                                       (4, [2.0, 1.0, -0.5, 0.3], [1.0, -3.0, 0.5, 0.2])])
+@pytest.mark.parametrize(
+    "d, mu, nu",
+    [
+        (2, [1.5, 0.6], [1.2, 0.6]),
+        (3, [1.5, 0.5, 0.25], [2.0, 1.0, 0.5]),
+        (4, [2.0, 1.0, -0.5, 0.3], [1.0, -3.0, 0.5, 0.2]),
+    ],
+)
 def test_end_phase_family_puts_v_leading_eigenspace_orthogonal_to_e1(d, mu, nu):
-    M = matrices.generate_matrices("end_phase", d, seeding.generator(3, "ep", str(d)), eigenvalues=mu,
-                                   eigenvalues_V=nu)
+    M = matrices.generate_matrices("end_phase", d, seeding.generator(3, "ep", str(d)), eigenvalues=mu, eigenvalues_V=nu)
     np.testing.assert_allclose(M.V, M.V.T, atol=1e-12)
     np.testing.assert_allclose(M.V @ M.B.T, M.A, atol=1e-9)
     np.testing.assert_allclose(M.mu, sorted(mu, reverse=True), atol=1e-9)
@@ -122,8 +137,9 @@ def test_leading_eigenspace_general_real_part_vs_modulus():
 
 
 def test_explicit_family_and_repeated_top_eigenvalue():
-    M = matrices.generate_matrices("explicit", 3, np.random.default_rng(0), K=I3.tolist(), Q=I3.tolist(),
-                                   V=np.diag([2.0, 2.0, 1.0]).tolist())
+    M = matrices.generate_matrices(
+        "explicit", 3, np.random.default_rng(0), K=I3.tolist(), Q=I3.tolist(), V=np.diag([2.0, 2.0, 1.0]).tolist()
+    )
     assert M.E1.shape == (3, 2)
     assert M.gamma == pytest.approx(1.0)
     np.testing.assert_allclose(M.E1 @ M.E1.T, np.diag([1.0, 1.0, 0.0]), atol=1e-12)
@@ -143,8 +159,16 @@ def test_end_phase_family_with_non_symmetric_V(seed, shear, angle, d):
     E1(A); VBᵀ = A holds to rounding (checked here independently of check_assumption_1)."""
     mu = np.linspace(1.5, 0.3, d)
     nu = np.linspace(1.2, 0.4, d)
-    M = matrices.generate_matrices("end_phase", d, np.random.default_rng(seed), eigenvalues=mu, eigenvalues_V=nu,
-                                   angle_V=angle, V_shear=shear, max_condition_B=1e12)
+    M = matrices.generate_matrices(
+        "end_phase",
+        d,
+        np.random.default_rng(seed),
+        eigenvalues=mu,
+        eigenvalues_V=nu,
+        angle_V=angle,
+        V_shear=shear,
+        max_condition_B=1e12,
+    )
     assert not np.allclose(M.V, M.V.T)
     np.testing.assert_allclose(np.sort(np.linalg.eigvals(M.V).real)[::-1], nu, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(np.linalg.eigvals(M.V).imag, 0.0, atol=1e-8)
@@ -157,8 +181,9 @@ def test_end_phase_family_with_non_symmetric_V(seed, shear, angle, d):
 
 
 def test_end_phase_family_with_negative_largest_modulus_eigenvalue():
-    M = matrices.generate_matrices("end_phase", 3, np.random.default_rng(3), eigenvalues=[1.5, 0.6, 0.5],
-                                   eigenvalues_V=[1.2, 0.6, -1.5])
+    M = matrices.generate_matrices(
+        "end_phase", 3, np.random.default_rng(3), eigenvalues=[1.5, 0.6, 0.5], eigenvalues_V=[1.2, 0.6, -1.5]
+    )
     lam = np.linalg.eigvals(M.V)
     assert lam[np.argmax(np.abs(lam))].real == pytest.approx(-1.5)
     # the two leading eigenspaces are different lines: ν = 1.2's and ν = −1.5's eigenvectors

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import random_unit, spectral_matrices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lowtemp.analysis import fitting
-from lowtemp.dynamics import fields as dynamics, integrate
+from lowtemp.dynamics import fields as dynamics
+from lowtemp.dynamics import integrate
 from lowtemp.model import matrices, measures, projection, seeding
 from lowtemp.transport import w2 as transport
-from conftest import random_unit, spectral_matrices
 
 HYP = settings(max_examples=30, deadline=None)
 
@@ -101,8 +102,9 @@ def test_distance_to_eigenspace_equals_rms_distance_to_nearest_point(seed, d, k)
     E = np.linalg.qr(rng.standard_normal((d, d)))[0][:, :k]
     X = random_unit(rng, 3, 25, d)
     got = projection.distance_to_eigenspace(X, E)
-    naive = np.array([np.sqrt(np.mean([np.sum((x - (E @ E.T @ x) / np.linalg.norm(E @ E.T @ x)) ** 2)
-                                       for x in Xr])) for Xr in X])
+    naive = np.array(
+        [np.sqrt(np.mean([np.sum((x - (E @ E.T @ x) / np.linalg.norm(E @ E.T @ x)) ** 2) for x in Xr])) for Xr in X]
+    )
     np.testing.assert_allclose(got, naive, rtol=1e-9, atol=1e-7)
     if k == d:
         np.testing.assert_allclose(got, 0.0, atol=1e-7)
@@ -112,8 +114,9 @@ def test_distance_to_eigenspace_equals_rms_distance_to_nearest_point(seed, d, k)
 def _zero_temperature_w2(M, X0, horizon=12.0, snapshots=60):
     grid = integrate.TimeGrid(horizon=horizon, snapshots=snapshots, dt=0.05)
     P = integrate.simulate(lambda X: dynamics.zero_temperature_field(X, M.A, M.B), X0, grid, "rk4")
-    W = np.array([[transport.w2_to_projection(P[k, r], X0[r], M.E1) for k in range(grid.times.size)]
-                  for r in range(X0.shape[0])])
+    W = np.array(
+        [[transport.w2_to_projection(P[k, r], X0[r], M.E1) for k in range(grid.times.size)] for r in range(X0.shape[0])]
+    )
     return grid.times, W
 
 

@@ -41,8 +41,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "early_rate.md"
 
 CASES = {
     # name: (diag A, diag B)
-    "i": ((1.5, 0.6, 0.5), (1.0, 2.0, 1.0)),    # dim E1 = 1: waiting at ±e2, clock |Bᵀe2| = 2
-    "ii": ((1.5, 1.5, 0.5), (1.0, 1.0, 1.5)),   # dim E1 = 2: waiting at ±e3 is the slowest channel
+    "i": ((1.5, 0.6, 0.5), (1.0, 2.0, 1.0)),  # dim E1 = 1: waiting at ±e2, clock |Bᵀe2| = 2
+    "ii": ((1.5, 1.5, 0.5), (1.0, 1.0, 1.5)),  # dim E1 = 2: waiting at ±e3 is the slowest channel
     "ii-b": ((1.5, 1.5, 0.5), (1.0, 2.0, 1.0)),  # dim E1 = 2: the slow clock on E1 (u = e2) wins
     "ii-c": ((1.5, 1.5, 0.5), (1.0, 1.0, 1.0)),  # dim E1 = 2, equal clocks: tie, W2² ~ t e^{-2γt}
     "i-b": ((1.5, 0.6, 0.5), (1.0, 1.0, 3.0)),  # dim E1 = 1: waiting at ±e3 (level 3) wins
@@ -80,6 +80,7 @@ def e2_waiting_rule(M) -> rates.RatePrediction:
 # deterministic mean-field quadrature
 # ---------------------------------------------------------------------------
 
+
 def graded_gauss(amax: float, amin: float, ratio: float, order: int):
     """Gauss–Legendre nodes/weights on [0, amax] with panels [amax/ratio^{k+1}, amax/ratio^k] down to amin.
 
@@ -96,8 +97,7 @@ def graded_gauss(amax: float, amin: float, ratio: float, order: int):
     return (0.5 * (b - a) * g + 0.5 * (a + b)).ravel(), (0.5 * (b - a) * w).ravel()
 
 
-def octant_lattice(dim_e1: int, n_phi: int = 16, amin: float = 1e-13, ratio: float = 4.0,
-                   order: int = 6):
+def octant_lattice(dim_e1: int, n_phi: int = 16, amin: float = 1e-13, ratio: float = 4.0, order: int = 6):
     """Nodes in the open positive octant and weights of the uniform measure on S² (sum 1).
 
     dim E1 = 1 (E1 = e1): α is the angle from the great circle x1 = 0, x1 = sin α,
@@ -139,9 +139,8 @@ def exact_flow(X0, M, times, rtol=1e-10):
     return exact.normalised_linear_flow(np.broadcast_to(X0, s.shape + X0.shape[-1:]), M.A, s)
 
 
-@functools.lru_cache(maxsize=None)
-def mean_field_w2(name: str, n_phi: int = 16, amin: float = 1e-13, ratio: float = 4.0,
-                  order: int = 6) -> np.ndarray:
+@functools.cache
+def mean_field_w2(name: str, n_phi: int = 16, amin: float = 1e-13, ratio: float = 4.0, order: int = 6) -> np.ndarray:
     """W2(ρ^∞_t, Π_♯ρ0) of uniform ρ0 at MF_TIMES (Eq. R2 on the lattice)."""
     M = case_matrices(name)
     X0, W = octant_lattice(M.E1.shape[1], n_phi, amin, ratio, order)
@@ -186,8 +185,13 @@ def finite_window_model(name: str):
 def mean_field_row(name: str) -> dict:
     M = case_matrices(name)
     W2 = mean_field_w2(name)
-    row = {"case": name, "dim_e1": M.E1.shape[1], "early": rates.early_rate(M),
-           "readme": old_readme_rule(M), "e2": e2_waiting_rule(M)}
+    row = {
+        "case": name,
+        "dim_e1": M.E1.shape[1],
+        "early": rates.early_rate(M),
+        "readme": old_readme_rule(M),
+        "e2": e2_waiting_rule(M),
+    }
     model = finite_window_model(name)
     for j, window in enumerate(WINDOWS):
         row[f"measured{j}"] = fitted_rate(MF_TIMES, np.log(W2), window)
@@ -209,17 +213,20 @@ def _num(x) -> str:
 
 
 def mean_field_table() -> str:
-    lines = ["| case | diag A | diag B | dim E1 | early_rate | old rule γ/(2\\|Bᵀu\\|) "
-             "| e2 rule dim E1·γ/(2\\|Bᵀe2\\|) | fit on [6, 16] | model [6, 16] | fit on [24, 34] "
-             "| model [24, 34] |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| case | diag A | diag B | dim E1 | early_rate | old rule γ/(2\\|Bᵀu\\|) "
+        "| e2 rule dim E1·γ/(2\\|Bᵀe2\\|) | fit on [6, 16] | model [6, 16] | fit on [24, 34] "
+        "| model [24, 34] |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name in CASES:
         row = mean_field_row(name)
         a, b = CASES[name]
         lines.append(
             f"| {name} | {a} | {b} | {row['dim_e1']} | {_interval(row['early'])} | "
             f"{_interval(row['readme'])} | {_interval(row['e2'])} | {_num(row['measured0'])} | "
-            f"{_num(row['model0'])} | {_num(row['measured1'])} | {_num(row['model1'])} |")
+            f"{_num(row['model0'])} | {_num(row['measured1'])} | {_num(row['model1'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -237,7 +244,7 @@ def uniform_cloud(R: int, N: int, seed: int) -> np.ndarray:
     return g / np.linalg.norm(g, axis=-1, keepdims=True)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def finite_cloud_run(name: str):
     """Exact zero-temperature clouds: times, W2 per (time, replica), waiting indicator, X0, X."""
     M = case_matrices(name)
@@ -258,21 +265,31 @@ def finite_row(name: str) -> dict:
     times, W2, waiting, _, _ = finite_cloud_run(name)
     t_star = rates.regime_boundary(M, N)
     lo, hi = rates.regime_band(M, N)
-    late = np.array([fitted_rate(times, np.log(W2[:, r]), (hi, hi + LATE_WINDOW_LENGTH))
-                     for r in range(R)])
+    late = np.array([fitted_rate(times, np.log(W2[:, r]), (hi, hi + LATE_WINDOW_LENGTH)) for r in range(R)])
     last = np.array([times[np.nonzero(waiting[:, r])[0].max() + 1] for r in range(R)])
     local = -np.diff(np.log(W2), axis=0) / np.diff(times)[:, None]
     in_band = (times[1:] > lo) & (times[:-1] < hi)
-    return {"case": name, "N": N, "R": R, "t_star": t_star, "band": (lo, hi),
-            "late_pred": rates.late_rate(M), "late": late, "last_escape": last,
-            "min_band_slope": local[in_band].min(axis=0), "local": local}
+    return {
+        "case": name,
+        "N": N,
+        "R": R,
+        "t_star": t_star,
+        "band": (lo, hi),
+        "late_pred": rates.late_rate(M),
+        "late": late,
+        "last_escape": last,
+        "min_band_slope": local[in_band].min(axis=0),
+        "local": local,
+    }
 
 
 def finite_table() -> str:
-    lines = ["| case | N | replicas | t* | band | late_rate | median fit on [band end, +10] "
-             "| replicas within 0.01 | last escape − t*: median [min, max] "
-             "| replicas whose slope drops below early_rate in the band |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| case | N | replicas | t* | band | late_rate | median fit on [band end, +10] "
+        "| replicas within 0.01 | last escape − t*: median [min, max] "
+        "| replicas whose slope drops below early_rate in the band |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name in FINITE:
         row = finite_row(name)
         M = case_matrices(name)
@@ -283,13 +300,15 @@ def finite_table() -> str:
             f"| {name} | {row['N']} | {row['R']} | {row['t_star']:.2f} | "
             f"[{row['band'][0]:.2f}, {row['band'][1]:.2f}] | {_interval(row['late_pred'])} | "
             f"{np.median(row['late']):.3f} | {int(ok.sum())}/{row['R']} | "
-            f"{_signed(np.median(d))} [{_signed(d.min())}, {_signed(d.max())}] | {dips}/{row['R']} |")
+            f"{_signed(np.median(d))} [{_signed(d.min())}, {_signed(d.max())}] | {dips}/{row['R']} |"
+        )
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------
 # tests: W2 of a weighted lattice (Eq. R2)
 # ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["i", "ii-b"])
 def test_w2_to_projection_is_the_mean_distance_to_e1_sphere(name):
@@ -323,8 +342,7 @@ def test_lattice_is_converged():
         coarse = np.log(mean_field_w2(name))
         fine = np.log(mean_field_w2(name, n_phi=24, amin=1e-14, ratio=3.5, order=7))
         for window in WINDOWS:
-            assert abs(fitted_rate(MF_TIMES, coarse, window)
-                       - fitted_rate(MF_TIMES, fine, window)) < 1e-4
+            assert abs(fitted_rate(MF_TIMES, coarse, window) - fitted_rate(MF_TIMES, fine, window)) < 1e-4
 
 
 # ---------------------------------------------------------------------------
@@ -392,6 +410,7 @@ def test_dim_e1_two_with_equal_clocks_has_the_factor_t():
 # tests: formulas, finite N, classify_window
 # ---------------------------------------------------------------------------
 
+
 def test_channel_formulas():
     M = case_matrices("i")  # μ = (1.5, 0.6, 0.5), |Bᵀe_k| = (1, 2, 1)
     ch = rates.channels(M)
@@ -400,9 +419,9 @@ def test_channel_formulas():
     assert [c.low for c in ch] == pytest.approx([0.9, 0.225, 0.55])
     assert rates.late_rate(M).low == pytest.approx(0.9) and rates.late_rate(M).sharp
     M2 = case_matrices("ii-b")  # dim E1 = 2: C_2 = 2γ; |Bᵀu| ∈ [1, 2] on E1
-    e, l = rates.early_rate(M2), rates.late_rate(M2)
-    assert (e.low, e.high) == pytest.approx((0.5, 1.0)) and not e.sharp and "interval" in e.note
-    assert (l.low, l.high) == pytest.approx((0.5, 1.0)) and not l.sharp
+    early, late = rates.early_rate(M2), rates.late_rate(M2)
+    assert (early.low, early.high) == pytest.approx((0.5, 1.0)) and not early.sharp and "interval" in early.note
+    assert (late.low, late.high) == pytest.approx((0.5, 1.0)) and not late.sharp
     assert rates.channels(M2)[1].cost == pytest.approx(2 * M2.gamma)
     assert "tie" in rates.early_rate(case_matrices("ii-c")).note
 
@@ -423,8 +442,7 @@ def test_channel_formulas_general_position():
     assert e4.cost == pytest.approx((2.0 - 0.3) + 2 * (1.2 - 0.3))
     u = U[:, 0]
     assert rates.late_rate(M).low == pytest.approx(0.8 / np.linalg.norm(B.T @ u))
-    expected = min(0.8 / np.linalg.norm(B.T @ u), 0.8 / (2 * sv2[0]),
-                   e4.cost / (2 * np.linalg.norm(B.T @ U[:, 3])))
+    expected = min(0.8 / np.linalg.norm(B.T @ u), 0.8 / (2 * sv2[0]), e4.cost / (2 * np.linalg.norm(B.T @ U[:, 3])))
     assert rates.early_rate(M).low == pytest.approx(expected)
 
 
@@ -550,8 +568,12 @@ def _write_doc() -> None:
     text = DOC.read_text(encoding="utf-8")
     for key, make in _TABLES.items():
         _block(text, key)  # the markers exist
-        text = re.sub(rf"(<!-- table:{key}:start -->\n).*?(\n<!-- table:{key}:end -->)",
-                      lambda m, table=make(): m.group(1) + table + m.group(2), text, flags=re.S)
+        text = re.sub(
+            rf"(<!-- table:{key}:start -->\n).*?(\n<!-- table:{key}:end -->)",
+            lambda m, table=make(): m.group(1) + table + m.group(2),  # noqa: B008 (the table, made once per key)
+            text,
+            flags=re.S,
+        )
     DOC.write_text(text, encoding="utf-8")
 
 

@@ -6,12 +6,12 @@ import hashlib
 
 import numpy as np
 import pytest
+from conftest import random_unit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import special
 
 from lowtemp.model import measures, seeding
-from conftest import random_unit
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=12)
 
@@ -54,12 +54,15 @@ def test_generator_rejects_bad_seed(bad):
         seeding.generator(bad, "x")
 
 
-@pytest.mark.parametrize("name, params", [
-    ("uniform", {}),
-    ("vmf_mixture", {"kappas": [5.0, 1.0]}),
-    ("vmf_mixture", {"kappas": [3.0], "means": [[0.0, 0.0, 2.0]]}),
-    ("projected_gaussian", {"mean": [1.0, 0.0, 0.0], "scale": 0.7}),
-])
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("uniform", {}),
+        ("vmf_mixture", {"kappas": [5.0, 1.0]}),
+        ("vmf_mixture", {"kappas": [3.0], "means": [[0.0, 0.0, 2.0]]}),
+        ("projected_gaussian", {"mean": [1.0, 0.0, 0.0], "scale": 0.7}),
+    ],
+)
 def test_sample_initial_tokens_reproducible_and_on_sphere(name, params):
     a = measures.sample_initial_tokens(name, seeding.generator(5, "x"), 3, 40, 3, **params)
     b = measures.sample_initial_tokens(name, seeding.generator(5, "x"), 3, 40, 3, **params)
@@ -72,21 +75,30 @@ def test_sample_initial_tokens_reproducible_and_on_sphere(name, params):
     assert not np.array_equal(a[0], a[1])
 
 
-@pytest.mark.parametrize("name, replicas, tokens, dim, params, match", [
-    ("gaussian", 1, 2, 3, {}, "unknown initial measure"),
-    ("uniform", 0, 2, 3, {}, "replicas"),
-    ("uniform", 1, 2.5, 3, {}, "tokens"),
-    ("vmf_mixture", 1, 4, 3, {"kappas": [-1.0]}, "kappas"),
-    ("vmf_mixture", 1, 4, 3, {"kappas": [1.0, 2.0], "means": [[1, 0, 0]]}, "means"),
-    ("vmf_mixture", 1, 4, 3, {"kappas": [1.0, 2.0], "weights": [0.9, 0.9]}, "weights"),
-    ("vmf_mixture", 1, 4, 3, {"kappas": [1.0, 2.0], "weights": [0.5, 0.50001]},
-     r"weights must sum to 1 \(to 1\.5e-08\)"),
-    ("vmf_mixture", 1, 4, 3, {"kappas": [1e300]}, r"kappas must be finite numbers in \[0, 1e\+12\]"),
-    ("vmf_mixture", 1, 4, 3, {"kappas": [float("nan")]}, "kappas"),
-    ("atoms", 1, 4, 3, {"points": [[1, 0, 0], [0, 1, 0]], "weights": [0.5, 0.50001]}, "weights must sum to 1"),
-    ("projected_gaussian", 1, 4, 3, {"mean": [1, 0], "scale": 1.0}, "mean"),
-    ("projected_gaussian", 1, 4, 3, {"mean": [1, 0, 0], "scale": 0.0}, "scale"),
-])
+@pytest.mark.parametrize(
+    "name, replicas, tokens, dim, params, match",
+    [
+        ("gaussian", 1, 2, 3, {}, "unknown initial measure"),
+        ("uniform", 0, 2, 3, {}, "replicas"),
+        ("uniform", 1, 2.5, 3, {}, "tokens"),
+        ("vmf_mixture", 1, 4, 3, {"kappas": [-1.0]}, "kappas"),
+        ("vmf_mixture", 1, 4, 3, {"kappas": [1.0, 2.0], "means": [[1, 0, 0]]}, "means"),
+        ("vmf_mixture", 1, 4, 3, {"kappas": [1.0, 2.0], "weights": [0.9, 0.9]}, "weights"),
+        (
+            "vmf_mixture",
+            1,
+            4,
+            3,
+            {"kappas": [1.0, 2.0], "weights": [0.5, 0.50001]},
+            r"weights must sum to 1 \(to 1\.5e-08\)",
+        ),
+        ("vmf_mixture", 1, 4, 3, {"kappas": [1e300]}, r"kappas must be finite numbers in \[0, 1e\+12\]"),
+        ("vmf_mixture", 1, 4, 3, {"kappas": [float("nan")]}, "kappas"),
+        ("atoms", 1, 4, 3, {"points": [[1, 0, 0], [0, 1, 0]], "weights": [0.5, 0.50001]}, "weights must sum to 1"),
+        ("projected_gaussian", 1, 4, 3, {"mean": [1, 0], "scale": 1.0}, "mean"),
+        ("projected_gaussian", 1, 4, 3, {"mean": [1, 0, 0], "scale": 0.0}, "scale"),
+    ],
+)
 def test_sample_initial_tokens_rejects_bad_parameters(name, replicas, tokens, dim, params, match):
     with pytest.raises(ValueError, match=match):
         measures.sample_initial_tokens(name, np.random.default_rng(0), replicas, tokens, dim, **params)
@@ -133,16 +145,19 @@ def test_von_mises_fisher_is_accurate_up_to_kappa_max(d):
 def test_uniform_and_kappa_zero_have_isotropic_second_moment(d):
     """E[x xᵀ] = I/d and E[x] = 0 on the uniform sphere; vMF with κ = 0 is uniform too."""
     n = 40_000
-    for X in (measures.uniform(np.random.default_rng(d), 1, n, d)[0],
-              measures.von_mises_fisher(np.random.default_rng(d + 10), np.eye(d)[0], 0.0, n)):
+    for X in (
+        measures.uniform(np.random.default_rng(d), 1, n, d)[0],
+        measures.von_mises_fisher(np.random.default_rng(d + 10), np.eye(d)[0], 0.0, n),
+    ):
         np.testing.assert_allclose(X.mean(axis=0), 0.0, atol=5 / np.sqrt(n))
         np.testing.assert_allclose(X.T @ X / n, np.eye(d) / d, atol=5 / np.sqrt(n))
 
 
 def test_vmf_mixture_weights_and_means():
     means = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]])
-    X = measures.vmf_mixture(np.random.default_rng(3), 2, 20_000, 3, kappas=[50.0, 50.0], means=means,
-                             weights=[0.25, 0.75])
+    X = measures.vmf_mixture(
+        np.random.default_rng(3), 2, 20_000, 3, kappas=[50.0, 50.0], means=means, weights=[0.25, 0.75]
+    )
     frac_up = np.mean(X[..., 2] > 0, axis=1)
     np.testing.assert_allclose(frac_up, 0.25, atol=0.015)
 
@@ -181,8 +196,9 @@ def test_cap_is_the_uniform_measure_conditioned_on_the_cap(d, angle):
 
 def test_atoms_draw_the_given_points_with_their_weights():
     points = [[2.0, 0.0, 0.0], [0.0, 0.0, -1.0]]
-    X = measures.sample_initial_tokens("atoms", np.random.default_rng(4), 2, 20_000, 3, points=points,
-                                       weights=[0.3, 0.7], positive_density=False)
+    X = measures.sample_initial_tokens(
+        "atoms", np.random.default_rng(4), 2, 20_000, 3, points=points, weights=[0.3, 0.7], positive_density=False
+    )
     assert {tuple(x) for x in X.reshape(-1, 3)} == {(1.0, 0.0, 0.0), (0.0, 0.0, -1.0)}
     np.testing.assert_allclose(np.mean(X[..., 0] == 1.0, axis=1), 0.3, atol=0.015)
     E1 = np.eye(3)[:, :1]
@@ -190,21 +206,29 @@ def test_atoms_draw_the_given_points_with_their_weights():
     assert measures.atoms_on_E1_complement([[1e-3, 1.0, 0.0]], E1).size == 0  # close to E1⊥ is not on it
 
 
-@pytest.mark.parametrize("name, params, positive", [
-    ("uniform", {}, True), ("vmf_mixture", {"kappas": [50.0]}, True),
-    ("projected_gaussian", {"mean": [5, 0, 0], "scale": 0.1}, True),
-    ("cap", {"center": [0, 0, 1], "angle": 179.9}, False), ("cap", {"center": [0, 0, 1], "angle": 180}, True),
-    ("atoms", {"points": [[1, 0, 0]]}, False),
-])
+@pytest.mark.parametrize(
+    "name, params, positive",
+    [
+        ("uniform", {}, True),
+        ("vmf_mixture", {"kappas": [50.0]}, True),
+        ("projected_gaussian", {"mean": [5, 0, 0], "scale": 0.1}, True),
+        ("cap", {"center": [0, 0, 1], "angle": 179.9}, False),
+        ("cap", {"center": [0, 0, 1], "angle": 180}, True),
+        ("atoms", {"points": [[1, 0, 0]]}, False),
+    ],
+)
 def test_which_measures_have_a_positive_density(name, params, positive):
     assert measures.has_positive_density(name, params) is positive
 
 
-@pytest.mark.parametrize("params, match", [
-    ({"center": [0, 0], "angle": 30}, "center must be a non-zero vector of length 3"),
-    ({"center": [0, 0, 0], "angle": 30}, "center must be a non-zero vector"),
-    ({"center": [0, 0, 1], "angle": 0}, r"angle must be in \(0, 180\]"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"center": [0, 0], "angle": 30}, "center must be a non-zero vector of length 3"),
+        ({"center": [0, 0, 0], "angle": 30}, "center must be a non-zero vector"),
+        ({"center": [0, 0, 1], "angle": 0}, r"angle must be in \(0, 180\]"),
+    ],
+)
 def test_cap_rejects_bad_parameters(params, match):
     with pytest.raises(ValueError, match=match):
         measures.cap(np.random.default_rng(0), 1, 4, 3, **params)

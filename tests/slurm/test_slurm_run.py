@@ -28,7 +28,9 @@ from lowtemp.config import experiment, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 if not os.environ.get("LOWTEMP_SLURM_STATE"):
-    raise RuntimeError("tests/slurm/test_slurm_run.py checks the runs of tests/slurm/run.sh; run that (make test-slurm)")
+    raise RuntimeError(
+        "tests/slurm/test_slurm_run.py checks the runs of tests/slurm/run.sh; run that (make test-slurm)"
+    )
 STATE = Path(os.environ["LOWTEMP_SLURM_STATE"])
 PARTITION = os.environ["LOWTEMP_SLURM_PARTITION"]
 LOCAL = STATE / "local" / "results"
@@ -49,8 +51,11 @@ def _config():
 
 
 def _outputs(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*")
-            if p.is_file() and p.suffix in (".nc", ".pdf", ".png") and ".tmp-" not in p.name}
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and p.suffix in (".nc", ".pdf", ".png") and ".tmp-" not in p.name
+    }
 
 
 def _submissions() -> list[tuple[str, Path]]:
@@ -72,8 +77,9 @@ def _option(call: str, pattern: str) -> str:
 
 
 def test_same_numbers_as_the_local_run():
-    out = subprocess.run([sys.executable, "-m", "lowtemp.store.compare", str(LOCAL), str(SLURM)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "lowtemp.store.compare", str(LOCAL), str(SLURM)], capture_output=True, text=True
+    )
     assert out.returncode == 0, f"SLURM and local results differ:\n{out.stdout}\n{out.stderr}"
     assert "bit for bit" in out.stdout, out.stdout
 
@@ -81,7 +87,7 @@ def test_same_numbers_as_the_local_run():
 def test_same_outputs_as_the_local_run():
     local, slurm = _outputs(LOCAL), _outputs(SLURM)
     assert local == slurm, f"only local: {sorted(local - slurm)}; only SLURM: {sorted(slurm - local)}"
-    for name, exp in _config()["experiments"].items():
+    for name in _config()["experiments"]:
         assert f"{name}/fit.nc" in slurm
         assert f"{name}/figures/w2_projection.pdf" in slurm
 
@@ -144,8 +150,9 @@ def test_profile_settings_reach_every_job():
         assert f" -p {PARTITION} " in head, f"partition from --default-resources missing: {head}"
         assert " -A " not in head, f"an account was sent although none is set: {head}"
         assert "--attempt 1 " in call, f"a job needed a retry: {head}"
-        assert call.split("--wrap=")[1].startswith('"export HDF5_USE_FILE_LOCKING=FALSE && '), \
+        assert call.split("--wrap=")[1].startswith('"export HDF5_USE_FILE_LOCKING=FALSE && '), (
             f"profile precommand missing: {call[:400]}"
+        )
     for jobid, log in _submissions():
         assert "'HDF5_USE_FILE_LOCKING': 'FALSE'" in log.read_text(), f"SLURM job {jobid}: HDF5 locking not off"
 

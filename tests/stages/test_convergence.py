@@ -13,18 +13,19 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
+from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
 from lowtemp.analysis import estimates, fitting, particle_budget
 from lowtemp.config import studies, validation
-from lowtemp.dynamics import fields as dynamics, integrate
+from lowtemp.dynamics import fields as dynamics
+from lowtemp.dynamics import integrate
 from lowtemp.model import exact, matrices, measures, projection, seeding
 from lowtemp.stages import convergence
 from lowtemp.store import io
 from lowtemp.transport import w2 as transport
-from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
 
 ConfigError = validation.ConfigError
 
@@ -154,18 +155,24 @@ def test_default_settings():
     assert studies.default_particle_numbers(10) == [10, 20, 40, 80]
 
 
-@pytest.mark.parametrize("block, match", [
-    ({"steps": {"dt": 0.03}}, r"experiments\.tiny\.convergence\.steps\.dt = 0\.03 does not divide the snapshot "
-                              r"interval"),
-    ({"steps": {"dt": 0.4}}, r"convergence\.steps\.dt = 0\.4 does not divide"),
-    ({"steps": {"times": [1.0, 1.1]}}, r"convergence\.steps\.times: 1\.1 is not a snapshot time"),
-    ({"steps": {"times": [3.0, 1.0]}}, r"convergence\.steps\.times must be increasing"),
-    ({"steps": {"times": [7.0]}}, r"convergence\.steps\.times: 7 is not a snapshot time"),
-    ({"steps": {"tokens": 65}}, r"convergence\.steps\.tokens = 65 must be between 2 and tokens = 64"),
-    ({"steps": {"replicas": 3}}, r"convergence\.steps\.replicas = 3"),
-    ({"particles": {"tokens": [64, 32, 16, 8]}}, r"convergence\.particles\.tokens must be increasing"),
-    ({"particles": {"horizon": 5.9}}, r"convergence\.particles\.horizon = 5\.9 is not a snapshot time"),
-])
+@pytest.mark.parametrize(
+    "block, match",
+    [
+        (
+            {"steps": {"dt": 0.03}},
+            r"experiments\.tiny\.convergence\.steps\.dt = 0\.03 does not divide the snapshot "
+            r"interval",
+        ),
+        ({"steps": {"dt": 0.4}}, r"convergence\.steps\.dt = 0\.4 does not divide"),
+        ({"steps": {"times": [1.0, 1.1]}}, r"convergence\.steps\.times: 1\.1 is not a snapshot time"),
+        ({"steps": {"times": [3.0, 1.0]}}, r"convergence\.steps\.times must be increasing"),
+        ({"steps": {"times": [7.0]}}, r"convergence\.steps\.times: 7 is not a snapshot time"),
+        ({"steps": {"tokens": 65}}, r"convergence\.steps\.tokens = 65 must be between 2 and tokens = 64"),
+        ({"steps": {"replicas": 3}}, r"convergence\.steps\.replicas = 3"),
+        ({"particles": {"tokens": [64, 32, 16, 8]}}, r"convergence\.particles\.tokens must be increasing"),
+        ({"particles": {"horizon": 5.9}}, r"convergence\.particles\.horizon = 5\.9 is not a snapshot time"),
+    ],
+)
 def test_bad_settings_name_the_key(block, match):
     exp = _experiment(**block)  # the schema accepts these: only the study's own check can refuse them
     with pytest.raises(ConfigError, match=match):
@@ -267,8 +274,9 @@ def test_vmf_mixture_without_means_samples_the_pipelines_rho0():
     exp = {"dim": 3, "replicas": 2, "tokens": 50, "initial_measure": {"name": "vmf_mixture", "kappas": [2.0, 1.0]}}
     measure, params = convergence.initial_measure("E", exp, 9)
     assert measure == "vmf_mixture" and np.asarray(params["means"]).shape == (2, 3)
-    pipeline_tokens = measures.sample_initial_tokens("vmf_mixture", seeding.generator(9, "E", "initial_tokens"), 2,
-                                                     50, 3, kappas=[2.0, 1.0])
+    pipeline_tokens = measures.sample_initial_tokens(
+        "vmf_mixture", seeding.generator(9, "E", "initial_tokens"), 2, 50, 3, kappas=[2.0, 1.0]
+    )
     rng = seeding.generator(9, "E", "initial_tokens")
     rng.standard_normal((1, 2, 3))  # the stream's first draw: the means (uniform on the sphere)
     again = measures.sample_initial_tokens(measure, rng, 2, 50, 3, **params)
@@ -279,8 +287,11 @@ def test_vmf_mixture_without_means_samples_the_pipelines_rho0():
 
 
 # ------------------------------------------------------------------ through Snakemake
-BLOCK = {"beta": 5.0, "steps": {"dt": 0.1, "times": [1.0, 2.0], "tokens": 32, "replicas": 2},
-         "particles": {"tokens": [8, 16, 32, 64], "replicas": 4, "horizon": 2.0}}
+BLOCK = {
+    "beta": 5.0,
+    "steps": {"dt": 0.1, "times": [1.0, 2.0], "tokens": 32, "replicas": 2},
+    "particles": {"tokens": [8, 16, 32, 64], "replicas": 4, "horizon": 2.0},
+}
 
 
 def _config(block=BLOCK) -> dict:
@@ -293,9 +304,23 @@ def _config(block=BLOCK) -> dict:
 def _snakemake(work, cfg, *args, timeout=600):
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(work),
-                           "--configfile", str(path), "--cores", "2", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "--snakefile",
+            str(SNAKEFILE),
+            "--directory",
+            str(work),
+            "--configfile",
+            str(path),
+            "--cores",
+            "2",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -371,19 +396,26 @@ def test_convergence_numbers_recomputed_from_stored_inputs(run):
             target = M.E1 @ M.E1.T @ X0[r].T
             target = (target / np.linalg.norm(target, axis=0)).T
             assert ds["w2_projection_steps"].sel(integrator="rk4").values[2, r, j] == pytest.approx(
-                _lsa_w2(pos[k, r], target), rel=1e-8, abs=1e-8)
+                _lsa_w2(pos[k, r], target), rel=1e-8, abs=1e-8
+            )
     # zero temperature against the exact solution, recomputed
     ref = exact.exact_zero_temperature(X0, M.A, M.B, np.array([1.0, 2.0]))
     zpos = integrate.simulate(_zero(M), X0, integrate.TimeGrid(2.0, 10, 0.1), "euler")
-    np.testing.assert_allclose(ds["zero_error_vs_exact"].sel(integrator="euler").values[0],
-                               np.max(np.abs(zpos[[5, 10]] - ref), axis=(1, 2, 3)), rtol=1e-6)
+    np.testing.assert_allclose(
+        ds["zero_error_vs_exact"].sel(integrator="euler").values[0],
+        np.max(np.abs(zpos[[5, 10]] - ref), axis=(1, 2, 3)),
+        rtol=1e-6,
+    )
     # the particle study's t = 0: W2² = 2 − 2·mean|⟨x,u⟩| of tokens regenerated from the seed
     exp = _config()["experiments"]["tiny"]
     u = M.E1[:, 0]
     for n in (8, 64):
         Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", str(n)), 4, n, 3)
-        np.testing.assert_allclose(ds["w2_projection_particles"].sel(tokens=n).values[:, 0] ** 2,
-                                   2 - 2 * np.mean(np.abs(Xn @ u), axis=1), atol=1e-12)
+        np.testing.assert_allclose(
+            ds["w2_projection_particles"].sel(tokens=n).values[:, 0] ** 2,
+            2 - 2 * np.mean(np.abs(Xn @ u), axis=1),
+            atol=1e-12,
+        )
     assert exp["initial_measure"] == {"name": "uniform"}
     # the summary numbers follow from the stored curves
     w2 = ds["w2_projection_particles"].values
@@ -464,13 +496,16 @@ def test_particle_study_reuses_the_experiments_own_run(tmp_path):
             x = fin["positions"].values[t, r]
             masses = projection.two_atom_masses(X0[r], u)
             assert ds["w2_projection_particles"].sel(tokens=64).values[r, t] == pytest.approx(
-                transport.w2_two_atoms(x, u, masses), rel=1e-12)
+                transport.w2_two_atoms(x, u, masses), rel=1e-12
+            )
     # a fresh N: its ESS from the regenerated run with the numpy reference field's weights
     Xn = measures.uniform(seeding.generator(7, "tiny", "convergence", "16"), 4, 16, 3)
-    pos = integrate.simulate(_finite(M, 5.0), Xn, integrate.TimeGrid(2.0, 10, 0.1), "dopri5",
-                             tolerance=integrate.default_tolerance(16))
+    pos = integrate.simulate(
+        _finite(M, 5.0), Xn, integrate.TimeGrid(2.0, 10, 0.1), "dopri5", tolerance=integrate.default_tolerance(16)
+    )
     w = np.exp(5.0 * np.einsum("rid,de,rje->rij", pos[-1], M.B, pos[-1]))
     w /= w.sum(axis=-1, keepdims=True)
-    np.testing.assert_allclose(ds["ess_particles"].sel(tokens=16).values[:, -1],
-                               np.median(1.0 / np.sum(w**2, axis=-1), axis=-1), rtol=1e-8)
+    np.testing.assert_allclose(
+        ds["ess_particles"].sel(tokens=16).values[:, -1], np.median(1.0 / np.sum(w**2, axis=-1), axis=-1), rtol=1e-8
+    )
     assert not list((res / "checkpoints").glob("convergence_*")) if (res / "checkpoints").exists() else True

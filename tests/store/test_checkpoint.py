@@ -17,16 +17,17 @@ import copy
 import numpy as np
 import pytest
 import yaml
+from conftest import TEST_CONFIG, random_unit, spectral_matrices, validated
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp.dynamics import fields as dynamics, integrate, kernels
-from lowtemp.store import checkpoint, io
+from lowtemp.dynamics import fields as dynamics
+from lowtemp.dynamics import integrate, kernels
 from lowtemp.stages import distances as distances_stage
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
 from lowtemp.stages import simulate as simulate_stage
-from conftest import TEST_CONFIG, random_unit, spectral_matrices, validated
+from lowtemp.store import checkpoint, io
 
 
 class Interrupt(Exception):
@@ -69,8 +70,15 @@ def test_resume_after_interrupt_is_bit_for_bit(tmp_path_factory, fraction, metho
     fp = checkpoint.fingerprint(X0, M.B, M.V, method=method)
     ckpt = checkpoint.SimulationCheckpoint(path, fp, GRID.times, every_seconds=0)
     with pytest.raises(Interrupt):
-        integrate.simulate(_interrupting(_field(M), evaluations), X0, GRID, method, resume=ckpt.load(X0.shape),
-                           on_snapshot=ckpt, tolerance=1e-5)
+        integrate.simulate(
+            _interrupting(_field(M), evaluations),
+            X0,
+            GRID,
+            method,
+            resume=ckpt.load(X0.shape),
+            on_snapshot=ckpt,
+            tolerance=1e-5,
+        )
     # snapshot k is checkpointed once its interval's evaluations are done; the last one never is
     completed = min(int(np.sum(np.cumsum(full_record.evaluations)[1:] <= evaluations)), GRID.snapshots - 1)
     if completed == 0:
@@ -80,8 +88,9 @@ def test_resume_after_interrupt_is_bit_for_bit(tmp_path_factory, fraction, metho
     again = checkpoint.SimulationCheckpoint(path, fp, GRID.times, every_seconds=0)
     resume = again.load(X0.shape)
     assert (resume is None) == (completed == 0)
-    resumed, record = integrate.simulate(_field(M), X0, GRID, method, resume=resume, on_snapshot=again,
-                                         return_record=True, tolerance=1e-5)
+    resumed, record = integrate.simulate(
+        _field(M), X0, GRID, method, resume=resume, on_snapshot=again, return_record=True, tolerance=1e-5
+    )
     np.testing.assert_array_equal(resumed, full)
     assert_same_record(record, full_record)
     assert np.all(record.drift[1:] > 0)  # a real record, not zeros carried over from the checkpoint
@@ -128,8 +137,9 @@ def test_resume_rejects_a_checkpoint_of_other_initial_positions():
     done, record = integrate.simulate(_field(M), X0, GRID, "rk4", return_record=True)
     done, record = done[:3], record.truncated(2)
     with pytest.raises(ValueError, match="other initial positions"):
-        integrate.simulate(_field(M), random_unit(np.random.default_rng(8), 1, 10, 3), GRID, "rk4",
-                           resume=(2, done, record))
+        integrate.simulate(
+            _field(M), random_unit(np.random.default_rng(8), 1, 10, 3), GRID, "rk4", resume=(2, done, record)
+        )
     with pytest.raises(ValueError, match="expected snapshots 0..3"):
         integrate.simulate(_field(M), X0, GRID, "rk4", resume=(3, done, record))
     with pytest.raises(ValueError, match="step record of snapshots 0..2"):
@@ -162,13 +172,17 @@ def tiny(tmp_path_factory):
     exp["integrator"] = "rk4"  # the guards below count RK4 evaluations; the adaptive stage has its own tests
     root = tmp_path_factory.mktemp("stages")
     matrices_stage.stage_matrices("tiny", exp, config["root_seed"], root / "matrices.nc")
-    initial_tokens_stage.stage_initial_tokens("tiny", exp, config["root_seed"], root / "matrices.nc", root / "tokens.nc")
+    initial_tokens_stage.stage_initial_tokens(
+        "tiny", exp, config["root_seed"], root / "matrices.nc", root / "tokens.nc"
+    )
     return exp, config["root_seed"], root
 
 
 def _run_finite(tiny, out, **kw):
     exp, seed, root = tiny
-    simulate_stage.stage_finite_temperature("tiny", exp, seed, 50.0, root / "matrices.nc", root / "tokens.nc", out, **kw)
+    simulate_stage.stage_finite_temperature(
+        "tiny", exp, seed, 50.0, root / "matrices.nc", root / "tokens.nc", out, **kw
+    )
     return io.read_netcdf(out, "finite_temperature")
 
 
@@ -245,8 +259,10 @@ def test_stage_stops_on_non_finite_positions_naming_step_beta_replica(tiny, tmp_
         return F
 
     _corrupt_field_at_call(monkeypatch, 12, poison)
-    with pytest.raises(FloatingPointError,
-                       match=r"tiny beta = 50: positions became non-finite at t = 0\.3 \(step 3\), replica 1, token 17"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"tiny beta = 50: positions became non-finite at t = 0\.3 \(step 3\), replica 1, token 17",
+    ):
         _run_finite(tiny, tmp_path / "bad.nc")
     assert not (tmp_path / "bad.nc").exists()
 
@@ -258,7 +274,9 @@ def test_stage_outputs_norm_drift(tiny, tmp_path, caplog):
     exp, seed, root = tiny
     caplog.set_level("INFO", logger="lowtemp")
     fin = _run_finite(tiny, tmp_path / "fin.nc")
-    simulate_stage.stage_zero_temperature("tiny", exp, seed, root / "matrices.nc", root / "tokens.nc", tmp_path / "zero.nc")
+    simulate_stage.stage_zero_temperature(
+        "tiny", exp, seed, root / "matrices.nc", root / "tokens.nc", tmp_path / "zero.nc"
+    )
     zero = io.read_netcdf(tmp_path / "zero.nc", "zero_temperature")
     for ds in (fin, zero):
         drift = ds["norm_drift"]
@@ -269,9 +287,11 @@ def test_stage_outputs_norm_drift(tiny, tmp_path, caplog):
         assert np.all(drift.values[1:] > 0.0)
         assert np.all(drift.values < integrate.DRIFT_TOLERANCE)
     for label, ds in (("tiny beta = 50", fin), ("tiny zero temperature", zero)):
-        assert f"{label}: rk4, {int(ds['field_evaluations'].sum())} field evaluations, " \
-               f"{int(ds['accepted_steps'].sum())} accepted and 0 rejected steps; largest norm drift of a step " \
-               f"before renormalisation {ds['norm_drift'].values.max():.3e}" in caplog.text
+        assert (
+            f"{label}: rk4, {int(ds['field_evaluations'].sum())} field evaluations, "
+            f"{int(ds['accepted_steps'].sum())} accepted and 0 rejected steps; largest norm drift of a step "
+            f"before renormalisation {ds['norm_drift'].values.max():.3e}" in caplog.text
+        )
         assert int(ds["field_evaluations"].sum()) == 4 * int(ds["accepted_steps"].sum()) == 4 * 60
 
 
@@ -283,8 +303,11 @@ def test_stage_stops_on_a_step_far_too_large_naming_step_beta_replica(tiny, tmp_
         return F
 
     _corrupt_field_at_call(monkeypatch, 9, kick)
-    with pytest.raises(FloatingPointError, match=r"tiny beta = 50: the step is far too large: at t = 0\.3 "
-                                                 r"\(step 3\) it left the sphere .*replica 0, token 5"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"tiny beta = 50: the step is far too large: at t = 0\.3 "
+        r"\(step 3\) it left the sphere .*replica 0, token 5",
+    ):
         _run_finite(tiny, tmp_path / "bad.nc")
     assert not (tmp_path / "bad.nc").exists()
 
@@ -304,8 +327,11 @@ def test_stage_stops_on_non_finite_effective_sample_size(tiny, tmp_path, monkeyp
         return ess
 
     monkeypatch.setattr(kernels, "effective_sample_size", poisoned)
-    with pytest.raises(FloatingPointError, match=r"tiny: beta = 50: the effective sample size is nan at t = 1\.4 "
-                                                 r"\(snapshot 7\), replica 1, token 23"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"tiny: beta = 50: the effective sample size is nan at t = 1\.4 "
+        r"\(snapshot 7\), replica 1, token 23",
+    ):
         _run_finite(tiny, tmp_path / "bad.nc")
     assert not (tmp_path / "bad.nc").exists()
 
@@ -315,14 +341,18 @@ def _run_distances(tiny, root, out, **kw):
     exp, seed, base = tiny
     if not (root / "finite.nc").exists():
         _run_finite(tiny, root / "finite.nc")
-        simulate_stage.stage_zero_temperature("tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "zero.nc")
-    distances_stage.stage_distances_beta("tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "finite.nc",
-                                  root / "zero.nc", out, **kw)
+        simulate_stage.stage_zero_temperature(
+            "tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "zero.nc"
+        )
+    distances_stage.stage_distances_beta(
+        "tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "finite.nc", root / "zero.nc", out, **kw
+    )
     return io.read_netcdf(out, "distances_beta")
 
 
 def test_distances_stage_resumes_its_exact_w2_loop_losing_at_most_one_solve(tiny, tmp_path, monkeypatch):
     from lowtemp.transport import w2 as transport
+
     plain = _run_distances(tiny, tmp_path, tmp_path / "plain.nc")
     solves = int(np.sum(np.isfinite(plain["w2_zero_temperature"].values)))
     assert solves >= 6
@@ -342,9 +372,9 @@ def test_distances_stage_resumes_its_exact_w2_loop_losing_at_most_one_solve(tiny
     assert not (tmp_path / "resumed.nc").exists()
     stored = io.read_netcdf(ckpt, "checkpoint")
     assert int(stored["done"].values.sum()) == 3  # every finished solve is kept: only the fourth is lost
-    calls["n"] = -10**9  # no more kills
+    calls["n"] = -(10**9)  # no more kills
     resumed = _run_distances(tiny, tmp_path, tmp_path / "resumed.nc", checkpoint_path=ckpt)
-    assert calls["n"] == -10**9 + solves - 3  # the resumed run solves only what was missing
+    assert calls["n"] == -(10**9) + solves - 3  # the resumed run solves only what was missing
     for var in plain.variables:
         np.testing.assert_array_equal(resumed[var].values, plain[var].values, err_msg=var)
     assert not ckpt.exists() and not ckpt.parent.exists()

@@ -16,8 +16,11 @@ def _dataset():
     rng = np.random.default_rng(0)
     return xr.Dataset(
         {
-            "positions": (("time", "replica", "token", "dim"), rng.standard_normal((3, 2, 5, 3)),
-                          io.attrs("positions", flag=True, meta={"a": 1})),
+            "positions": (
+                ("time", "replica", "token", "dim"),
+                rng.standard_normal((3, 2, 5, 3)),
+                io.attrs("positions", flag=True, meta={"a": 1}),
+            ),
             "gamma": ((), 1.25, io.attrs("gap")),
         },
         coords={"time": ("time", np.linspace(0, 1, 3), io.attrs("time", "1")), "replica": np.arange(2)},
@@ -58,7 +61,7 @@ def test_failed_write_leaves_previous_file_and_no_temporary(tmp_path):
     path = tmp_path / "out.nc"
     io.write_netcdf(_dataset(), path, "demo", {"first": 1})
     bad = xr.Dataset({"x": (("a",), np.array([{"k": 1}, None, 3], dtype=object))})
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):  # a dict cannot be stored in a NetCDF variable
         io.write_netcdf(bad, path, "demo", {"second": 2})
     assert [p.name for p in tmp_path.iterdir()] == ["out.nc"]
     assert io.read_provenance(io.read_netcdf(path, "demo")) == {"first": 1}

@@ -57,9 +57,15 @@ def _assert_same_w2(value, ref):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 60), d=st.sampled_from([2, 3]),
-       kind=st.sampled_from(["random", "perturbed", "clustered", "ties"]), k=st.sampled_from([1, 4, 16]),
-       dense_base=st.sampled_from([4, 16, 256]), guide=st.sampled_from([None, True, False]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(2, 60),
+    d=st.sampled_from([2, 3]),
+    kind=st.sampled_from(["random", "perturbed", "clustered", "ties"]),
+    k=st.sampled_from([1, 4, 16]),
+    dense_base=st.sampled_from([4, 16, 256]),
+    guide=st.sampled_from([None, True, False]),
+)
 def test_equals_emd2(seed, n, d, kind, k, dense_base, guide):
     """Every path: all pairs (N ≤ dense_base), or the sparse solve with and without the coarse guide,
     recursively down to dense_base (4 makes even N = 60 three levels deep)."""

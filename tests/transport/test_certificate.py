@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp.transport import assignment, w2 as transport
+from lowtemp.transport import assignment
+from lowtemp.transport import w2 as transport
 
 
 def _sphere(rng, n, d):
@@ -73,8 +74,13 @@ def _assert_right(res, w2sq):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(8, 400), d=st.integers(2, 5), k=st.integers(1, 4),
-       spread=st.sampled_from([1e-6, 1e-8, 1e-10, 1e-12, 1e-15]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(8, 400),
+    d=st.integers(2, 5),
+    k=st.integers(1, 4),
+    spread=st.sampled_from([1e-6, 1e-8, 1e-10, 1e-12, 1e-15]),
+)
 @example(seed=0, n=384, d=2, k=3, spread=1e-6)
 def test_tiny_clusters_are_certified_right(seed, n, d, k, spread):
     X, Y, w2sq = _clusters(seed, n, d, k, spread)
@@ -118,8 +124,13 @@ def test_clusters_of_different_spreads_are_certified_right(seed, n, d, k, spread
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(8, 300), d=st.integers(2, 4), k=st.integers(2, 4),
-       spread=st.sampled_from([1e-6, 1e-8]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(8, 300),
+    d=st.integers(2, 4),
+    k=st.integers(2, 4),
+    spread=st.sampled_from([1e-6, 1e-8]),
+)
 def test_mixed_spreads_are_never_certified_wrong(seed, n, d, k, spread):
     """Right when certified, and the bound covers the truth either way. Not always certified: in 31 of 9652
     random cases (N = 273…600) the local re-solve's scan budget ran out and the result says so
@@ -165,8 +176,9 @@ def _permuted_duplicates(seed, n, d, copies):
     return X, X[rng.permutation(n)]
 
 
-@pytest.mark.parametrize("n,d,copies", [(257, 2, 2), (300, 3, 2), (300, 3, 75), (1000, 2, 2), (2000, 3, 2),
-                                        (2000, 3, 500)])
+@pytest.mark.parametrize(
+    "n,d,copies", [(257, 2, 2), (300, 3, 2), (300, 3, 75), (1000, 2, 2), (2000, 3, 2), (2000, 3, 500)]
+)
 def test_permuted_duplicates_finish_with_w2_zero_and_bound_zero(n, d, copies):
     """Exact copies, Y a shuffled copy of X: W2 = 0, certified with a bound of exactly 0, in a bounded
     number of pivots (each copy's partner is in the candidates by lexicographic rank)."""
@@ -205,8 +217,12 @@ def test_tie_heavy_inputs_equal_linear_sum_assignment(kind):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 300), d=st.integers(1, 4),
-       kind=st.sampled_from(["random", "copies", "grid"]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(2, 300),
+    d=st.integers(1, 4),
+    kind=st.sampled_from(["random", "copies", "grid"]),
+)
 def test_equals_linear_sum_assignment(seed, n, d, kind):
     rng = np.random.default_rng(seed)
     if kind == "random":
@@ -248,14 +264,17 @@ def test_the_fallback_is_certified_by_the_same_rule():
     assert abs(res.value**2 - _lsa_w2sq(A, B) / 400) <= res.error_bound
 
 
-@pytest.mark.parametrize("X,Y,error,match", [
-    (np.zeros((0, 3)), np.zeros((0, 3)), ValueError, "empty"),
-    (np.ones((4, 3)) * (1 + 1j), np.ones((4, 3)), TypeError, "complex"),
-    (np.array([["a", "b"], ["c", "d"]]), np.ones((2, 2)), TypeError, "real numbers"),
-    (np.ones(4), np.ones(4), ValueError, r"shape \(N, d\)"),
-    (np.ones((4, 3)), np.ones((4, 2)), ValueError, "same dimension"),
-    (np.full((4, 3), np.inf), np.ones((4, 3)), ValueError, "non-finite"),
-])
+@pytest.mark.parametrize(
+    "X,Y,error,match",
+    [
+        (np.zeros((0, 3)), np.zeros((0, 3)), ValueError, "empty"),
+        (np.ones((4, 3)) * (1 + 1j), np.ones((4, 3)), TypeError, "complex"),
+        (np.array([["a", "b"], ["c", "d"]]), np.ones((2, 2)), TypeError, "real numbers"),
+        (np.ones(4), np.ones(4), ValueError, r"shape \(N, d\)"),
+        (np.ones((4, 3)), np.ones((4, 2)), ValueError, "same dimension"),
+        (np.full((4, 3), np.inf), np.ones((4, 3)), ValueError, "non-finite"),
+    ],
+)
 def test_bad_w2_input_is_named_before_any_work(X, Y, error, match):
     with pytest.raises(error, match=match):
         transport.w2(X, Y)
@@ -323,8 +342,19 @@ def test_bounds_too_small_or_large_for_float64_are_not_certified():
     assert res.value == 0.0 and res.certified
 
 
-@pytest.mark.parametrize("option,value", [("tol", "x"), ("tol", -1.0), ("rel_tol", -1.0), ("rel_tol", np.nan),
-                                          ("dense_base", 0), ("cell_neighbours", 0), ("k", -1), ("warm", "x")])
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("tol", "x"),
+        ("tol", -1.0),
+        ("rel_tol", -1.0),
+        ("rel_tol", np.nan),
+        ("dense_base", 0),
+        ("cell_neighbours", 0),
+        ("k", -1),
+        ("warm", "x"),
+    ],
+)
 def test_bad_options_are_named(option, value):
     X = _sphere(np.random.default_rng(0), 10, 3)
     with pytest.raises((ValueError, TypeError), match=option):

@@ -49,8 +49,13 @@ def _assert_optimal_by_duals(S, rows, cols, costs, tol=1e-12):
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 40), degree=st.integers(0, 6),
-       integer_costs=st.booleans(), random_root=st.booleans())
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 40),
+    degree=st.integers(0, 6),
+    integer_costs=st.booleans(),
+    random_root=st.booleans(),
+)
 def test_optimal_like_scipy_from_any_start(seed, n, degree, integer_costs, random_root):
     """Any starting assignment among the arcs and any root costs (the starting potentials) end at the
     optimum; integer costs make many ties (degenerate pivots, several optima)."""

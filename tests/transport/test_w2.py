@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import random_unit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
 from lowtemp.model import projection
 from lowtemp.transport import w2 as transport
-from conftest import random_unit
 
 HYP = settings(max_examples=40, deadline=None)
 
@@ -97,8 +97,9 @@ def _cap_cloud(rng, u, theta, n):
 
 
 @HYP
-@given(seed=st.integers(0, 2**32 - 1), theta=st.floats(0.0, np.pi / 2 - 1e-3), n=st.integers(1, 30),
-       d=st.integers(2, 4))
+@given(
+    seed=st.integers(0, 2**32 - 1), theta=st.floats(0.0, np.pi / 2 - 1e-3), n=st.integers(1, 30), d=st.integers(2, 4)
+)
 def test_w2_two_atoms_closed_form_single_atom(seed, theta, n, d):
     """All tokens at angle θ from u on the + side, all mass at +u: W2 = 2 sin(θ/2)."""
     rng = np.random.default_rng(seed)
@@ -113,8 +114,13 @@ def test_w2_two_atoms_closed_form_single_atom(seed, theta, n, d):
 
 
 @HYP
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 25), d=st.integers(2, 4), m_plus=st.floats(0.0, 1.0),
-       scale=st.floats(0.1, 10.0))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 25),
+    d=st.integers(2, 4),
+    m_plus=st.floats(0.0, 1.0),
+    scale=st.floats(0.1, 10.0),
+)
 def test_w2_two_atoms_equals_weighted_exact_solve(seed, n, d, m_plus, scale):
     rng = np.random.default_rng(seed)
     u = random_unit(rng, d)
@@ -156,6 +162,7 @@ def test_w2_to_projection_dim2_is_exact_solve_against_great_circle_cloud():
 def test_w2_of_uniform_clouds_is_the_certified_assignment(monkeypatch):
     """transport.w2 returns the certified solver's value, and refuses an uncertified one."""
     from lowtemp.transport import assignment
+
     rng = np.random.default_rng(4)
     X, Y = rng.standard_normal((200, 3)), rng.standard_normal((200, 3))
     assert transport.w2(X, Y) == pytest.approx(transport.w2_network_simplex(X, Y), rel=1e-9)

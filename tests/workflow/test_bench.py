@@ -28,8 +28,12 @@ def _bench_w2_module():
 
 def test_bench_quick_writes_table(tmp_path):
     out = tmp_path / "bench.nc"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_kernels.py"), "--quick",
-                           "--repeats", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_kernels.py"), "--quick", "--repeats", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ds = io.read_netcdf(out, "bench")
     assert set(ds["kernel"].values) == {"numpy", "dense", "cap"}
@@ -46,9 +50,25 @@ def test_w2_bench_reports_the_solvers_side_by_side(tmp_path):
     """bench_w2 at a small N: every solver's row, values equal to emd2's, the certified solver's pricing
     cost and a peak memory from a fresh process (the dense solver's above the sparse one's)."""
     out = tmp_path / "w2.nc"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_w2.py"), "--sizes", "1024",
-                           "--kinds", "perturbed", "departed", "--repeats", "1", "--memory", "--out", str(out)],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_w2.py"),
+            "--sizes",
+            "1024",
+            "--kinds",
+            "perturbed",
+            "departed",
+            "--repeats",
+            "1",
+            "--memory",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ds = io.read_netcdf(out, "bench")
     solvers = ds["solver"].values.tolist()
@@ -78,9 +98,27 @@ def test_w2_bench_independent_truth_agrees_at_tiny_n(tmp_path):
     truth exact for the rounded costs): flag 0, difference within the rounding bound + gap_bound, and the
     bound itself of the order 1/S (S from OR-tools' overflow budget)."""
     out = tmp_path / "w2.nc"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_w2.py"), "--sizes", "128", "--kinds",
-                           "perturbed", "clusters", "departed", "--repeats", "1", "--lazy-max", "0", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_w2.py"),
+            "--sizes",
+            "128",
+            "--kinds",
+            "perturbed",
+            "clusters",
+            "departed",
+            "--repeats",
+            "1",
+            "--lazy-max",
+            "0",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ds = io.read_netcdf(out, "bench")
     truth = ds.where(ds["solver"] == "ortools", drop=True)
@@ -95,8 +133,10 @@ def test_w2_bench_runs_without_the_independent_truth(tmp_path):
     """With ortools not importable the benchmark still runs, and its column says so."""
     out = tmp_path / "w2.nc"
     argv = ["bench_w2.py", "--sizes", "64", "--kinds", "perturbed", "--repeats", "1", "--out", str(out)]
-    code = (f"import runpy, sys; sys.modules['ortools'] = None; sys.argv = {argv!r}; "
-            f"runpy.run_path({str(ROOT / 'benchmarks' / 'bench_w2.py')!r}, run_name='__main__')")
+    code = (
+        f"import runpy, sys; sys.modules['ortools'] = None; sys.argv = {argv!r}; "
+        f"runpy.run_path({str(ROOT / 'benchmarks' / 'bench_w2.py')!r}, run_name='__main__')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ortools not installed" in proc.stdout
@@ -132,9 +172,29 @@ def test_ess_scaling_measures_the_growth_with_n(tmp_path):
     the premise where it holds. The W2 curves start at the same value for every N (same ρ0, W2 to Π_# ρ0
     from the run's own tokens) only to sampling accuracy, so only finiteness is asserted on them."""
     out = tmp_path / "ess.nc"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ess_scaling.py"), str(ROOT / "config" / "test.yaml"),
-                           "--experiment", "tiny", "--beta", "10", "--tokens", "128", "256", "512", "1024",
-                           "--horizon", "1.0", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "ess_scaling.py"),
+            str(ROOT / "config" / "test.yaml"),
+            "--experiment",
+            "tiny",
+            "--beta",
+            "10",
+            "--tokens",
+            "128",
+            "256",
+            "512",
+            "1024",
+            "--horizon",
+            "1.0",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ds = io.read_netcdf(out, "bench")
     ess0 = ds["ess_median"].isel(time=0).mean("replica").values
@@ -168,9 +228,28 @@ def test_mean_field_departure_runs_on_a_tiny_circle(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(cfg))
     out, markdown = tmp_path / "mf.nc", tmp_path / "mf.md"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mean_field_departure.py"), str(config),
-                           "--tokens", "64", "256", "--replicas", "2", "--w2-every", "1", "--out", str(out),
-                           "--markdown", str(markdown)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "mean_field_departure.py"),
+            str(config),
+            "--tokens",
+            "64",
+            "256",
+            "--replicas",
+            "2",
+            "--w2-every",
+            "1",
+            "--out",
+            str(out),
+            "--markdown",
+            str(markdown),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ds = io.read_netcdf(out, "bench")
     mf = ds["mf_dist_leading_A"].values
@@ -186,9 +265,26 @@ def test_integrator_bench_reports_every_scheme_against_the_reference(tmp_path):
     the adaptive ones at least one step per snapshot interval, and every W2 error finite and, at β = 10,
     far below the sampling scale N^(-1/2)."""
     out, md = tmp_path / "integrators.nc", tmp_path / "integrators.md"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_integrators.py"), "--tokens", "32",
-                           "--betas", "10", "--refine", "2", "--out", str(out), "--markdown", str(md)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_integrators.py"),
+            "--tokens",
+            "32",
+            "--betas",
+            "10",
+            "--refine",
+            "2",
+            "--out",
+            str(out),
+            "--markdown",
+            str(md),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ds = io.read_netcdf(out, "bench")
     runs = ds["run"].values.tolist()

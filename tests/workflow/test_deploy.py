@@ -22,18 +22,31 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, SNAKEMAKE
 
 SNAKEDEPLOY = SNAKEMAKE.parent / "snakedeploy"
 GIT = shutil.which("git")
 
-pytestmark = pytest.mark.skipif(GIT is None or not (ROOT / ".git").exists(),
-                                reason="clones the repository: needs git and a git checkout")
+pytestmark = pytest.mark.skipif(
+    GIT is None or not (ROOT / ".git").exists(), reason="clones the repository: needs git and a git checkout"
+)
 
 #: the rules a dry run of the default config (config/config.yaml) schedules
-DEFAULT_RULES = {"matrices", "initial_tokens", "finite_temperature", "zero_temperature", "distances_beta",
-                 "distances", "convergence", "convergence_figure", "fit", "claims", "figure", "claims_summary", "all"}
+DEFAULT_RULES = {
+    "matrices",
+    "initial_tokens",
+    "finite_temperature",
+    "zero_temperature",
+    "distances_beta",
+    "distances",
+    "convergence",
+    "convergence_figure",
+    "fit",
+    "claims",
+    "figure",
+    "claims_summary",
+    "all",
+}
 
 
 def job_stats(output: str) -> dict[str, int]:

@@ -19,17 +19,17 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from scipy.optimize import linear_sum_assignment
-
-from lowtemp.config import params
-from lowtemp.dynamics import fields as dynamics, integrate, meanfield
-from lowtemp.model import exact, matrices, measures, projection, seeding
-from lowtemp.store import compare, io
-from lowtemp.config import experiment as lowtemp_experiment
-from lowtemp.stages import simulate as simulate_stage
-from lowtemp.dynamics import reduction
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 from conftest import run_workflow as _run_workflow
+from scipy.optimize import linear_sum_assignment
+
+from lowtemp.config import experiment as lowtemp_experiment
+from lowtemp.config import params
+from lowtemp.dynamics import fields as dynamics
+from lowtemp.dynamics import integrate, meanfield, reduction
+from lowtemp.model import exact, matrices, measures, projection, seeding
+from lowtemp.stages import simulate as simulate_stage
+from lowtemp.store import compare, io
 
 pytestmark = pytest.mark.e2e
 
@@ -75,41 +75,58 @@ def test_distances_contract(results, config):
             assert ds[var].dims == ("beta", "replica", "time"), var
             assert ds[var].shape == (nb, nr, nt)
         assert ds["w2_zero_to_projection"].dims == ("replica", "time")
-        for var in ("w2_projection", "w2_zero_temperature", "w2_zero_to_projection", "dist_leading_A",
-                    "dist_leading_V"):
+        for var in (
+            "w2_projection",
+            "w2_zero_temperature",
+            "w2_zero_to_projection",
+            "dist_leading_A",
+            "dist_leading_V",
+        ):
             assert ds[var].dtype == np.float64, var
             assert np.all(np.isfinite(ds[var].values)), var
             assert np.all(ds[var].values >= 0) and np.all(ds[var].values <= 2.0 + 1e-12), var
         # at t = 0 every cloud is the initial cloud: finite and zero temperature coincide
         np.testing.assert_allclose(ds["w2_zero_temperature"].isel(time=0).values, 0.0, atol=1e-7)
-        np.testing.assert_allclose(ds["w2_projection"].isel(time=0).values,
-                                   np.broadcast_to(ds["w2_zero_to_projection"].isel(time=0).values, (nb, nr)),
-                                   rtol=1e-10)
+        np.testing.assert_allclose(
+            ds["w2_projection"].isel(time=0).values,
+            np.broadcast_to(ds["w2_zero_to_projection"].isel(time=0).values, (nb, nr)),
+            rtol=1e-10,
+        )
         # W2 is bounded by the synchronous coupling stored beside it (up to the ~1e-8 rounding
         # floor of the square root of a cost computed as |x|² + |y|² − 2⟨x, y⟩)
         assert np.all(ds["w2_zero_temperature"].values <= ds["coupling_zero_temperature"].values + 1e-7)
         # every exact value carries its certified bound, within the solver's target 1e-11·W2² (0 at W2 = 0)
         w2, bound = ds["w2_zero_temperature"].values, ds["w2_zero_temperature_sq_bound"].values
         assert np.array_equal(np.isnan(w2), np.isnan(bound))
-        assert np.all(bound[np.isfinite(bound)] >= 0) and np.all(bound[np.isfinite(w2)] <= 1e-11 * w2[np.isfinite(w2)]**2)
+        assert np.all(bound[np.isfinite(bound)] >= 0) and np.all(
+            bound[np.isfinite(w2)] <= 1e-11 * w2[np.isfinite(w2)] ** 2
+        )
 
 
 def test_claims_contract(results, config):
     for name, exp in config["experiments"].items():
         ds = _open(results / name / "claims.nc")
-        assert list(ds.claim.values) == ["rate_early", "rate_late", "bound_above_data", "temperature_scaling",
-                                         "metastable_log_beta", "conjecture_1"]
+        assert list(ds.claim.values) == [
+            "rate_early",
+            "rate_late",
+            "bound_above_data",
+            "temperature_scaling",
+            "metastable_log_beta",
+            "conjecture_1",
+        ]
         assert set(ds["status"].values.tolist()) <= {-2, -1, 0, 1}
         assert ds.sizes["beta"] == len(exp["betas"])
         fit = _open(results / name / "fit.nc")
         # one number, one place: the rate claims are about fit.nc's regime rates and intervals
         for regime in ("early", "late"):
             claim = f"rate_{regime}"
-            np.testing.assert_array_equal(float(ds["value"].sel(claim=claim)),
-                                          float(fit["c_regime_mean"].sel(regime=regime)))
-            np.testing.assert_array_equal([float(ds["interval_low"].sel(claim=claim)),
-                                           float(ds["interval_high"].sel(claim=claim))],
-                                          fit["c_regime_interval"].sel(regime=regime).values)
+            np.testing.assert_array_equal(
+                float(ds["value"].sel(claim=claim)), float(fit["c_regime_mean"].sel(regime=regime))
+            )
+            np.testing.assert_array_equal(
+                [float(ds["interval_low"].sel(claim=claim)), float(ds["interval_high"].sel(claim=claim))],
+                fit["c_regime_interval"].sel(regime=regime).values,
+            )
         # every claim's line is in the log, with its status
         text = (results / name / "logs" / "claims.log").read_text()
         for line in ds["summary"].values:
@@ -166,9 +183,12 @@ def test_every_rule_has_a_log(results, config):
         logs = results / name / "logs"
         labels = [_beta_label(b) for b in exp["betas"]]
         figs = lowtemp_experiment.figures_for(exp)
-        expected = (["matrices", "initial_tokens", "zero_temperature", "distances", "fit", "claims"]
-                    + [f"finite_temperature_beta{b}" for b in labels] + [f"distances_beta{b}" for b in labels]
-                    + [f"figure_{f}" for f in figs])
+        expected = (
+            ["matrices", "initial_tokens", "zero_temperature", "distances", "fit", "claims"]
+            + [f"finite_temperature_beta{b}" for b in labels]
+            + [f"distances_beta{b}" for b in labels]
+            + [f"figure_{f}" for f in figs]
+        )
         for stem in expected:
             assert (logs / f"{stem}.log").is_file(), stem
         # the computing stages write their progress there (the figure rules may stay silent)
@@ -199,8 +219,14 @@ def test_stored_inputs_are_reproducible_from_the_seed(results, config, name):
     assert (float(mats["rate_lower"]), float(mats["rate_upper"])) == pytest.approx(M.rate_bounds)
     tok = _open(results / name / "initial_tokens.nc")
     im = dict(exp["initial_measure"])
-    X0 = measures.sample_initial_tokens(im.pop("name"), seeding.generator(seed, name, "initial_tokens"),
-                                        exp["replicas"], exp["tokens"], exp["dim"], **im)
+    X0 = measures.sample_initial_tokens(
+        im.pop("name"),
+        seeding.generator(seed, name, "initial_tokens"),
+        exp["replicas"],
+        exp["tokens"],
+        exp["dim"],
+        **im,
+    )
     np.testing.assert_array_equal(tok["tokens"].values, X0)
     fit = _open(results / name / "fit.nc")
     assert (float(fit["rate_lower"]), float(fit["rate_upper"])) == pytest.approx(M.rate_bounds)
@@ -235,17 +261,28 @@ def test_mean_field_experiment_is_the_references_push_forward(results, config):
     for b in exp["betas"]:
         fin = _open(results / name / "finite_temperature" / f"beta{_beta_label(b)}.nc")
         times = fin["time"].values
-        sols = [meanfield.solve(red, float(b), times, width=w, depth=exp["mean_field"]["depth"],
-                                rtol=simulate_stage.MEAN_FIELD_RTOL, atol=simulate_stage.MEAN_FIELD_ATOL).push_forward(X0)
-                for w in (exp["mean_field"]["width"], 2 * exp["mean_field"]["width"])]
+        sols = [
+            meanfield.solve(
+                red,
+                float(b),
+                times,
+                width=w,
+                depth=exp["mean_field"]["depth"],
+                rtol=simulate_stage.MEAN_FIELD_RTOL,
+                atol=simulate_stage.MEAN_FIELD_ATOL,
+            ).push_forward(X0)
+            for w in (exp["mean_field"]["width"], 2 * exp["mean_field"]["width"])
+        ]
         np.testing.assert_allclose(fin["positions"].values, sols[0], atol=1e-12)
         err = np.sqrt(np.mean(np.sum((sols[0] - sols[1]) ** 2, axis=-1), axis=-1))
         np.testing.assert_allclose(fin["reference_error"].values, err, atol=1e-12)
         assert fin.attrs["model"] == "mean_field" and np.all(np.isnan(fin["ess_median"].values))
         # a particle run from the same tokens is a different cloud (the reference is not a particle system)
-        particles = integrate.simulate(lambda X: dynamics.attention_field(X, M.B, M.V, float(b)), X0,
-                                       integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"],
-                                                          exp["time"]["dt"]))
+        particles = integrate.simulate(
+            lambda X, b=b: dynamics.attention_field(X, M.B, M.V, float(b)),
+            X0,
+            integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"], exp["time"]["dt"]),
+        )
         assert np.max(np.abs(particles[-1] - fin["positions"].values[-1])) > 1e-3
     fit = _open(results / name / "fit.nc")
     for key in ("reference_error_early", "reference_error_to_departure", "reference_departure_shift"):
@@ -263,15 +300,15 @@ def test_distances_recomputed_from_stored_positions(results, config, name):
     r = 0
     target = projection.projection_map(X0[r], M.E1)  # Π(x0_i), one atom per initial token
     for k in range(0, Z.shape[0], 5):
-        assert ds["w2_zero_to_projection"].values[r, k] == pytest.approx(_lsa_w2(Z[k, r], target), rel=1e-8,
-                                                                          abs=1e-8)
+        assert ds["w2_zero_to_projection"].values[r, k] == pytest.approx(_lsa_w2(Z[k, r], target), rel=1e-8, abs=1e-8)
     for b in exp["betas"]:
         Y = _open(results / name / "finite_temperature" / f"beta{_beta_label(b)}.nc")["positions"].values
         row = ds.sel(beta=float(b))
         for k in range(0, Y.shape[0], 5):
             assert row["w2_projection"].values[r, k] == pytest.approx(_lsa_w2(Y[k, r], target), rel=1e-8, abs=1e-8)
-            assert row["w2_zero_temperature"].values[r, k] == pytest.approx(_lsa_w2(Y[k, r], Z[k, r]), rel=1e-8,
-                                                                            abs=1e-7)
+            assert row["w2_zero_temperature"].values[r, k] == pytest.approx(
+                _lsa_w2(Y[k, r], Z[k, r]), rel=1e-8, abs=1e-7
+            )
             for var, E in (("dist_leading_A", M.E1), ("dist_leading_V", M.E1_V_real)):
                 d = np.sqrt(np.mean([np.sum((x - E @ E.T @ x / np.linalg.norm(E @ E.T @ x)) ** 2) for x in Y[k, r]]))
                 assert row[var].values[r, k] == pytest.approx(d, rel=1e-8, abs=1e-7), var
@@ -298,9 +335,22 @@ def test_snakemake_report_holds_every_figure(results):
     """The Snakemake report of the finished run builds and embeds every figure with its caption."""
     work = results.parent
     report = work / "report.html"
-    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(work),
-                           "--configfile", str(TEST_CONFIG), "--report", str(report)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "--snakefile",
+            str(SNAKEFILE),
+            "--directory",
+            str(work),
+            "--configfile",
+            str(TEST_CONFIG),
+            "--report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = report.read_text(errors="replace")
     for fig in FIGURES:

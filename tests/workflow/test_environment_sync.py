@@ -96,11 +96,16 @@ def test_environment_yaml_pins_the_lock():
     extra = sorted(set(pinned) - set(lock))
     wrong = sorted(f"{n}: {pinned[n]} (lock {lock[n]})" for n in set(lock) & set(pinned) if pinned[n] != lock[n])
     if missing or extra or wrong:
-        block = "".join(f"      - {line.strip()}\n" for line in LOCK.read_text().splitlines()
-                        if line.strip() and not line.strip().startswith("#"))
-        pytest.fail(f"envs/environment.yaml is out of sync with envs/requirements.lock:\n"
-                    f"  missing: {missing}\n  not in the lock: {extra}\n  other version: {wrong}\n"
-                    f"the pip block to paste under `- pip:`:\n{block}")
+        block = "".join(
+            f"      - {line.strip()}\n"
+            for line in LOCK.read_text().splitlines()
+            if line.strip() and not line.strip().startswith("#")
+        )
+        pytest.fail(
+            f"envs/environment.yaml is out of sync with envs/requirements.lock:\n"
+            f"  missing: {missing}\n  not in the lock: {extra}\n  other version: {wrong}\n"
+            f"the pip block to paste under `- pip:`:\n{block}"
+        )
 
 
 # ------------------------------------------------------------------ Containerfile
@@ -164,18 +169,22 @@ def test_containerfile_installs_the_lock_then_the_project_without_deps():
             assert "--no-deps" in words, f"every pip install in the image is --no-deps: {part.strip()!r}"
             if "-r" in words:
                 path = posixpath.normpath(posixpath.join(workdir, words[words.index("-r") + 1]))
-                assert copied.get("envs/requirements.lock") == path, \
-                    f"pip installs {path}, but envs/requirements.lock was copied to {copied.get('envs/requirements.lock')}"
+                assert copied.get("envs/requirements.lock") == path, (
+                    f"pip installs {path}, but envs/requirements.lock was copied to "
+                    f"{copied.get('envs/requirements.lock')}"
+                )
                 lock_installed = True
             elif "." in words:
                 assert lock_installed, "the project is installed after the lock"
-                assert copied.get("pyproject.toml") == posixpath.join(workdir, "pyproject.toml"), \
+                assert copied.get("pyproject.toml") == posixpath.join(workdir, "pyproject.toml"), (
                     "pyproject.toml is copied into the folder pip installs from"
+                )
                 project_installed = True
     assert lock_installed, "the Containerfile must `pip install --no-deps -r` the copied envs/requirements.lock"
     assert project_installed, "the Containerfile must `pip install --no-deps .` the project"
-    assert any(cmd.startswith(("ENTRYPOINT", "CMD")) and "snakemake" in cmd for _, _, cmd in model["steps"]), \
+    assert any(cmd.startswith(("ENTRYPOINT", "CMD")) and "snakemake" in cmd for _, _, cmd in model["steps"]), (
         "the image runs the workflow by default"
+    )
     for needed in ("Snakefile", "config/", "workflow/", "README.md"):
         assert needed in model["copied"], f"the workflow needs {needed} in the image"
 
@@ -213,8 +222,14 @@ def test_build_context_ignore_files():
     patterns = _ignore_patterns(IGNORE_FILES[0])
     for source in containerfile_model()["copied"]:
         assert not _excluded(source, patterns), f"{source} is copied by the Containerfile but ignored"
-    for produced in (".venv/bin/python", "results/x/distances.nc", ".snakemake/log", ".git/HEAD",
-                     "workflow/lowtemp/__pycache__/io.cpython-311.pyc", "workflow/lowtemp.egg-info/PKG-INFO"):
+    for produced in (
+        ".venv/bin/python",
+        "results/x/distances.nc",
+        ".snakemake/log",
+        ".git/HEAD",
+        "workflow/lowtemp/__pycache__/io.cpython-311.pyc",
+        "workflow/lowtemp.egg-info/PKG-INFO",
+    ):
         assert _excluded(produced, patterns), f"{produced} must stay out of the build context"
 
 

@@ -94,11 +94,13 @@ def test_the_layer_check_sees_the_imports():
     """The check reads the real imports (a parser that found none would pass it vacuously) and fails a
     module that imports a later layer."""
     assert {"config.experiment", "store.datasets", "stages.joblog", "dynamics.kernels"} <= package_imports(
-        "stages.simulate")
+        "stages.simulate"
+    )
     assert {"analysis.particle_budget", "dynamics.integrate", "config.experiment"} <= package_imports("config.studies")
     assert package_imports("transport.assignment") == {"transport.limits", "transport.simplex"}
     assert layer_violations({"model.matrices": {"dynamics.kernels"}}) == [
-        "model.matrices imports dynamics.kernels (layer dynamics comes after model)"]
+        "model.matrices imports dynamics.kernels (layer dynamics comes after model)"
+    ]
     assert layer_violations({"config.resources": {"stages.convergence"}})
     assert not layer_violations({"stages.fit": {"analysis.claims", "store"}})
 
@@ -123,9 +125,11 @@ def test_no_import_cycle():
 
 def test_every_module_imports_alone():
     """Each module in a fresh interpreter: nothing relies on another module having been imported first."""
-    code = "; ".join(f"import subprocess, sys; r = subprocess.run([sys.executable, '-c', 'import lowtemp.{m}'], "
-                     f"capture_output=True, text=True); print('{m}', r.returncode, r.stderr[-400:].replace(chr(10), ' '))"
-                     for m in MODULES)
+    code = "; ".join(
+        f"import subprocess, sys; r = subprocess.run([sys.executable, '-c', 'import lowtemp.{m}'], "
+        f"capture_output=True, text=True); print('{m}', r.returncode, r.stderr[-400:].replace(chr(10), ' '))"
+        for m in MODULES
+    )
     proc = _run(code)
     assert proc.returncode == 0, proc.stderr
     failed = [line for line in proc.stdout.splitlines() if line.split()[1] != "0"]
@@ -160,11 +164,18 @@ def test_figures_load_neither_numba_nor_pot():
 def test_no_module_imports_snakemake():
     for m in MODULES:
         for node in ast.walk(_tree(m)):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             assert not any(n.split(".")[0] == "snakemake" for n in names), (m, names)
-    proc = _run("import sys, lowtemp.config.validation, lowtemp.stages.simulate, lowtemp.stages.convergence, "
-                "lowtemp.config.resources; print('snakemake' in sys.modules)")
+    proc = _run(
+        "import sys, lowtemp.config.validation, lowtemp.stages.simulate, lowtemp.stages.convergence, "
+        "lowtemp.config.resources; print('snakemake' in sys.modules)"
+    )
     assert proc.stdout.strip() == "False", proc.stderr
 
 
@@ -197,7 +208,11 @@ def test_no_import_inside_a_function():
 def test_public_functions_and_classes_have_docstrings(module):
     tree = _tree(module)
     assert ast.get_docstring(tree), f"{module or 'lowtemp'} has no module docstring"
-    missing = [node.name for node in tree.body
-               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-               and not node.name.startswith("_") and not ast.get_docstring(node)]
+    missing = [
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and not node.name.startswith("_")
+        and not ast.get_docstring(node)
+    ]
     assert not missing, f"{module}: no docstring on {missing}"

@@ -22,17 +22,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
+from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.config import params
 from lowtemp.stages import convergence, figures
-from lowtemp.store import io
-from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.stages import distances as distances_stage
 from lowtemp.stages import fit as fit_stage
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
 from lowtemp.stages import simulate as simulate_stage
-from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
+from lowtemp.store import io
 
 
 # ------------------------------------------------------------------ the table itself
@@ -71,7 +71,9 @@ def test_every_path_of_the_table_is_a_config_key():
         assert set(paths) <= known, (stage, set(paths) - known)
         assert list(paths) == sorted(paths), stage
     # one slice per figure, no more, no fewer (the names are those of experiment.FIGURES)
-    assert {k for k in params.STAGE_KEYS if k.startswith("figure:")} == {f"figure:{f}" for f in lowtemp_experiment.FIGURES}
+    assert {k for k in params.STAGE_KEYS if k.startswith("figure:")} == {
+        f"figure:{f}" for f in lowtemp_experiment.FIGURES
+    }
     assert list(figures.FIGURES) == list(lowtemp_experiment.FIGURES)
 
 
@@ -83,9 +85,21 @@ def test_every_rule_takes_its_slice_from_the_table():
             rules[name] = body
     staged = {name: re.findall(r'stage=stage_params\("(\w+)"\)', body) for name, body in rules.items()}
     assert {name: s for name, s in staged.items() if s} == {
-        name: [name] for name in ("matrices", "initial_tokens", "finite_temperature", "zero_temperature",
-                                  "distances_beta", "distances", "fit", "claims", "figure", "convergence",
-                                  "convergence_figure")}
+        name: [name]
+        for name in (
+            "matrices",
+            "initial_tokens",
+            "finite_temperature",
+            "zero_temperature",
+            "distances_beta",
+            "distances",
+            "fit",
+            "claims",
+            "figure",
+            "convergence",
+            "convergence_figure",
+        )
+    }
     for name, body in rules.items():
         assert "EXPERIMENTS[" not in body and "config[" not in body, name
 
@@ -105,8 +119,9 @@ class Guarded(dict):
 
     def _check(self, key):
         if key not in self._allowed:
-            raise OutsideSlice(f"stage {self._stage!r} reads {self._where}{key}, which params.STAGE_KEYS does "
-                               f"not list for it")
+            raise OutsideSlice(
+                f"stage {self._stage!r} reads {self._where}{key}, which params.STAGE_KEYS does not list for it"
+            )
         if self._allowed[key] is True:
             self._reads.add(f"{self._where}{key}")
 
@@ -129,16 +144,25 @@ class Guarded(dict):
 
 
 def guarded(experiment, stage, reads=None):
-    return Guarded(params.stage_slice(experiment, stage), params.allowed_tree(stage), stage,
-                   set() if reads is None else reads.setdefault(stage, set()))
+    return Guarded(
+        params.stage_slice(experiment, stage),
+        params.allowed_tree(stage),
+        stage,
+        set() if reads is None else reads.setdefault(stage, set()),
+    )
 
 
 def test_guard_catches_reads_outside_the_slice(test_config):
     exp = validated(test_config)["experiments"]["tiny"]
     g = guarded(exp, "fit")
     assert g["fit"]["confidence"] == 0.95 and g["tokens"] == 64
-    for read in (lambda: g["claims"], lambda: g.get("kernel", "auto"), lambda: "convergence" in g,
-                 lambda: g["time"]["horizon"], lambda: g["matrices"].get("family", "spectral")):
+    for read in (
+        lambda: g["claims"],
+        lambda: g.get("kernel", "auto"),
+        lambda: "convergence" in g,
+        lambda: g["time"]["horizon"],
+        lambda: g["matrices"].get("family", "spectral"),
+    ):
         with pytest.raises(OutsideSlice):
             read()
 
@@ -177,47 +201,93 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
 
     matrices_stage.stage_matrices(name, g("matrices"), seed, output=out / "matrices.nc")
     check("matrices", out / "matrices.nc")
-    initial_tokens_stage.stage_initial_tokens(name, g("initial_tokens"), seed, matrices_path=mats, output=out / "initial_tokens.nc")
+    initial_tokens_stage.stage_initial_tokens(
+        name, g("initial_tokens"), seed, matrices_path=mats, output=out / "initial_tokens.nc"
+    )
     check("initial_tokens", out / "initial_tokens.nc")
-    simulate_stage.stage_finite_temperature(name, g("finite_temperature"), seed, beta=5.0, matrices_path=mats,
-                                      tokens_path=toks, output=out / "beta5.nc")
+    simulate_stage.stage_finite_temperature(
+        name, g("finite_temperature"), seed, beta=5.0, matrices_path=mats, tokens_path=toks, output=out / "beta5.nc"
+    )
     check("finite_temperature", out / "beta5.nc")
     # a model: mean_field experiment's finite-temperature stage reads the rest of its row
     mf_exp, mf_res = test_experiments["experiments"]["tiny_mean_field"], run_dir / "results" / "tiny_mean_field"
-    simulate_stage.stage_finite_temperature("tiny_mean_field", g("finite_temperature", mf_exp), seed, beta=10.0,
-                                      matrices_path=mf_res / "matrices.nc", tokens_path=mf_res / "initial_tokens.nc",
-                                      output=out / "mf_beta10.nc")
+    simulate_stage.stage_finite_temperature(
+        "tiny_mean_field",
+        g("finite_temperature", mf_exp),
+        seed,
+        beta=10.0,
+        matrices_path=mf_res / "matrices.nc",
+        tokens_path=mf_res / "initial_tokens.nc",
+        output=out / "mf_beta10.nc",
+    )
     check("finite_temperature", out / "mf_beta10.nc", mf_exp)
-    simulate_stage.stage_zero_temperature(name, g("zero_temperature"), seed, matrices_path=mats, tokens_path=toks,
-                                    output=out / "zero_temperature.nc")
+    simulate_stage.stage_zero_temperature(
+        name, g("zero_temperature"), seed, matrices_path=mats, tokens_path=toks, output=out / "zero_temperature.nc"
+    )
     check("zero_temperature", out / "zero_temperature.nc")
-    distances_stage.stage_distances_beta(name, g("distances_beta"), seed, matrices_path=mats, tokens_path=toks,
-                                  finite_path=res / "finite_temperature" / "beta5.nc", zero_path=zero,
-                                  output=out / "distances_beta5.nc")
+    distances_stage.stage_distances_beta(
+        name,
+        g("distances_beta"),
+        seed,
+        matrices_path=mats,
+        tokens_path=toks,
+        finite_path=res / "finite_temperature" / "beta5.nc",
+        zero_path=zero,
+        output=out / "distances_beta5.nc",
+    )
     check("distances_beta", out / "distances_beta5.nc")
     parts = sorted((res / "distances").glob("beta*.nc"))
-    distances_stage.stage_distances(name, g("distances"), seed, matrices_path=mats, tokens_path=toks,
-                                     zero_path=zero, parts=parts, output=out / "distances.nc")
+    distances_stage.stage_distances(
+        name,
+        g("distances"),
+        seed,
+        matrices_path=mats,
+        tokens_path=toks,
+        zero_path=zero,
+        parts=parts,
+        output=out / "distances.nc",
+    )
     check("distances", out / "distances.nc")
-    fit_stage.stage_fit(name, g("fit"), seed, matrices_path=mats, distances_path=res / "distances.nc",
-                       output=out / "fit.nc")
+    fit_stage.stage_fit(
+        name, g("fit"), seed, matrices_path=mats, distances_path=res / "distances.nc", output=out / "fit.nc"
+    )
     check("fit", out / "fit.nc")
-    fit_stage.stage_claims(name, g("claims"), seed, distances_path=res / "distances.nc", fit_path=res / "fit.nc",
-                          output=out / "claims.nc")
+    fit_stage.stage_claims(
+        name, g("claims"), seed, distances_path=res / "distances.nc", fit_path=res / "fit.nc", output=out / "claims.nc"
+    )
     check("claims", out / "claims.nc")
     for fig in figures.FIGURES:
-        figures.stage_figure(fig, name, g(f"figure:{fig}"), matrices_path=mats, distances_path=res / "distances.nc",
-                       fit_path=res / "fit.nc", zero_path=zero,
-                       finite_paths=sorted((res / "finite_temperature").glob("*.nc")),
-                       pdf=out / f"{fig}.pdf", png=out / f"{fig}.png")
+        figures.stage_figure(
+            fig,
+            name,
+            g(f"figure:{fig}"),
+            matrices_path=mats,
+            distances_path=res / "distances.nc",
+            fit_path=res / "fit.nc",
+            zero_path=zero,
+            finite_paths=sorted((res / "finite_temperature").glob("*.nc")),
+            pdf=out / f"{fig}.pdf",
+            png=out / f"{fig}.png",
+        )
     # the convergence studies, on a small block (the defaults would take minutes)
-    small = {**exp, "convergence": {"steps": {"dt": 0.1, "times": [1.0], "tokens": 16},
-                                    "particles": {"tokens": [8, 16, 32, 64], "replicas": 4, "horizon": 1.0}}}
-    convergence.stage_convergence(name, g("convergence", small), seed, matrices_path=mats, tokens_path=toks,
-                                  output=out / "convergence.nc")
+    small = {
+        **exp,
+        "convergence": {
+            "steps": {"dt": 0.1, "times": [1.0], "tokens": 16},
+            "particles": {"tokens": [8, 16, 32, 64], "replicas": 4, "horizon": 1.0},
+        },
+    }
+    convergence.stage_convergence(
+        name, g("convergence", small), seed, matrices_path=mats, tokens_path=toks, output=out / "convergence.nc"
+    )
     check("convergence", out / "convergence.nc", small)
-    figures.stage_convergence_figure(name, g("convergence_figure", small), convergence_path=out / "convergence.nc",
-                               pdf=out / "convergence.pdf", png=out / "convergence.png")
+    figures.stage_convergence_figure(
+        name,
+        g("convergence_figure", small),
+        convergence_path=out / "convergence.nc",
+        pdf=out / "convergence.pdf",
+        png=out / "convergence.png",
+    )
     # no key of the table is left unread (tiny uses kernel 'auto', whose rule reads tokens and dim)
     assert set(reads) == set(params.STAGE_KEYS)
     unread = {stage: sorted(set(paths) - reads[stage]) for stage, paths in params.STAGE_KEYS.items()}
@@ -227,9 +297,11 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
 
 # ------------------------------------------------------------------ what an edit reruns
 BETAS = {"tiny": ["5", "50"], "tiny_circle": ["10"], "tiny_mean_field": ["10", "100"]}
-FIGURES = {"tiny": lowtemp_experiment.figures_for({"dim": 3}),
-           "tiny_circle": lowtemp_experiment.figures_for({"dim": 2}),
-           "tiny_mean_field": lowtemp_experiment.figures_for({"dim": 2})}
+FIGURES = {
+    "tiny": lowtemp_experiment.figures_for({"dim": 3}),
+    "tiny_circle": lowtemp_experiment.figures_for({"dim": 2}),
+    "tiny_mean_field": lowtemp_experiment.figures_for({"dim": 2}),
+}
 SUMMARY = {"claims_summary"}
 
 
@@ -267,12 +339,14 @@ def everything(e):
 
 def _set(path, value):
     """An edit: set the key at the dotted ``path`` (from the top of the config) to ``value``."""
+
     def edit(cfg):
         node = cfg
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
         node[leaf] = value
+
     return edit
 
 
@@ -285,10 +359,12 @@ def _integral_floats(cfg):
 
 #: (what, edit of the config as read from config/test.yaml, jobs a dry run must schedule)
 EDITS = [
-    ("figure option", _set("experiments.tiny.figures.snapshot_times", [0.0, 2.0, 6.0]),
-     {"figure[tiny,snapshots]"}),
-    ("figure option of a d = 2 experiment (no snapshots figure)",
-     _set("experiments.tiny_circle.figures.snapshot_times", [0.0, 2.0, 6.0]), set()),
+    ("figure option", _set("experiments.tiny.figures.snapshot_times", [0.0, 2.0, 6.0]), {"figure[tiny,snapshots]"}),
+    (
+        "figure option of a d = 2 experiment (no snapshots figure)",
+        _set("experiments.tiny_circle.figures.snapshot_times", [0.0, 2.0, 6.0]),
+        set(),
+    ),
     ("fit option (confidence)", _set("experiments.tiny.fit.confidence", 0.9), from_fit("tiny")),
     ("fit option (early_time)", _set("experiments.tiny.fit.early_time", 2.0), from_fit("tiny")),
     ("claims option", _set("experiments.tiny.claims.rate_tolerance", 0.2), {"claims[tiny]"} | SUMMARY),
@@ -299,18 +375,25 @@ EDITS = [
     ("integrator", _set("experiments.tiny.integrator", "euler"), from_simulations("tiny")),
     ("time", _set("experiments.tiny.time.dt", 0.05), from_simulations("tiny")),
     ("tokens", _set("experiments.tiny.tokens", 80), from_tokens("tiny")),
-    ("initial_measure", _set("experiments.tiny.initial_measure", {"name": "vmf_mixture", "kappas": [1.0]}),
-     from_tokens("tiny")),
+    (
+        "initial_measure",
+        _set("experiments.tiny.initial_measure", {"name": "vmf_mixture", "kappas": [1.0]}),
+        from_tokens("tiny"),
+    ),
     ("matrices", _set("experiments.tiny.matrices.sigma_max", 1.3), everything("tiny")),
     ("root_seed", _set("root_seed", 8), everything("tiny") | everything("tiny_circle") | everything("tiny_mean_field")),
-    ("the mean-field reference's cells", _set("experiments.tiny_mean_field.mean_field.width", 0.25),
-     from_finite("tiny_mean_field", ["10", "100"])),
-    ("another experiment's fit option", _set("experiments.tiny_circle.fit.confidence", 0.9),
-     from_fit("tiny_circle")),
-    ("a convergence block: its particle-number study then decides with the ESS which beta the fit resolves, and "
-     "its figure joins the default target",
-     _set("experiments.tiny.convergence", {"steps": {"tokens": 16}}),
-     {"convergence[tiny]", "convergence_figure[tiny]"} | from_fit("tiny")),
+    (
+        "the mean-field reference's cells",
+        _set("experiments.tiny_mean_field.mean_field.width", 0.25),
+        from_finite("tiny_mean_field", ["10", "100"]),
+    ),
+    ("another experiment's fit option", _set("experiments.tiny_circle.fit.confidence", 0.9), from_fit("tiny_circle")),
+    (
+        "a convergence block: its particle-number study then decides with the ESS which beta the fit resolves, and "
+        "its figure joins the default target",
+        _set("experiments.tiny.convergence", {"steps": {"tokens": 16}}),
+        {"convergence[tiny]", "convergence_figure[tiny]"} | from_fit("tiny"),
+    ),
     ("checkpoint_every_seconds", _set("checkpoint_every_seconds", 60), set()),
     ("integral floats written as integers and back", _integral_floats, set()),
     ("keys sorted (YAML round trip with sort_keys)", "sort_keys", set()),
@@ -344,9 +427,21 @@ def dry_run(workdir: Path, config: dict, folder: Path, sort_keys=False) -> tuple
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=sort_keys))
-    proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
-                           "--configfile", str(path), "--dry-run"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "--snakefile",
+            str(SNAKEFILE),
+            "--directory",
+            str(workdir),
+            "--configfile",
+            str(path),
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return scheduled_jobs(proc.stdout), proc.stdout
 
@@ -365,8 +460,10 @@ def dry_runs(run_dir, tmp_path_factory) -> dict:
     """what -> (jobs, output) of every edit's dry run (a few seconds each, two at a time)."""
     base = tmp_path_factory.mktemp("edits")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {what: pool.submit(dry_run, run_dir, _edited(edit), base / f"edit{i}", edit == "sort_keys")
-                   for i, (what, edit, _) in enumerate(EDITS)}
+        futures = {
+            what: pool.submit(dry_run, run_dir, _edited(edit), base / f"edit{i}", edit == "sort_keys")
+            for i, (what, edit, _) in enumerate(EDITS)
+        }
         return {what: f.result() for what, f in futures.items()}
 
 
@@ -374,14 +471,18 @@ def dry_runs(run_dir, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("what, expected", [(e[0], e[2]) for e in EDITS], ids=[e[0] for e in EDITS])
 def test_an_edit_reruns_exactly_the_jobs_that_read_it(dry_runs, what, expected):
     jobs, out = dry_runs[what]
-    reasons = "\n".join(line.strip() for line in out.splitlines()
-                        if RULE.match(line) or line.strip().startswith("reason:"))
-    assert jobs == expected, (f"{what}: unexpected {sorted(jobs - expected)}, missing {sorted(expected - jobs)}\n"
-                              f"{reasons}")
+    reasons = "\n".join(
+        line.strip() for line in out.splitlines() if RULE.match(line) or line.strip().startswith("reason:")
+    )
+    assert jobs == expected, (
+        f"{what}: unexpected {sorted(jobs - expected)}, missing {sorted(expected - jobs)}\n{reasons}"
+    )
 
 
 def test_a_dry_run_lists_grouped_jobs():
-    out = ("[date] Group job figures (jobs in lexicogr. order):\n\n    [date]\n    rule claims:\n"
-           "        input: a\n        wildcards: experiment=tiny\n[date]\nrule claims_summary:\n    input: b\n"
-           "[date]\nlocalrule all:\n    input: c\n")
+    out = (
+        "[date] Group job figures (jobs in lexicogr. order):\n\n    [date]\n    rule claims:\n"
+        "        input: a\n        wildcards: experiment=tiny\n[date]\nrule claims_summary:\n    input: b\n"
+        "[date]\nlocalrule all:\n    input: c\n"
+    )
     assert scheduled_jobs(out) == {"claims[tiny]", "claims_summary"}

@@ -1,4 +1,5 @@
 """Snakemake adapter: rule claims_summary -> lowtemp.stages.fit.stage_claims_summary (generated from claims.nc)."""
+
 from lowtemp.stages import fit, joblog
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -1,4 +1,5 @@
 """Snakemake adapter: rule matrices -> lowtemp.stages.matrices.stage_matrices."""
+
 from lowtemp.stages import joblog, matrices
 
 p = snakemake.params.stage  # noqa: F821 (injected by Snakemake)

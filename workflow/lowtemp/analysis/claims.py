@@ -40,15 +40,15 @@ The checks (inequalities of the paper are one-sided checks):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import enum
+from dataclasses import dataclass, field
 
 import numpy as np
 import xarray as xr
 
-from . import fitting
 from ..store import io
+from . import fitting
+
 
 class Status(enum.IntEnum):
     """A claim's verdict (module docstring); the integer is what claims.nc stores in ``status``."""
@@ -64,10 +64,14 @@ class Status(enum.IntEnum):
         """How logs and the summary write it: PASSED, FAILED, NOT EVALUABLE, UNDER-RESOLVED, INCONCLUSIVE."""
         return self.name.replace("NOT_", "NOT ").replace("_", "-")
 
+
 DEFAULTS = {"bound_fraction": 0.9, "end_phase_tolerance": 0.1, "rate_tolerance": 0.15}
 
-EIGENSPACES = {"E1(A)": "dist_leading_A", "E1(V), largest real part": "dist_leading_V",
-               "E1(V), largest modulus": "dist_leading_V_modulus"}
+EIGENSPACES = {
+    "E1(A)": "dist_leading_A",
+    "E1(V), largest real part": "dist_leading_V",
+    "E1(V), largest modulus": "dist_leading_V_modulus",
+}
 
 NAN2 = (float("nan"), float("nan"))
 
@@ -114,21 +118,44 @@ def check_rate(fit: xr.Dataset, regime: str, tolerance: float) -> Claim:
         start = float(fit["transient_end"])
         band = fit["regime_band"].values
         span = (start, band[0]) if regime == "early" else (max(start, band[1]), float(fit.attrs["horizon"]))
-        why = (f"the early regime's asymptotic part is empty at this N: the bulk's transient lasts until "
-               f"t = {start:.3g} and the finite-N band starts at t = {band[0]:.3g}; raise tokens"
-               if regime == "early" and span[0] >= span[1] else
-               f"no log-linear window in t in [{span[0]:.3g}, {span[1]:.3g}]")
-        return Claim(name, statement, Status.NOT_EVALUABLE, target=target, numbers=f"{why}; prediction {note}; {context}")
+        why = (
+            f"the early regime's asymptotic part is empty at this N: the bulk's transient lasts until "
+            f"t = {start:.3g} and the finite-N band starts at t = {band[0]:.3g}; raise tokens"
+            if regime == "early" and span[0] >= span[1]
+            else f"no log-linear window in t in [{span[0]:.3g}, {span[1]:.3g}]"
+        )
+        return Claim(
+            name, statement, Status.NOT_EVALUABLE, target=target, numbers=f"{why}; prediction {note}; {context}"
+        )
     if not np.isfinite(lo):
-        return Claim(name, statement, Status.NOT_EVALUABLE, mean, (lo, hi), target,
-                     f"c = {mean:.4f} from one replica: no interval; prediction {note}")
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            mean,
+            (lo, hi),
+            target,
+            f"c = {mean:.4f} from one replica: no interval; prediction {note}",
+        )
     # an equivalence test: inside the widened prediction passes, wholly outside fails
-    status = Status.PASSED if target[0] <= lo and hi <= target[1] else \
-        Status.FAILED if hi < target[0] or lo > target[1] else Status.INCONCLUSIVE
+    status = (
+        Status.PASSED
+        if target[0] <= lo and hi <= target[1]
+        else Status.FAILED
+        if hi < target[0] or lo > target[1]
+        else Status.INCONCLUSIVE
+    )
     w0, w1 = fit["c_regime_window"].values[k]
-    return Claim(name, statement, status, mean, (lo, hi), target,
-                 f"c = {mean:.4f} [{lo:.4f}, {hi:.4f}] on t in [{w0:g}, {w1:g}] against the prediction "
-                 f"[{p_lo:.4f}, {p_hi:.4f}] ± {100 * tolerance:g}% ({note}); {context}")
+    return Claim(
+        name,
+        statement,
+        status,
+        mean,
+        (lo, hi),
+        target,
+        f"c = {mean:.4f} [{lo:.4f}, {hi:.4f}] on t in [{w0:g}, {w1:g}] against the prediction "
+        f"[{p_lo:.4f}, {p_hi:.4f}] ± {100 * tolerance:g}% ({note}); {context}",
+    )
 
 
 # ---------------------------------------------------------------- 2. the calibrated bound above held-out data
@@ -148,27 +175,56 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
     above = beta > (beta[cal_beta].max() if cal_beta.any() else np.inf)
     held = above & resolved
     fractions = np.full(beta.size, np.nan)
-    per_beta = {"bound_fraction_above": (fractions, io.attrs("fraction of held-out points (t up to departure) "
-                                                             "where the bound is above"))}
+    per_beta = {
+        "bound_fraction_above": (
+            fractions,
+            io.attrs("fraction of held-out points (t up to departure) where the bound is above"),
+        )
+    }
     if not resolved.any():
-        return Claim(name, statement, Status.UNDER_RESOLVED, per_beta=per_beta,
-                     numbers=f"every β under-resolved up to departure ({_unresolved_rule(fit)}): nothing to calibrate on")
+        return Claim(
+            name,
+            statement,
+            Status.UNDER_RESOLVED,
+            per_beta=per_beta,
+            numbers=f"every β under-resolved up to departure ({_unresolved_rule(fit)}): nothing to calibrate on",
+        )
     if not np.all(np.isfinite([a, C1, b, c])):
-        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
-                     numbers="the bound could not be calibrated: no resolved β with a growth window of "
-                             "W2(ρ^β_t, ρ^∞_t), or no decay window at β = ∞ (see logs/fit.log)")
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            per_beta=per_beta,
+            numbers="the bound could not be calibrated: no resolved β with a growth window of "
+            "W2(ρ^β_t, ρ^∞_t), or no decay window at β = ∞ (see logs/fit.log)",
+        )
     if not above.any():
-        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
-                     numbers=f"no β above the calibration β {_betas(beta, cal_beta)} to test the bound on")
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            per_beta=per_beta,
+            numbers=f"no β above the calibration β {_betas(beta, cal_beta)} to test the bound on",
+        )
     if not held.any():
-        return Claim(name, statement, Status.UNDER_RESOLVED, per_beta=per_beta,
-                     numbers=f"calibrated on β {_betas(beta, cal_beta)}; every β above it is under-resolved "
-                             f"({_unresolved_rule(fit)}: "
-                             f"{_betas(beta, above & ~resolved)})")
+        return Claim(
+            name,
+            statement,
+            Status.UNDER_RESOLVED,
+            per_beta=per_beta,
+            numbers=f"calibrated on β {_betas(beta, cal_beta)}; every β above it is under-resolved "
+            f"({_unresolved_rule(fit)}: "
+            f"{_betas(beta, above & ~resolved)})",
+        )
     if not a > 0:
-        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
-                     numbers=f"a = 0: the calibration data never exceed b·e^(−ct) = {b:.3g}·e^(−{c:.3g} t), so the "
-                             f"β term of the bound is untested")
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            per_beta=per_beta,
+            numbers=f"a = 0: the calibration data never exceed b·e^(−ct) = {b:.3g}·e^(−{c:.3g} t), so the "
+            f"β term of the bound is untested",
+        )
     w = dist["w2_projection"].transpose("beta", "replica", "time").sel(beta=beta).values
     judged = fitting.judged_mask(t, fit["judged_until"].transpose("beta", "replica").values) & np.isfinite(w)
     curves = {}  # (β index, replica) -> fraction of its judged points under the bound
@@ -179,21 +235,33 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
                 curves[i, r] = float(np.mean(bound[judged[i, r]] >= w[i, r, judged[i, r]]))
         fractions[i] = min((f for (j, _), f in curves.items() if j == i), default=np.nan)
     if not curves:
-        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
-                     numbers=f"no held-out curve reached the metastable phase (β {_betas(beta, held)})")
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            per_beta=per_beta,
+            numbers=f"no held-out curve reached the metastable phase (β {_betas(beta, held)})",
+        )
     worst = min(curves, key=curves.get)
     value = curves[worst]
-    skipped = f"; β {_betas(beta, above & ~resolved)} under-resolved, not judged" if (above & ~resolved).any() \
-        else ""
+    skipped = f"; β {_betas(beta, above & ~resolved)} under-resolved, not judged" if (above & ~resolved).any() else ""
     shown = ", ".join(f"β={beta[i]:g}: {fractions[i]:.2f}" for i in np.flatnonzero(held))
-    return Claim(name, statement, _status(value >= fraction), value, (value, value), (fraction, 1.0),
-                 f"every held-out curve must lie under the bound at ≥ {fraction:g} of its points up to departure; "
-                 f"the worst of {len(curves)} (β = {beta[worst[0]]:g}, replica {worst[1]}) does at {value:.3f}; "
-                 f"calibrated on β {_betas(beta, cal_beta)} and β = ∞: a = {a:.3g}, C1 = {C1:.3g}, b = {b:.3g}, "
-                 f"c = {c:.3g}; worst curve per β {shown}{skipped}", per_beta)
+    return Claim(
+        name,
+        statement,
+        _status(value >= fraction),
+        value,
+        (value, value),
+        (fraction, 1.0),
+        f"every held-out curve must lie under the bound at ≥ {fraction:g} of its points up to departure; "
+        f"the worst of {len(curves)} (β = {beta[worst[0]]:g}, replica {worst[1]}) does at {value:.3f}; "
+        f"calibrated on β {_betas(beta, cal_beta)} and β = ∞: a = {a:.3g}, C1 = {C1:.3g}, b = {b:.3g}, "
+        f"c = {c:.3g}; worst curve per β {shown}{skipped}",
+        per_beta,
+    )
 
 
-# ---------------------------------------------------------------- 3. the error decays in β at least as fast as the bound
+# --------------------------------------------------------- 3. the error decays in β at least as fast as the bound
 def check_temperature_scaling(fit: xr.Dataset) -> Claim:
     """One-sided: the error decays in β at least as fast as sqrt(log(β+1)/β), over the whole range and pair by pair.
 
@@ -210,39 +278,77 @@ def check_temperature_scaling(fit: xr.Dataset) -> Claim:
     lo, hi = (float(v) for v in fit["temperature_exponent_interval"].values)
     theory = float(fit["temperature_bound_exponent"])
     t_early = float(fit.attrs["early_time"])
-    per_beta = {"early_error_mean": (fit["early_error"].values.mean(axis=1),
-                                     io.attrs(f"W2(rho^beta_t, rho^inf_t) at t = {t_early:g}, replica mean"))}
+    per_beta = {
+        "early_error_mean": (
+            fit["early_error"].values.mean(axis=1),
+            io.attrs(f"W2(rho^beta_t, rho^inf_t) at t = {t_early:g}, replica mean"),
+        )
+    }
     if not np.isfinite(t_early):
-        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
-                     numbers=f"no exact W2(ρ^β_t, ρ^∞_t) within half of fit.early_time = "
-                             f"{float(fit.attrs['requested_early_time']):g} (distances.exact_every skips it)")
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            per_beta=per_beta,
+            numbers=f"no exact W2(ρ^β_t, ρ^∞_t) within half of fit.early_time = "
+            f"{float(fit.attrs['requested_early_time']):g} (distances.exact_every skips it)",
+        )
     if used.sum() < 2:
         low_ess = ~fit["resolved_early"].values.astype(bool)
         status = Status.UNDER_RESOLVED if (low_ess & ~used).any() else Status.NOT_EVALUABLE
-        why = (f"under-resolved over [0, {t_early:g}] ({_unresolved_rule(fit)}) at "
-               f"β = {_betas(beta, low_ess)}"
-               if status == Status.UNDER_RESOLVED else
-               f"fewer than two β with a positive exact W2 at t = {t_early:g} that had not departed by then")
-        return Claim(name, statement, status, numbers=f"{why}: fewer than two β to fit an exponent",
-                     per_beta=per_beta)
+        why = (
+            f"under-resolved over [0, {t_early:g}] ({_unresolved_rule(fit)}) at β = {_betas(beta, low_ess)}"
+            if status == Status.UNDER_RESOLVED
+            else f"fewer than two β with a positive exact W2 at t = {t_early:g} that had not departed by then"
+        )
+        return Claim(name, statement, status, numbers=f"{why}: fewer than two β to fit an exponent", per_beta=per_beta)
     mean = float(np.mean(alpha[np.isfinite(alpha)])) if np.isfinite(alpha).any() else float("nan")
     if not np.isfinite(hi):
-        return Claim(name, statement, Status.NOT_EVALUABLE, mean, (lo, hi), (-np.inf, theory),
-                     f"exponent {mean:.3f} from one replica: no interval", per_beta)
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            mean,
+            (lo, hi),
+            (-np.inf, theory),
+            f"exponent {mean:.3f} from one replica: no interval",
+            per_beta,
+        )
     pairs = fit["temperature_pair_interval"].values
     pair_bound = fit["temperature_pair_bound_exponent"].values
     slower = [str(p) for p, (p_lo, _), pb in zip(fit.pair.values, pairs, pair_bound) if p_lo > pb]
     unsure = [str(p) for p, (_, p_hi), pb in zip(fit.pair.values, pairs, pair_bound) if p_hi > pb]
-    status = Status.FAILED if lo > theory or slower else Status.PASSED if hi <= theory and not unsure else Status.INCONCLUSIVE
-    relation = {Status.PASSED: "decays at least as fast as", Status.FAILED: "decays slower than", Status.INCONCLUSIVE: "is not shown to decay as fast as"}
-    pair_text = (f"; slower between β {', '.join(slower)}" if slower else
-                 f"; not resolved pair by pair between β {', '.join(unsure)}" if unsure else
-                 "; every pair of consecutive β too")
-    return Claim(name, statement, status, mean, (lo, hi), (-np.inf, theory),
-                 f"exponent of β at t = {t_early:g}: {mean:.3f} [{lo:.3f}, {hi:.3f}] over β {_betas(beta, used)}; "
-                 f"the error {relation[status]} sqrt(log(β+1)/β) (local exponent {theory:.3f}){pair_text}; "
-                 f"Laplace's method predicts {float(fit.attrs['laplace_exponent']):g} for a smooth positive density",
-                 per_beta)
+    status = (
+        Status.FAILED
+        if lo > theory or slower
+        else Status.PASSED
+        if hi <= theory and not unsure
+        else Status.INCONCLUSIVE
+    )
+    relation = {
+        Status.PASSED: "decays at least as fast as",
+        Status.FAILED: "decays slower than",
+        Status.INCONCLUSIVE: "is not shown to decay as fast as",
+    }
+    pair_text = (
+        f"; slower between β {', '.join(slower)}"
+        if slower
+        else f"; not resolved pair by pair between β {', '.join(unsure)}"
+        if unsure
+        else "; every pair of consecutive β too"
+    )
+    return Claim(
+        name,
+        statement,
+        status,
+        mean,
+        (lo, hi),
+        (-np.inf, theory),
+        f"exponent of β at t = {t_early:g}: {mean:.3f} [{lo:.3f}, {hi:.3f}] over β {_betas(beta, used)}; "
+        f"the error {relation[status]} sqrt(log(β+1)/β) (local exponent {theory:.3f}){pair_text}; "
+        f"Laplace's method predicts {float(fit.attrs['laplace_exponent']):g} for a smooth positive density",
+        per_beta,
+    )
 
 
 # ---------------------------------------------------------------- 4. departure time ∝ log β
@@ -257,39 +363,82 @@ def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
     used = fit["metastable_beta_used"].values.astype(bool)
     gap = float(fit.attrs["end_phase_gap"])
     mean = fitting.mean_of_finite(dep)
-    per_beta = {"departure_time_mean": (mean, io.attrs("departure time, mean over the replicas that departed", "1")),
-                "departure_censored_count": (cen.sum(axis=1).astype(float),
-                                             io.attrs("replicas still in the metastable phase at the horizon"))}
-    shown = ", ".join(f"β={b:g}: {m:.2f}" + (f" ({n} censored)" if n else "")
-                      for b, m, n in zip(beta, mean, cen.sum(axis=1)))
+    per_beta = {
+        "departure_time_mean": (mean, io.attrs("departure time, mean over the replicas that departed", "1")),
+        "departure_censored_count": (
+            cen.sum(axis=1).astype(float),
+            io.attrs("replicas still in the metastable phase at the horizon"),
+        ),
+    }
+    shown = ", ".join(
+        f"β={b:g}: {m:.2f}" + (f" ({n} censored)" if n else "") for b, m, n in zip(beta, mean, cen.sum(axis=1))
+    )
     if not gap > 0:
-        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
-                     numbers="V's leading eigenspace meets E1(A): there is no end phase to depart for")
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            per_beta=per_beta,
+            numbers="V's leading eigenspace meets E1(A): there is no end phase to depart for",
+        )
     arrived = np.isfinite(dep) | cen
     if used.sum() < 2:
         status = Status.UNDER_RESOLVED if (arrived.any(axis=1) & ~used).any() else Status.NOT_EVALUABLE
-        return Claim(name, statement, status, per_beta=per_beta,
-                     numbers=f"fewer than two β whose departure is resolved (not {_unresolved_rule(fit, departure=True)}); "
-                             f"under-resolved β {_betas(beta, ~used)} ({shown})")
+        return Claim(
+            name,
+            statement,
+            status,
+            per_beta=per_beta,
+            numbers=f"fewer than two β whose departure is resolved (not {_unresolved_rule(fit, departure=True)}); "
+            f"under-resolved β {_betas(beta, ~used)} ({shown})",
+        )
     if arrived[used].any(axis=1).sum() < 2:
-        return Claim(name, statement, Status.NOT_EVALUABLE, per_beta=per_beta,
-                     numbers=f"fewer than two resolved β reached the metastable phase (within {gap / 2:.3g} of E1(A))"
-                             f" ({shown})")
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            per_beta=per_beta,
+            numbers=f"fewer than two resolved β reached the metastable phase (within {gap / 2:.3g} of E1(A)) ({shown})",
+        )
     lo, hi = (float(v) for v in fit["metastable_slope_interval"].values)
     bounds = fit["metastable_slope"].values
     value = float(np.mean(bounds[np.isfinite(bounds)])) if np.isfinite(bounds).any() else float("nan")
     if np.isnan(lo) or np.isnan(hi):
-        return Claim(name, statement, Status.NOT_EVALUABLE, value, (lo, hi), (0.0, np.inf),
-                     f"fewer than two replicas with a slope: no bound ({shown})", per_beta)
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            value,
+            (lo, hi),
+            (0.0, np.inf),
+            f"fewer than two replicas with a slope: no bound ({shown})",
+            per_beta,
+        )
     if np.isneginf(lo) and not hi < 0:
-        return Claim(name, statement, Status.NOT_EVALUABLE, value, (lo, hi), (0.0, np.inf),
-                     f"a smaller β was still metastable at the horizon in some replica, so the slope has no lower "
-                     f"bound; lengthen time.horizon ({shown})", per_beta)
+        return Claim(
+            name,
+            statement,
+            Status.NOT_EVALUABLE,
+            value,
+            (lo, hi),
+            (0.0, np.inf),
+            f"a smaller β was still metastable at the horizon in some replica, so the slope has no lower "
+            f"bound; lengthen time.horizon ({shown})",
+            per_beta,
+        )
     status = Status.PASSED if lo > 0 else Status.FAILED if hi < 0 else Status.INCONCLUSIVE
-    return Claim(name, statement, status, value, (lo, hi), (0.0, np.inf),
-                 f"slope of the departure time against log β over β {_betas(beta, used)}: one-sided bounds "
-                 f"[{lo:.3f}, {hi:.3f}] (departures known to a snapshot step; censored ones beyond the horizon); "
-                 f"departure times {shown}", per_beta)
+    return Claim(
+        name,
+        statement,
+        status,
+        value,
+        (lo, hi),
+        (0.0, np.inf),
+        f"slope of the departure time against log β over β {_betas(beta, used)}: one-sided bounds "
+        f"[{lo:.3f}, {hi:.3f}] (departures known to a snapshot step; censored ones beyond the horizon); "
+        f"departure times {shown}",
+        per_beta,
+    )
 
 
 # ---------------------------------------------------------------- 5. Conjecture 1
@@ -299,12 +448,18 @@ def _unresolved_rule(fit: xr.Dataset, departure: bool = False) -> str:
     fraction = float(fit.attrs.get("particle_error_fraction", np.nan))
     if "reference_departure_shift" in fit:
         if departure:
-            return "the mean-field reference's departure moving by more than a snapshot interval at twice the cell width"
-        return (f"the mean-field reference's error bound above {fraction:g} of the W2 the claim judges "
-                f"(reference_error_* in fit.nc)")
+            return (
+                "the mean-field reference's departure moving by more than a snapshot interval at twice the cell width"
+            )
+        return (
+            f"the mean-field reference's error bound above {fraction:g} of the W2 the claim judges "
+            f"(reference_error_* in fit.nc)"
+        )
     if departure:
-        return (f"the departure's particle-number budget exceeded where measured, else median ESS below "
-                f"{float(fit.attrs['ess_threshold']):g} up to departure")
+        return (
+            f"the departure's particle-number budget exceeded where measured, else median ESS below "
+            f"{float(fit.attrs['ess_threshold']):g} up to departure"
+        )
     return f"median ESS below {float(fit.attrs['ess_threshold']):g}, or the particle-number budget exceeded"
 
 
@@ -315,38 +470,62 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
     means = {k: v.mean(axis=1) for k, v in final.items()}
     names = list(EIGENSPACES)
     chosen = np.array([names[i] for i in np.argmin(np.stack([means[k] for k in names]), axis=0)], dtype=object)
-    per_beta = {f"final_{EIGENSPACES[k]}": (means[k], io.attrs(f"distance to {k} at the last snapshot, replica mean"))
-                for k in names}
+    per_beta = {
+        f"final_{EIGENSPACES[k]}": (means[k], io.attrs(f"distance to {k} at the last snapshot, replica mean"))
+        for k in names
+    }
     per_beta["chosen_eigenspace"] = (chosen, io.attrs("the eigenspace the tokens are closest to at the last snapshot"))
     departed = np.isfinite(fit["departure_time"].values) & np.isfinite(
-        dist["dist_leading_V"].transpose("beta", "replica", "time").values[..., -1])
+        dist["dist_leading_V"].transpose("beta", "replica", "time").values[..., -1]
+    )
     resolved = fit["resolved_to_horizon"].values.astype(bool)
     to_v = final["E1(V), largest real part"]
-    shown = "; ".join(f"β={b:g} ({departed[i].sum()} of {departed.shape[1]} departed): A {means['E1(A)'][i]:.3f}, "
-                      f"V(Re) {means[names[1]][i]:.3f}, V(|λ|) {means[names[2]][i]:.3f} -> {chosen[i]}"
-                      for i, b in enumerate(beta))
+    shown = "; ".join(
+        f"β={b:g} ({departed[i].sum()} of {departed.shape[1]} departed): A {means['E1(A)'][i]:.3f}, "
+        f"V(Re) {means[names[1]][i]:.3f}, V(|λ|) {means[names[2]][i]:.3f} -> {chosen[i]}"
+        for i, b in enumerate(beta)
+    )
     name, statement = "conjecture_1", "after the metastable phase, tokens concentrate on V's leading eigenspace"
     moving = departed & still_approaching(dist) & ~(to_v <= tolerance)  # within the tolerance already: judged
     judged = departed & resolved[:, None] & ~moving
-    arriving = (f"; {int(np.sum(moving & resolved[:, None]))} (β, replica) still approaching it at the horizon "
-                f"(distance fell by more than {STILL_APPROACHING_DROP:.0%} over its last tenth), not judged: "
-                f"lengthen time.horizon" if np.any(moving & resolved[:, None]) else "")
+    arriving = (
+        f"; {int(np.sum(moving & resolved[:, None]))} (β, replica) still approaching it at the horizon "
+        f"(distance fell by more than {STILL_APPROACHING_DROP:.0%} over its last tenth), not judged: "
+        f"lengthen time.horizon"
+        if np.any(moving & resolved[:, None])
+        else ""
+    )
     if not judged.any():
         if np.any(moving & resolved[:, None]):
-            return Claim(name, statement, Status.INCONCLUSIVE, target=(0.0, float(tolerance)),
-                         numbers=f"no resolved (β, replica) settled after departing{arriving} ({shown})",
-                         per_beta=per_beta)
+            return Claim(
+                name,
+                statement,
+                Status.INCONCLUSIVE,
+                target=(0.0, float(tolerance)),
+                numbers=f"no resolved (β, replica) settled after departing{arriving} ({shown})",
+                per_beta=per_beta,
+            )
         status = Status.UNDER_RESOLVED if departed.any() else Status.NOT_EVALUABLE
-        why = (f"the β that departed are under-resolved ({_unresolved_rule(fit)}): "
-               f"{_betas(beta, ~resolved)}"
-               if status == Status.UNDER_RESOLVED else "no β left the metastable phase before the horizon")
-        return Claim(name, statement, status, target=(0.0, float(tolerance)), numbers=f"{why} ({shown})",
-                     per_beta=per_beta)
+        why = (
+            f"the β that departed are under-resolved ({_unresolved_rule(fit)}): {_betas(beta, ~resolved)}"
+            if status == Status.UNDER_RESOLVED
+            else "no β left the metastable phase before the horizon"
+        )
+        return Claim(
+            name, statement, status, target=(0.0, float(tolerance)), numbers=f"{why} ({shown})", per_beta=per_beta
+        )
     value = float(np.max(to_v[judged]))
-    return Claim(name, statement, _status(value <= tolerance), value, (value, value), (0.0, float(tolerance)),
-                 f"largest final distance to V's leading eigenspace (largest real part) over the {judged.sum()} "
-                 f"resolved (β, replica) that departed: {value:.3f}, tolerance {tolerance:g}{arriving} ({shown})",
-                 per_beta)
+    return Claim(
+        name,
+        statement,
+        _status(value <= tolerance),
+        value,
+        (value, value),
+        (0.0, float(tolerance)),
+        f"largest final distance to V's leading eigenspace (largest real part) over the {judged.sum()} "
+        f"resolved (β, replica) that departed: {value:.3f}, tolerance {tolerance:g}{arriving} ({shown})",
+        per_beta,
+    )
 
 
 #: a departed curve whose distance to V's leading eigenspace fell by more than this fraction over the last tenth of
@@ -389,15 +568,21 @@ def particles_needed(fit: xr.Dataset, interval: float, departure: bool = False) 
         if departure:
             lo, hi = (float(v) for v in fit["particle_budget_departure_slope_interval"].values[i])
             span = f"[{lo:.3g}, {hi:.3g}] per doubling of N (95 %)"
-            parts.append(head + (
-                f"some runs of the study reach the metastable phase and others do not (or too few depart): no N "
-                f"can be named" if np.isnan(lo) or np.isnan(hi) else
-                f"its departure moves by {span}, beyond ±{limit:.3g}: N sets it, and no N resolves it"
-                if lo > limit or hi < -limit else
-                f"its departure's slope is in {span}, unbounded because runs of the study are still metastable at "
-                f"its horizon: a longer study horizon would bound it" if np.isinf(lo) or np.isinf(hi) else
-                f"its departure's slope is in {span}, wider than ±{limit:.3g}: more replicas of the study would "
-                f"narrow it, not N"))
+            parts.append(
+                head
+                + (
+                    "some runs of the study reach the metastable phase and others do not (or too few depart): no N "
+                    "can be named"
+                    if np.isnan(lo) or np.isnan(hi)
+                    else f"its departure moves by {span}, beyond ±{limit:.3g}: N sets it, and no N resolves it"
+                    if lo > limit or hi < -limit
+                    else f"its departure's slope is in {span}, unbounded because runs of the study are still "
+                    f"metastable at its horizon: a longer study horizon would bound it"
+                    if np.isinf(lo) or np.isinf(hi)
+                    else f"its departure's slope is in {span}, wider than ±{limit:.3g}: more replicas of the study "
+                    f"would narrow it, not N"
+                )
+            )
             continue
         ratio = float(fit["particle_budget_w2_ratio"].values[i])
         needed = float(fit["particle_budget_tokens_needed"].values[i])
@@ -406,10 +591,17 @@ def particles_needed(fit: xr.Dataset, interval: float, departure: bool = False) 
             parts.append(head + "its W2 budget could not be computed (no W2 before the study's earliest departure)")
             continue
         own = f"its remaining N error of W2 is up to {ratio:.3g} × W2 (95 %) at N = {n}"
-        parts.append(head + own + (
-            f"; ≤ {fraction:g} × W2 would need N ≈ {needed:.2g} (the study's power law in N, with the slowest "
-            f"decay it does not reject)" if np.isfinite(needed) else
-            "; no N can be named (no power law in N fits the study at some time, or W2 is 0 or not finite there)"))
+        parts.append(
+            head
+            + own
+            + (
+                f"; ≤ {fraction:g} × W2 would need N ≈ {needed:.2g} (the study's power law in N, with the slowest "
+                f"decay it does not reject)"
+                if np.isfinite(needed)
+                else "; no N can be named (no power law in N fits the study at some time, or W2 is 0 or not "
+                "finite there)"
+            )
+        )
     return "; " + "; ".join(parts) if parts else ""
 
 
@@ -437,23 +629,44 @@ def claims_dataset(claims: list[Claim], fit: xr.Dataset) -> xr.Dataset:
     """claims.nc: one row per claim, and per β the numbers behind them."""
     ds = xr.Dataset(
         {
-            "status": (("claim",), np.array([c.status for c in claims], np.int8),
-                       io.attrs("1 passed, 0 failed, -1 not evaluable, -2 under-resolved (the particle-number "
-                                "budget exceeded where measured, else median ESS below ess_threshold over the judged window), -3 inconclusive (the interval straddles "
-                                "the target)")),
-            "value": (("claim",), np.array([c.value for c in claims]),
-                      io.attrs("the number the claim is about (read from fit.nc or counted on held-out data)")),
-            "interval_low": (("claim",), np.array([c.interval[0] for c in claims]),
-                             io.attrs("lower end of the value's interval over replicas (fit.nc)")),
-            "interval_high": (("claim",), np.array([c.interval[1] for c in claims]),
-                              io.attrs("upper end of the value's interval over replicas (fit.nc)")),
+            "status": (
+                ("claim",),
+                np.array([c.status for c in claims], np.int8),
+                io.attrs(
+                    "1 passed, 0 failed, -1 not evaluable, -2 under-resolved (the particle-number "
+                    "budget exceeded where measured, else median ESS below ess_threshold over the judged window), "
+                    "-3 inconclusive (the interval straddles "
+                    "the target)"
+                ),
+            ),
+            "value": (
+                ("claim",),
+                np.array([c.value for c in claims]),
+                io.attrs("the number the claim is about (read from fit.nc or counted on held-out data)"),
+            ),
+            "interval_low": (
+                ("claim",),
+                np.array([c.interval[0] for c in claims]),
+                io.attrs("lower end of the value's interval over replicas (fit.nc)"),
+            ),
+            "interval_high": (
+                ("claim",),
+                np.array([c.interval[1] for c in claims]),
+                io.attrs("upper end of the value's interval over replicas (fit.nc)"),
+            ),
             "target_low": (("claim",), np.array([c.target[0] for c in claims]), io.attrs("the claim's target, low")),
             "target_high": (("claim",), np.array([c.target[1] for c in claims]), io.attrs("the claim's target, high")),
             "statement": (("claim",), np.array([c.statement for c in claims], dtype=object), io.attrs("the claim")),
-            "summary": (("claim",), np.array([c.line() for c in claims], dtype=object),
-                        io.attrs("status and the numbers behind it")),
-            "min_ess_median": (("beta",), fit["ess_min_to_horizon"].values,
-                               io.attrs("smallest median effective sample size over the run")),
+            "summary": (
+                ("claim",),
+                np.array([c.line() for c in claims], dtype=object),
+                io.attrs("status and the numbers behind it"),
+            ),
+            "min_ess_median": (
+                ("beta",),
+                fit["ess_min_to_horizon"].values,
+                io.attrs("smallest median effective sample size over the run"),
+            ),
         },
         coords={"claim": [c.name for c in claims], "beta": fit.beta.values},
     )
@@ -470,11 +683,15 @@ def summary_markdown(claims_files: dict) -> str:
     One table per experiment (claim, status, the logged line); nothing in it is
     written by hand, so it says what the numbers of this run say.
     """
-    lines = ["# What the paper's statements say on these numbers", "",
-             "Generated from each experiment's `claims.nc` (statuses: PASSED, FAILED, UNDER-RESOLVED = the particle "
-             "system does not stand for the mean field over the judged window (for a `model: mean_field` experiment: "
-             "the mean-field reference's own error is too large there), INCONCLUSIVE = the interval straddles the "
-             "target, NOT EVALUABLE = nothing to judge; docs/claims.md says how each is decided).", ""]
+    lines = [
+        "# What the paper's statements say on these numbers",
+        "",
+        "Generated from each experiment's `claims.nc` (statuses: PASSED, FAILED, UNDER-RESOLVED = the particle "
+        "system does not stand for the mean field over the judged window (for a `model: mean_field` experiment: "
+        "the mean-field reference's own error is too large there), INCONCLUSIVE = the interval straddles the "
+        "target, NOT EVALUABLE = nothing to judge; docs/claims.md says how each is decided).",
+        "",
+    ]
     for name, path in claims_files.items():
         ds = io.read_netcdf(path, "claims")
         lines += [f"## {name}", "", "| claim | status | numbers |", "|---|---|---|"]

@@ -23,16 +23,15 @@ Every interval is a Student-t interval over replicas (``fitting.t_interval``).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import xarray as xr
 
-from dataclasses import dataclass
-
-from . import fitting, particle_budget
 from ..model import rates
-from ..store import io
 from ..model.matrices import AttentionMatrices
+from ..store import io
+from . import fitting, particle_budget
 
 log = logging.getLogger("lowtemp")
 
@@ -57,8 +56,9 @@ def calibration_betas(t, beta, w2_zero, resolved, count: int, cfg: dict, name: s
                 break
     if not chosen.any():
         return chosen, None
-    return chosen, _growth(t, beta[chosen], w2_zero[chosen], cfg, name,
-                           f"C1 on the calibration beta {beta[chosen].tolist()}")
+    return chosen, _growth(
+        t, beta[chosen], w2_zero[chosen], cfg, name, f"C1 on the calibration beta {beta[chosen].tolist()}"
+    )
 
 
 def min_median_ess(ess_median, window) -> np.ndarray:
@@ -70,8 +70,9 @@ def min_median_ess(ess_median, window) -> np.ndarray:
 def _rate_in_regime(t, w2, t_range, cfg, name, regime):
     """RateFit on one regime's time range, or None (logged in words) when no window qualifies there."""
     try:
-        return fitting.fit_decay_rate(t, w2, max_residual=cfg["max_residual"], min_points=cfg["min_points"],
-                                      t_range=t_range)
+        return fitting.fit_decay_rate(
+            t, w2, max_residual=cfg["max_residual"], min_points=cfg["min_points"], t_range=t_range
+        )
     except ValueError as exc:
         log.warning("%s: %s regime: %s", name, regime, exc)
         return None
@@ -79,8 +80,14 @@ def _rate_in_regime(t, w2, t_range, cfg, name, regime):
 
 def _growth(t, beta, w2_zero, cfg, name, what):
     try:
-        return fitting.fit_growth_rate(t, beta, w2_zero, saturation=cfg["saturation"],
-                                       max_residual=cfg["max_residual"], min_points=cfg["min_points"])
+        return fitting.fit_growth_rate(
+            t,
+            beta,
+            w2_zero,
+            saturation=cfg["saturation"],
+            max_residual=cfg["max_residual"],
+            min_points=cfg["min_points"],
+        )
     except ValueError as exc:
         log.warning("%s: %s: %s", name, what, exc)
         return None
@@ -103,7 +110,7 @@ def temperature_pairs(beta, early_error, confidence):
         pair = np.log(err[i + 1] / err[i]) / np.log(beta[i + 1] / beta[i])
         labels.append(f"{beta[i]:g}-{beta[i + 1]:g}")
         intervals.append(fitting.t_interval(pair, confidence))
-        bounds.append(fitting.temperature_scale_exponent(beta[i:i + 2]))
+        bounds.append(fitting.temperature_scale_exponent(beta[i : i + 2]))
     return labels, np.array(intervals).reshape(-1, 2), np.array(bounds)
 
 
@@ -134,14 +141,24 @@ def study_budget(conv: xr.Dataset, fraction: float) -> ParticleBudget:
     needed = float("nan")  # a convergence.nc written before the per-exponent bounds were kept names no N
     if "w2_remaining_bound_per_exponent" in conv:
         w2 = particle_budget.Budget(
-            bound=conv["w2_remaining_bound"].values, exponent=conv["w2_budget_exponent"].values,
-            value=conv["w2_at_tokens"].values, exponents=conv["budget_exponent"].values, at=float(n_star),
-            per_exponent=conv["w2_remaining_bound_per_exponent"].transpose("budget_exponent", "time").values)
+            bound=conv["w2_remaining_bound"].values,
+            exponent=conv["w2_budget_exponent"].values,
+            value=conv["w2_at_tokens"].values,
+            exponents=conv["budget_exponent"].values,
+            at=float(n_star),
+            per_exponent=conv["w2_remaining_bound_per_exponent"].transpose("budget_exponent", "time").values,
+        )
         needed = particle_budget.tokens_needed(w2, window, fraction)
     low, high = (float(v) for v in conv["departure_slope_per_doubling"].values)
-    return ParticleBudget(beta=float(conv.attrs["beta"]), w2_ratio=float(conv["w2_budget_ratio"]),
-                          slope_bound=float(conv["departure_slope_bound"]), interval=float(np.min(np.diff(t))),
-                          tokens=n_star, tokens_needed=needed, slope_interval=(low, high))
+    return ParticleBudget(
+        beta=float(conv.attrs["beta"]),
+        w2_ratio=float(conv["w2_budget_ratio"]),
+        slope_bound=float(conv["departure_slope_bound"]),
+        interval=float(np.min(np.diff(t))),
+        tokens=n_star,
+        tokens_needed=needed,
+        slope_interval=(low, high),
+    )
 
 
 def particle_budget_verdicts(beta, budget: ParticleBudget | None, fraction: float):
@@ -181,7 +198,8 @@ class ReferenceBudget:
 
 
 def _early_snapshot(t, w2_zero, early: float):
-    """(index, time) of the exact snapshot nearest ``early`` within early/2 (exact W2 may be skipped), or (None, NaN)."""
+    """(index, time) of the exact snapshot nearest ``early`` within early/2 (exact W2 may be skipped), or
+    (None, NaN)."""
     exact = np.all(np.isfinite(w2_zero), axis=1) & (t > 0)  # (beta, time)
     near = np.any(exact, axis=0) & (np.abs(t - early) <= 0.5 * early)
     if not near.any():
@@ -190,8 +208,9 @@ def _early_snapshot(t, w2_zero, early: float):
     return k, float(t[k])
 
 
-def reference_budget(dist: xr.Dataset, k_early: int | None, judged: np.ndarray, departure: np.ndarray,
-                     censored: np.ndarray, gap: float) -> ReferenceBudget:
+def reference_budget(
+    dist: xr.Dataset, k_early: int | None, judged: np.ndarray, departure: np.ndarray, censored: np.ndarray, gap: float
+) -> ReferenceBudget:
     """``ReferenceBudget`` of a mean-field experiment's distances (``judged``: (beta, replica, time))."""
     t = dist.time.values
     err = dist["reference_error"].transpose("beta", "replica", "time").values
@@ -204,22 +223,30 @@ def reference_budget(dist: xr.Dataset, k_early: int | None, judged: np.ndarray, 
         else:
             early = np.max(err[..., k_early] / w2_zero[..., k_early], axis=1)
         ratio = err / w2_proj
-        to_departure = np.array([np.max(ratio[b][judged[b]], initial=0.0) if judged[b].any() else np.inf
-                                 for b in range(nb)])
+        to_departure = np.array(
+            [np.max(ratio[b][judged[b]], initial=0.0) if judged[b].any() else np.inf for b in range(nb)]
+        )
         to_horizon = np.max(ratio, axis=(1, 2))
     coarse_dep, coarse_cens = fitting.geometric_departure(
-        t, dist["reference_dist_leading_A"].transpose("beta", "replica", "time").values, gap)
+        t, dist["reference_dist_leading_A"].transpose("beta", "replica", "time").values, gap
+    )
     both_censored = censored & coarse_cens
     one_only = censored != coarse_cens
     with np.errstate(invalid="ignore"):
         shift = np.where(both_censored, 0.0, np.where(one_only, np.inf, np.abs(departure - coarse_dep)))
     shift = np.where(np.isnan(departure) & np.isnan(coarse_dep) & ~one_only, 0.0, shift)  # neither arrived
-    return ReferenceBudget(early, to_departure, to_horizon, np.nanmax(np.where(np.isnan(shift), np.inf, shift),
-                                                                       axis=1))
+    return ReferenceBudget(early, to_departure, to_horizon, np.nanmax(np.where(np.isnan(shift), np.inf, shift), axis=1))
 
 
-def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict, ess_threshold: float,
-                   n_tokens: int, particle_budget: ParticleBudget | None = None) -> xr.Dataset:
+def fit_experiment(
+    name: str,
+    dist: xr.Dataset,
+    M: AttentionMatrices,
+    cfg: dict,
+    ess_threshold: float,
+    n_tokens: int,
+    particle_budget: ParticleBudget | None = None,
+) -> xr.Dataset:
     """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied).
 
     A β is *resolved* over a window when the particle-number budget measured at it
@@ -264,18 +291,19 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     until = fitting.judged_until(t, departure, censored, gap)
     judged = fitting.judged_mask(t, until)
     ess_to_departure = min_median_ess(ess, np.any(judged, axis=1))
-    measured, w2_within, departure_within = particle_budget_verdicts(beta, particle_budget,
-                                                                     float(cfg["particle_error_fraction"]))
+    measured, w2_within, departure_within = particle_budget_verdicts(
+        beta, particle_budget, float(cfg["particle_error_fraction"])
+    )
     resolved_to_departure = np.where(measured, w2_within, ess_to_departure >= ess_threshold)
     fraction = float(cfg["particle_error_fraction"])
     step = float(np.min(np.diff(t))) if t.size > 1 else 0.0
     k_early, t_early = _early_snapshot(t, w2_zero, float(cfg["early_time"]))
-    reference = reference_budget(dist, k_early, judged, departure, censored, gap) if "reference_error" in dist \
-        else None
+    reference = reference_budget(dist, k_early, judged, departure, censored, gap) if "reference_error" in dist else None
     if reference is not None:  # a mean-field experiment: its reference's own error decides, there is no ESS
         resolved_to_departure = reference.to_departure <= fraction
-    cal_beta, cal_growth = calibration_betas(t, beta, w2_zero, resolved_to_departure,
-                                             int(cfg["calibration_betas"]), cfg, name)
+    cal_beta, cal_growth = calibration_betas(
+        t, beta, w2_zero, resolved_to_departure, int(cfg["calibration_betas"]), cfg, name
+    )
     bound_C1 = cal_growth.mean if cal_growth else np.nan
     fitted_rates = c_regime.mean(axis=1)
     bound_c = np.nanmin(fitted_rates) if np.isfinite(fitted_rates).any() else np.nan  # the slower regime bounds all t
@@ -283,16 +311,18 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
     # w0·e^{ct} grows without bound and would inflate b (the exponential decay is verified up to there only)
     verified = t <= (np.nanmax(c_window[:, 1]) if np.isfinite(c_window).any() else -np.inf)
     bound_b = fitting.calibrated_decay_prefactor(t[verified], w0[:, verified], bound_c) if verified.any() else np.nan
-    bound_a = fitting.calibrated_growth_prefactor(t, beta[cal_beta], w2_proj[cal_beta], judged[cal_beta],
-                                                  bound_C1, bound_b, bound_c)
+    bound_a = fitting.calibrated_growth_prefactor(
+        t, beta[cal_beta], w2_proj[cal_beta], judged[cal_beta], bound_C1, bound_b, bound_c
+    )
 
     # ---- the finite-temperature error at an early time, exponent of β over the resolved β
     # the exact snapshot nearest early_time (exact W2 may be skipped), within half of early_time, and
     # only for β that have not departed by then (after it the error measures the end phase)
     early = float(cfg["early_time"])
     early_error = w2_zero[..., k_early] if k_early is not None else np.full((nb, nr), np.nan)
-    ess_early = min_median_ess(ess, np.broadcast_to(t <= t_early, (nb, t.size))) if k_early is not None \
-        else np.full(nb, np.nan)
+    ess_early = (
+        min_median_ess(ess, np.broadcast_to(t <= t_early, (nb, t.size))) if k_early is not None else np.full(nb, np.nan)
+    )
     with np.errstate(invalid="ignore"):
         departed_early = np.any(departure <= t_early, axis=1)
     resolved_early = np.where(measured, w2_within, ess_early >= ess_threshold)
@@ -315,143 +345,321 @@ def fit_experiment(name: str, dist: xr.Dataset, M: AttentionMatrices, cfg: dict,
         meta_used = reference.departure_shift <= step * (1 + 1e-9)  # times are rounded: one interval is one
         slack = np.where(np.isfinite(reference.departure_shift), reference.departure_shift, 0.0)
         resolved_to_horizon = reference.to_horizon <= fraction
-    slope_low, slope_high = fitting.departure_slope_bounds(beta[meta_used], departure[meta_used], censored[meta_used],
-                                                           horizon, step, np.broadcast_to(slack, beta.shape)[meta_used]) \
-        if meta_used.sum() >= 2 \
+    slope_low, slope_high = (
+        fitting.departure_slope_bounds(
+            beta[meta_used],
+            departure[meta_used],
+            censored[meta_used],
+            horizon,
+            step,
+            np.broadcast_to(slack, beta.shape)[meta_used],
+        )
+        if meta_used.sum() >= 2
         else (np.full(nr, np.nan), np.full(nr, np.nan))
+    )
 
     level = f"{100 * conf:g}% Student-t interval over replicas of the mean"
     A = io.attrs
     data = {
-        "c_regime": (("regime", "replica"), c_regime,
-                     A("decay rate of W2(rho^inf_t, Pi_# rho0) fitted in each regime", "1/time")),
-        "c_regime_mean": (("regime",), c_regime.mean(axis=1),
-                          A("decay rate per regime, mean over replicas (NaN: no window)", "1/time")),
+        "c_regime": (
+            ("regime", "replica"),
+            c_regime,
+            A("decay rate of W2(rho^inf_t, Pi_# rho0) fitted in each regime", "1/time"),
+        ),
+        "c_regime_mean": (
+            ("regime",),
+            c_regime.mean(axis=1),
+            A("decay rate per regime, mean over replicas (NaN: no window)", "1/time"),
+        ),
         "c_regime_interval": (("regime", "bound"), c_interval, A(f"decay rate per regime, {level}", "1/time")),
         "c_regime_window": (("regime", "bound"), c_window, A("time window of the decay fit per regime", "1")),
-        "rate_predicted": (("regime", "bound"), np.array([[p.low, p.high] for p in predictions.values()]),
-                           A("predicted decay rate per regime (low, high; equal when sharp)", "1/time")),
-        "rate_prediction_note": (("regime",), np.array([p.note for p in predictions.values()], dtype=object),
-                                 A("the formula of the predicted rate")),
-        "regime_boundary": ((), t_star, A("time t* at which the N tokens pass from the early (mean-field) to the "
-                                          "late (finite-N) regime", "1")),
+        "rate_predicted": (
+            ("regime", "bound"),
+            np.array([[p.low, p.high] for p in predictions.values()]),
+            A("predicted decay rate per regime (low, high; equal when sharp)", "1/time"),
+        ),
+        "rate_prediction_note": (
+            ("regime",),
+            np.array([p.note for p in predictions.values()], dtype=object),
+            A("the formula of the predicted rate"),
+        ),
+        "regime_boundary": (
+            (),
+            t_star,
+            A("time t* at which the N tokens pass from the early (mean-field) to the late (finite-N) regime", "1"),
+        ),
         "regime_band": (("bound",), np.array(band), A("transition band around t*, left out of both rate fits", "1")),
-        "transient_end": ((), t_transient, A("time before which the bulk's nonlinear transient, not a channel, sets "
-                                             "the decay (rates.transient_end); left out of both rate fits", "1")),
+        "transient_end": (
+            (),
+            t_transient,
+            A(
+                "time before which the bulk's nonlinear transient, not a channel, sets "
+                "the decay (rates.transient_end); left out of both rate fits",
+                "1",
+            ),
+        ),
         "rate_lower": ((), M.rate_bounds[0], A("gamma / sigma_max(B)", "1/time")),
         "rate_upper": ((), M.rate_bounds[1], A("gamma / sigma_min(B)", "1/time")),
-        "C1": (("replica",), C1, A("growth rate C1 of W2(rho^beta_t, rho^inf_t)/sqrt(log(beta+1)/beta), shared "
-                                   "over beta", "1/time")),
+        "C1": (
+            ("replica",),
+            C1,
+            A("growth rate C1 of W2(rho^beta_t, rho^inf_t)/sqrt(log(beta+1)/beta), shared over beta", "1/time"),
+        ),
         "C1_mean": ((), growth.mean if growth else np.nan, A("C1, mean over replicas", "1/time")),
         "C1_interval": (("bound",), np.array(fitting.t_interval(C1, conf)), A(f"C1, {level}", "1/time")),
-        "C1_per_beta": (("beta", "replica"), growth.C1_per_beta if growth else np.full((nb, nr), np.nan),
-                        A("growth rate fitted for each beta alone", "1/time")),
-        "log_a": (("beta", "replica"), growth.log_a if growth else np.full((nb, nr), np.nan),
-                  A("intercept log a per beta of the C1 fit")),
-        "C1_window": (("beta", "bound"), growth.windows if growth else np.full((nb, 2), np.nan),
-                      A("time window of the C1 fit per beta", "1")),
-        "calibration_beta": (("beta",), cal_beta, A("beta used to calibrate the bound: the smallest resolved beta "
-                                                    "with a growth window; the bound is tested on the resolved beta "
-                                                    "above them")),
+        "C1_per_beta": (
+            ("beta", "replica"),
+            growth.C1_per_beta if growth else np.full((nb, nr), np.nan),
+            A("growth rate fitted for each beta alone", "1/time"),
+        ),
+        "log_a": (
+            ("beta", "replica"),
+            growth.log_a if growth else np.full((nb, nr), np.nan),
+            A("intercept log a per beta of the C1 fit"),
+        ),
+        "C1_window": (
+            ("beta", "bound"),
+            growth.windows if growth else np.full((nb, 2), np.nan),
+            A("time window of the C1 fit per beta", "1"),
+        ),
+        "calibration_beta": (
+            ("beta",),
+            cal_beta,
+            A(
+                "beta used to calibrate the bound: the smallest resolved beta "
+                "with a growth window; the bound is tested on the resolved beta "
+                "above them"
+            ),
+        ),
         "bound_C1": ((), bound_C1, A("C1 of the bound, fitted on the calibration beta", "1/time")),
         "bound_c": ((), bound_c, A("c of the bound: the slower of the two regime rates", "1/time")),
         "bound_b": ((), bound_b, A("b: smallest value with b e^{-ct} above W2(rho^inf_t, Pi_# rho0) (beta = inf)")),
-        "bound_a": ((), bound_a, A("a: smallest value with a sqrt(log(beta+1)/beta) e^{C1 t} + b e^{-ct} above "
-                                   "W2(rho^beta_t, Pi_# rho0) on the calibration data up to departure")),
-        "early_error": (("beta", "replica"), early_error,
-                        A(f"W2(rho^beta_t, rho^inf_t) at the early time t = {t_early:g} (NaN: no exact snapshot "
-                          f"within early_time/2)")),
-        "temperature_beta_used": (("beta",), used, A("beta resolved over [0, early time] (median ESS >= "
-                                                     "ess_threshold), not departed by then, with a positive exact W2: "
-                                                     "the exponent's beta")),
-        "temperature_pair_interval": (("pair", "bound"), pair_intervals,
-                                      A(f"exponent of beta between consecutive used beta, {level}")),
-        "temperature_pair_bound_exponent": (("pair",), pair_bounds,
-                                            A("local exponent of sqrt(log(beta+1)/beta) between the same beta")),
+        "bound_a": (
+            (),
+            bound_a,
+            A(
+                "a: smallest value with a sqrt(log(beta+1)/beta) e^{C1 t} + b e^{-ct} above "
+                "W2(rho^beta_t, Pi_# rho0) on the calibration data up to departure"
+            ),
+        ),
+        "early_error": (
+            ("beta", "replica"),
+            early_error,
+            A(
+                f"W2(rho^beta_t, rho^inf_t) at the early time t = {t_early:g} (NaN: no exact snapshot "
+                f"within early_time/2)"
+            ),
+        ),
+        "temperature_beta_used": (
+            ("beta",),
+            used,
+            A(
+                "beta resolved over [0, early time] (median ESS >= "
+                "ess_threshold), not departed by then, with a positive exact W2: "
+                "the exponent's beta"
+            ),
+        ),
+        "temperature_pair_interval": (
+            ("pair", "bound"),
+            pair_intervals,
+            A(f"exponent of beta between consecutive used beta, {level}"),
+        ),
+        "temperature_pair_bound_exponent": (
+            ("pair",),
+            pair_bounds,
+            A("local exponent of sqrt(log(beta+1)/beta) between the same beta"),
+        ),
         "temperature_exponent": (("replica",), alpha, A("exponent of beta of early_error over the used beta")),
-        "temperature_exponent_interval": (("bound",), np.array(fitting.t_interval(alpha, conf)),
-                                          A(f"exponent of beta, {level}")),
-        "temperature_bound_exponent": ((), bound_exponent,
-                                       A("local exponent of sqrt(log(beta+1)/beta) over the used beta")),
-        "departure_time": (("beta", "replica"), departure,
-                           A("first time after the metastable phase at which the tokens are farther than "
-                             "end_phase_gap/2 from E1(A); NaN: never arrived or censored", "1")),
-        "departure_censored": (("beta", "replica"), censored,
-                               A("still in the metastable phase at the horizon (departure beyond it)")),
-        "metastable_beta_used": (("beta",), meta_used, A("beta whose departure time is resolved: the departure "
-                                                         "slope per doubling of N within the budget where measured, "
-                                                         "else median ESS >= ess_threshold up to departure")),
-        "metastable_slope": (("replica", "bound"), np.stack([slope_low, slope_high], axis=1),
-                             A("bounds on the slope of departure time against log beta per replica (departures "
-                               "known to a snapshot step, censored ones beyond the horizon; +-inf: unbounded)", "1")),
-        "metastable_slope_interval": (("bound",), np.array(fitting.one_sided_bounds(slope_low, slope_high, conf)),
-                                      A(f"one-sided {100 * conf:g}% Student-t lower bound of the slope's lower "
-                                        f"bounds and upper bound of its upper bounds", "1")),
-        "judged_until": (("beta", "replica"), until,
-                         A("last time of the metastable phase judged against the bound (departure; horizon if "
-                           "censored or no end phase; NaN: never arrived, not judged)", "1")),
+        "temperature_exponent_interval": (
+            ("bound",),
+            np.array(fitting.t_interval(alpha, conf)),
+            A(f"exponent of beta, {level}"),
+        ),
+        "temperature_bound_exponent": (
+            (),
+            bound_exponent,
+            A("local exponent of sqrt(log(beta+1)/beta) over the used beta"),
+        ),
+        "departure_time": (
+            ("beta", "replica"),
+            departure,
+            A(
+                "first time after the metastable phase at which the tokens are farther than "
+                "end_phase_gap/2 from E1(A); NaN: never arrived or censored",
+                "1",
+            ),
+        ),
+        "departure_censored": (
+            ("beta", "replica"),
+            censored,
+            A("still in the metastable phase at the horizon (departure beyond it)"),
+        ),
+        "metastable_beta_used": (
+            ("beta",),
+            meta_used,
+            A(
+                "beta whose departure time is resolved: the departure "
+                "slope per doubling of N within the budget where measured, "
+                "else median ESS >= ess_threshold up to departure"
+            ),
+        ),
+        "metastable_slope": (
+            ("replica", "bound"),
+            np.stack([slope_low, slope_high], axis=1),
+            A(
+                "bounds on the slope of departure time against log beta per replica (departures "
+                "known to a snapshot step, censored ones beyond the horizon; +-inf: unbounded)",
+                "1",
+            ),
+        ),
+        "metastable_slope_interval": (
+            ("bound",),
+            np.array(fitting.one_sided_bounds(slope_low, slope_high, conf)),
+            A(
+                f"one-sided {100 * conf:g}% Student-t lower bound of the slope's lower "
+                f"bounds and upper bound of its upper bounds",
+                "1",
+            ),
+        ),
+        "judged_until": (
+            ("beta", "replica"),
+            until,
+            A(
+                "last time of the metastable phase judged against the bound (departure; horizon if "
+                "censored or no end phase; NaN: never arrived, not judged)",
+                "1",
+            ),
+        ),
         "ess_min_early": (("beta",), ess_early, A("smallest median ESS over [0, early time]")),
-        "particle_budget_measured": (("beta",), measured, A("the particle-number budget was measured at this beta "
-                                                            "(convergence.nc): it decides, the ESS is a diagnostic")),
-        "particle_budget_w2_ratio": (("beta",), np.where(measured, np.nan if particle_budget is None else
-                                                         particle_budget.w2_ratio, np.nan),
-                                     A("95% upper bound of the remaining N error of W2(rho^beta_t, Pi_# rho0) over W2, "
-                                       "largest before the earliest departure (NaN: not measured)")),
-        "particle_budget_departure_slope": (("beta",), np.where(measured, np.nan if particle_budget is None else
-                                                                particle_budget.slope_bound, np.nan),
-                                            A("95% upper bound of |d departure time / d log2 N| (NaN: not measured "
-                                              "or no departure)", "1")),
+        "particle_budget_measured": (
+            ("beta",),
+            measured,
+            A(
+                "the particle-number budget was measured at this beta "
+                "(convergence.nc): it decides, the ESS is a diagnostic"
+            ),
+        ),
+        "particle_budget_w2_ratio": (
+            ("beta",),
+            np.where(measured, np.nan if particle_budget is None else particle_budget.w2_ratio, np.nan),
+            A(
+                "95% upper bound of the remaining N error of W2(rho^beta_t, Pi_# rho0) over W2, "
+                "largest before the earliest departure (NaN: not measured)"
+            ),
+        ),
+        "particle_budget_departure_slope": (
+            ("beta",),
+            np.where(measured, np.nan if particle_budget is None else particle_budget.slope_bound, np.nan),
+            A("95% upper bound of |d departure time / d log2 N| (NaN: not measured or no departure)", "1"),
+        ),
         "particle_budget_departure_slope_interval": (
-            ("beta", "bound"), np.where(measured[:, None], np.array(NAN_PAIR if particle_budget is None else
-                                                                     particle_budget.slope_interval), np.nan),
-            A("95% interval of d departure time / d log2 N (NaN: not measured or too few departures)", "1")),
-        "particle_budget_w2_resolved": (("beta",), w2_within & measured, A(
-            "the W2 budget was measured here and met (particle_budget_w2_ratio <= particle_error_fraction)")),
-        "particle_budget_departure_resolved": (("beta",), departure_within & measured, A(
-            "the departure budget was measured here and met (slope bound <= particle_error_fraction of a "
-            "snapshot interval, or no departure to judge)")),
-        "particle_budget_tokens_needed": (("beta",), np.where(measured, np.nan if particle_budget is None else
-                                                              particle_budget.tokens_needed, np.nan),
-                                          A("the N at which the W2 budget's bound would reach "
-                                            "particle_error_fraction of W2, projected with its own power law "
-                                            "(the slowest exponent that fits; inf: no exponent fits; NaN: not "
-                                            "measured)")),
-        "resolved_early": (("beta",), resolved_early, A("resolved over [0, early time]: the W2 budget where "
-                                                        "measured, else median ESS >= ess_threshold")),
-        "resolved_to_departure": (("beta",), resolved_to_departure, A("resolved up to the last departure: the W2 "
-                                                                      "budget where measured, else median ESS")),
-        "resolved_to_horizon": (("beta",), resolved_to_horizon,
-                                A("resolved over the whole run: the W2 budget where measured, else median ESS")),
+            ("beta", "bound"),
+            np.where(
+                measured[:, None],
+                np.array(NAN_PAIR if particle_budget is None else particle_budget.slope_interval),
+                np.nan,
+            ),
+            A("95% interval of d departure time / d log2 N (NaN: not measured or too few departures)", "1"),
+        ),
+        "particle_budget_w2_resolved": (
+            ("beta",),
+            w2_within & measured,
+            A("the W2 budget was measured here and met (particle_budget_w2_ratio <= particle_error_fraction)"),
+        ),
+        "particle_budget_departure_resolved": (
+            ("beta",),
+            departure_within & measured,
+            A(
+                "the departure budget was measured here and met (slope bound <= particle_error_fraction of a "
+                "snapshot interval, or no departure to judge)"
+            ),
+        ),
+        "particle_budget_tokens_needed": (
+            ("beta",),
+            np.where(measured, np.nan if particle_budget is None else particle_budget.tokens_needed, np.nan),
+            A(
+                "the N at which the W2 budget's bound would reach "
+                "particle_error_fraction of W2, projected with its own power law "
+                "(the slowest exponent that fits; inf: no exponent fits; NaN: not "
+                "measured)"
+            ),
+        ),
+        "resolved_early": (
+            ("beta",),
+            resolved_early,
+            A("resolved over [0, early time]: the W2 budget where measured, else median ESS >= ess_threshold"),
+        ),
+        "resolved_to_departure": (
+            ("beta",),
+            resolved_to_departure,
+            A("resolved up to the last departure: the W2 budget where measured, else median ESS"),
+        ),
+        "resolved_to_horizon": (
+            ("beta",),
+            resolved_to_horizon,
+            A("resolved over the whole run: the W2 budget where measured, else median ESS"),
+        ),
         "ess_min_to_departure": (("beta",), ess_to_departure, A("smallest median ESS up to the last departure")),
         "ess_min_to_horizon": (("beta",), ess_to_horizon, A("smallest median ESS over the whole run")),
     }
     if reference is not None:
-        data.update({
-            "reference_error_early": (("beta",), reference.early,
-                                      A("mean-field reference: its error bound over W2(rho^beta_t, rho^inf_t) at the "
-                                        "early time, largest over replicas (temperature_scaling: resolved at most "
-                                        "fit.particle_error_fraction)")),
-            "reference_error_to_departure": (("beta",), reference.to_departure,
-                                             A("mean-field reference: its error bound over W2(rho^beta_t, Pi_# rho0), "
-                                               "largest up to departure (bound_above_data, conjecture_1)")),
-            "reference_error_to_horizon": (("beta",), reference.to_horizon,
-                                           A("mean-field reference: its error bound over W2(rho^beta_t, Pi_# rho0), "
-                                             "largest over the run")),
-            "reference_departure_shift": (("beta",), reference.departure_shift,
-                                          A("mean-field reference: largest |departure time - that of the reference "
-                                            "at twice the cell width| over replicas (metastable_log_beta: resolved "
-                                            "at most fit.particle_error_fraction of a snapshot interval)", "1")),
-        })
-    out = xr.Dataset(data, coords={"beta": beta, "replica": reps, "bound": ["start", "stop"],
-                                   "regime": list(ranges), "pair": pair_labels})
-    out.attrs.update(early_time=t_early, requested_early_time=early, horizon=float(t[-1]), end_phase_gap=gap,
-                     laplace_exponent=LAPLACE_EXPONENT, confidence=conf, ess_threshold=float(ess_threshold),
-                     particle_error_fraction=float(cfg["particle_error_fraction"]), tokens=int(n_tokens))
+        data.update(
+            {
+                "reference_error_early": (
+                    ("beta",),
+                    reference.early,
+                    A(
+                        "mean-field reference: its error bound over W2(rho^beta_t, rho^inf_t) at the "
+                        "early time, largest over replicas (temperature_scaling: resolved at most "
+                        "fit.particle_error_fraction)"
+                    ),
+                ),
+                "reference_error_to_departure": (
+                    ("beta",),
+                    reference.to_departure,
+                    A(
+                        "mean-field reference: its error bound over W2(rho^beta_t, Pi_# rho0), "
+                        "largest up to departure (bound_above_data, conjecture_1)"
+                    ),
+                ),
+                "reference_error_to_horizon": (
+                    ("beta",),
+                    reference.to_horizon,
+                    A("mean-field reference: its error bound over W2(rho^beta_t, Pi_# rho0), largest over the run"),
+                ),
+                "reference_departure_shift": (
+                    ("beta",),
+                    reference.departure_shift,
+                    A(
+                        "mean-field reference: largest |departure time - that of the reference "
+                        "at twice the cell width| over replicas (metastable_log_beta: resolved "
+                        "at most fit.particle_error_fraction of a snapshot interval)",
+                        "1",
+                    ),
+                ),
+            }
+        )
+    out = xr.Dataset(
+        data,
+        coords={"beta": beta, "replica": reps, "bound": ["start", "stop"], "regime": list(ranges), "pair": pair_labels},
+    )
+    out.attrs.update(
+        early_time=t_early,
+        requested_early_time=early,
+        horizon=float(t[-1]),
+        end_phase_gap=gap,
+        laplace_exponent=LAPLACE_EXPONENT,
+        confidence=conf,
+        ess_threshold=float(ess_threshold),
+        particle_error_fraction=float(cfg["particle_error_fraction"]),
+        tokens=int(n_tokens),
+    )
     return out
 
 
 def describe(fit: xr.Dataset, name: str) -> list[str]:
     """Log lines for the fitted constants, in words where a constant could not be fitted."""
+
     def num(value, fmt=".4f"):
         return format(float(value), fmt) if np.isfinite(value) else None
 
@@ -460,15 +668,33 @@ def describe(fit: xr.Dataset, name: str) -> list[str]:
         c = num(fit["c_regime_mean"].values[k])
         lo, hi = fit["c_regime_interval"].values[k]
         p_lo, p_hi = fit["rate_predicted"].values[k]
-        lines.append(f"{name}: {regime} regime: " + (
-            f"c = {c} [{lo:.4f}, {hi:.4f}] on t in [{fit['c_regime_window'].values[k][0]:g}, "
-            f"{fit['c_regime_window'].values[k][1]:g}]" if c else "no log-linear decay window, c not fitted")
-            + f"; predicted [{p_lo:.4f}, {p_hi:.4f}]")
+        lines.append(
+            f"{name}: {regime} regime: "
+            + (
+                f"c = {c} [{lo:.4f}, {hi:.4f}] on t in [{fit['c_regime_window'].values[k][0]:g}, "
+                f"{fit['c_regime_window'].values[k][1]:g}]"
+                if c
+                else "no log-linear decay window, c not fitted"
+            )
+            + f"; predicted [{p_lo:.4f}, {p_hi:.4f}]"
+        )
     C1 = num(fit["C1_mean"])
-    lines.append(f"{name}: " + (f"C1 = {C1} {np.round(fit['C1_interval'].values, 4).tolist()}" if C1
-                                else "no growth window for W2(rho^beta_t, rho^inf_t): C1 not fitted"))
+    lines.append(
+        f"{name}: "
+        + (
+            f"C1 = {C1} {np.round(fit['C1_interval'].values, 4).tolist()}"
+            if C1
+            else "no growth window for W2(rho^beta_t, rho^inf_t): C1 not fitted"
+        )
+    )
     a, b = num(fit["bound_a"], ".4g"), num(fit["bound_b"], ".4g")
-    lines.append(f"{name}: " + (f"bound calibrated on beta {fit.beta.values[fit['calibration_beta'].values].tolist()}"
-                                f": a = {a}, C1 = {float(fit['bound_C1']):.4f}, b = {b}, c = {float(fit['bound_c']):.4f}"
-                                if a and b else "the bound could not be calibrated (see the warnings above)"))
+    lines.append(
+        f"{name}: "
+        + (
+            f"bound calibrated on beta {fit.beta.values[fit['calibration_beta'].values].tolist()}"
+            f": a = {a}, C1 = {float(fit['bound_C1']):.4f}, b = {b}, c = {float(fit['bound_c']):.4f}"
+            if a and b
+            else "the bound could not be calibrated (see the warnings above)"
+        )
+    )
     return lines

@@ -47,10 +47,15 @@ def line_fit(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(slope), float(intercept)
 
 
-def log_linear_window(t: np.ndarray, logy: np.ndarray, *, sign: int,
-                      max_residual: float = DEFAULT_MAX_RESIDUAL,
-                      min_points: int = DEFAULT_MIN_POINTS,
-                      admissible: np.ndarray | None = None) -> tuple[int, int] | None:
+def log_linear_window(
+    t: np.ndarray,
+    logy: np.ndarray,
+    *,
+    sign: int,
+    max_residual: float = DEFAULT_MAX_RESIDUAL,
+    min_points: int = DEFAULT_MIN_POINTS,
+    admissible: np.ndarray | None = None,
+) -> tuple[int, int] | None:
     """Index range [start, stop) of the longest log-linear window, or None if none qualifies."""
     t = np.asarray(t, float)
     logy = np.asarray(logy, float)
@@ -60,7 +65,7 @@ def log_linear_window(t: np.ndarray, logy: np.ndarray, *, sign: int,
     for start in range(n):
         if not ok[start]:
             continue
-        if not ok[start:start + min_points].all():
+        if not ok[start : start + min_points].all():
             continue
         for stop in range(start + min_points, n + 1):
             if not ok[stop - 1]:
@@ -101,11 +106,16 @@ def _log(y: np.ndarray) -> np.ndarray:
         return np.log(np.asarray(y, float))
 
 
-def fit_decay_rate(t: np.ndarray, w2: np.ndarray, *, floor: float = 1e-7,
-                   max_residual: float = DEFAULT_MAX_RESIDUAL,
-                   min_points: int = DEFAULT_MIN_POINTS,
-                   t_range: tuple[float, float] = (-np.inf, np.inf),
-                   min_log_drop: float = DEFAULT_MIN_LOG_DROP) -> RateFit:
+def fit_decay_rate(
+    t: np.ndarray,
+    w2: np.ndarray,
+    *,
+    floor: float = 1e-7,
+    max_residual: float = DEFAULT_MAX_RESIDUAL,
+    min_points: int = DEFAULT_MIN_POINTS,
+    t_range: tuple[float, float] = (-np.inf, np.inf),
+    min_log_drop: float = DEFAULT_MIN_LOG_DROP,
+) -> RateFit:
     """c from W2(ρ^∞_t, Π_♯ρ0) with shape (replica, time): log W2 ≈ log b − c t.
 
     Only snapshots with ``t_range[0] ≤ t ≤ t_range[1]`` are admissible (one
@@ -119,18 +129,24 @@ def fit_decay_rate(t: np.ndarray, w2: np.ndarray, *, floor: float = 1e-7,
     logw = _log(w2)
     mean_log = np.mean(logw, axis=0)
     admissible = np.all(np.asarray(w2) > floor, axis=0) & (t >= t_range[0]) & (t <= t_range[1])
-    win = log_linear_window(t, mean_log, sign=-1, max_residual=max_residual,
-                            min_points=min_points, admissible=admissible)
+    win = log_linear_window(
+        t, mean_log, sign=-1, max_residual=max_residual, min_points=min_points, admissible=admissible
+    )
     if win is not None and mean_log[win[0]] - mean_log[win[1] - 1] < min_log_drop:
-        raise ValueError(f"the longest log-linear window of W2(ρ^∞_t, Π_♯ρ0) in t in [{t[win[0]]:.3g}, "
-                         f"{t[win[1] - 1]:.3g}] drops by less than e^{min_log_drop:g}: a plateau, not a decay")
+        raise ValueError(
+            f"the longest log-linear window of W2(ρ^∞_t, Π_♯ρ0) in t in [{t[win[0]]:.3g}, "
+            f"{t[win[1] - 1]:.3g}] drops by less than e^{min_log_drop:g}: a plateau, not a decay"
+        )
     if win is None:
-        raise ValueError(f"no log-linear decay window found for W2(ρ^∞_t, Π_♯ρ0) in t in "
-                         f"[{t_range[0]:.3g}, {t_range[1]:.3g}]; lengthen the horizon or add snapshots")
+        raise ValueError(
+            f"no log-linear decay window found for W2(ρ^∞_t, Π_♯ρ0) in t in "
+            f"[{t_range[0]:.3g}, {t_range[1]:.3g}]; lengthen the horizon or add snapshots"
+        )
     s = slice(*win)
     fits = np.array([line_fit(t[s], lw[s]) for lw in logw])
-    return RateFit(slope=-fits[:, 0], intercept=fits[:, 1],
-                   window=(float(t[win[0]]), float(t[win[1] - 1])), window_index=win)
+    return RateFit(
+        slope=-fits[:, 0], intercept=fits[:, 1], window=(float(t[win[0]]), float(t[win[1] - 1])), window_index=win
+    )
 
 
 @dataclass(frozen=True)
@@ -154,9 +170,15 @@ class GrowthFit:
         return float(np.nanstd(self.C1, ddof=1) / np.sqrt(n)) if n > 1 else 0.0
 
 
-def fit_growth_rate(t: np.ndarray, beta: np.ndarray, w2_zero: np.ndarray, *,
-                    saturation: float = 0.5, max_residual: float = DEFAULT_MAX_RESIDUAL,
-                    min_points: int = DEFAULT_MIN_POINTS) -> GrowthFit:
+def fit_growth_rate(
+    t: np.ndarray,
+    beta: np.ndarray,
+    w2_zero: np.ndarray,
+    *,
+    saturation: float = 0.5,
+    max_residual: float = DEFAULT_MAX_RESIDUAL,
+    min_points: int = DEFAULT_MIN_POINTS,
+) -> GrowthFit:
     """C1 from W2(ρ^β_t, ρ^∞_t) with shape (beta, replica, time); NaN snapshots are skipped.
 
     y = log(W2/sqrt(log(β+1)/β)) ≈ log a + C1 t; for each β the window is the
@@ -175,10 +197,10 @@ def fit_growth_rate(t: np.ndarray, beta: np.ndarray, w2_zero: np.ndarray, *,
     slices = []
     for i in range(nb):
         w = np.asarray(w2_zero[i])
-        admissible = (t > 0) & np.all(w < saturation * w.max(axis=-1, keepdims=True), axis=0) \
-            & np.all(w > 0, axis=0)
-        win = log_linear_window(t, np.mean(y[i], axis=0), sign=+1, max_residual=max_residual,
-                                min_points=min_points, admissible=admissible)
+        admissible = (t > 0) & np.all(w < saturation * w.max(axis=-1, keepdims=True), axis=0) & np.all(w > 0, axis=0)
+        win = log_linear_window(
+            t, np.mean(y[i], axis=0), sign=+1, max_residual=max_residual, min_points=min_points, admissible=admissible
+        )
         slices.append(None if win is None else slice(*win))
         if win is not None:
             windows[i] = (t[win[0]], t[win[1] - 1])
@@ -229,7 +251,7 @@ def geometric_departure(t: np.ndarray, dist_A: np.ndarray, gap: float) -> tuple[
         below = np.flatnonzero(curve < half)
         if below.size == 0:
             continue  # never reached E1(A): no metastable phase to leave
-        above = np.flatnonzero(curve[below[0]:] > half)
+        above = np.flatnonzero(curve[below[0] :] > half)
         if above.size:
             departure[k] = t[below[0] + above[0]]
         else:

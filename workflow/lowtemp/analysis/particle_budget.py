@@ -78,8 +78,10 @@ def _check(numbers, values) -> tuple[np.ndarray, np.ndarray]:
     if n.ndim != 1 or q.shape[0] != n.size:
         raise ValueError(f"values have {q.shape[0]} particle numbers, numbers has {n.size}")
     if n.size < MIN_NUMBERS or q.ndim < 2 or q.shape[1] < MIN_REPLICAS:
-        raise ValueError(f"the budget needs at least {MIN_NUMBERS} particle numbers with {MIN_REPLICAS} replicas "
-                         f"each, got {n.size} x {q.shape[1] if q.ndim > 1 else 0}")
+        raise ValueError(
+            f"the budget needs at least {MIN_NUMBERS} particle numbers with {MIN_REPLICAS} replicas "
+            f"each, got {n.size} x {q.shape[1] if q.ndim > 1 else 0}"
+        )
     if not np.all(np.isfinite(n)) or np.any(n <= 0) or np.any(np.diff(n) <= 0):
         raise ValueError(f"particle numbers must be positive and increasing, got {n.tolist()}")
     return n, q
@@ -118,8 +120,9 @@ def _misfit_pvalue(residuals: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     return pval.reshape(residuals.shape[2:])
 
 
-def remaining_error_bound(numbers, values, at: float | None = None, confidence: float = 0.95,
-                          p_range: tuple[float, float] = P_RANGE) -> Budget:
+def remaining_error_bound(
+    numbers, values, at: float | None = None, confidence: float = 0.95, p_range: tuple[float, float] = P_RANGE
+) -> Budget:
     """Upper confidence bound on |E Q_N* − Q∞| under E Q_N = Q∞ + a·N^−p, p in ``p_range``.
 
     ``values`` (N, replica, …): independent draws at every N (the replica index pairs them into
@@ -140,7 +143,7 @@ def remaining_error_bound(numbers, values, at: float | None = None, confidence: 
     q = np.where(np.isfinite(q), q, 0.0)
     r = q.shape[1]
     if r <= n.size - 2:
-        n, q = n[-(r + 1):], q[-(r + 1):]
+        n, q = n[-(r + 1) :], q[-(r + 1) :]
     magnitude = np.max(np.abs(q), axis=(0, 1))
     target = float(n[-1] if at is None else at)
     alpha = (1.0 - confidence) / 2.0
@@ -148,10 +151,10 @@ def remaining_error_bound(numbers, values, at: float | None = None, confidence: 
     bounds = np.empty((exponents.size,) + q.shape[2:])
     fits = np.ones(bounds.shape, bool)
     for i, p in enumerate(exponents):
-        x = n ** -p
+        x = n**-p
         design = np.stack([np.ones_like(x), x], axis=1)
         slope_row = np.linalg.pinv(design)[1]  # â = Σ_n slope_row[n] Q_n, per replica
-        remaining = np.tensordot(slope_row, q, axes=(0, 0)) * target ** -p  # (replica, …)
+        remaining = np.tensordot(slope_row, q, axes=(0, 0)) * target**-p  # (replica, …)
         mean, half = _t_half_width(remaining, 1.0 - alpha)
         bounds[i] = np.abs(mean) + half  # ≥ max(|lower|, |upper|) of the interval: covers |a|·N*^−p
         if n.size > 2:
@@ -170,9 +173,14 @@ def remaining_error_bound(numbers, values, at: float | None = None, confidence: 
     best_p = np.where(any_kept, exponents[best_index], np.nan)
     best = np.where(bad, np.nan, best)
     nearest = int(np.argmin(np.abs(np.log(n) - np.log(target))))
-    return Budget(bound=best, exponent=np.where(bad, np.nan, best_p),
-                  value=np.where(bad, np.nan, q[nearest].mean(axis=0)), exponents=exponents,
-                  per_exponent=per_exponent, at=target)
+    return Budget(
+        bound=best,
+        exponent=np.where(bad, np.nan, best_p),
+        value=np.where(bad, np.nan, q[nearest].mean(axis=0)),
+        exponents=exponents,
+        per_exponent=per_exponent,
+        at=target,
+    )
 
 
 def relative_budget(budget: Budget, window) -> float:
@@ -230,8 +238,9 @@ def departure_crossing(times, dist_A, departure, threshold: float) -> np.ndarray
     return out
 
 
-def departure_slope_per_doubling(numbers, departure, censored, horizon: float,
-                                 confidence: float = 0.95) -> tuple[float, float]:
+def departure_slope_per_doubling(
+    numbers, departure, censored, horizon: float, confidence: float = 0.95
+) -> tuple[float, float]:
     """A confidence interval (lower, upper) for the slope of the departure time against log2 N.
 
     ``departure`` (N, replica): departure times (``departure_crossing``), ``censored`` (N, replica): still

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..dynamics import integrate
-from ..model import matrices
 from ..dynamics.kernel_choice import choose_kernel
+from ..model import matrices
 from ..model.seeding import generator
 
 
@@ -81,5 +81,4 @@ def build_matrices(name: str, experiment: dict, root_seed: int) -> matrices.Atte
     """Generate the experiment's K, Q, V (stream ``(name, "matrices")``) and check Assumption 1."""
     params = dict(experiment["matrices"])
     family = params.pop("family")
-    return matrices.generate_matrices(family, int(experiment["dim"]), generator(root_seed, name, "matrices"),
-                                      **params)
+    return matrices.generate_matrices(family, int(experiment["dim"]), generator(root_seed, name, "matrices"), **params)

@@ -49,8 +49,17 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "figure:snapshots": ("figures.snapshot_times", "time.horizon"),  # experiment.snapshot_times
     # stages.convergence.stage_convergence: studies.study_settings (betas for the default beta, tokens,
     # replicas, time), initial_measure and dim for fresh tokens, integrator, experiment.field_kernel
-    "convergence": ("betas", "convergence", "dim", "initial_measure", "integrator", "kernel", "replicas",
-                    "time", "tokens"),
+    "convergence": (
+        "betas",
+        "convergence",
+        "dim",
+        "initial_measure",
+        "integrator",
+        "kernel",
+        "replicas",
+        "time",
+        "tokens",
+    ),
     # stages.figures.stage_convergence_figure: convergence.nc and the ESS threshold it draws
     "convergence_figure": ("ess_threshold",),
 }

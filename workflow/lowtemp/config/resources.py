@@ -91,12 +91,20 @@ import math
 from dataclasses import dataclass
 
 from ..dynamics import integrate
-from . import studies
 from ..transport import limits
+from . import studies
 from .experiment import exact_w2_snapshots, field_kernel, time_grid
 
-STAGES = ("matrices", "initial_tokens", "finite_temperature", "zero_temperature",
-          "distances_beta", "distances", "fit", "figure")
+STAGES = (
+    "matrices",
+    "initial_tokens",
+    "finite_temperature",
+    "zero_temperature",
+    "distances_beta",
+    "distances",
+    "fit",
+    "figure",
+)
 
 #: resident memory of a job with the package imported and the kernels compiled (MB)
 BASE_MB = 400
@@ -189,7 +197,8 @@ def ns_per_pair(kernel: str, d: int) -> float:
 
 
 def w2_seconds(n_tokens: int) -> float:
-    """Wall time of one exact W2 between two clouds of N tokens (``lowtemp.transport.assignment.w2_exact``), upper estimate."""
+    """Wall time of one exact W2 between two clouds of N tokens (``lowtemp.transport.assignment.w2_exact``), upper
+    estimate."""
     return W2_SECONDS_4096 * (n_tokens / 4096.0) ** W2_EXPONENT
 
 
@@ -242,8 +251,9 @@ def _zero(experiment):
     n, d, r, times = _sizes(experiment)
     tokens = r * n * d * _F
     data = 5 * times * tokens + 12 * tokens
-    seconds = (field_evaluations(experiment) * r * n * ZERO_NS_PER_TOKEN_EVAL
-               + times * r * n * EXACT_NS_PER_TOKEN_SNAPSHOT) * 1e-9
+    seconds = (
+        field_evaluations(experiment) * r * n * ZERO_NS_PER_TOKEN_EVAL + times * r * n * EXACT_NS_PER_TOKEN_SNAPSHOT
+    ) * 1e-9
     return data, seconds
 
 
@@ -301,16 +311,21 @@ def _convergence(experiment, matrices, threads):
     grids = studies.halving_grids(max(st.times), interval, st.dt)
     methods = studies.study_methods(experiment)
     evals = sum(integrate.budgeted_evaluations(m, g) for m in studies.NOMINAL_ORDER for g in grids)
-    evals += sum((2**studies.STEP_LEVELS - 1) * integrate.budgeted_evaluations(m, grids[0])
-                 for m in methods if m in integrate.ADAPTIVE)
+    evals += sum(
+        (2**studies.STEP_LEVELS - 1) * integrate.budgeted_evaluations(m, grids[0])
+        for m in methods
+        if m in integrate.ADAPTIVE
+    )
     kernel = field_kernel({**experiment, "tokens": st.tokens})
     speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
     r, n = st.replicas, st.tokens
     checks = len(st.times)
-    seconds = (evals * r * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
-               + evals * r * n * (LINEAR_NS + ZERO_NS_PER_TOKEN_EVAL) * 1e-9
-               + checks * r * n * EXACT_NS_PER_TOKEN_SNAPSHOT * 1e-9
-               + len(methods) * studies.STEP_LEVELS * checks * r * w2_cost(n))
+    seconds = (
+        evals * r * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
+        + evals * r * n * (LINEAR_NS + ZERO_NS_PER_TOKEN_EVAL) * 1e-9
+        + checks * r * n * EXACT_NS_PER_TOKEN_SNAPSHOT * 1e-9
+        + len(methods) * studies.STEP_LEVELS * checks * r * w2_cost(n)
+    )
     snapshots = round(max(st.times) / interval) + 1
     step_bytes = (snapshots + 12 + 2 * len(methods) * studies.STEP_LEVELS * checks) * r * n * d * _F
     # particle number: one run per N on the experiment's step, W2 at every snapshot
@@ -326,8 +341,9 @@ def _convergence(experiment, matrices, threads):
         kernel = field_kernel({**experiment, "tokens": n})
         speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
         # evaluations of the run, and one per snapshot for the effective sample size
-        seconds += ((evals + snapshots + 1) * pa.replicas * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
-                    + evals * pa.replicas * n * LINEAR_NS * 1e-9)
+        seconds += (evals + snapshots + 1) * pa.replicas * n * n * ns_per_pair(
+            kernel, d
+        ) * 1e-9 / speedup + evals * pa.replicas * n * LINEAR_NS * 1e-9
     n = max(pa.tokens)
     particle_bytes = (snapshots + 1 + 12) * pa.replicas * n * d * _F + (w2_bytes(n) if exact_w2 else 0)
     return max(step_bytes, particle_bytes), seconds
@@ -358,8 +374,9 @@ def _stage_numbers(stage, experiment, beta, matrices, threads):
     raise ValueError(f"unknown stage {stage!r}; known: {list(STAGES + EXTRA_STAGES)}")
 
 
-def estimate(stage: str, experiment: dict, *, beta: float | None = None, matrices=None,
-             threads: int = 1, attempt: int = 1) -> Estimate:
+def estimate(
+    stage: str, experiment: dict, *, beta: float | None = None, matrices=None, threads: int = 1, attempt: int = 1
+) -> Estimate:
     """Memory, wall time and CPUs of one job of ``stage`` for ``experiment`` (a validated
     config entry, schema defaults applied). ``beta`` is needed by ``finite_temperature``;
     ``matrices`` lets ``kernel: auto`` resolve exactly as the job will; ``threads`` are the
@@ -372,8 +389,9 @@ def estimate(stage: str, experiment: dict, *, beta: float | None = None, matrice
     minutes = (STARTUP_SECONDS + RUNTIME_SAFETY * seconds) / 60.0
     runtime = max(RUNTIME_FLOOR_MIN, int(math.ceil(minutes))) * attempt
     cpus = max(1, int(threads)) if stage in THREADED_STAGES else 1
-    return Estimate(mem_mb=mem_mb, runtime_min=runtime, cpus=cpus, data_bytes=float(data),
-                    compute_seconds=float(seconds))
+    return Estimate(
+        mem_mb=mem_mb, runtime_min=runtime, cpus=cpus, data_bytes=float(data), compute_seconds=float(seconds)
+    )
 
 
 def memory_mb(stage: str, experiment: dict, **kw) -> int:

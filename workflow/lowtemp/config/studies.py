@@ -86,44 +86,59 @@ def study_settings(name: str, experiment: dict) -> Settings:
         raise ConfigError(
             f"{where}.steps.dt = {h:g} does not divide the snapshot interval time.horizon/time.snapshots = "
             f"{interval:g} (ratio {interval / h:.6g}); the runs at dt, dt/2, dt/4 must land on the snapshot "
-            f"times exactly, so choose dt = interval/k for an integer k")
+            f"times exactly, so choose dt = interval/k for an integer k"
+        )
     default_times = sorted({float(interval * max(1, round(grid.snapshots * f))) for f in (0.25, 0.5, 1.0)})
     times = tuple(float(t) for t in st.get("times", default_times))
     for t in times:
         if not (0 < t <= grid.horizon * (1 + 1e-12)) or not _is_multiple(t, interval):
-            raise ConfigError(f"{where}.steps.times: {t:g} is not a snapshot time in (0, time.horizon = "
-                              f"{grid.horizon:g}] (a multiple of time.horizon/time.snapshots = {interval:g})")
+            raise ConfigError(
+                f"{where}.steps.times: {t:g} is not a snapshot time in (0, time.horizon = "
+                f"{grid.horizon:g}] (a multiple of time.horizon/time.snapshots = {interval:g})"
+            )
     if list(times) != sorted(set(times)):
         raise ConfigError(f"{where}.steps.times must be increasing without repeats, got {list(times)}")
     times = tuple(float(interval * round(t / interval)) for t in times)
     n_steps = int(st.get("tokens", min(int(experiment["tokens"]), DEFAULT_STEP_TOKENS)))
     r_steps = int(st.get("replicas", 1))
     if not 2 <= n_steps <= int(experiment["tokens"]):
-        raise ConfigError(f"{where}.steps.tokens = {n_steps} must be between 2 and tokens = {experiment['tokens']} "
-                          f"(the study runs the first tokens of the stored initial tokens)")
+        raise ConfigError(
+            f"{where}.steps.tokens = {n_steps} must be between 2 and tokens = {experiment['tokens']} "
+            f"(the study runs the first tokens of the stored initial tokens)"
+        )
     if not 1 <= r_steps <= int(experiment["replicas"]):
-        raise ConfigError(f"{where}.steps.replicas = {r_steps} must be between 1 and replicas = "
-                          f"{experiment['replicas']}")
+        raise ConfigError(
+            f"{where}.steps.replicas = {r_steps} must be between 1 and replicas = {experiment['replicas']}"
+        )
 
     pa = cfg.get("particles") or {}
     numbers = [int(n) for n in pa.get("tokens", default_particle_numbers(int(experiment["tokens"])))]
     if len(numbers) < MIN_PARTICLE_NUMBERS:
-        raise ConfigError(f"{where}.particles.tokens needs at least {MIN_PARTICLE_NUMBERS} particle numbers "
-                          f"(N doubling, e.g. [N/8, N/4, N/2, N]), got {numbers}")
+        raise ConfigError(
+            f"{where}.particles.tokens needs at least {MIN_PARTICLE_NUMBERS} particle numbers "
+            f"(N doubling, e.g. [N/8, N/4, N/2, N]), got {numbers}"
+        )
     if any(n < 2 for n in numbers) or any(b <= a for a, b in zip(numbers, numbers[1:])):
         raise ConfigError(f"{where}.particles.tokens must be increasing integers ≥ 2, got {numbers}")
     r_particles = int(pa.get("replicas", max(int(experiment["replicas"]), DEFAULT_PARTICLE_REPLICAS)))
     if r_particles < particle_budget.MIN_REPLICAS:
-        raise ConfigError(f"{where}.particles.replicas = {r_particles}: the particle-number budget's Student-t "
-                          f"bounds need at least {particle_budget.MIN_REPLICAS} replicas")
+        raise ConfigError(
+            f"{where}.particles.replicas = {r_particles}: the particle-number budget's Student-t "
+            f"bounds need at least {particle_budget.MIN_REPLICAS} replicas"
+        )
     horizon = float(pa.get("horizon", grid.horizon))
     if not (0 < horizon <= grid.horizon * (1 + 1e-12)) or not _is_multiple(horizon, interval):
-        raise ConfigError(f"{where}.particles.horizon = {horizon:g} is not a snapshot time in (0, time.horizon = "
-                          f"{grid.horizon:g}] (a multiple of time.horizon/time.snapshots = {interval:g})")
+        raise ConfigError(
+            f"{where}.particles.horizon = {horizon:g} is not a snapshot time in (0, time.horizon = "
+            f"{grid.horizon:g}] (a multiple of time.horizon/time.snapshots = {interval:g})"
+        )
     horizon = float(interval * round(horizon / interval))
-    return Settings(beta=beta, interval=interval,
-                    steps=StepStudy(dt=h, times=times, tokens=n_steps, replicas=r_steps),
-                    particles=ParticleStudy(tokens=tuple(numbers), replicas=r_particles, horizon=horizon))
+    return Settings(
+        beta=beta,
+        interval=interval,
+        steps=StepStudy(dt=h, times=times, tokens=n_steps, replicas=r_steps),
+        particles=ParticleStudy(tokens=tuple(numbers), replicas=r_particles, horizon=horizon),
+    )
 
 
 def halving_steps(h: float, levels: int = STEP_LEVELS) -> np.ndarray:
@@ -142,8 +157,10 @@ def halving_grids(horizon: float, interval: float, h: float, levels: int = STEP_
     for s in halving_steps(h, levels):
         grid = integrate.TimeGrid(horizon=float(horizon), snapshots=snapshots, dt=float(s))
         if abs(grid.step - s) > 1e-12 * s:
-            raise ConfigError(f"convergence.steps.dt: the step {s:g} does not divide the snapshot interval "
-                              f"{interval:g} (the grid would use {grid.step:g})")
+            raise ConfigError(
+                f"convergence.steps.dt: the step {s:g} does not divide the snapshot interval "
+                f"{interval:g} (the grid would use {grid.step:g})"
+            )
         grids.append(grid)
     return grids
 
@@ -173,12 +190,16 @@ def level_max_steps(interval: float, levels: int = STEP_LEVELS) -> np.ndarray:
 def particle_grid(experiment: dict, S: Settings) -> integrate.TimeGrid:
     """The time grid of every run of the particle-number study: the experiment's step, up to its horizon."""
     pa = S.particles
-    return integrate.TimeGrid(horizon=pa.horizon, snapshots=int(round(pa.horizon / S.interval)),
-                              dt=float(experiment["time"]["dt"]))
+    return integrate.TimeGrid(
+        horizon=pa.horizon, snapshots=int(round(pa.horizon / S.interval)), dt=float(experiment["time"]["dt"])
+    )
 
 
 def reusable_run(experiment: dict, S: Settings) -> bool:
     """Whether the experiment's own run at the study's β can stand for the study's run at N = tokens."""
     pa = S.particles
-    return (int(experiment["tokens"]) in pa.tokens and pa.replicas <= int(experiment["replicas"])
-            and any(float(b) == S.beta for b in experiment["betas"]))
+    return (
+        int(experiment["tokens"]) in pa.tokens
+        and pa.replicas <= int(experiment["replicas"])
+        and any(float(b) == S.beta for b in experiment["betas"])
+    )

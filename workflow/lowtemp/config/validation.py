@@ -35,13 +35,10 @@ import jsonschema
 import numpy as np
 import yaml
 
-from . import resources
 from ..dynamics import reduction
 from ..model import matrices, measures
-from . import studies
+from . import resources, studies
 from .experiment import ConfigError, build_matrices, snapshot_times, time_grid
-
-
 
 #: most YAML nodes (keys and values) a config file may stand for once its aliases are expanded. The
 #: largest shipped config has a few hundred; nine lines of aliases can stand for 9⁹ ≈ 4·10⁸, which
@@ -70,7 +67,8 @@ def _construct_unique_mapping(loader, node, deep=False):
         if key in seen:
             raise ConfigError(
                 f"{loader.name}, line {key_node.start_mark.line + 1}: duplicate key {key!r} "
-                f"(first at line {seen[key] + 1}); YAML would silently keep only the last one")
+                f"(first at line {seen[key] + 1}); YAML would silently keep only the last one"
+            )
         seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=deep)
 
@@ -118,8 +116,10 @@ def check_alias_expansion(root: yaml.Node, name: str, first_alias: tuple[str, in
         if id(node) in sizes:
             return sizes[id(node)]
         if id(node) in open_nodes:
-            raise ConfigError(f"{name}, line {node.start_mark.line + 1}: this node contains a YAML alias to "
-                              f"itself, which would expand forever")
+            raise ConfigError(
+                f"{name}, line {node.start_mark.line + 1}: this node contains a YAML alias to "
+                f"itself, which would expand forever"
+            )
         open_nodes.add(id(node))
         if isinstance(node, yaml.MappingNode):
             children = [child for pair in node.value for child in pair]
@@ -134,7 +134,8 @@ def check_alias_expansion(root: yaml.Node, name: str, first_alias: tuple[str, in
         raise ConfigError(
             f"{name}: its YAML aliases (the first: *{anchor}, line {line}) expand it to more than "
             f"{MAX_EXPANDED_NODES} keys and values, which Snakemake and this check would visit one by one; "
-            f"write a config of that size out, or use fewer aliases")
+            f"write a config of that size out, or use fewer aliases"
+        )
 
 
 def check_schema(config: dict, schema_path: str | os.PathLike) -> None:
@@ -158,7 +159,8 @@ def _is_integer(checker, instance) -> bool:
 #: JSON Schema 2020-12 (as the schema declares) with integers that are Python ints
 _Validator = jsonschema.validators.extend(
     jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer))
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
 
 _PROPERTIES = jsonschema.Draft202012Validator.VALIDATORS["properties"]
 
@@ -199,8 +201,9 @@ def check_numbers(config: dict) -> None:
             raise ConfigError(f"config key {where}: {value} is not a finite number")
         if isinstance(value, int) and not -INT_MAX - 1 <= value <= INT_MAX:
             shown = value if value.bit_length() < 1000 else f"an integer of {value.bit_length()} bits"
-            raise ConfigError(f"config key {where}: {shown} is out of range (integers must lie within "
-                              f"±2**63, numpy's int64)")
+            raise ConfigError(
+                f"config key {where}: {shown} is out of range (integers must lie within ±2**63, numpy's int64)"
+            )
 
 
 def _numbers(node, path: tuple):
@@ -242,14 +245,18 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     if kernel in ("dense", "cap") and d not in (2, 3):
         raise ConfigError(f"{where}.kernel: {kernel!r} supports dim 2 and 3, got dim = {d}; use 'numpy' or 'auto'")
     if kernel == "torch" and importlib.util.find_spec("torch") is None:  # found, not imported: the check stays cheap
-        raise ConfigError(f"{where}.kernel: 'torch' needs PyTorch, which is not installed here: `.venv/bin/pip "
-                          f"install torch` (or `pip install -e .[gpu]`), or choose dense, cap, numpy or auto")
+        raise ConfigError(
+            f"{where}.kernel: 'torch' needs PyTorch, which is not installed here: `.venv/bin/pip "
+            f"install torch` (or `pip install -e .[gpu]`), or choose dense, cap, numpy or auto"
+        )
     if m["family"] == "explicit":
         for key in ("K", "Q", "V"):
             try:
                 shape = np.shape(np.asarray(m[key], dtype=float))
             except ValueError:
-                raise ConfigError(f"{where}.matrices.{key} is not a rectangular matrix (rows of unequal length)") from None
+                raise ConfigError(
+                    f"{where}.matrices.{key} is not a rectangular matrix (rows of unequal length)"
+                ) from None
             if shape != (d, d):
                 raise ConfigError(f"{where}.matrices.{key} must be a {d}x{d} matrix (dim = {d}), got shape {shape}")
     _check_initial_measure_shapes(where, experiment["initial_measure"], d)
@@ -271,15 +278,18 @@ def _check_mean_field(where: str, experiment: dict, M) -> None:
     """A ``model: mean_field`` experiment must have the symmetry that makes Eq. 2 one-dimensional
     (``reduction.reduce``: d = 2, or d = 3 axisymmetric B, V and ρ0), and no particle-number study."""
     if "convergence" in experiment:
-        raise ConfigError(f"{where}.convergence: a model: mean_field experiment has no particles to study; put the "
-                          f"particle-number study in a model: particles experiment")
+        raise ConfigError(
+            f"{where}.convergence: a model: mean_field experiment has no particles to study; put the "
+            f"particle-number study in a model: particles experiment"
+        )
     params = dict(experiment["initial_measure"])
     measure = params.pop("name")
     try:
         red = reduction.reduce(M.B, M.V, measure, params)
     except (reduction.SymmetryBroken, ValueError) as exc:
-        raise ConfigError(f"{where}.model: mean_field needs a one-dimensional reduction of the mean-field "
-                          f"equation: {exc}") from None
+        raise ConfigError(
+            f"{where}.model: mean_field needs a one-dimensional reduction of the mean-field equation: {exc}"
+        ) from None
     cells = experiment["mean_field"]
     try:  # the grid of the solve and of its error estimate at twice the width
         for width in (cells["width"], 2 * cells["width"]):
@@ -325,17 +335,22 @@ def _check_initial_measure_assumptions(where: str, mu: dict, M: matrices.Attenti
     where = f"{where}.initial_measure"
     name = mu["name"]
     if mu.get("positive_density", True) and not measures.has_positive_density(name, mu):
-        what = f"a cap of angle {mu['angle']:g}° has zero density outside it" if name == "cap" else \
-            "finitely many atoms have no density"
+        what = (
+            f"a cap of angle {mu['angle']:g}° has zero density outside it"
+            if name == "cap"
+            else "finitely many atoms have no density"
+        )
         raise matrices.AssumptionViolation(
             f"{where}: {name!r} is not a positive density on the sphere ({what}; Assumption 3). "
-            f"Set {where}.positive_density: false to run it outside the theorem")
+            f"Set {where}.positive_density: false to run it outside the theorem"
+        )
     if name == "atoms":
         bad = measures.atoms_on_E1_complement(mu["points"], M.E1)
         if bad.size:
             raise matrices.AssumptionViolation(
                 f"{where}: Assumption 2 fails: point(s) {bad.tolist()} lie on E1⊥ (P1 x = 0), so "
-                f"∫|P1 x|^(-1/2) dρ0 is infinite; these tokens never reach E1 and Π is undefined for them")
+                f"∫|P1 x|^(-1/2) dρ0 is infinite; these tokens never reach E1 and Π is undefined for them"
+            )
 
 
 def machine_memory_bytes() -> int:
@@ -382,7 +397,8 @@ def _refuse_dangling_link(results: Path) -> None:
         if path.is_symlink() and not path.exists():
             raise ConfigError(
                 f"results folder {str(results)!r}: {path} is a link to {os.readlink(path)!r}, which does not "
-                f"exist (or is a loop of links); create that folder or remove the link")
+                f"exist (or is a loop of links); create that folder or remove the link"
+            )
 
 
 def largest_job_memory_bytes(experiment: dict, M: matrices.AttentionMatrices | None = None) -> int:
@@ -395,8 +411,13 @@ def largest_job_memory_bytes(experiment: dict, M: matrices.AttentionMatrices | N
     return need * 2**20
 
 
-def validate_config(config: dict, schema_path: str | os.PathLike, configfiles=(), results="results",
-                    memory_estimate=largest_job_memory_bytes) -> dict[str, matrices.AttentionMatrices]:
+def validate_config(
+    config: dict,
+    schema_path: str | os.PathLike,
+    configfiles=(),
+    results="results",
+    memory_estimate=largest_job_memory_bytes,
+) -> dict[str, matrices.AttentionMatrices]:
     """All checks of the module docstring; returns the checked matrices per experiment.
 
     ``memory_estimate(experiment, M) -> bytes`` gives the peak memory of the
@@ -418,7 +439,8 @@ def validate_config(config: dict, schema_path: str | os.PathLike, configfiles=()
                     f"experiments.{name}: the largest job needs about {need / 2**30:.1f} GiB "
                     f"(tokens = {exp['tokens']}, replicas = {exp['replicas']}, snapshots = "
                     f"{exp['time']['snapshots']}), more than the {limit / 2**30:.1f} GiB of {source}; "
-                    f"use fewer tokens, replicas or snapshots, or set memory_limit_gb for the compute nodes")
+                    f"use fewer tokens, replicas or snapshots, or set memory_limit_gb for the compute nodes"
+                )
     check_results_folder(results)
     return checked
 
@@ -433,4 +455,5 @@ def _estimated_memory(name: str, experiment: dict, M: matrices.AttentionMatrices
             f"experiments.{name}: the memory of the largest job cannot be estimated (tokens = "
             f"{experiment['tokens']}, replicas = {experiment['replicas']}, snapshots = "
             f"{experiment['time']['snapshots']}): {str(exc).rstrip('.')}; these sizes are far beyond any "
-            f"machine") from None
+            f"machine"
+        ) from None

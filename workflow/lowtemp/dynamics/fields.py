@@ -36,8 +36,9 @@ def _shifted_scores(XBt_rows: np.ndarray, X: np.ndarray, beta: float) -> np.ndar
     return S
 
 
-def attention_field(X: np.ndarray, B: np.ndarray, V: np.ndarray, beta: float,
-                    block_rows: int = DEFAULT_BLOCK_ROWS) -> np.ndarray:
+def attention_field(
+    X: np.ndarray, B: np.ndarray, V: np.ndarray, beta: float, block_rows: int = DEFAULT_BLOCK_ROWS
+) -> np.ndarray:
     """Finite-temperature velocity P⊥(x_i) Σ_j softmax_j(β x_iᵀBx_j) V x_j, shape like X."""
     X = np.asarray(X, dtype=float)
     XB = X @ B  # row i: x_iᵀ B, so (X B) x_j = x_iᵀ B x_j
@@ -52,8 +53,9 @@ def attention_field(X: np.ndarray, B: np.ndarray, V: np.ndarray, beta: float,
     return tangent_projection(X, F)
 
 
-def effective_sample_size(X: np.ndarray, B: np.ndarray, beta: float,
-                          block_rows: int = DEFAULT_BLOCK_ROWS) -> np.ndarray:
+def effective_sample_size(
+    X: np.ndarray, B: np.ndarray, beta: float, block_rows: int = DEFAULT_BLOCK_ROWS
+) -> np.ndarray:
     """ESS_i = 1 / Σ_j w_ij² of every token's attention weights, shape (replica, token)."""
     X = np.asarray(X, dtype=float)
     XB = X @ B

@@ -128,8 +128,10 @@ class TimeGrid:
 def describe_steps(grid: TimeGrid, method: str, tolerance: float | None) -> str:
     """The steps of a run in words, for logs: the fixed step and count, or the adaptive tolerance."""
     if method in ADAPTIVE:
-        return (f"steps from error control at tolerance {tolerance:.3g} (first trial {grid.step:.4g}, landing on "
-                f"{grid.snapshots} snapshot times)")
+        return (
+            f"steps from error control at tolerance {tolerance:.3g} (first trial {grid.step:.4g}, landing on "
+            f"{grid.snapshots} snapshot times)"
+        )
     return f"step {grid.step:.4g}, {grid.total_steps} steps"
 
 
@@ -148,7 +150,8 @@ def check_on_sphere(X: np.ndarray, t: float, what: str = "tokens", step: int | N
         r, i = np.unravel_index(np.argmax(dev), dev.shape)
         raise FloatingPointError(
             f"{what}: positions left the sphere at {at}: | |x| - 1 | = {dev.max():.3e} > {SPHERE_TOLERANCE:g}, "
-            f"replica {r}, token {i}")
+            f"replica {r}, token {i}"
+        )
 
 
 def norm_drift(Y: np.ndarray) -> np.ndarray:
@@ -156,8 +159,9 @@ def norm_drift(Y: np.ndarray) -> np.ndarray:
     return np.abs(np.linalg.norm(Y, axis=-1) - 1.0)
 
 
-def check_step(Y: np.ndarray, t: float, what: str = "tokens", step: int | None = None,
-               tolerance: float = DRIFT_TOLERANCE) -> np.ndarray:
+def check_step(
+    Y: np.ndarray, t: float, what: str = "tokens", step: int | None = None, tolerance: float = DRIFT_TOLERANCE
+) -> np.ndarray:
     """Check a step's ambient result Y (before renormalisation); return its norm drift per replica.
 
     Raises FloatingPointError if Y has non-finite entries, or if some token's drift
@@ -177,7 +181,8 @@ def check_step(Y: np.ndarray, t: float, what: str = "tokens", step: int | None =
         raise FloatingPointError(
             f"{what}: the step is far too large: at {at} it left the sphere by | |x| - 1 | = {worst:.3e} > "
             f"{tolerance:g} before renormalisation (local error at least that), replica {r}, token {i}; "
-            f"lower time.dt")
+            f"lower time.dt"
+        )
     return dev.max(axis=-1)
 
 
@@ -208,19 +213,27 @@ class EmbeddedPair:
 #: Dormand–Prince 5(4) (Hairer, Nørsett & Wanner, Solving ODEs I, Table II.5.2)
 DOPRI5 = EmbeddedPair(
     "dopri5",
-    a=((1 / 5,), (3 / 40, 9 / 40), (44 / 45, -56 / 15, 32 / 9),
-       (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
-       (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656)),
+    a=(
+        (1 / 5,),
+        (3 / 40, 9 / 40),
+        (44 / 45, -56 / 15, 32 / 9),
+        (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
+        (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
+    ),
     b=(35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84),
     e=(71 / 57600, 0.0, -71 / 16695, 71 / 1920, -17253 / 339200, 22 / 525, -1 / 40),
-    order=5, estimate_order=4)
+    order=5,
+    estimate_order=4,
+)
 #: Bogacki–Shampine 3(2) (Appl. Math. Lett. 2 (1989) 321–325)
 BS3 = EmbeddedPair(
     "bs3",
     a=((1 / 2,), (0.0, 3 / 4)),
     b=(2 / 9, 1 / 3, 4 / 9),
     e=(2 / 9 - 7 / 24, 1 / 3 - 1 / 4, 4 / 9 - 1 / 3, -1 / 8),
-    order=3, estimate_order=2)
+    order=3,
+    estimate_order=2,
+)
 #: the adaptive integrators (step from error control, ``time.tolerance``)
 ADAPTIVE = {p.name: p for p in (DOPRI5, BS3)}
 #: the controller's safety factor and the bounds on the step's change per step (Hairer et al. II.4)
@@ -240,7 +253,7 @@ TOLERANCE_PER_FLOOR = 1e-3
 BUDGET_STEP, BUDGET_OVERHEAD = 0.25, 2.0
 
 
-def budgeted_evaluations(method: str, grid: "TimeGrid") -> int:
+def budgeted_evaluations(method: str, grid: TimeGrid) -> int:
     """Field evaluations of one run, for the resource model: exact for the fixed steps
     (``EVALUATIONS_PER_STEP`` × steps), a budget for the adaptive ones (at least one step per
     snapshot interval and none longer than ``BUDGET_STEP``, times ``BUDGET_OVERHEAD``)."""
@@ -314,13 +327,13 @@ class StepRecord:
     next_step: np.ndarray
 
     @classmethod
-    def empty(cls, n_times: int, n_replicas: int, first_step: float) -> "StepRecord":
+    def empty(cls, n_times: int, n_replicas: int, first_step: float) -> StepRecord:
         z = np.zeros(n_times, dtype=np.int64)
         step = np.zeros(n_times)
         step[0] = first_step
         return cls(np.zeros((n_times, n_replicas)), z.copy(), z.copy(), z.copy(), step)
 
-    def truncated(self, k: int) -> "StepRecord":
+    def truncated(self, k: int) -> StepRecord:
         """Entries 0..k (what a checkpoint at snapshot k holds)."""
         return StepRecord(*(getattr(self, f)[: k + 1] for f in FIELDS))
 
@@ -374,7 +387,8 @@ def _adaptive_interval(pair, field, X, k1, t0, t1, h, tol, max_step, label, reco
             raise FloatingPointError(
                 f"{label}: the adaptive step fell to {step:.3e} at t = {t:.6g} (below {MIN_STEP_FRACTION:g} of "
                 f"the snapshot interval) with local error tolerance {tol:.3e}: the dynamics is not resolvable "
-                f"there; raise time.tolerance or check the matrices")
+                f"there; raise time.tolerance or check the matrices"
+            )
         Y, X_next, k_next, error = embedded_trial(pair, field, X, step, k1)
         err = error_norm(error)
         drift = norm_drift(Y) if np.all(np.isfinite(Y)) else None
@@ -393,11 +407,20 @@ def _adaptive_interval(pair, field, X, k1, t0, t1, h, tol, max_step, label, reco
     return X, k1, h
 
 
-def simulate(field: Field, X0: np.ndarray, grid: TimeGrid, method: str = "rk4",
-             progress: Callable[[float, int, StepRecord], None] | None = None, *, label: str = "tokens",
-             resume: Resume | None = None,
-             on_snapshot: Callable[[int, np.ndarray, StepRecord], None] | None = None,
-             return_record: bool = False, tolerance: float | None = None, max_step: float | None = None):
+def simulate(
+    field: Field,
+    X0: np.ndarray,
+    grid: TimeGrid,
+    method: str = "rk4",
+    progress: Callable[[float, int, StepRecord], None] | None = None,
+    *,
+    label: str = "tokens",
+    resume: Resume | None = None,
+    on_snapshot: Callable[[int, np.ndarray, StepRecord], None] | None = None,
+    return_record: bool = False,
+    tolerance: float | None = None,
+    max_step: float | None = None,
+):
     """Positions at the snapshot times, shape (time, replica, token, dim).
 
     ``method`` is ``rk4`` or ``euler`` (the fixed step ``grid.step``) or ``dopri5`` (the step from
@@ -440,9 +463,12 @@ def simulate(field: Field, X0: np.ndarray, grid: TimeGrid, method: str = "rk4",
         if not (0 <= k0 < times.size) or done.shape != (k0 + 1,) + X.shape:
             raise ValueError(f"resume: expected snapshots 0..{k0} of shape {(k0 + 1,) + X.shape}, got {done.shape}")
         if done_record.drift.shape != (k0 + 1, X.shape[0]) or any(
-                getattr(done_record, f).shape != (k0 + 1,) for f in FIELDS[1:]):
-            raise ValueError(f"resume: expected the step record of snapshots 0..{k0}, norm drift of shape "
-                             f"{(k0 + 1, X.shape[0])}, got {done_record.drift.shape}")
+            getattr(done_record, f).shape != (k0 + 1,) for f in FIELDS[1:]
+        ):
+            raise ValueError(
+                f"resume: expected the step record of snapshots 0..{k0}, norm drift of shape "
+                f"{(k0 + 1, X.shape[0])}, got {done_record.drift.shape}"
+            )
         if not np.array_equal(done[0], out[0]):
             raise ValueError("resume: the checkpoint starts from other initial positions")
         out[: k0 + 1] = done
@@ -458,8 +484,20 @@ def simulate(field: Field, X0: np.ndarray, grid: TimeGrid, method: str = "rk4",
     before = 0  # the first interval of a fresh adaptive run counts the evaluation of k1 above
     for k in range(first, times.size):
         if adaptive:
-            X, k1, h = _adaptive_interval(ADAPTIVE[method], counted, X, k1, float(times[k - 1]), float(times[k]), h,
-                                          tol, longest, label, record, k)
+            X, k1, h = _adaptive_interval(
+                ADAPTIVE[method],
+                counted,
+                X,
+                k1,
+                float(times[k - 1]),
+                float(times[k]),
+                h,
+                tol,
+                longest,
+                label,
+                record,
+                k,
+            )
             record.next_step[k] = h
         else:
             X = _fixed_interval(INCREMENTS[method], counted, X, grid, label, record, k)

@@ -97,14 +97,14 @@ def cap_geometry(Xr: np.ndarray, A: np.ndarray, row_max: np.ndarray, c: float):
     zero = na == 0.0
     safe = np.where(zero, 1.0, na)
     rho_max = float(np.max(np.linalg.norm(Xr, axis=1)))
-    radius = np.where(zero, 2.0 * rho_max,
-                      np.sqrt(np.clip(rho_max**2 + 1.0 - 2.0 * (row_max - c) / safe, 0.0, None)))
+    radius = np.where(zero, 2.0 * rho_max, np.sqrt(np.clip(rho_max**2 + 1.0 - 2.0 * (row_max - c) / safe, 0.0, None)))
     h = float(np.clip(0.5 * np.median(radius), 2.0 * rho_max / 64, 2.0 * rho_max))
     return A / safe[:, None], radius, rho_max, h, int(np.ceil(2.0 * rho_max / h))
 
 
-def cap_sweep_fraction(X: np.ndarray, B: np.ndarray, beta: float, tail: float = DEFAULT_TAIL,
-                       queries: int = PROBE_QUERIES) -> float:
+def cap_sweep_fraction(
+    X: np.ndarray, B: np.ndarray, beta: float, tail: float = DEFAULT_TAIL, queries: int = PROBE_QUERIES
+) -> float:
     """The fraction of the N tokens the cap kernel sweeps per query, on this cloud (mean over replicas and
     ``queries`` evenly spaced query tokens).
 

@@ -285,8 +285,8 @@ def _cap_sum(X, At, V, m_lower, rho_max, c, origin, h, G, start, order, out, ess
         a = np.zeros(d)
         for k in range(d):
             s = 0.0
-            for l in range(d):
-                s += At[k, l] * X[i, l]
+            for j in range(d):
+                s += At[k, j] * X[i, j]
             a[k] = s
         na = np.sqrt(np.sum(a * a))
         lo = np.zeros(d, dtype=np.int64)
@@ -306,8 +306,8 @@ def _cap_sum(X, At, V, m_lower, rho_max, c, origin, h, G, start, order, out, ess
         f = np.zeros(d)
         for k in range(d):
             v = 0.0
-            for l in range(d):
-                v += V[k, l] * acc[2 + l]
+            for j in range(d):
+                v += V[k, j] * acc[2 + j]
             f[k] = v / Z
             dot += f[k] * X[i, k]
         for k in range(d):
@@ -341,8 +341,7 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
         _, _, rho_max, h, G = cap_geometry(Xr, A, m_lower, c)
         origin = -rho_max
         start, order = _cell_lists(Xr, h, G, origin)
-        _cap_sum(Xr, np.ascontiguousarray(At), V, m_lower, rho_max, c, origin, h, G, start, order,
-                 out[r], ess[r])
+        _cap_sum(Xr, np.ascontiguousarray(At), V, m_lower, rho_max, c, origin, h, G, start, order, out[r], ess[r])
     return (out, ess) if with_ess else out
 
 
@@ -361,8 +360,9 @@ def _kernel_functions(kernel: str, X, B, beta):
     try:
         return _KERNEL_FUNCTIONS[concrete_kernel(kernel, X, B, beta)]
     except KeyError:
-        raise ValueError(f"unknown kernel {kernel!r}; known: {list(KERNELS + OPTIONAL_KERNELS)} (or 'auto' in the "
-                         f"config)") from None
+        raise ValueError(
+            f"unknown kernel {kernel!r}; known: {list(KERNELS + OPTIONAL_KERNELS)} (or 'auto' in the config)"
+        ) from None
 
 
 def attention_field(X, B, V, beta, kernel: str = "dense"):

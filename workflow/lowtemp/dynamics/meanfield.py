@@ -212,8 +212,13 @@ def _cell_sums(lo, hi, slope, kappa, alpha, cmax, zeta, sphere, limits, nodes, w
                 v = math.sin(0.5 * (lo + th)) * math.sin(0.5 * (th - lo)) / span
             else:
                 v = (th - lo) / width
-            w = (0.5 * h * weights[row, g] * math.exp(kappa * (math.cos(th - alpha) - cmax))
-                 * (1.0 + slope * (2.0 * v - 1.0)))
+            w = (
+                0.5
+                * h
+                * weights[row, g]
+                * math.exp(kappa * (math.cos(th - alpha) - cmax))
+                * (1.0 + slope * (2.0 * v - 1.0))
+            )
             if sphere:
                 st = math.sin(th)
                 i0, i1 = _scaled_bessel01(zeta * st)
@@ -247,13 +252,26 @@ def _softmax_sums(edges, log_density, slopes, kappa, alpha, zeta, sphere, limits
         best = 0
         for k in range(m):
             cm[k] = _cos_max(edges[k], edges[k + 1], alpha[q])
-            bound[k] = (log_density[k] + math.log1p(abs(slopes[k])) + math.log(edges[k + 1] - edges[k])
-                        + kappa[q] * cm[k])
+            bound[k] = (
+                log_density[k] + math.log1p(abs(slopes[k])) + math.log(edges[k + 1] - edges[k]) + kappa[q] * cm[k]
+            )
             if bound[k] > bound[best]:
                 best = k
         acc = np.zeros(3)
-        _cell_sums(edges[best], edges[best + 1], slopes[best], kappa[q], alpha[q], cm[best], zeta[q], sphere, limits,
-                   nodes, weights, acc)
+        _cell_sums(
+            edges[best],
+            edges[best + 1],
+            slopes[best],
+            kappa[q],
+            alpha[q],
+            cm[best],
+            zeta[q],
+            sphere,
+            limits,
+            nodes,
+            weights,
+            acc,
+        )
         shift = log_density[best] + kappa[q] * cm[best]
         lower = shift + math.log(acc[0])
         total = np.zeros(3)
@@ -261,8 +279,20 @@ def _softmax_sums(edges, log_density, slopes, kappa, alpha, zeta, sphere, limits
             if bound[k] < lower - PRUNE_DEPTH:
                 continue
             acc[:] = 0.0
-            _cell_sums(edges[k], edges[k + 1], slopes[k], kappa[q], alpha[q], cm[k], zeta[q], sphere, limits, nodes,
-                       weights, acc)
+            _cell_sums(
+                edges[k],
+                edges[k + 1],
+                slopes[k],
+                kappa[q],
+                alpha[q],
+                cm[k],
+                zeta[q],
+                sphere,
+                limits,
+                nodes,
+                weights,
+                acc,
+            )
             scale = math.exp(log_density[k] + kappa[q] * cm[k] - shift)
             total[0] += scale * acc[0]
             total[1] += scale * acc[1]
@@ -275,8 +305,9 @@ def _softmax_sums(edges, log_density, slopes, kappa, alpha, zeta, sphere, limits
 # The velocity of the edges.
 
 
-def softmax_means(red: Reduction, edges: np.ndarray, masses: np.ndarray, beta: float,
-                  queries: np.ndarray) -> np.ndarray:
+def softmax_means(
+    red: Reduction, edges: np.ndarray, masses: np.ndarray, beta: float, queries: np.ndarray
+) -> np.ndarray:
     """Softmax means of the cells' density at the query angles, shape (Q, 2).
 
     The density is each cell's linear reconstruction (``density_slopes``), not a constant: at large β the
@@ -314,8 +345,9 @@ def cell_measure(red: Reduction, edges: np.ndarray) -> np.ndarray:
     return 4.0 * np.pi * np.sin(0.5 * (lo + hi)) * np.sin(0.5 * (hi - lo))
 
 
-def edge_velocity(red: Reduction, edges: np.ndarray, masses: np.ndarray, beta: float,
-                  queries: np.ndarray) -> np.ndarray:
+def edge_velocity(
+    red: Reduction, edges: np.ndarray, masses: np.ndarray, beta: float, queries: np.ndarray
+) -> np.ndarray:
     """dϑ/dt of the mean field at the query angles (the tangential component of Eq. 2's velocity)."""
     means = softmax_means(red, edges, masses, beta, queries)
     if red.geometry == "circle":
@@ -347,8 +379,11 @@ def _log_density0(red: Reduction, measure: str, params: dict, theta: np.ndarray)
             cosine = np.cos(theta) * float(mean @ red.frame[:, 0])
             # vMF on S²: κ e^{κ cos}/(4π sinh κ) = κ e^{κ(cos − 1)}/(2π(1 − e^{−2κ}))
             # (κ = 0: the uniform law, 1/(4π))
-            log_norm = (math.log(2 * np.pi) + math.log(-math.expm1(-2 * kappa)) - math.log(kappa) if kappa > 0
-                        else math.log(4 * np.pi))
+            log_norm = (
+                math.log(2 * np.pi) + math.log(-math.expm1(-2 * kappa)) - math.log(kappa)
+                if kappa > 0
+                else math.log(4 * np.pi)
+            )
         parts.append(math.log(w) + kappa * (cosine - 1.0) - log_norm)
     return np.logaddexp.reduce(np.stack(parts), axis=0)
 
@@ -375,7 +410,6 @@ def initial_masses(red: Reduction, edges: np.ndarray, measure: str, params: dict
 
 # ---------------------------------------------------------------------------------------------
 # The solution.
-
 
 
 class CellsUnresolved(RuntimeError):
@@ -405,8 +439,10 @@ def density_slopes(red: Reduction, edges: np.ndarray, masses: np.ndarray) -> np.
     edges = np.asarray(edges, dtype=float)
     masses = np.asarray(masses, dtype=float)
     if masses.shape != (edges.size - 1,) or not np.all(masses >= 0):
-        raise ValueError(f"mean-field reference: need one mass ≥ 0 per cell ({edges.size - 1} cells), got shape "
-                         f"{masses.shape} with smallest {np.min(masses) if masses.size else float('nan'):.3g}")
+        raise ValueError(
+            f"mean-field reference: need one mass ≥ 0 per cell ({edges.size - 1} cells), got shape "
+            f"{masses.shape} with smallest {np.min(masses) if masses.size else float('nan'):.3g}"
+        )
     if red.geometry == "circle":
         u_lo, u_hi = edges[:-1], edges[1:]
     else:  # u = −cos θ increases with θ
@@ -428,8 +464,9 @@ def density_slopes(red: Reduction, edges: np.ndarray, masses: np.ndarray) -> np.
         right = (rho_r - rho) / (mid_r - mid)
         central = (rho_r - rho_l) / (mid_r - mid_l)
         same = np.sign(left) == np.sign(right)
-        slope = np.where(same, np.sign(central) * np.minimum(np.abs(central),
-                                                             2 * np.minimum(np.abs(left), np.abs(right))), 0.0)
+        slope = np.where(
+            same, np.sign(central) * np.minimum(np.abs(central), 2 * np.minimum(np.abs(left), np.abs(right))), 0.0
+        )
         s = slope * 0.5 * (u_hi - u_lo) / rho
     s = np.where(np.isfinite(s), s, 0.0)
     if red.geometry != "circle":
@@ -481,7 +518,7 @@ class MeanFieldSolution:
     def snapshot(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(edges, masses) of snapshot k, without padding (empty beyond ``info['resolved_until']``)."""
         cells = self._cells(k)
-        return self.edges[k][:cells.sum() + 1] if cells.any() else self.edges[k][:0], self.masses[k][cells]
+        return self.edges[k][: cells.sum() + 1] if cells.any() else self.edges[k][:0], self.masses[k][cells]
 
     def density(self, k: int) -> np.ndarray:
         """Density of every cell at snapshot k: per unit angle (circle), per unit area (S²)."""
@@ -498,9 +535,11 @@ class MeanFieldSolution:
         local = self.reduction.frame.T @ E  # E in the reduction's frame
         P = local @ local.T
         if self.reduction.geometry == "axisymmetric" and not (
-                np.allclose(P, np.diag([1.0, 0, 0]), atol=1e-9) or np.allclose(P, np.diag([0, 1.0, 1.0]), atol=1e-9)):
-            raise ValueError("mean-field reference: on S² the distance is computed to the axis or to the plane "
-                             "orthogonal to it only")
+            np.allclose(P, np.diag([1.0, 0, 0]), atol=1e-9) or np.allclose(P, np.diag([0, 1.0, 1.0]), atol=1e-9)
+        ):
+            raise ValueError(
+                "mean-field reference: on S² the distance is computed to the axis or to the plane orthogonal to it only"
+            )
         nodes, weights = np.polynomial.legendre.leggauss(8)
         out = np.empty(self.times.size)
         for k in range(self.times.size):
@@ -536,8 +575,11 @@ class MeanFieldSolution:
             k = np.clip(np.searchsorted(edges, theta0, side="right") - 1, 0, edges.size - 2)
             # fraction of the cell's area above the token, written stably
             unit = _stable_cos_difference(edges[k], theta0) / _stable_cos_difference(edges[k], edges[k + 1])
-        slopes = (np.zeros(edges.size - 1) if self.initial_masses is None
-                  else density_slopes(self.reduction, edges, self.initial_masses))
+        slopes = (
+            np.zeros(edges.size - 1)
+            if self.initial_masses is None
+            else density_slopes(self.reduction, edges, self.initial_masses)
+        )
         return k, mass_fraction(np.clip(unit, 0.0, 1.0), slopes[k])
 
     def push_forward(self, X0: np.ndarray) -> np.ndarray:
@@ -583,8 +625,13 @@ class MeanFieldSolution:
         return out
 
 
-def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: float,
-                lagrangian: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
+def split_cells(
+    red: Reduction,
+    edges: np.ndarray,
+    masses: np.ndarray,
+    widest: float,
+    lagrangian: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+):
     """Cut every cell wider than ``widest`` (radians) into equal-angle pieces no wider than it.
 
     A piece's mass is what the cell's linear density reconstruction (``density_slopes``, the density the
@@ -610,11 +657,11 @@ def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: f
     new_owner, new_lo, new_hi = [], [], []
     for k in range(masses.size):
         if pieces[k] == 1:
-            new_edges.append(edges[k + 1:k + 2])
-            new_masses.append(masses[k:k + 1])
-            new_owner.append(owner[k:k + 1])
-            new_lo.append(f_lo[k:k + 1])
-            new_hi.append(f_hi[k:k + 1])
+            new_edges.append(edges[k + 1 : k + 2])
+            new_masses.append(masses[k : k + 1])
+            new_owner.append(owner[k : k + 1])
+            new_lo.append(f_lo[k : k + 1])
+            new_hi.append(f_hi[k : k + 1])
             continue
         cut = edges[k] + (edges[k + 1] - edges[k]) * np.arange(1, pieces[k] + 1) / pieces[k]
         cut[-1] = edges[k + 1]
@@ -641,10 +688,22 @@ def split_cells(red: Reduction, edges: np.ndarray, masses: np.ndarray, widest: f
 MAX_STOPS = 1_000_000
 
 
-def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", params: dict | None = None,
-          width: float = 0.05, depth: float | None = None, edges0: np.ndarray | None = None,
-          remesh_every: float = 0.25, rtol: float = ODE_RTOL, atol: float = ODE_ATOL,
-          progress: Callable[[float, dict], None] | None = None, truncate: bool = False) -> MeanFieldSolution:
+def solve(
+    red: Reduction,
+    beta: float,
+    times,
+    *,
+    measure: str = "uniform",
+    params: dict | None = None,
+    width: float = 0.05,
+    depth: float | None = None,
+    edges0: np.ndarray | None = None,
+    remesh_every: float = 0.25,
+    rtol: float = ODE_RTOL,
+    atol: float = ODE_ATOL,
+    progress: Callable[[float, dict], None] | None = None,
+    truncate: bool = False,
+) -> MeanFieldSolution:
     """Move the Lagrangian cells with the mean-field velocity from t = 0 to every time in ``times``.
 
     ``width`` is the largest initial cell (radians); with ``depth`` the cells are also graded towards
@@ -664,14 +723,21 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
     times = np.asarray(times, dtype=float)
     if not (beta > 0 and math.isfinite(beta)):
         raise ValueError(f"mean-field reference: beta must be finite and > 0, got {beta}")
-    if (times.ndim != 1 or times.size == 0 or not np.all(np.isfinite(times)) or times[0] < 0
-            or np.any(np.diff(times) < 0)):
+    if (
+        times.ndim != 1
+        or times.size == 0
+        or not np.all(np.isfinite(times))
+        or times[0] < 0
+        or np.any(np.diff(times) < 0)
+    ):
         raise ValueError("mean-field reference: times must be finite, ≥ 0 and non-decreasing")
     if not (remesh_every > 0 and math.isfinite(remesh_every)):
         raise ValueError(f"mean-field reference: remesh_every must be finite and > 0, got {remesh_every}")
     if times[-1] / remesh_every + times.size > MAX_STOPS:
-        raise ValueError(f"mean-field reference: horizon {times[-1]:g} over remesh_every {remesh_every:g} makes more "
-                         f"than {MAX_STOPS} stops")
+        raise ValueError(
+            f"mean-field reference: horizon {times[-1]:g} over remesh_every {remesh_every:g} makes more "
+            f"than {MAX_STOPS} stops"
+        )
     if edges0 is not None:
         edges = np.asarray(edges0, dtype=float)
     elif depth is not None:
@@ -698,10 +764,13 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
             if narrowest < RESOLVED_WIDTH:
                 # conservative: a trial stage below the resolution ends the solve (rejecting it instead let the
                 # stepper crawl towards the limit); the solve may so stop a little early, never go on wrongly
-                raise CellsUnresolved(f"mean-field reference at β = {beta}: a cell contracted to {narrowest:.2g} rad "
-                                      f"after t = {t_now:g}, below the float64 resolution of angles "
-                                      f"({RESOLVED_WIDTH:.2g} rad; docs/mean_field.md, \"Limits\")")
+                raise CellsUnresolved(
+                    f"mean-field reference at β = {beta}: a cell contracted to {narrowest:.2g} rad "
+                    f"after t = {t_now:g}, below the float64 resolution of angles "
+                    f'({RESOLVED_WIDTH:.2g} rad; docs/mean_field.md, "Limits")'
+                )
             return edge_velocity(red, e, current_masses, beta, y)
+
         return rhs
 
     stops = np.union1d(times, np.arange(0.0, times[-1], remesh_every))
@@ -717,8 +786,10 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
                     raise
                 break
             if not sol.success:
-                raise RuntimeError(f"mean-field reference: the edges' ODE failed at β = {beta} between t = "
-                                   f"{t_now:g} and {stop:g} ({sol.message})")
+                raise RuntimeError(
+                    f"mean-field reference: the edges' ODE failed at β = {beta} between t = "
+                    f"{t_now:g} and {stop:g} ({sol.message})"
+                )
             y = sol.y[:, -1]
             edges = np.append(y, y[0] + 2 * np.pi) if circle else np.concatenate([[0.0], y, [np.pi]])
             if not np.all(np.diff(edges) > 0):
@@ -739,8 +810,24 @@ def solve(red: Reduction, beta: float, times, *, measure: str = "uniform", param
     Owner = np.full((times.size, cells), -1, dtype=np.int64)
     for k, (e, m, o, lo, hi) in enumerate(recorded):
         n = m.size
-        E[k, :n + 1], Mass[k, :n], Owner[k, :n], Lo[k, :n], Hi[k, :n] = e, m, o, lo, hi
-    return MeanFieldSolution(red, float(beta), times, initial_edges, E, Mass, Owner, Lo, Hi, evaluations=count[0],
-                             initial_masses=initial_mass,
-                             info={"steps": steps, "nfev": count[0], "cells": int(cells),
-                                   "cells_initial": int(initial_edges.size - 1), "resolved_until": resolved_until})
+        E[k, : n + 1], Mass[k, :n], Owner[k, :n], Lo[k, :n], Hi[k, :n] = e, m, o, lo, hi
+    return MeanFieldSolution(
+        red,
+        float(beta),
+        times,
+        initial_edges,
+        E,
+        Mass,
+        Owner,
+        Lo,
+        Hi,
+        evaluations=count[0],
+        initial_masses=initial_mass,
+        info={
+            "steps": steps,
+            "nfev": count[0],
+            "cells": int(cells),
+            "cells_initial": int(initial_edges.size - 1),
+            "resolved_until": resolved_until,
+        },
+    )

@@ -62,15 +62,18 @@ def _axis_form(M: np.ndarray, name: str) -> np.ndarray | None:
     """M's axis of symmetry (None if M = cI); SymmetryBroken if M is not a·eeᵀ + b(I − eeᵀ)."""
     scale = max(float(np.abs(M).max()), 1e-300)
     if np.abs(M - M.T).max() > SYMMETRY_RTOL * scale:
-        raise SymmetryBroken(f"axisymmetric reduction: {name} is not symmetric "
-                             f"(|{name} − {name}ᵀ| = {np.abs(M - M.T).max():.3g})")
+        raise SymmetryBroken(
+            f"axisymmetric reduction: {name} is not symmetric (|{name} − {name}ᵀ| = {np.abs(M - M.T).max():.3g})"
+        )
     lam, U = np.linalg.eigh(0.5 * (M + M.T))
     gaps = np.abs(np.diff(lam))
     if gaps.max() <= SYMMETRY_RTOL * scale:
         return None
     if gaps.min() > SYMMETRY_RTOL * scale:
-        raise SymmetryBroken(f"axisymmetric reduction: {name} has three distinct eigenvalues "
-                             f"{np.round(lam, 12).tolist()}; it must be diag(a, b, b) about one axis")
+        raise SymmetryBroken(
+            f"axisymmetric reduction: {name} has three distinct eigenvalues "
+            f"{np.round(lam, 12).tolist()}; it must be diag(a, b, b) about one axis"
+        )
     # the simple eigenvalue is the one not in the closest pair
     simple = 2 if gaps[0] <= gaps[1] else 0
     return U[:, simple]
@@ -87,27 +90,30 @@ def _frame_from_axis(e: np.ndarray) -> np.ndarray:
 def _measure_axis(name: str, params: dict, dim: int) -> np.ndarray | None:
     """The axis ρ0 is invariant about (None: every axis, the uniform law); refuses others."""
     if name not in DENSITY_MEASURES:
-        raise SymmetryBroken(f"mean-field reference: initial measure {name!r} has no density the "
-                             f"reduction can use (supported: {', '.join(DENSITY_MEASURES)})")
+        raise SymmetryBroken(
+            f"mean-field reference: initial measure {name!r} has no density the "
+            f"reduction can use (supported: {', '.join(DENSITY_MEASURES)})"
+        )
     if name == "uniform":
         return None
     means = params.get("means")
     if means is None:
-        raise SymmetryBroken("mean-field reference: vmf_mixture needs explicit 'means' (random means "
-                             "break the symmetry)")
+        raise SymmetryBroken(
+            "mean-field reference: vmf_mixture needs explicit 'means' (random means break the symmetry)"
+        )
     means = np.asarray(means, dtype=float)
     kappas = measures.check_kappas(params["kappas"])
     if means.shape != (kappas.size, dim) or np.any(np.linalg.norm(means, axis=1) == 0):
-        raise SymmetryBroken(f"mean-field reference: means must be {kappas.size} non-zero vectors of "
-                             f"length {dim}")
+        raise SymmetryBroken(f"mean-field reference: means must be {kappas.size} non-zero vectors of length {dim}")
     if dim == 2:
         return None
     axis = means[0] / np.linalg.norm(means[0])
     for mean in means[1:]:
         mean = mean / np.linalg.norm(mean)
         if np.linalg.norm(np.cross(axis, mean)) > SYMMETRY_RTOL:
-            raise SymmetryBroken("axisymmetric reduction: the vmf_mixture means do not lie on one axis "
-                                 f"({np.round(means, 6).tolist()})")
+            raise SymmetryBroken(
+                f"axisymmetric reduction: the vmf_mixture means do not lie on one axis ({np.round(means, 6).tolist()})"
+            )
     return axis
 
 
@@ -125,16 +131,20 @@ def reduce(B: np.ndarray, V: np.ndarray, measure: str = "uniform", params: dict 
     if d == 2:
         return Reduction("circle", np.eye(2), B, V)
     if d != 3:
-        raise SymmetryBroken(f"mean-field reference: no one-dimensional reduction in d = {d} "
-                             "(the circle d = 2 and axisymmetric d = 3 only)")
+        raise SymmetryBroken(
+            f"mean-field reference: no one-dimensional reduction in d = {d} "
+            "(the circle d = 2 and axisymmetric d = 3 only)"
+        )
     axes = [a for a in (_axis_form(B, "B"), _axis_form(V, "V"), rho_axis) if a is not None]
     if not axes:
         axes = [np.eye(3)[0]]
     e = axes[0] / np.linalg.norm(axes[0])
     for other in axes[1:]:
         if np.linalg.norm(np.cross(e, other)) > SYMMETRY_RTOL * np.linalg.norm(other):
-            raise SymmetryBroken("axisymmetric reduction: B, V and ρ0 do not share one axis "
-                                 f"(axes {[np.round(a, 6).tolist() for a in axes]})")
+            raise SymmetryBroken(
+                "axisymmetric reduction: B, V and ρ0 do not share one axis "
+                f"(axes {[np.round(a, 6).tolist() for a in axes]})"
+            )
     frame = _frame_from_axis(e)
     values = {}
     for name, M in (("B", B), ("V", V)):
@@ -142,15 +152,23 @@ def reduce(B: np.ndarray, V: np.ndarray, measure: str = "uniform", params: dict 
         p = float(np.trace(M) - a) / 2.0
         residual = np.abs(M - (a * np.outer(e, e) + p * (np.eye(3) - np.outer(e, e)))).max()
         if residual > SYMMETRY_RTOL * max(float(np.abs(M).max()), 1e-300):
-            raise SymmetryBroken(f"axisymmetric reduction: {name} is not of the form a·eeᵀ + b(I − eeᵀ) "
-                                 f"about the shared axis (residual {residual:.3g})")
+            raise SymmetryBroken(
+                f"axisymmetric reduction: {name} is not of the form a·eeᵀ + b(I − eeᵀ) "
+                f"about the shared axis (residual {residual:.3g})"
+            )
         values[name] = (a, p)
     if values["B"][0] == 0 or values["B"][1] == 0:
         raise ValueError("mean-field reference: B is singular")
-    return Reduction("axisymmetric", frame, B, V, b_axis=values["B"][0], b_perp=values["B"][1],
-                     v_axis=values["V"][0], v_perp=values["V"][1])
-
-
+    return Reduction(
+        "axisymmetric",
+        frame,
+        B,
+        V,
+        b_axis=values["B"][0],
+        b_perp=values["B"][1],
+        v_axis=values["V"][0],
+        v_perp=values["V"][1],
+    )
 
 
 def unstable_points(red: Reduction) -> np.ndarray:
@@ -211,11 +229,15 @@ def graded_edges(red: Reduction, width: float, depth: float) -> np.ndarray:
     if not 0 < depth < width < 1:
         raise ValueError(f"mean-field reference: need 0 < depth < width < 1, got width={width}, depth={depth}")
     if not depth < GRADED_REACH:
-        raise ValueError(f"mean-field reference: depth = {depth} must be below the grading's reach {GRADED_REACH} "
-                         f"(beyond it nothing would be graded)")
+        raise ValueError(
+            f"mean-field reference: depth = {depth} must be below the grading's reach {GRADED_REACH} "
+            f"(beyond it nothing would be graded)"
+        )
     if not 2.0 * width * depth > RESOLVED_WIDTH:
-        raise ValueError(f"mean-field reference: the narrowest graded cell, 2·width·depth = {2 * width * depth:.3g} "
-                         f"rad, must be wider than float64 angles resolve ({RESOLVED_WIDTH:.3g}); raise depth")
+        raise ValueError(
+            f"mean-field reference: the narrowest graded cell, 2·width·depth = {2 * width * depth:.3g} "
+            f"rad, must be wider than float64 angles resolve ({RESOLVED_WIDTH:.3g}); raise depth"
+        )
     lo, hi = red.lower, red.upper
     ratio = 1.0 + 2.0 * width
     steps = int(math.ceil(math.log(GRADED_REACH / depth) / math.log(ratio)))

@@ -41,7 +41,8 @@ def _require() -> None:
     if torch is None:
         raise ModuleNotFoundError(
             "kernel 'torch' needs PyTorch, which is not installed: `.venv/bin/pip install torch` (or the `gpu` "
-            "extra: `pip install -e .[gpu]`), or choose another kernel (dense, cap, numpy, auto)")
+            "extra: `pip install -e .[gpu]`), or choose another kernel (dense, cap, numpy, auto)"
+        )
 
 
 def torch_field(X, B, V, beta, with_ess: bool = False, on: str | None = None):

@@ -25,8 +25,9 @@ def normalised_linear_flow(X0: np.ndarray, A: np.ndarray, s: np.ndarray) -> np.n
     return Y / np.linalg.norm(Y, axis=-1, keepdims=True)
 
 
-def exact_time_change(X0: np.ndarray, A: np.ndarray, B: np.ndarray, times: np.ndarray,
-                      rtol: float = 1e-13, atol: float = 1e-13) -> np.ndarray:
+def exact_time_change(
+    X0: np.ndarray, A: np.ndarray, B: np.ndarray, times: np.ndarray, rtol: float = 1e-13, atol: float = 1e-13
+) -> np.ndarray:
     """s(t) at the given times for every token, shape (time,) + X0.shape[:-1]."""
     X0 = np.asarray(X0, dtype=float)
     shape = X0.shape[:-1]
@@ -37,15 +38,15 @@ def exact_time_change(X0: np.ndarray, A: np.ndarray, B: np.ndarray, times: np.nd
         return 1.0 / np.linalg.norm(X @ B, axis=-1)
 
     times = np.asarray(times, dtype=float)
-    sol = solve_ivp(ds_dt, (0.0, float(times[-1])), np.zeros(flat.shape[0]), method="DOP853",
-                    t_eval=times, rtol=rtol, atol=atol)
+    sol = solve_ivp(
+        ds_dt, (0.0, float(times[-1])), np.zeros(flat.shape[0]), method="DOP853", t_eval=times, rtol=rtol, atol=atol
+    )
     if not sol.success:
         raise RuntimeError(f"exact time change: ODE solver failed: {sol.message}")
     return sol.y.T.reshape((times.size,) + shape)
 
 
-def exact_zero_temperature(X0: np.ndarray, A: np.ndarray, B: np.ndarray,
-                           times: np.ndarray) -> np.ndarray:
+def exact_zero_temperature(X0: np.ndarray, A: np.ndarray, B: np.ndarray, times: np.ndarray) -> np.ndarray:
     """Exact solution of Eq. 3 at ``times``, shape (time,) + X0.shape."""
     s = exact_time_change(X0, A, B, times)
     return normalised_linear_flow(np.broadcast_to(X0, s.shape + X0.shape[-1:]), A, s)

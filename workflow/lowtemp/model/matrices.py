@@ -148,8 +148,7 @@ def check_assumption_1(
     scale = max(float(np.linalg.norm(A_raw)), 1e-300)
     if asym > symmetry_rtol * scale:
         raise AssumptionViolation(
-            f"Assumption 1 violated: A = VBᵀ is not symmetric "
-            f"(‖A − Aᵀ‖/‖A‖ = {asym / scale:.3e} > {symmetry_rtol:.1e})"
+            f"Assumption 1 violated: A = VBᵀ is not symmetric (‖A − Aᵀ‖/‖A‖ = {asym / scale:.3e} > {symmetry_rtol:.1e})"
         )
     A = 0.5 * (A_raw + A_raw.T)
     mu, E1 = leading_eigenspace_symmetric(A)
@@ -161,8 +160,16 @@ def check_assumption_1(
     gamma = float(mu[0] - mu[E1.shape[1]])
     lam_V = np.linalg.eigvals(V)
     return AttentionMatrices(
-        K=K, Q=Q, V=V, B=B, A=A, mu=mu, E1=E1, gamma=gamma,
-        sigma_min=sigma_min, sigma_max=sigma_max,
+        K=K,
+        Q=Q,
+        V=V,
+        B=B,
+        A=A,
+        mu=mu,
+        E1=E1,
+        gamma=gamma,
+        sigma_min=sigma_min,
+        sigma_max=sigma_max,
         V_eigenvalues=lam_V[np.argsort(-lam_V.real)],
         E1_V_real=leading_eigenspace_general(V, "real")[1],
         E1_V_modulus=leading_eigenspace_general(V, "modulus")[1],
@@ -173,8 +180,9 @@ def _log_spaced(lo: float, hi: float, d: int) -> np.ndarray:
     return np.exp(np.linspace(np.log(hi), np.log(lo), d))
 
 
-def spectral_family(d: int, rng: np.random.Generator, *, eigenvalues, sigma_min: float,
-                    sigma_max: float, B_frames: str = "symmetric"):
+def spectral_family(
+    d: int, rng: np.random.Generator, *, eigenvalues, sigma_min: float, sigma_max: float, B_frames: str = "symmetric"
+):
     """K, Q, V with A = VBᵀ of spectrum ``eigenvalues`` and σ(B) in [sigma_min, sigma_max]."""
     if B_frames not in ("symmetric", "independent"):
         raise ValueError(f"B_frames must be 'symmetric' or 'independent', got {B_frames!r}")
@@ -194,8 +202,9 @@ def spectral_family(d: int, rng: np.random.Generator, *, eigenvalues, sigma_min:
     return K, Q, V
 
 
-def end_phase_family(d: int, rng: np.random.Generator, *, eigenvalues, eigenvalues_V,
-                     angle_V: float = 90.0, V_shear: float = 0.0):
+def end_phase_family(
+    d: int, rng: np.random.Generator, *, eigenvalues, eigenvalues_V, angle_V: float = 90.0, V_shear: float = 0.0
+):
     """K, Q, V with V's leading eigenvector (largest real part) at ``angle_V`` degrees to E1(A).
 
     V = S diag(ν) S⁻¹ with S = W (I + V_shear·N), W a frame whose first column is

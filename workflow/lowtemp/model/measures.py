@@ -88,8 +88,9 @@ def check_kappas(kappas) -> np.ndarray:
     """The concentrations as a float array; ValueError unless each is in [0, ``KAPPA_MAX``] (so finite)."""
     kappas = np.atleast_1d(np.asarray(kappas, dtype=float))
     if not np.all((kappas >= 0) & (kappas <= KAPPA_MAX)):  # NaN fails both comparisons
-        raise ValueError(f"kappas must be finite numbers in [0, {KAPPA_MAX:g}] (the vMF sampler's range), "
-                         f"got {kappas.tolist()}")
+        raise ValueError(
+            f"kappas must be finite numbers in [0, {KAPPA_MAX:g}] (the vMF sampler's range), got {kappas.tolist()}"
+        )
     return kappas
 
 
@@ -110,8 +111,9 @@ def check_weights(weights, k: int) -> np.ndarray:
     return weights
 
 
-def vmf_mixture(rng: np.random.Generator, replicas: int, tokens: int, dim: int, *,
-                kappas, means=None, weights=None) -> np.ndarray:
+def vmf_mixture(
+    rng: np.random.Generator, replicas: int, tokens: int, dim: int, *, kappas, means=None, weights=None
+) -> np.ndarray:
     """Mixture of vMF laws; ``means`` given (one per κ) or drawn uniformly once (shared by replicas)."""
     try:
         kappas = check_kappas(kappas)
@@ -137,8 +139,9 @@ def vmf_mixture(rng: np.random.Generator, replicas: int, tokens: int, dim: int, 
     return X
 
 
-def projected_gaussian(rng: np.random.Generator, replicas: int, tokens: int, dim: int, *,
-                       mean, scale: float) -> np.ndarray:
+def projected_gaussian(
+    rng: np.random.Generator, replicas: int, tokens: int, dim: int, *, mean, scale: float
+) -> np.ndarray:
     """x = y/|y|, y ~ N(mean, scale² I)."""
     mean = np.asarray(mean, dtype=float)
     if mean.shape != (dim,):
@@ -212,8 +215,9 @@ def atoms_on_E1_complement(points, E1: np.ndarray, tol: float = 1e-12) -> np.nda
     return np.flatnonzero(np.linalg.norm(P @ E1, axis=1) <= tol)
 
 
-def sample_initial_tokens(name: str, rng: np.random.Generator, replicas: int, tokens: int,
-                          dim: int, **params) -> np.ndarray:
+def sample_initial_tokens(
+    name: str, rng: np.random.Generator, replicas: int, tokens: int, dim: int, **params
+) -> np.ndarray:
     """Tokens (replica, token, dim) drawn i.i.d. from the named initial measure."""
     try:
         sample = MEASURES[name]

@@ -135,8 +135,7 @@ def channels(M: AttentionMatrices) -> list[Channel]:
         else:  # every unstable block E_j (j < k) must start small: mass ~ Π_j ε_j^{m_j}
             cost = sum(E_j.shape[1] * (mu_j - mu_k) for mu_j, E_j in levels[: k - 1])
         lo, hi = clock_range(M.B, E_k)
-        out.append(Channel(level=k, mu=mu_k, multiplicity=E_k.shape[1], cost=float(cost),
-                           clock_min=lo, clock_max=hi))
+        out.append(Channel(level=k, mu=mu_k, multiplicity=E_k.shape[1], cost=float(cost), clock_min=lo, clock_max=hi))
     return out
 
 
@@ -148,14 +147,18 @@ def _describe(ch: Channel) -> str:
     if ch.level == 1:
         formula = "γ/|Bᵀu|, u ∈ E1∩S (per-token rate, Eq. R6)"
     else:
-        formula = (f"C_{ch.level}/(2|Bᵀw|), w ∈ E{ch.level}∩S, C_{ch.level} = Σ_(j<{ch.level}) "
-                   f"m_j(μ_j − μ_{ch.level}) = {ch.cost:.6g} (waiting channel, Eq. R5)")
+        formula = (
+            f"C_{ch.level}/(2|Bᵀw|), w ∈ E{ch.level}∩S, C_{ch.level} = Σ_(j<{ch.level}) "
+            f"m_j(μ_j − μ_{ch.level}) = {ch.cost:.6g} (waiting channel, Eq. R5)"
+        )
     if ch.constant_clock:
         return formula + f" = {ch.low:.6g}"
     w = "u" if ch.level == 1 else "w"
-    return (formula + f" ∈ [{ch.low:.6g}, {ch.high:.6g}]: interval because |Bᵀ{w}| ranges over "
-            f"[{ch.clock_min:.4g}, {ch.clock_max:.4g}] on the {ch.multiplicity}-dim eigenspace "
-            f"(a window sees a weighted average; t → ∞ tends to the low end)")
+    return (
+        formula + f" ∈ [{ch.low:.6g}, {ch.high:.6g}]: interval because |Bᵀ{w}| ranges over "
+        f"[{ch.clock_min:.4g}, {ch.clock_max:.4g}] on the {ch.multiplicity}-dim eigenspace "
+        f"(a window sees a weighted average; t → ∞ tends to the low end)"
+    )
 
 
 def early_rate(M: AttentionMatrices) -> RatePrediction:
@@ -236,8 +239,7 @@ def regime_boundary(M: AttentionMatrices, n_tokens: int) -> float:
     return math.log(n) / (2.0 * waiting_rate(M))
 
 
-def regime_band(M: AttentionMatrices, n_tokens: int,
-                halfwidth: float | None = None) -> tuple[float, float]:
+def regime_band(M: AttentionMatrices, n_tokens: int, halfwidth: float | None = None) -> tuple[float, float]:
     """(t* − h, t* + h): before it N tokens follow the mean field, after it all have escaped.
 
     Default h = 3/(2 r_w): the number of tokens still waiting is Poisson with mean
@@ -253,8 +255,9 @@ def regime_band(M: AttentionMatrices, n_tokens: int,
     return max(t_star - h, 0.0), t_star + h
 
 
-def classify_window(M: AttentionMatrices, n_tokens: int, window: tuple[float, float],
-                    halfwidth: float | None = None) -> RatePrediction:
+def classify_window(
+    M: AttentionMatrices, n_tokens: int, window: tuple[float, float], halfwidth: float | None = None
+) -> RatePrediction:
     """The prediction for a fit window [t0, t1] of W2 for N tokens.
 
     Early (Eq. R7) if the window ends before the band of ``regime_band``, late
@@ -275,9 +278,11 @@ def classify_window(M: AttentionMatrices, n_tokens: int, window: tuple[float, fl
     if t0 >= hi_edge:
         return late
     high = max(early.high, late.high)
-    note = (f"mixed: window [{t0:.4g}, {t1:.4g}] overlaps the transition band "
-            f"[{lo_edge:.4g}, {hi_edge:.4g}] around t* = log N/(2 r_w) (Eq. R9); union of early "
-            f"[{early.low:.4g}, {early.high:.4g}] and late [{late.low:.4g}, {late.high:.4g}]")
+    note = (
+        f"mixed: window [{t0:.4g}, {t1:.4g}] overlaps the transition band "
+        f"[{lo_edge:.4g}, {hi_edge:.4g}] around t* = log N/(2 r_w) (Eq. R9); union of early "
+        f"[{early.low:.4g}, {early.high:.4g}] and late [{late.low:.4g}, {late.high:.4g}]"
+    )
     low = min(early.low, late.low)
     if waiting_rate(M) < late.low * (1.0 - RATE_RTOL):
         # the last waiting tokens outlive the escaped ones: a lone waiting token

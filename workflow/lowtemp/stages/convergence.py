@@ -49,14 +49,26 @@ import time as _time
 import numpy as np
 
 from ..analysis import fitting, particle_budget
+from ..config.experiment import ConfigError, field_kernel, integration_tolerance
+from ..config.studies import (
+    NOMINAL_ORDER,
+    STEP_LEVELS,
+    halving_grids,
+    halving_steps,
+    level_max_steps,
+    level_tolerances,
+    nominal_order,
+    particle_grid,
+    reusable_run,
+    study_methods,
+    study_settings,
+)
 from ..dynamics import fields, integrate, kernels
 from ..model import exact, measures, projection
+from ..model.seeding import generator
 from ..store import checkpoint, datasets, io
 from ..transport.w2 import w2_to_projection
-from ..config.studies import NOMINAL_ORDER, STEP_LEVELS, halving_grids, halving_steps, level_max_steps, level_tolerances, nominal_order, particle_grid, reusable_run, study_methods, study_settings
-from ..config.experiment import ConfigError, field_kernel, integration_tolerance
 from .joblog import progress_logger
-from ..model.seeding import generator
 
 log = logging.getLogger("lowtemp")
 
@@ -69,8 +81,9 @@ BUDGET_CONFIDENCE = 0.95
 # ------------------------------------------------------------------ step halving
 
 
-def run_halving(field, X0: np.ndarray, grids: list[integrate.TimeGrid], method: str, indices, label: str,
-                tolerances=None) -> tuple[np.ndarray, np.ndarray]:
+def run_halving(
+    field, X0: np.ndarray, grids: list[integrate.TimeGrid], method: str, indices, label: str, tolerances=None
+) -> tuple[np.ndarray, np.ndarray]:
     """Positions of the runs at h, h/2, h/4 at the snapshot ``indices``: (level, time, replica, token, dim),
     and the field evaluations of each run (level,). An adaptive ``method`` runs its level k at
     ``tolerances[k]`` (``level_tolerances``) with steps capped at ``level_max_steps``, on the grid of
@@ -85,12 +98,21 @@ def run_halving(field, X0: np.ndarray, grids: list[integrate.TimeGrid], method: 
             what = f"tolerance {tol:.3g}, steps <= {cap:g}"
         else:
             tol, cap, what = None, None, f"step {grid.step:g}"
-        positions, record = integrate.simulate(field, X0, grid, method, label=f"{label}, {what}", tolerance=tol,
-                                               max_step=cap, return_record=True)
+        positions, record = integrate.simulate(
+            field, X0, grid, method, label=f"{label}, {what}", tolerance=tol, max_step=cap, return_record=True
+        )
         runs.append(positions[list(indices)])
         evaluations.append(int(record.evaluations.sum()))
-        log.info("%s: %s at %s: %d steps (%d rejected), %d field evaluations, %.1f s", label, method, what,
-                 record.accepted.sum(), record.rejected.sum(), evaluations[-1], _time.perf_counter() - start)
+        log.info(
+            "%s: %s at %s: %d steps (%d rejected), %d field evaluations, %.1f s",
+            label,
+            method,
+            what,
+            record.accepted.sum(),
+            record.rejected.sum(),
+            evaluations[-1],
+            _time.perf_counter() - start,
+        )
     return np.stack(runs), np.array(evaluations)
 
 
@@ -126,8 +148,7 @@ def w2_to_projection_curves(positions: np.ndarray, X0: np.ndarray, E1: np.ndarra
     The same function as the distances stage (closed form against ±u when dim E1 = 1).
     """
     nt, nr = positions.shape[:2]
-    return np.array([[w2_to_projection(positions[k, r], X0[r], E1) for k in range(nt)]
-                     for r in range(nr)])
+    return np.array([[w2_to_projection(positions[k, r], X0[r], E1) for k in range(nt)] for r in range(nr)])
 
 
 # ------------------------------------------------------------------ particle number
@@ -135,8 +156,12 @@ def replica_statistics(values: np.ndarray) -> dict[str, np.ndarray]:
     """Mean, standard error (ddof 1), min and max over the replica axis (axis −2 of (…, replica, time))."""
     values = np.asarray(values, dtype=float)
     r = values.shape[-2]
-    return {"mean": values.mean(axis=-2), "sem": values.std(axis=-2, ddof=1) / np.sqrt(r),
-            "min": values.min(axis=-2), "max": values.max(axis=-2)}
+    return {
+        "mean": values.mean(axis=-2),
+        "sem": values.std(axis=-2, ddof=1) / np.sqrt(r),
+        "min": values.min(axis=-2),
+        "max": values.max(axis=-2),
+    }
 
 
 def particle_budget_of(numbers, w2, dist_A, grid, n_tokens: int, M) -> dict:
@@ -146,14 +171,22 @@ def particle_budget_of(numbers, w2, dist_A, grid, n_tokens: int, M) -> dict:
     window, end = budget_window(grid.times, departure, censored)
     w2_budget = particle_budget.remaining_error_bound(numbers, w2, at=n_tokens, confidence=BUDGET_CONFIDENCE)
     crossing = particle_budget.departure_crossing(grid.times, dist_A, departure, gap / 2)
-    slope = particle_budget.departure_slope_per_doubling(numbers, crossing, censored, float(grid.times[-1]),
-                                                         BUDGET_CONFIDENCE)
-    return {"departure": crossing, "censored": censored, "w2_remaining_bound": w2_budget.bound,
-            "w2_budget_exponent": w2_budget.exponent, "w2_at_tokens": w2_budget.value,
-            "w2_bound_per_exponent": w2_budget.per_exponent, "budget_exponents": w2_budget.exponents,
-            "w2_budget_ratio": particle_budget.relative_budget(w2_budget, window), "budget_window_end": end,
-            "departure_slope_per_doubling": np.array(slope),
-            "departure_slope_bound": particle_budget.departure_slope_bound(crossing, censored, slope)}
+    slope = particle_budget.departure_slope_per_doubling(
+        numbers, crossing, censored, float(grid.times[-1]), BUDGET_CONFIDENCE
+    )
+    return {
+        "departure": crossing,
+        "censored": censored,
+        "w2_remaining_bound": w2_budget.bound,
+        "w2_budget_exponent": w2_budget.exponent,
+        "w2_at_tokens": w2_budget.value,
+        "w2_bound_per_exponent": w2_budget.per_exponent,
+        "budget_exponents": w2_budget.exponents,
+        "w2_budget_ratio": particle_budget.relative_budget(w2_budget, window),
+        "budget_window_end": end,
+        "departure_slope_per_doubling": np.array(slope),
+        "departure_slope_bound": particle_budget.departure_slope_bound(crossing, censored, slope),
+    }
 
 
 def budget_window(times, departure, censored) -> tuple[np.ndarray, float]:
@@ -209,26 +242,37 @@ def _step_study(label, experiment, S, M, X0):
     reference = exact.exact_zero_temperature(X0s, M.A, M.B, np.asarray(st.times))
     out = {k: [] for k in ("finite", "zero", "w2", "tolerance", "evaluations", "zero_evaluations")}
     for method in study_methods(experiment):
-        tolerances = (level_tolerances(method, integration_tolerance(experiment, st.tokens))
-                      if method in integrate.ADAPTIVE else np.full(STEP_LEVELS, np.nan))
+        tolerances = (
+            level_tolerances(method, integration_tolerance(experiment, st.tokens))
+            if method in integrate.ADAPTIVE
+            else np.full(STEP_LEVELS, np.nan)
+        )
         runs, evaluations = run_halving(field, X0s, grids, method, indices, f"{label} beta = {S.beta:g}", tolerances)
-        zero, zero_evaluations = run_halving(zero_field, X0s, grids, method, indices, f"{label} zero temperature",
-                                             tolerances)
-        for key, value in (("finite", runs), ("zero", zero), ("tolerance", tolerances), ("evaluations", evaluations),
-                           ("zero_evaluations", zero_evaluations),
-                           ("w2", np.stack([w2_to_projection_curves(r, X0s, M.E1) for r in runs]))):
+        zero, zero_evaluations = run_halving(
+            zero_field, X0s, grids, method, indices, f"{label} zero temperature", tolerances
+        )
+        for key, value in (
+            ("finite", runs),
+            ("zero", zero),
+            ("tolerance", tolerances),
+            ("evaluations", evaluations),
+            ("zero_evaluations", zero_evaluations),
+            ("w2", np.stack([w2_to_projection_curves(r, X0s, M.E1) for r in runs])),
+        ):
             out[key].append(value)
     return {k: np.stack(v) for k, v in out.items()}, reference, kernel
 
 
 def median_ess(positions: np.ndarray, M, beta: float, kernel: str) -> np.ndarray:
     """Median over tokens of the softmax's effective sample size, (replica, time) for positions (time, replica, …)."""
-    return np.stack([np.median(kernels.effective_sample_size(X, M.B, M.V, beta, kernel), axis=-1)
-                     for X in positions], axis=-1)
+    return np.stack(
+        [np.median(kernels.effective_sample_size(X, M.B, M.V, beta, kernel), axis=-1) for X in positions], axis=-1
+    )
 
 
-def _particle_study(name, label, experiment, root_seed, S, M, finite_path=None, checkpoint_dir=None,
-                    checkpoint_every=300.0):
+def _particle_study(
+    name, label, experiment, root_seed, S, M, finite_path=None, checkpoint_dir=None, checkpoint_every=300.0
+):
     pa = S.particles
     grid = particle_grid(experiment, S)
     method = experiment["integrator"]
@@ -243,8 +287,12 @@ def _particle_study(name, label, experiment, root_seed, S, M, finite_path=None, 
             used.append(str(fin.attrs.get("kernel", "")))
             reused.append(True)
             ess.append(fin["ess_median"].values[:k, : pa.replicas].T)
-            log.info("%s: the experiment's own run (%s, replicas 0-%d), not simulated again", run, finite_path,
-                     pa.replicas - 1)
+            log.info(
+                "%s: the experiment's own run (%s, replicas 0-%d), not simulated again",
+                run,
+                finite_path,
+                pa.replicas - 1,
+            )
         else:
             X0 = particle_tokens(name, experiment, root_seed, n, pa.replicas)
             field, kernel = _finite_field(experiment, S.beta, M, n)
@@ -254,20 +302,44 @@ def _particle_study(name, label, experiment, root_seed, S, M, finite_path=None, 
             log.info("%s: %s, %s, kernel %s", run, method, integrate.describe_steps(grid, method, tolerance), kernel)
             path = None if checkpoint_dir is None else f"{checkpoint_dir}/convergence_particles_N{n}.nc"
             positions, _, ckpt = checkpoint.simulate_resumable(
-                field, X0, grid, method, run, path, checkpoint_every, (M.B, M.V),
-                progress_logger(run, grid, n, pa.replicas), tolerance=tolerance, beta=S.beta, kernel=kernel)
+                field,
+                X0,
+                grid,
+                method,
+                run,
+                path,
+                checkpoint_every,
+                (M.B, M.V),
+                progress_logger(run, grid, n, pa.replicas),
+                tolerance=tolerance,
+                beta=S.beta,
+                kernel=kernel,
+            )
             ess.append(median_ess(positions, M, S.beta, kernel))
             checkpoint.discard(ckpt)
         w2.append(w2_to_projection_curves(positions, X0, M.E1))
         dist_A.append(projection.distance_to_eigenspace(positions, M.E1).T)  # (replica, time)
         low = np.min(ess[-1])
-        log.info("%s: smallest median effective sample size %.1f (t = %g)", run, low,
-                 grid.times[np.unravel_index(np.argmin(ess[-1]), ess[-1].shape)[1]])
+        log.info(
+            "%s: smallest median effective sample size %.1f (t = %g)",
+            run,
+            low,
+            grid.times[np.unravel_index(np.argmin(ess[-1]), ess[-1].shape)[1]],
+        )
     return np.stack(w2), np.stack(dist_A), np.stack(ess), reused, grid, used
 
 
-def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, output, finite_path=None,
-                      checkpoint_dir=None, checkpoint_every=300.0):
+def stage_convergence(
+    name,
+    experiment,
+    root_seed,
+    matrices_path,
+    tokens_path,
+    output,
+    finite_path=None,
+    checkpoint_dir=None,
+    checkpoint_every=300.0,
+):
     """Both studies for one experiment, written to ``convergence.nc``. ``finite_path``: the experiment's
     finite-temperature file at the study's β, reused for N = tokens (``reusable_run``); ``checkpoint_dir``:
     where the fresh particle runs keep their checkpoints."""
@@ -275,15 +347,24 @@ def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, o
     M = datasets.load_matrices(matrices_path)
     X0 = datasets.load_initial_tokens(tokens_path)
     if X0.shape[0] < S.steps.replicas or X0.shape[1] < S.steps.tokens:
-        raise ConfigError(f"{tokens_path}: holds {X0.shape[0]} replicas x {X0.shape[1]} tokens, fewer than the "
-                          f"step study's {S.steps.replicas} x {S.steps.tokens} (experiments.{name}.convergence.steps); "
-                          f"rerun the initial_tokens stage for this config")
+        raise ConfigError(
+            f"{tokens_path}: holds {X0.shape[0]} replicas x {X0.shape[1]} tokens, fewer than the "
+            f"step study's {S.steps.replicas} x {S.steps.tokens} (experiments.{name}.convergence.steps); "
+            f"rerun the initial_tokens stage for this config"
+        )
     label = f"{name} convergence"
     start = _time.perf_counter()
     st, pa = S.steps, S.particles
-    log.info("%s: step halving at beta = %g, steps %s (and tolerances for %s), %d tokens x %d replicas, times %s",
-             label, S.beta, halving_steps(st.dt).tolist(), study_methods(experiment)[len(NOMINAL_ORDER):],
-             st.tokens, st.replicas, list(st.times))
+    log.info(
+        "%s: step halving at beta = %g, steps %s (and tolerances for %s), %d tokens x %d replicas, times %s",
+        label,
+        S.beta,
+        halving_steps(st.dt).tolist(),
+        study_methods(experiment)[len(NOMINAL_ORDER) :],
+        st.tokens,
+        st.replicas,
+        list(st.times),
+    )
     runs, reference, step_kernel = _step_study(label, experiment, S, M, X0)
     methods = study_methods(experiment)
     diff = np.stack([successive_differences(r) for r in runs["finite"]])  # (integrator, pair, time)
@@ -292,46 +373,103 @@ def stage_convergence(name, experiment, root_seed, matrices_path, tokens_path, o
     w2_diff = np.max(np.abs(runs["w2"][:, :-1] - runs["w2"][:, 1:]), axis=2)  # over replicas
     nominal = np.array([nominal_order(m) for m in methods], dtype=float)
     for i, m in enumerate(methods):
-        log.info("%s: %s at beta = %g: |X_h - X_h/2| = %s, observed order %s (nominal %d); W2 order %s; field "
-                 "evaluations %s", label, m, S.beta, np.array2string(diff[i, 0], precision=3), np.array2string(
-                     observed_order(diff[i, 0], diff[i, 1]), precision=2), nominal[i],
-                 np.array2string(observed_order(w2_diff[i, 0], w2_diff[i, 1]), precision=2),
-                 runs["evaluations"][i].tolist())
-        log.info("%s: %s at zero temperature: error vs exact %s, observed orders %s", label, m,
-                 np.array2string(zero_err[i], precision=3),
-                 np.array2string(observed_order(zero_err[i, :-1], zero_err[i, 1:]), precision=2))
+        log.info(
+            "%s: %s at beta = %g: |X_h - X_h/2| = %s, observed order %s (nominal %d); W2 order %s; field "
+            "evaluations %s",
+            label,
+            m,
+            S.beta,
+            np.array2string(diff[i, 0], precision=3),
+            np.array2string(observed_order(diff[i, 0], diff[i, 1]), precision=2),
+            nominal[i],
+            np.array2string(observed_order(w2_diff[i, 0], w2_diff[i, 1]), precision=2),
+            runs["evaluations"][i].tolist(),
+        )
+        log.info(
+            "%s: %s at zero temperature: error vs exact %s, observed orders %s",
+            label,
+            m,
+            np.array2string(zero_err[i], precision=3),
+            np.array2string(observed_order(zero_err[i, :-1], zero_err[i, 1:]), precision=2),
+        )
     log.info("%s: step halving done, %.1f s elapsed", label, _time.perf_counter() - start)
 
-    log.info("%s: particle number at beta = %g, N = %s, %d replicas, horizon %g", label, S.beta, list(pa.tokens),
-             pa.replicas, pa.horizon)
+    log.info(
+        "%s: particle number at beta = %g, N = %s, %d replicas, horizon %g",
+        label,
+        S.beta,
+        list(pa.tokens),
+        pa.replicas,
+        pa.horizon,
+    )
     if finite_path is not None and not reusable_run(experiment, S):
         finite_path = None
-    w2, dist_A, ess, reused, grid, particle_kernels = _particle_study(name, label, experiment, root_seed, S, M,
-                                                                      finite_path, checkpoint_dir, checkpoint_every)
+    w2, dist_A, ess, reused, grid, particle_kernels = _particle_study(
+        name, label, experiment, root_seed, S, M, finite_path, checkpoint_dir, checkpoint_every
+    )
     stats = replica_statistics(w2)
     budget = particle_budget_of(pa.tokens, w2, dist_A, grid, int(experiment["tokens"]), M)
-    log.info("%s: W2(rho^beta_t, Pi_# rho0) at N = %d: remaining N error <= %.3g x W2 (95%% bound, p in [%g, %g], "
-             "t in (0, %g], before the earliest departure); departure time per doubling of N in [%.3g, %.3g] "
-             "(95%%)", label, int(experiment["tokens"]), budget["w2_budget_ratio"], *particle_budget.P_RANGE,
-             budget["budget_window_end"], *budget["departure_slope_per_doubling"])
+    log.info(
+        "%s: W2(rho^beta_t, Pi_# rho0) at N = %d: remaining N error <= %.3g x W2 (95%% bound, p in [%g, %g], "
+        "t in (0, %g], before the earliest departure); departure time per doubling of N in [%.3g, %.3g] "
+        "(95%%)",
+        label,
+        int(experiment["tokens"]),
+        budget["w2_budget_ratio"],
+        *particle_budget.P_RANGE,
+        budget["budget_window_end"],
+        *budget["departure_slope_per_doubling"],
+    )
     if not budget["w2_budget_ratio"] <= 1.0:
-        log.warning("%s: at beta = %g the remaining N error of W2 may exceed W2 itself at N = %d: the particle "
-                    "system does not stand for the mean field there", label, S.beta, int(experiment["tokens"]))
+        log.warning(
+            "%s: at beta = %g the remaining N error of W2 may exceed W2 itself at N = %d: the particle "
+            "system does not stand for the mean field there",
+            label,
+            S.beta,
+            int(experiment["tokens"]),
+        )
 
     ds = datasets.convergence_dataset(
-        methods=methods, steps=halving_steps(st.dt), check_times=st.times, step_replicas=st.replicas, diff=diff,
+        methods=methods,
+        steps=halving_steps(st.dt),
+        check_times=st.times,
+        step_replicas=st.replicas,
+        diff=diff,
         position_order=observed_order(diff[:, 0], diff[:, 1]),
         position_error=richardson_error(diff[:, 0], nominal[:, None]),
-        w2_steps=runs["w2"], w2_diff=w2_diff, w2_order=observed_order(w2_diff[:, 0], w2_diff[:, 1]),
-        zero_diff=zero_diff, zero_order=observed_order(zero_diff[:, 0], zero_diff[:, 1]), zero_err=zero_err,
-        zero_order_vs_exact=observed_order(zero_err[:, :-1], zero_err[:, 1:]), nominal=nominal,
-        tolerances=runs["tolerance"], evaluations=runs["evaluations"], zero_evaluations=runs["zero_evaluations"],
-        tokens=pa.tokens, replicas=pa.replicas, times=grid.times, w2_particles=w2, ess_particles=ess,
-        reused=reused, stats=stats, dist_A=dist_A, budget=budget,
-        attrs=dict(beta=S.beta, step_tokens=st.tokens, step_replicas=st.replicas, step_kernel=step_kernel,
-                   particle_integrator=experiment["integrator"], particle_step=grid.step,
-                   particle_kernels=",".join(particle_kernels), rounding_floor=ROUNDING_FLOOR,
-                   budget_exponent_range=list(particle_budget.P_RANGE), budget_confidence=BUDGET_CONFIDENCE,
-                   budget_tokens=int(experiment["tokens"])))
+        w2_steps=runs["w2"],
+        w2_diff=w2_diff,
+        w2_order=observed_order(w2_diff[:, 0], w2_diff[:, 1]),
+        zero_diff=zero_diff,
+        zero_order=observed_order(zero_diff[:, 0], zero_diff[:, 1]),
+        zero_err=zero_err,
+        zero_order_vs_exact=observed_order(zero_err[:, :-1], zero_err[:, 1:]),
+        nominal=nominal,
+        tolerances=runs["tolerance"],
+        evaluations=runs["evaluations"],
+        zero_evaluations=runs["zero_evaluations"],
+        tokens=pa.tokens,
+        replicas=pa.replicas,
+        times=grid.times,
+        w2_particles=w2,
+        ess_particles=ess,
+        reused=reused,
+        stats=stats,
+        dist_A=dist_A,
+        budget=budget,
+        attrs=dict(
+            beta=S.beta,
+            step_tokens=st.tokens,
+            step_replicas=st.replicas,
+            step_kernel=step_kernel,
+            particle_integrator=experiment["integrator"],
+            particle_step=grid.step,
+            particle_kernels=",".join(particle_kernels),
+            rounding_floor=ROUNDING_FLOOR,
+            budget_exponent_range=list(particle_budget.P_RANGE),
+            budget_confidence=BUDGET_CONFIDENCE,
+            budget_tokens=int(experiment["tokens"]),
+        ),
+    )
     log.info("%s: done, %.1f s", label, _time.perf_counter() - start)
     io.write_netcdf(ds, output, "convergence", io.provenance(name, experiment, root_seed))

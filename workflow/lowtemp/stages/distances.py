@@ -29,8 +29,9 @@ def _eigenspace_distances(X, M, suffix=""):
     }
 
 
-def stage_distances_beta(name, experiment, root_seed, matrices_path, tokens_path, finite_path, zero_path, output,
-                         checkpoint_path=None):
+def stage_distances_beta(
+    name, experiment, root_seed, matrices_path, tokens_path, finite_path, zero_path, output, checkpoint_path=None
+):
     """Distances for one β: (replica, time) arrays, written to distances/beta<β>.nc.
 
     The exact W2(ρ^β_t, ρ^∞_t) at the configured snapshots is the expensive part: with
@@ -51,8 +52,12 @@ def stage_distances_beta(name, experiment, root_seed, matrices_path, tokens_path
     exact, ckpt = _exact_w2_loop(name, beta, Y, Z, exact_w2_snapshots(experiment, nt), checkpoint_path)
     out["w2_zero_temperature"], out["w2_zero_temperature_sq_bound"] = exact["w2"], exact["w2_sq_bound"]
     out.update(_eigenspace_distances(np.swapaxes(Y, 0, 1), M))
-    io.write_netcdf(datasets.distances_beta_dataset(out, fin), output, "distances_beta",
-                    io.provenance(name, experiment, root_seed, beta=beta))
+    io.write_netcdf(
+        datasets.distances_beta_dataset(out, fin),
+        output,
+        "distances_beta",
+        io.provenance(name, experiment, root_seed, beta=beta),
+    )
     checkpoint.discard(ckpt)
 
 
@@ -79,9 +84,17 @@ def _exact_w2_loop(name, beta, Y, Z, exact_at, checkpoint_path):
             ckpt.save(values, done)
         if k == snapshots[-1] or _time.perf_counter() - logged >= 60.0:  # progress for long jobs
             logged = _time.perf_counter()
-            log.info("%s beta=%g: exact W2 %d / %d solves done (replica %d / %d at t index %d), %.1f s elapsed",
-                     name, beta, int(done.sum()), done.size // nt * snapshots.size, r + 1, nr, k,
-                     _time.perf_counter() - start)
+            log.info(
+                "%s beta=%g: exact W2 %d / %d solves done (replica %d / %d at t index %d), %.1f s elapsed",
+                name,
+                beta,
+                int(done.sum()),
+                done.size // nt * snapshots.size,
+                r + 1,
+                nr,
+                k,
+                _time.perf_counter() - start,
+            )
     return values, ckpt
 
 
@@ -91,7 +104,10 @@ def stage_distances(name, experiment, root_seed, matrices_path, tokens_path, zer
     Z = io.read_netcdf(zero_path, "zero_temperature")["positions"].values
     nt, nr = Z.shape[:2]
     w0 = np.array([[w2.w2_to_projection(Z[k, r], X0[r], M.E1) for k in range(nt)] for r in range(nr)])
-    ds = datasets.distances_dataset([io.read_netcdf(p, "distances_beta") for p in parts], w0,
-                                    _eigenspace_distances(np.swapaxes(Z, 0, 1), M, datasets.ZERO_SUFFIX))
+    ds = datasets.distances_dataset(
+        [io.read_netcdf(p, "distances_beta") for p in parts],
+        w0,
+        _eigenspace_distances(np.swapaxes(Z, 0, 1), M, datasets.ZERO_SUFFIX),
+    )
     log.info("%s: distances collected for beta = %s", name, ds.beta.values.tolist())
     io.write_netcdf(ds, output, "distances", io.provenance(name, experiment, root_seed))

@@ -64,15 +64,27 @@ def plot_w2_projection(data, experiment):
     colors = _palette(dist.beta.size)
     a, C1, b, c = _bound_constants(fit)
     for color, beta in zip(colors, dist.beta.values):
-        _band(ax, t, dist["w2_projection"].sel(beta=beta).values, color, _beta_label(dist, beta, thr),
-              dashed=_low_ess(dist, beta, thr))
+        _band(
+            ax,
+            t,
+            dist["w2_projection"].sel(beta=beta).values,
+            color,
+            _beta_label(dist, beta, thr),
+            dashed=_low_ess(dist, beta, thr),
+        )
         if _has_bound(fit):
             ax.plot(t, fitting.bound_curve(t, beta, a, C1, b, c), color=color, lw=0.9, ls=":")
     _band(ax, t, dist["w2_zero_to_projection"].values, "black", "zero temperature (β = ∞)")
     cal = ", ".join(f"{v:g}" for v in fit.beta.values[fit["calibration_beta"].values.astype(bool)])
-    ax.plot([], [], color="gray", ls=":",
-            label=f"bound calibrated on β = {cal}: C1 = {C1:.2f}, c = {c:.2f}" if _has_bound(fit)
-            else "no bound drawn: it could not be calibrated (see logs/fit.log)")
+    ax.plot(
+        [],
+        [],
+        color="gray",
+        ls=":",
+        label=f"bound calibrated on β = {cal}: C1 = {C1:.2f}, c = {c:.2f}"
+        if _has_bound(fit)
+        else "no bound drawn: it could not be calibrated (see logs/fit.log)",
+    )
     ax.set_yscale("log")
     ax.set_ylim(max(1e-4, float(dist["w2_zero_to_projection"].min()) / 2), 3)
     ax.set_xlabel("time t")
@@ -99,9 +111,18 @@ def plot_collapse(data, experiment):
             log_a = float(np.mean(fit["log_a"].values[i]))
             ax.plot(tt, np.exp(log_a + float(fit["C1_mean"]) * tt), color=color, lw=3, alpha=0.5)
     C1, (lo, hi) = float(fit["C1_mean"]), fit["C1_interval"].values
-    ax.plot([], [], color="gray", lw=3, alpha=0.5,
-            label=(f"fit a·e^(C1 t), C1 = {C1:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else "")
-                   if np.isfinite(C1) else "no growth window: C1 not fitted"))
+    ax.plot(
+        [],
+        [],
+        color="gray",
+        lw=3,
+        alpha=0.5,
+        label=(
+            f"fit a·e^(C1 t), C1 = {C1:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else "")
+            if np.isfinite(C1)
+            else "no growth window: C1 not fitted"
+        ),
+    )
     ax.set_yscale("log")
     ax.set_xlabel("time t")
     ax.set_ylabel(r"$W_2(\rho^\beta_t, \rho^\infty_t)\,/\,\sqrt{\log(\beta+1)/\beta}$")
@@ -117,16 +138,24 @@ def plot_end_phase(data, experiment):
     t = dist.time.values
     thr = experiment["ess_threshold"]
     show_modulus = bool(mats.attrs.get("V_leading_differs", 0))
-    panels = [("dist_leading_A", "distance to E1(A) ∩ S"),
-              ("dist_leading_V", "distance to V's leading eigenspace (Re λ max) ∩ S")]
+    panels = [
+        ("dist_leading_A", "distance to E1(A) ∩ S"),
+        ("dist_leading_V", "distance to V's leading eigenspace (Re λ max) ∩ S"),
+    ]
     if show_modulus:
         panels.append(("dist_leading_V_modulus", "distance to V's leading eigenspace (|λ| max) ∩ S"))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.2), sharey=True)
     colors = _palette(dist.beta.size)
     for ax, (var, title) in zip(axes, panels):
         for color, beta in zip(colors, dist.beta.values):
-            _band(ax, t, dist[var].sel(beta=beta).values, color, _beta_label(dist, beta, thr),
-                  dashed=_low_ess(dist, beta, thr))
+            _band(
+                ax,
+                t,
+                dist[var].sel(beta=beta).values,
+                color,
+                _beta_label(dist, beta, thr),
+                dashed=_low_ess(dist, beta, thr),
+            )
             tc = crossover_time(fit, beta)
             if 0 < tc < t[-1]:
                 ax.axvline(tc, color=color, lw=0.8, ls=":")
@@ -153,14 +182,26 @@ def plot_time_scale(data, experiment):
     for r in range(dep.shape[1]):
         ax.scatter(x, dep[:, r], color="gray", s=12, alpha=0.6, label="replicas" if r == 0 else None)
     cx, cr = np.nonzero(censored)
-    ax.scatter(x[cx], np.full(cx.size, horizon), marker="^", color="C1", s=18,
-               label="censored: still metastable at the horizon" if cx.size else None)
+    ax.scatter(
+        x[cx],
+        np.full(cx.size, horizon),
+        marker="^",
+        color="C1",
+        s=18,
+        label="censored: still metastable at the horizon" if cx.size else None,
+    )
     mean = fitting.mean_of_finite(dep)
     used = fit["metastable_beta_used"].values.astype(bool)
     ax.plot(x, mean, "-", color="C0", lw=0.8)
     ax.plot(x[used], mean[used], "o", color="C0", label="mean over replicas that departed (judged)")
-    ax.plot(x[~used], mean[~used], "o", mfc="none", color="C0",
-            label="under-resolved β (not judged)" if (~used).any() else None)
+    ax.plot(
+        x[~used],
+        mean[~used],
+        "o",
+        mfc="none",
+        color="C0",
+        label="under-resolved β (not judged)" if (~used).any() else None,
+    )
     # the slope's bounds per replica (snapshot step, censoring) drawn through the judged β only
     bounds = fit["metastable_slope"].values
     lo, hi = fit["metastable_slope_interval"].values
@@ -168,11 +209,21 @@ def plot_time_scale(data, experiment):
     if np.all(np.isfinite(bounds)) and ok.sum() >= 2:
         s_mid = float(np.mean(bounds))
         xx = np.linspace(x[ok].min(), x[ok].max(), 20)
-        ax.plot(xx, np.mean(mean[ok]) + s_mid * (xx - np.mean(x[ok])), "--", color="C3",
-                label=f"slope over the judged β: bounds [{lo:.2f}, {hi:.2f}]")
+        ax.plot(
+            xx,
+            np.mean(mean[ok]) + s_mid * (xx - np.mean(x[ok])),
+            "--",
+            color="C3",
+            label=f"slope over the judged β: bounds [{lo:.2f}, {hi:.2f}]",
+        )
     else:
-        ax.plot([], [], "--", color="C3",
-                label="no slope: fewer than two judged β departed, or censoring leaves it unbounded")
+        ax.plot(
+            [],
+            [],
+            "--",
+            color="C3",
+            label="no slope: fewer than two judged β departed, or censoring leaves it unbounded",
+        )
     ax.set_xlabel("log β")
     ax.set_ylabel("departure time (farther than half the way from E1(A) to E1(V))")
     ax.set_title("Metastable time scale against log β")
@@ -213,8 +264,13 @@ def plot_snapshots(data, experiment):
 
 #: the drawing function of each figure named in ``lowtemp.config.experiment.FIGURES`` (the one list of names;
 #: a test checks that the two agree)
-FIGURES = {"w2_projection": plot_w2_projection, "collapse": plot_collapse, "end_phase": plot_end_phase,
-           "time_scale": plot_time_scale, "snapshots": plot_snapshots}
+FIGURES = {
+    "w2_projection": plot_w2_projection,
+    "collapse": plot_collapse,
+    "end_phase": plot_end_phase,
+    "time_scale": plot_time_scale,
+    "snapshots": plot_snapshots,
+}
 
 
 def _save_atomic(fig, path):
@@ -223,8 +279,9 @@ def _save_atomic(fig, path):
         fig.savefig(tmp, format=path.suffix.lstrip("."), dpi=150, bbox_inches="tight")
 
 
-def stage_figure(figure, name, experiment, *, matrices_path, distances_path, fit_path, zero_path, finite_paths,
-                 pdf, png):
+def stage_figure(
+    figure, name, experiment, *, matrices_path, distances_path, fit_path, zero_path, finite_paths, pdf, png
+):
     """Draw the named figure of one experiment from its NetCDF files, save PDF and PNG."""
     try:
         plot = FIGURES[figure]
@@ -251,6 +308,7 @@ def stage_figure(figure, name, experiment, *, matrices_path, distances_path, fit
 #: colour and label of each integrator in the convergence figure
 INTEGRATOR_STYLE = {"rk4": ("C0", "RK4"), "euler": ("C3", "Euler"), "dopri5": ("C2", "DOPRI5"), "bs3": ("C1", "BS3")}
 
+
 def plot_convergence(conv, experiment):
     """Left: step halving and tolerance, errors against the step (max over the check times; an adaptive
     integrator's level k at h/2^k) with the schemes' slopes.
@@ -265,23 +323,51 @@ def plot_convergence(conv, experiment):
         c = conv.sel(integrator=method)
         color, name = INTEGRATOR_STYLE[str(method)]
         orders = "/".join(f"{p:.2f}" for p in c["position_order"].values)
-        ax.loglog(coarse, c["position_difference"].max("check_time").values, "o-", color=color,
-                  label=f"{name}, β = {beta:g}: max|X_h − X_h/2| (orders {orders})")
-        ax.loglog(coarse, c["w2_difference"].max("check_time").values, "^:", color=color, ms=5,
-                  label=f"{name}, β = {beta:g}: |W2_h − W2_h/2|")
-        ax.loglog(steps, c["zero_error_vs_exact"].max("check_time").values, "s--", color=color, ms=5, mfc="none",
-                  label=f"{name}, β = ∞: max|X_h − X_exact|")
+        ax.loglog(
+            coarse,
+            c["position_difference"].max("check_time").values,
+            "o-",
+            color=color,
+            label=f"{name}, β = {beta:g}: max|X_h − X_h/2| (orders {orders})",
+        )
+        ax.loglog(
+            coarse,
+            c["w2_difference"].max("check_time").values,
+            "^:",
+            color=color,
+            ms=5,
+            label=f"{name}, β = {beta:g}: |W2_h − W2_h/2|",
+        )
+        ax.loglog(
+            steps,
+            c["zero_error_vs_exact"].max("check_time").values,
+            "s--",
+            color=color,
+            ms=5,
+            mfc="none",
+            label=f"{name}, β = ∞: max|X_h − X_exact|",
+        )
     for anchor in conv["integrator"].values:  # reference slopes, a little below the exact errors
         p = int(conv["nominal_order"].sel(integrator=anchor))
         y0 = 0.3 * float(conv["zero_error_vs_exact"].sel(integrator=anchor).max("check_time").values[0])
         ax.loglog(steps, y0 * (steps / steps[0]) ** p, color="gray", lw=0.8, alpha=0.8)
-        ax.annotate(f"slope {p}", (steps[-1], y0 * (steps[-1] / steps[0]) ** p), fontsize=7, color="gray",
-                    xytext=(0, -9), textcoords="offset points")
+        ax.annotate(
+            f"slope {p}",
+            (steps[-1], y0 * (steps[-1] / steps[0]) ** p),
+            fontsize=7,
+            color="gray",
+            xytext=(0, -9),
+            textcoords="offset points",
+        )
     ax.axhline(floor, color="gray", ls=":", lw=0.8)
     ax.set_xlabel("step h")
     ax.set_ylabel("difference (max over replicas, tokens, check times)")
-    ax.set_title(f"Step halving (h, h/2, h/4; adaptive: τ/2^((q+1)k)), t ∈ {{{', '.join(f'{t:g}' for t in conv['check_time'].values)}}}; "
-                 f"{conv.attrs['step_tokens']} tokens", fontsize=9)
+    ax.set_title(
+        "Step halving (h, h/2, h/4; adaptive: τ/2^((q+1)k)), "
+        f"t ∈ {{{', '.join(f'{t:g}' for t in conv['check_time'].values)}}}; "
+        f"{conv.attrs['step_tokens']} tokens",
+        fontsize=9,
+    )
     ax.legend(fontsize=6, loc="lower right")
     t = conv["time"].values
     tokens = conv["tokens"].values
@@ -291,26 +377,45 @@ def plot_convergence(conv, experiment):
         bx.fill_between(t, np.maximum(m - 2 * s, 1e-6), m + 2 * s, color=color, alpha=0.25, lw=0)
         bx.plot(t, m, color=color, lw=1.6 if n == n_budget else 1.1, label=f"N = {n}")
     remaining = conv["w2_remaining_bound"].values
-    bx.plot(t, np.where(np.isfinite(remaining), remaining, np.nan), color="black", ls="--", lw=1.0,
-            label=f"remaining N error at N = {n_budget} (95% bound)")
+    bx.plot(
+        t,
+        np.where(np.isfinite(remaining), remaining, np.nan),
+        color="black",
+        ls="--",
+        lw=1.0,
+        label=f"remaining N error at N = {n_budget} (95% bound)",
+    )
     bx.axvline(float(conv["budget_window_end"]), color="gray", ls=":", lw=0.8)
     bx.set_yscale("log")
     bx.set_xlabel("time t")
     bx.set_ylabel(r"$W_2(\rho^\beta_t, \Pi_\sharp\rho_0)$, mean ± 2 sem")
     slope = conv["departure_slope_per_doubling"].values
-    verdict = (f"remaining error ≤ {float(conv['w2_budget_ratio']):.2g}·W2 before departure; departure "
-               f"{slope[0]:+.2g}…{slope[1]:+.2g} per doubling")
+    verdict = (
+        f"remaining error ≤ {float(conv['w2_budget_ratio']):.2g}·W2 before departure; departure "
+        f"{slope[0]:+.2g}…{slope[1]:+.2g} per doubling"
+    )
     bx.set_title(f"Particle number, β = {beta:g}, {conv.sizes['replica']} replicas: {verdict}", fontsize=8)
     bx.legend(fontsize=7)
     threshold = float(experiment.get("ess_threshold", 30.0))
     for color, n in zip(_palette(tokens.size), tokens):
         ess = conv["ess_particles"].sel(tokens=n).min("replica").values
         reused = bool(conv["reused_run"].sel(tokens=n)) if "reused_run" in conv else False
-        cx.plot(t, ess, color=color, lw=1.1, label=f"N = {n}: min {np.min(ess):.3g}" + (" (the experiment's run)"
-                                                                                      if reused else ""))
+        cx.plot(
+            t,
+            ess,
+            color=color,
+            lw=1.1,
+            label=f"N = {n}: min {np.min(ess):.3g}" + (" (the experiment's run)" if reused else ""),
+        )
     cx.axhline(threshold, color="gray", ls="--", lw=0.8)
-    cx.annotate(f"ess_threshold {threshold:g}", (t[0], threshold), fontsize=7, color="gray", xytext=(2, 3),
-                textcoords="offset points")
+    cx.annotate(
+        f"ess_threshold {threshold:g}",
+        (t[0], threshold),
+        fontsize=7,
+        color="gray",
+        xytext=(2, 3),
+        textcoords="offset points",
+    )
     cx.set_yscale("log")
     cx.set_xlabel("time t")
     cx.set_ylabel("median effective sample size (smallest replica)")

@@ -29,29 +29,56 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     if convergence_path is not None:
         conv = io.read_netcdf(convergence_path, "convergence")
         budget = estimates.study_budget(conv, float(experiment["fit"]["particle_error_fraction"]))
-    out = estimates.fit_experiment(name, ds, M, experiment["fit"], float(experiment["ess_threshold"]),
-                                   int(experiment["tokens"]), particle_budget=budget)
+    out = estimates.fit_experiment(
+        name,
+        ds,
+        M,
+        experiment["fit"],
+        float(experiment["ess_threshold"]),
+        int(experiment["tokens"]),
+        particle_budget=budget,
+    )
     for line in estimates.describe(out, name):
         log.info("%s", line)
     for beta, low in zip(out.beta.values, out["ess_min_to_horizon"].values):
         if "reference_error_to_horizon" in out:  # a mean-field experiment: no ESS, its reference's error decides
-            log.info("%s: beta = %g: mean-field reference error over W2, early %.3g, to departure %.3g; departure "
-                     "shift at twice the cell width %.3g", name, beta,
-                     *(float(out[k].sel(beta=beta)) for k in ("reference_error_early", "reference_error_to_departure",
-                                                              "reference_departure_shift")))
+            log.info(
+                "%s: beta = %g: mean-field reference error over W2, early %.3g, to departure %.3g; departure "
+                "shift at twice the cell width %.3g",
+                name,
+                beta,
+                *(
+                    float(out[k].sel(beta=beta))
+                    for k in ("reference_error_early", "reference_error_to_departure", "reference_departure_shift")
+                ),
+            )
             continue
         if budget is not None and np.isclose(beta, budget.beta):  # the budget decides here, the ESS is a diagnostic
-            log.info("%s: beta = %g, N = %d: particle-number budget: remaining N error of W2 <= %.3g x W2 (95%%; "
-                     "%.3g x W2 reached at N ~ %.3g), departure time per doubling of N in [%.3g, %.3g]; median ESS "
-                     "down to %.1f (a diagnostic here)", name, beta, budget.tokens, budget.w2_ratio,
-                     float(experiment["fit"]["particle_error_fraction"]), budget.tokens_needed,
-                     *budget.slope_interval, low)
+            log.info(
+                "%s: beta = %g, N = %d: particle-number budget: remaining N error of W2 <= %.3g x W2 (95%%; "
+                "%.3g x W2 reached at N ~ %.3g), departure time per doubling of N in [%.3g, %.3g]; median ESS "
+                "down to %.1f (a diagnostic here)",
+                name,
+                beta,
+                budget.tokens,
+                budget.w2_ratio,
+                float(experiment["fit"]["particle_error_fraction"]),
+                budget.tokens_needed,
+                *budget.slope_interval,
+                low,
+            )
             continue
         if not low >= experiment["ess_threshold"]:
-            log.warning("%s: beta = %g, N = %d: median effective sample size falls to %.1f < %g; the particle "
-                        "system does not stand for the mean field there (N must grow like beta^((d-1)/2)); the "
-                        "claims leave this beta out where it falls inside their window", name, beta,
-                        int(experiment["tokens"]), low, experiment["ess_threshold"])
+            log.warning(
+                "%s: beta = %g, N = %d: median effective sample size falls to %.1f < %g; the particle "
+                "system does not stand for the mean field there (N must grow like beta^((d-1)/2)); the "
+                "claims leave this beta out where it falls inside their window",
+                name,
+                beta,
+                int(experiment["tokens"]),
+                low,
+                experiment["ess_threshold"],
+            )
     io.write_netcdf(out, output, "fit", io.provenance(name, experiment, root_seed))
 
 
@@ -62,9 +89,13 @@ def stage_claims(name, experiment, root_seed, distances_path, fit_path, output):
     found = claims.evaluate(dist, fit, experiment["claims"])
     ds = claims.claims_dataset(found, fit)
     counts = {s.word: sum(c.status == s for c in found) for s in claims.Status}
-    log.info("%s: %s (intervals: %g%% Student-t over %d replicas)", name,
-             ", ".join(f"{n} {w.lower()}" for w, n in counts.items() if n), 100 * float(fit.attrs["confidence"]),
-             dist.sizes["replica"])
+    log.info(
+        "%s: %s (intervals: %g%% Student-t over %d replicas)",
+        name,
+        ", ".join(f"{n} {w.lower()}" for w, n in counts.items() if n),
+        100 * float(fit.attrs["confidence"]),
+        dist.sizes["replica"],
+    )
     for c in found:
         (log.info if c.status == claims.Status.PASSED else log.warning)("%s: %s", name, c.line())
     io.write_netcdf(ds, output, "claims", io.provenance(name, experiment, root_seed))

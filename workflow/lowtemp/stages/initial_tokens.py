@@ -23,10 +23,21 @@ def stage_initial_tokens(name, experiment, root_seed, matrices_path, output):
     params = dict(experiment["initial_measure"])
     measure = params.pop("name")
     rng = generator(root_seed, name, "initial_tokens")
-    X0 = measures.sample_initial_tokens(measure, rng, experiment["replicas"], experiment["tokens"],
-                                        experiment["dim"], **params)
+    X0 = measures.sample_initial_tokens(
+        measure, rng, experiment["replicas"], experiment["tokens"], experiment["dim"], **params
+    )
     moment = measures.assumption_2_moment(X0, M.E1, p=0.5)
-    log.info("%s: %d replicas x %d tokens from %s; Assumption 2 moment (p=1/2) %s", name, X0.shape[0],
-             X0.shape[1], measure, np.array2string(moment, precision=3))
-    io.write_netcdf(datasets.initial_tokens_dataset(X0, moment), output, "initial_tokens",
-                    io.provenance(name, experiment, root_seed))
+    log.info(
+        "%s: %d replicas x %d tokens from %s; Assumption 2 moment (p=1/2) %s",
+        name,
+        X0.shape[0],
+        X0.shape[1],
+        measure,
+        np.array2string(moment, precision=3),
+    )
+    io.write_netcdf(
+        datasets.initial_tokens_dataset(X0, moment),
+        output,
+        "initial_tokens",
+        io.provenance(name, experiment, root_seed),
+    )

@@ -49,9 +49,20 @@ def progress_logger(label: str, grid, n_tokens: int, n_replicas: int):
     def progress(t: float, k: int, record):
         if k % every == 0 or k == grid.snapshots:
             elapsed = time.perf_counter() - start
-            log.info("%s: t = %.3f / %.3f (snapshot %d / %d, %d steps + %d rejected, %d field evaluations, "
-                     "%d tokens x %d replicas), %.1f s elapsed", label, t, grid.horizon, k, grid.snapshots,
-                     record.accepted[: k + 1].sum(), record.rejected[: k + 1].sum(),
-                     record.evaluations[: k + 1].sum(), n_tokens, n_replicas, elapsed)
+            log.info(
+                "%s: t = %.3f / %.3f (snapshot %d / %d, %d steps + %d rejected, %d field evaluations, "
+                "%d tokens x %d replicas), %.1f s elapsed",
+                label,
+                t,
+                grid.horizon,
+                k,
+                grid.snapshots,
+                record.accepted[: k + 1].sum(),
+                record.rejected[: k + 1].sum(),
+                record.evaluations[: k + 1].sum(),
+                n_tokens,
+                n_replicas,
+                elapsed,
+            )
 
     return progress

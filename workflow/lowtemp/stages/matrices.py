@@ -17,7 +17,14 @@ log = logging.getLogger("lowtemp")
 def stage_matrices(name, experiment, root_seed, output):
     """Generate K, Q, V (``experiment.build_matrices``) and write matrices.nc."""
     M = build_matrices(name, experiment, root_seed)
-    log.info("%s: matrices (%s) gamma=%.4g sigma(B) in [%.4g, %.4g], dim E1=%d, rate bounds [%.4g, %.4g]",
-             name, experiment["matrices"]["family"], M.gamma, M.sigma_min, M.sigma_max, M.E1.shape[1],
-             *M.rate_bounds)
+    log.info(
+        "%s: matrices (%s) gamma=%.4g sigma(B) in [%.4g, %.4g], dim E1=%d, rate bounds [%.4g, %.4g]",
+        name,
+        experiment["matrices"]["family"],
+        M.gamma,
+        M.sigma_min,
+        M.sigma_max,
+        M.E1.shape[1],
+        *M.rate_bounds,
+    )
     io.write_netcdf(datasets.matrices_dataset(M), output, "matrices", io.provenance(name, experiment, root_seed))

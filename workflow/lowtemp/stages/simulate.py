@@ -21,28 +21,49 @@ from .joblog import progress_logger
 log = logging.getLogger("lowtemp")
 
 
-def _simulate_with_checkpoint(field, X0, grid, method, tolerance, label, checkpoint_path, checkpoint_every,
-                              arrays, **settings):
+def _simulate_with_checkpoint(
+    field, X0, grid, method, tolerance, label, checkpoint_path, checkpoint_every, arrays, **settings
+):
     """``checkpoint.simulate_resumable`` with the job's progress log; logs the integrator's record.
 
     Returns the positions, the ``integrate.StepRecord`` and the checkpoint (call ``discard()``
     once the output is written), or None.
     """
     progress = progress_logger(label, grid, X0.shape[1], X0.shape[0])
-    positions, record, ckpt = checkpoint.simulate_resumable(field, X0, grid, method, label, checkpoint_path,
-                                                            checkpoint_every, arrays, progress, tolerance=tolerance,
-                                                            **settings)
+    positions, record, ckpt = checkpoint.simulate_resumable(
+        field,
+        X0,
+        grid,
+        method,
+        label,
+        checkpoint_path,
+        checkpoint_every,
+        arrays,
+        progress,
+        tolerance=tolerance,
+        **settings,
+    )
     drift = record.drift
     k, r = np.unravel_index(np.argmax(drift), drift.shape)
-    log.info("%s: %s, %d field evaluations, %d accepted and %d rejected steps; largest norm drift of a step "
-             "before renormalisation %.3e (snapshot interval ending at t = %g, replica %d; the run stops above %g)",
-             label, method, record.evaluations.sum(), record.accepted.sum(), record.rejected.sum(), drift[k, r],
-             grid.times[k], r, integrate.DRIFT_TOLERANCE)
+    log.info(
+        "%s: %s, %d field evaluations, %d accepted and %d rejected steps; largest norm drift of a step "
+        "before renormalisation %.3e (snapshot interval ending at t = %g, replica %d; the run stops above %g)",
+        label,
+        method,
+        record.evaluations.sum(),
+        record.accepted.sum(),
+        record.rejected.sum(),
+        drift[k, r],
+        grid.times[k],
+        r,
+        integrate.DRIFT_TOLERANCE,
+    )
     return positions, record, ckpt
 
 
-def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, tokens_path, output,
-                             checkpoint_path=None, checkpoint_every=300.0):
+def stage_finite_temperature(
+    name, experiment, root_seed, beta, matrices_path, tokens_path, output, checkpoint_path=None, checkpoint_every=300.0
+):
     """Simulate the particle system at inverse temperature β and write finite_temperature/beta<β>.nc:
     positions, the integrator's norm drift, and the effective sample size (median and 5th percentile
     over tokens). A non-finite ESS raises FloatingPointError naming the run, snapshot, replica and token.
@@ -57,11 +78,27 @@ def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, t
     method, tolerance = experiment["integrator"], integration_tolerance(experiment)
     kernel = field_kernel(experiment)
     field = lambda X: kernels.attention_field(X, M.B, M.V, beta, kernel)  # noqa: E731
-    log.info("%s: finite temperature beta = %g, %s, %s, kernel %s", name, beta, method,
-             integrate.describe_steps(grid, method, tolerance), kernel)
-    positions, record, ckpt = _simulate_with_checkpoint(field, X0, grid, method, tolerance,
-                                                        f"{name} beta = {beta:g}", checkpoint_path, checkpoint_every,
-                                                        arrays=(M.B, M.V), beta=beta, kernel=kernel)
+    log.info(
+        "%s: finite temperature beta = %g, %s, %s, kernel %s",
+        name,
+        beta,
+        method,
+        integrate.describe_steps(grid, method, tolerance),
+        kernel,
+    )
+    positions, record, ckpt = _simulate_with_checkpoint(
+        field,
+        X0,
+        grid,
+        method,
+        tolerance,
+        f"{name} beta = {beta:g}",
+        checkpoint_path,
+        checkpoint_every,
+        arrays=(M.B, M.V),
+        beta=beta,
+        kernel=kernel,
+    )
     ess = np.stack([kernels.effective_sample_size(X, M.B, M.V, beta, kernel) for X in positions])
     if not np.all(np.isfinite(ess)):
         # a NaN would pass the threshold check below silently (NaN < x is False) and reach the claims
@@ -69,10 +106,15 @@ def stage_finite_temperature(name, experiment, root_seed, beta, matrices_path, t
         raise FloatingPointError(
             f"{name}: beta = {beta:g}: the effective sample size is {ess[k, r, i]} at t = {grid.times[k]:g} "
             f"(snapshot {k}), replica {r}, token {i} (kernel {kernel}); {int(np.sum(~np.isfinite(ess)))} "
-            f"non-finite values in all")
+            f"non-finite values in all"
+        )
     ds = datasets.finite_temperature_dataset(positions, record, ess, grid, beta, method, tolerance, kernel)
-    log.info("%s: beta = %g: smallest median effective sample size %.1f (judged against ess_threshold by the "
-             "fit)", name, beta, float(np.min(np.median(ds["ess_median"].values, axis=1))))
+    log.info(
+        "%s: beta = %g: smallest median effective sample size %.1f (judged against ess_threshold by the fit)",
+        name,
+        beta,
+        float(np.min(np.median(ds["ess_median"].values, axis=1))),
+    )
     io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
     checkpoint.discard(ckpt)
 
@@ -105,36 +147,63 @@ def stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_pa
         log.info("%s graded to %g (%s)", label, depth, red.geometry)
         start = _time.perf_counter()
         solutions[w] = meanfield.solve(
-            red, beta, grid.times, measure=measure_name, params=measure, width=w, depth=depth,
-            rtol=MEAN_FIELD_RTOL, atol=MEAN_FIELD_ATOL,
-            progress=lambda t, info, label=label: log.info("%s: t = %g, %d cells, %d field evaluations", label, t,
-                                                           info["cells"], info["nfev"]))
+            red,
+            beta,
+            grid.times,
+            measure=measure_name,
+            params=measure,
+            width=w,
+            depth=depth,
+            rtol=MEAN_FIELD_RTOL,
+            atol=MEAN_FIELD_ATOL,
+            progress=lambda t, info, label=label: log.info(
+                "%s: t = %g, %d cells, %d field evaluations", label, t, info["cells"], info["nfev"]
+            ),
+        )
         log.info("%s: done in %.1f s (%s)", label, _time.perf_counter() - start, solutions[w].info)
     fine, coarse = solutions[width], solutions[2 * width]
     positions, coarse_positions = fine.push_forward(X0), coarse.push_forward(X0)
     error = np.sqrt(np.mean(np.sum((positions - coarse_positions) ** 2, axis=-1), axis=-1))  # (time, replica)
-    ds = datasets.mean_field_dataset(positions, error, projection.distance_to_eigenspace(coarse_positions, M.E1),
-                                     fine, grid, beta, width, depth)
-    log.info("%s: beta = %g: largest reference error (W2 bound between the widths %g and %g) %.3g at t = %g", name,
-             beta, width, 2 * width, float(error.max()), float(grid.times[np.argmax(error.max(axis=1))]))
+    ds = datasets.mean_field_dataset(
+        positions, error, projection.distance_to_eigenspace(coarse_positions, M.E1), fine, grid, beta, width, depth
+    )
+    log.info(
+        "%s: beta = %g: largest reference error (W2 bound between the widths %g and %g) %.3g at t = %g",
+        name,
+        beta,
+        width,
+        2 * width,
+        float(error.max()),
+        float(grid.times[np.argmax(error.max(axis=1))]),
+    )
     io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
 
 
-def stage_zero_temperature(name, experiment, root_seed, matrices_path, tokens_path, output,
-                           checkpoint_path=None, checkpoint_every=300.0):
+def stage_zero_temperature(
+    name, experiment, root_seed, matrices_path, tokens_path, output, checkpoint_path=None, checkpoint_every=300.0
+):
     """Integrate the zero-temperature dynamics (Eq. 3) and write zero_temperature.nc: positions, the
     integrator's norm drift, the exact time-changed solution and the largest deviation from it."""
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
     grid = time_grid(experiment)
     method, tolerance = experiment["integrator"], integration_tolerance(experiment)
     field = lambda X: fields.zero_temperature_field(X, M.A, M.B)  # noqa: E731
-    positions, record, ckpt = _simulate_with_checkpoint(field, X0, grid, method, tolerance,
-                                                        f"{name} zero temperature", checkpoint_path, checkpoint_every,
-                                                        arrays=(M.A, M.B))
+    positions, record, ckpt = _simulate_with_checkpoint(
+        field,
+        X0,
+        grid,
+        method,
+        tolerance,
+        f"{name} zero temperature",
+        checkpoint_path,
+        checkpoint_every,
+        arrays=(M.A, M.B),
+    )
     reference = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
     error = np.max(np.abs(positions - reference), axis=(1, 2, 3))
     ds = datasets.zero_temperature_dataset(positions, record, reference, error, grid, method, tolerance)
-    log.info("%s: zero temperature: max deviation from the exact solution %.3e (at t = %g)", name,
-             error.max(), grid.horizon)
+    log.info(
+        "%s: zero temperature: max deviation from the exact solution %.3e (at t = %g)", name, error.max(), grid.horizon
+    )
     io.write_netcdf(ds, output, "zero_temperature", io.provenance(name, experiment, root_seed))
     checkpoint.discard(ckpt)

@@ -37,9 +37,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from . import io
 from .. import __version__
 from ..dynamics import integrate
+from . import io
 
 log = logging.getLogger("lowtemp")
 
@@ -77,8 +77,7 @@ class _Checkpoint:
             log.warning("checkpoint %s is unreadable (%s); starting from the beginning", self.path, exc)
             return None
         if ds.attrs.get("fingerprint") != self.fingerprint:
-            log.warning("checkpoint %s belongs to other inputs, config or code; starting from the beginning",
-                        self.path)
+            log.warning("checkpoint %s belongs to other inputs, config or code; starting from the beginning", self.path)
             return None
         return ds
 
@@ -110,8 +109,9 @@ class SimulationCheckpoint(_Checkpoint):
     call ``ckpt.discard()`` once the output is written.
     """
 
-    def __init__(self, path: str | Path, fingerprint: str, times: np.ndarray, every_seconds: float = 300.0,
-                 clock=time.monotonic):
+    def __init__(
+        self, path: str | Path, fingerprint: str, times: np.ndarray, every_seconds: float = 300.0, clock=time.monotonic
+    ):
         if not every_seconds >= 0:
             raise ValueError(f"checkpoint interval must be >= 0 seconds, got {every_seconds}")
         super().__init__(path, fingerprint)
@@ -130,27 +130,45 @@ class SimulationCheckpoint(_Checkpoint):
         done = ds["positions"].values
         k = done.shape[0] - 1
         if done.shape[1:] != tuple(shape) or not 0 <= k < n_times:
-            log.warning("checkpoint %s has shape %s, expected (<=%d, %s); starting from t = 0", self.path,
-                        done.shape, n_times, tuple(shape))
+            log.warning(
+                "checkpoint %s has shape %s, expected (<=%d, %s); starting from t = 0",
+                self.path,
+                done.shape,
+                n_times,
+                tuple(shape),
+            )
             return None
         shapes = {"norm_drift": done.shape[:2]} | {f"record_{f}": done.shape[:1] for f in integrate.FIELDS[1:]}
         if any(v not in ds or ds[v].shape != s for v, s in shapes.items()):
-            log.warning("checkpoint %s has no integrator record %s (an older version wrote it); starting "
-                        "from t = 0", self.path, shapes)
+            log.warning(
+                "checkpoint %s has no integrator record %s (an older version wrote it); starting from t = 0",
+                self.path,
+                shapes,
+            )
             return None
-        log.info("resuming from checkpoint %s at snapshot %d of %d (t = %g)", self.path, k, n_times - 1,
-                 float(ds["time"].values[-1]))
-        record = integrate.StepRecord(ds["norm_drift"].values, *(ds[f"record_{f}"].values
-                                                                   for f in integrate.FIELDS[1:]))
+        log.info(
+            "resuming from checkpoint %s at snapshot %d of %d (t = %g)",
+            self.path,
+            k,
+            n_times - 1,
+            float(ds["time"].values[-1]),
+        )
+        record = integrate.StepRecord(
+            ds["norm_drift"].values, *(ds[f"record_{f}"].values for f in integrate.FIELDS[1:])
+        )
         return k, done, record
 
     def save(self, k: int, out: np.ndarray, record: integrate.StepRecord) -> None:
         """Write the positions and the integrator's record of snapshots 0..k atomically."""
         done = record.truncated(k)
-        ds = xr.Dataset({"positions": (("time", "replica", "token", "dim"), out[: k + 1]),
-                         "norm_drift": (("time", "replica"), done.drift)}
-                        | {f"record_{f}": (("time",), getattr(done, f)) for f in integrate.FIELDS[1:]},
-                        coords={"time": self.times[: k + 1]})
+        ds = xr.Dataset(
+            {
+                "positions": (("time", "replica", "token", "dim"), out[: k + 1]),
+                "norm_drift": (("time", "replica"), done.drift),
+            }
+            | {f"record_{f}": (("time",), getattr(done, f)) for f in integrate.FIELDS[1:]},
+            coords={"time": self.times[: k + 1]},
+        )
         self._write(ds, snapshot=int(k))
         self._last = self.clock()
 
@@ -186,10 +204,17 @@ class SolveCheckpoint(_Checkpoint):
         ds = self._read()
         if ds is None:
             return values, done
-        if "done" not in ds or ds["done"].shape != self.shape or any(
-                name not in ds or ds[name].shape != self.shape for name in self.names):
-            log.warning("checkpoint %s holds other arrays than %s of shape %s; starting from the beginning",
-                        self.path, self.names, self.shape)
+        if (
+            "done" not in ds
+            or ds["done"].shape != self.shape
+            or any(name not in ds or ds[name].shape != self.shape for name in self.names)
+        ):
+            log.warning(
+                "checkpoint %s holds other arrays than %s of shape %s; starting from the beginning",
+                self.path,
+                self.names,
+                self.shape,
+            )
             return values, done
         done = ds["done"].values.astype(bool)
         for name in self.names:
@@ -200,14 +225,27 @@ class SolveCheckpoint(_Checkpoint):
     def save(self, values: dict[str, np.ndarray], done: np.ndarray) -> None:
         """Write the values and the done mask atomically."""
         dims = self._dims()
-        ds = xr.Dataset({name: (dims, np.asarray(values[name], dtype=float)) for name in self.names}
-                        | {"done": (dims, np.asarray(done, dtype=np.int8))})
+        ds = xr.Dataset(
+            {name: (dims, np.asarray(values[name], dtype=float)) for name in self.names}
+            | {"done": (dims, np.asarray(done, dtype=np.int8))}
+        )
         self._write(ds, solves=int(np.sum(done)))
 
 
-def simulate_resumable(field, X0: np.ndarray, grid: integrate.TimeGrid, method: str, label: str,
-                       path: str | Path | None, every_seconds: float, arrays: tuple, progress=None, *,
-                       tolerance: float | None = None, **settings):
+def simulate_resumable(
+    field,
+    X0: np.ndarray,
+    grid: integrate.TimeGrid,
+    method: str,
+    label: str,
+    path: str | Path | None,
+    every_seconds: float,
+    arrays: tuple,
+    progress=None,
+    *,
+    tolerance: float | None = None,
+    **settings,
+):
     """``integrate.simulate`` resuming from, and writing, the checkpoint at ``path`` (None: no checkpoint).
 
     The fingerprint covers X0, the field's ``arrays`` (matrices), the integrator and its
@@ -219,9 +257,16 @@ def simulate_resumable(field, X0: np.ndarray, grid: integrate.TimeGrid, method: 
     if path is None:
         positions, record = integrate.simulate(field, X0, grid, method, **run)
         return positions, record, None
-    fp = fingerprint(X0, *arrays, method=method, horizon=grid.horizon, snapshots=grid.snapshots, step=grid.step,
-                     tolerance=tolerance, **settings)
+    fp = fingerprint(
+        X0,
+        *arrays,
+        method=method,
+        horizon=grid.horizon,
+        snapshots=grid.snapshots,
+        step=grid.step,
+        tolerance=tolerance,
+        **settings,
+    )
     ckpt = SimulationCheckpoint(path, fp, grid.times, every_seconds)
-    positions, record = integrate.simulate(field, X0, grid, method, resume=ckpt.load(X0.shape), on_snapshot=ckpt,
-                                           **run)
+    positions, record = integrate.simulate(field, X0, grid, method, resume=ckpt.load(X0.shape), on_snapshot=ckpt, **run)
     return positions, record, ckpt

@@ -51,8 +51,9 @@ def compare_datasets(a: xr.Dataset, b: xr.Dataset, rtol: float = 0.0) -> list[st
     problems = []
     names_a, names_b = set(a.variables), set(b.variables)
     if names_a != names_b:
-        problems.append(f"variables differ: only in first {sorted(names_a - names_b)}, "
-                        f"only in second {sorted(names_b - names_a)}")
+        problems.append(
+            f"variables differ: only in first {sorted(names_a - names_b)}, only in second {sorted(names_b - names_a)}"
+        )
     for name in sorted(names_a & names_b):
         va, vb = a[name], b[name]
         if va.dims != vb.dims:
@@ -82,8 +83,10 @@ def compare_results(first: Path, second: Path, rtol: float = 0.0) -> list[str]:
     if not files_a:
         problems.append(f"{first}: no NetCDF files")
     if set(files_a) != set(files_b):
-        problems.append(f"file sets differ: only in {first}: {sorted(map(str, set(files_a) - set(files_b)))}; "
-                        f"only in {second}: {sorted(map(str, set(files_b) - set(files_a)))}")
+        problems.append(
+            f"file sets differ: only in {first}: {sorted(map(str, set(files_a) - set(files_b)))}; "
+            f"only in {second}: {sorted(map(str, set(files_b) - set(files_a)))}"
+        )
     for rel in sorted(set(files_a) & set(files_b)):
         with xr.open_dataset(first / rel, engine=ENGINE) as a, xr.open_dataset(second / rel, engine=ENGINE) as b:
             problems += [f"{rel}: {p}" for p in compare_datasets(a.load(), b.load(), rtol)]
@@ -95,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("first", type=Path)
     parser.add_argument("second", type=Path)
-    parser.add_argument("--rtol", type=float, default=0.0,
-                        help="relative tolerance on floating-point values (default 0: bit for bit)")
+    parser.add_argument(
+        "--rtol", type=float, default=0.0, help="relative tolerance on floating-point values (default 0: bit for bit)"
+    )
     args = parser.parse_args(argv)
     problems = compare_results(args.first, args.second, args.rtol)
     n = len(netcdf_files(args.first))
@@ -105,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in problems:
             print("  " + line)
         return 1
-    print(f"{n} NetCDF files identical between {args.first} and {args.second}"
-          + (f" (rtol {args.rtol:g})" if args.rtol else " (bit for bit)"))
+    print(
+        f"{n} NetCDF files identical between {args.first} and {args.second}"
+        + (f" (rtol {args.rtol:g})" if args.rtol else " (bit for bit)")
+    )
     return 0
 
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from . import io
 from ..dynamics import integrate
 from ..model import matrices
+from . import io
 
 
 # ------------------------------------------------------------------ matrices.nc
@@ -45,10 +45,16 @@ def matrices_dataset(M: matrices.AttentionMatrices) -> xr.Dataset:
             "A": (sq, M.A, io.attrs("A = V B^T (symmetrised)")),
             "mu": (("eigen",), M.mu, io.attrs("eigenvalues of A, descending")),
             "E1": (("dim", "e1"), M.E1, io.attrs("orthonormal basis of E1, the leading eigenspace of A")),
-            "E1_V_real": (("dim", "e1_v_real"), M.E1_V_real,
-                          io.attrs("orthonormal basis of the leading eigenspace of V (largest real part)")),
-            "E1_V_modulus": (("dim", "e1_v_modulus"), M.E1_V_modulus,
-                             io.attrs("orthonormal basis of the leading eigenspace of V (largest modulus)")),
+            "E1_V_real": (
+                ("dim", "e1_v_real"),
+                M.E1_V_real,
+                io.attrs("orthonormal basis of the leading eigenspace of V (largest real part)"),
+            ),
+            "E1_V_modulus": (
+                ("dim", "e1_v_modulus"),
+                M.E1_V_modulus,
+                io.attrs("orthonormal basis of the leading eigenspace of V (largest modulus)"),
+            ),
             "V_eigenvalues_real": (("eigen",), M.V_eigenvalues.real, io.attrs("real part of V's eigenvalues")),
             "V_eigenvalues_imag": (("eigen",), M.V_eigenvalues.imag, io.attrs("imaginary part of V's eigenvalues")),
             "gamma": ((), M.gamma, io.attrs("spectral gap mu1 - mu2 of A")),
@@ -59,9 +65,10 @@ def matrices_dataset(M: matrices.AttentionMatrices) -> xr.Dataset:
         }
     )
     ds.attrs["dim_E1"] = M.E1.shape[1]
-    ds.attrs["V_leading_differs"] = int(M.E1_V_real.shape != M.E1_V_modulus.shape
-                                        or not np.allclose(M.E1_V_real @ M.E1_V_real.T,
-                                                           M.E1_V_modulus @ M.E1_V_modulus.T))
+    ds.attrs["V_leading_differs"] = int(
+        M.E1_V_real.shape != M.E1_V_modulus.shape
+        or not np.allclose(M.E1_V_real @ M.E1_V_real.T, M.E1_V_modulus @ M.E1_V_modulus.T)
+    )
     return ds
 
 
@@ -77,8 +84,11 @@ def initial_tokens_dataset(X0: np.ndarray, moment: np.ndarray) -> xr.Dataset:
     return xr.Dataset(
         {
             "tokens": (("replica", "token", "dim"), X0, io.attrs("initial token positions x_i(0) on the sphere")),
-            "assumption_2_moment": (("replica",), moment,
-                                    io.attrs("empirical moment mean_i |P1 x_i|^(-1/2) (Assumption 2)")),
+            "assumption_2_moment": (
+                ("replica",),
+                moment,
+                io.attrs("empirical moment mean_i |P1 x_i|^(-1/2) (Assumption 2)"),
+            ),
         },
         coords={"replica": np.arange(X0.shape[0])},
     )
@@ -95,27 +105,46 @@ def load_inputs(matrices_path, tokens_path) -> tuple[matrices.AttentionMatrices,
 
 
 # ------------------------------------------------------------------ simulations
-def _positions_dataset(positions, grid: integrate.TimeGrid, description: str, record: integrate.StepRecord,
-                       method: str, tolerance: float | None) -> xr.Dataset:
+def _positions_dataset(
+    positions,
+    grid: integrate.TimeGrid,
+    description: str,
+    record: integrate.StepRecord,
+    method: str,
+    tolerance: float | None,
+) -> xr.Dataset:
     """The simulation outputs shared by both temperatures: positions and the integrator's record."""
     per_interval = "over the steps from the previous snapshot to this one (0 at t = 0)"
     ds = xr.Dataset(
-        {"positions": (("time", "replica", "token", "dim"), positions, io.attrs(description)),
-         "norm_drift": (("time", "replica"), record.drift,
-                        io.attrs("largest | |x| - 1 | of any token after an accepted integrator step and before "
-                                 f"its renormalisation, {per_interval}: a lower bound on those steps' local error, "
-                                 "O(h^5) per step for rk4, O(h^2) for euler; a step above "
-                                 f"{integrate.DRIFT_TOLERANCE:g} stops a fixed-step run and is rejected by an "
-                                 "adaptive one")),
-         "field_evaluations": (("time",), record.evaluations,
-                               io.attrs(f"evaluations of the velocity field {per_interval}, rejected trial "
-                                        "steps included")),
-         "accepted_steps": (("time",), record.accepted, io.attrs(f"integrator steps taken {per_interval}")),
-         "rejected_steps": (("time",), record.rejected,
-                            io.attrs(f"trial steps rejected by the error control {per_interval} (0 for a "
-                                     "fixed step)"))},
-        coords={"time": ("time", grid.times, io.attrs("time t (depth of the infinite-depth transformer)", "1")),
-                "replica": np.arange(positions.shape[1])},
+        {
+            "positions": (("time", "replica", "token", "dim"), positions, io.attrs(description)),
+            "norm_drift": (
+                ("time", "replica"),
+                record.drift,
+                io.attrs(
+                    "largest | |x| - 1 | of any token after an accepted integrator step and before "
+                    f"its renormalisation, {per_interval}: a lower bound on those steps' local error, "
+                    "O(h^5) per step for rk4, O(h^2) for euler; a step above "
+                    f"{integrate.DRIFT_TOLERANCE:g} stops a fixed-step run and is rejected by an "
+                    "adaptive one"
+                ),
+            ),
+            "field_evaluations": (
+                ("time",),
+                record.evaluations,
+                io.attrs(f"evaluations of the velocity field {per_interval}, rejected trial steps included"),
+            ),
+            "accepted_steps": (("time",), record.accepted, io.attrs(f"integrator steps taken {per_interval}")),
+            "rejected_steps": (
+                ("time",),
+                record.rejected,
+                io.attrs(f"trial steps rejected by the error control {per_interval} (0 for a fixed step)"),
+            ),
+        },
+        coords={
+            "time": ("time", grid.times, io.attrs("time t (depth of the infinite-depth transformer)", "1")),
+            "replica": np.arange(positions.shape[1]),
+        },
     )
     ds.attrs.update(integrator=method, step=grid.step)
     if tolerance is not None:
@@ -123,44 +152,66 @@ def _positions_dataset(positions, grid: integrate.TimeGrid, description: str, re
     return ds
 
 
-def finite_temperature_dataset(positions, record, ess, grid: integrate.TimeGrid, beta: float, method: str,
-                               tolerance: float | None, kernel: str) -> xr.Dataset:
+def finite_temperature_dataset(
+    positions, record, ess, grid: integrate.TimeGrid, beta: float, method: str, tolerance: float | None, kernel: str
+) -> xr.Dataset:
     """finite_temperature/beta<β>.nc: positions, the integrator's record, and the median and 5th
     percentile over tokens of the effective sample size ``ess`` (time, replica, token)."""
     ds = _positions_dataset(positions, grid, "token positions at finite temperature", record, method, tolerance)
-    ds["ess_median"] = (("time", "replica"), np.median(ess, axis=-1),
-                        io.attrs("median over tokens of the effective sample size 1/sum_j w_ij^2"))
-    ds["ess_p05"] = (("time", "replica"), np.percentile(ess, 5, axis=-1),
-                     io.attrs("5th percentile over tokens of the effective sample size"))
+    ds["ess_median"] = (
+        ("time", "replica"),
+        np.median(ess, axis=-1),
+        io.attrs("median over tokens of the effective sample size 1/sum_j w_ij^2"),
+    )
+    ds["ess_p05"] = (
+        ("time", "replica"),
+        np.percentile(ess, 5, axis=-1),
+        io.attrs("5th percentile over tokens of the effective sample size"),
+    )
     ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
     ds.attrs.update(kernel=kernel)
     return ds
 
 
-def mean_field_dataset(positions, error, coarse_dist_A, solution, grid: integrate.TimeGrid, beta: float,
-                       width: float, depth: float) -> xr.Dataset:
+def mean_field_dataset(
+    positions, error, coarse_dist_A, solution, grid: integrate.TimeGrid, beta: float, width: float, depth: float
+) -> xr.Dataset:
     """finite_temperature/beta<β>.nc of a mean-field experiment: the reference's push-forward of the initial
     tokens (time, replica, token, dim) in place of particle positions, with the reference's error estimate
     (time, replica), the coarser reference's distance to E1(A), and no ESS (NaN: no finite sample)."""
     nt, nr = positions.shape[:2]
-    record = integrate.StepRecord(np.zeros((nt, nr)), np.zeros(nt, dtype=np.int64), np.zeros(nt, dtype=np.int64),
-                                  np.zeros(nt, dtype=np.int64), np.zeros(nt))
-    ds = _positions_dataset(positions, grid, "the mean-field reference's push-forward of the initial tokens",
-                            record, "mean_field", None)
+    record = integrate.StepRecord(
+        np.zeros((nt, nr)),
+        np.zeros(nt, dtype=np.int64),
+        np.zeros(nt, dtype=np.int64),
+        np.zeros(nt, dtype=np.int64),
+        np.zeros(nt),
+    )
+    ds = _positions_dataset(
+        positions, grid, "the mean-field reference's push-forward of the initial tokens", record, "mean_field", None
+    )
     for key in ("norm_drift", "field_evaluations", "accepted_steps", "rejected_steps"):
         ds = ds.drop_vars(key)
     nan = np.full((nt, nr), np.nan)
     ds["ess_median"] = (("time", "replica"), nan, io.attrs("effective sample size: none for the mean field (NaN)"))
     ds["ess_p05"] = (("time", "replica"), nan.copy(), io.attrs("effective sample size: none for the mean field (NaN)"))
     for key, value in REFERENCE_VARIABLES.items():
-        ds[key] = (("time", "replica"), {"reference_error": error, "reference_dist_leading_A": coarse_dist_A}[key]
-                   .reshape(nt, nr), value)
+        ds[key] = (
+            ("time", "replica"),
+            {"reference_error": error, "reference_dist_leading_A": coarse_dist_A}[key].reshape(nt, nr),
+            value,
+        )
     cells = np.sum(solution.owner >= 0, axis=1)
     ds["reference_cells"] = (("time",), cells.astype(np.int64), io.attrs("cells of the (finer) reference"))
     ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
-    ds.attrs.update(model="mean_field", kernel="mean_field", reference_width=float(width),
-                    reference_depth=float(depth), reference_field_evaluations=int(solution.evaluations),
-                    reference_geometry=solution.reduction.geometry)
+    ds.attrs.update(
+        model="mean_field",
+        kernel="mean_field",
+        reference_width=float(width),
+        reference_depth=float(depth),
+        reference_field_evaluations=int(solution.evaluations),
+        reference_geometry=solution.reduction.geometry,
+    )
     del ds.attrs["step"]
     return ds
 
@@ -170,21 +221,28 @@ REFERENCE_VARIABLES = {
     "reference_error": io.attrs(
         "root mean square distance between the push-forwards of the same tokens by the mean-field reference at "
         "its cell width and at twice it: an upper bound of W2 between the two, the error estimate of the "
-        "finer one"),
+        "finer one"
+    ),
     "reference_dist_leading_A": io.attrs(
         "dist_leading_A of the coarser mean-field reference (twice the cell width): its departure, compared "
-        "with the finer one's, is the departure time's resolution"),
+        "with the finer one's, is the departure time's resolution"
+    ),
 }
 
 
-def zero_temperature_dataset(positions, record, reference, error, grid: integrate.TimeGrid, method: str,
-                             tolerance: float | None) -> xr.Dataset:
+def zero_temperature_dataset(
+    positions, record, reference, error, grid: integrate.TimeGrid, method: str, tolerance: float | None
+) -> xr.Dataset:
     """zero_temperature.nc: integrated positions, the integrator's record, the exact solution and the
     largest deviation."""
-    ds = _positions_dataset(positions, grid, "token positions at zero temperature (Eq. 3, integrated)", record,
-                            method, tolerance)
-    ds["positions_exact"] = (("time", "replica", "token", "dim"), reference,
-                             io.attrs("exact time-changed solution e^{s(t)A}x0/|e^{s(t)A}x0|"))
+    ds = _positions_dataset(
+        positions, grid, "token positions at zero temperature (Eq. 3, integrated)", record, method, tolerance
+    )
+    ds["positions_exact"] = (
+        ("time", "replica", "token", "dim"),
+        reference,
+        io.attrs("exact time-changed solution e^{s(t)A}x0/|e^{s(t)A}x0|"),
+    )
     ds["max_error_vs_exact"] = (("time",), error, io.attrs("max |x_integrated - x_exact| over all tokens"))
     return ds
 
@@ -193,13 +251,17 @@ def zero_temperature_dataset(positions, record, reference, error, grid: integrat
 #: attributes of the distance curves (their ``_zero_temperature`` versions add ", zero temperature")
 DISTANCE_ATTRS = {
     "w2_projection": io.attrs("W2(rho^beta_t, Pi_# rho0), chordal cost"),
-    "w2_zero_temperature": io.attrs("W2(rho^beta_t, rho^inf_t), chordal cost, exact (certified sparse network "
-                                    "simplex); NaN at snapshots skipped by distances.exact_every"),
+    "w2_zero_temperature": io.attrs(
+        "W2(rho^beta_t, rho^inf_t), chordal cost, exact (certified sparse network "
+        "simplex); NaN at snapshots skipped by distances.exact_every"
+    ),
     "w2_zero_temperature_sq_bound": io.attrs(
         "certified bound on |w2_zero_temperature^2 - W2^2_opt| (duality gap and rounding, absolute); NaN where "
-        "w2_zero_temperature is"),
+        "w2_zero_temperature is"
+    ),
     "coupling_zero_temperature": io.attrs(
-        "sqrt(mean_i |x_i^beta(t) - x_i^inf(t)|^2), synchronous-coupling upper bound on w2_zero_temperature"),
+        "sqrt(mean_i |x_i^beta(t) - x_i^inf(t)|^2), synchronous-coupling upper bound on w2_zero_temperature"
+    ),
     "w2_zero_to_projection": io.attrs("W2(rho^inf_t, Pi_# rho0), chordal cost"),
     "dist_leading_A": io.attrs("distance to measures on E1(A) ∩ S: sqrt(mean(2 - 2|P1 x|))"),
     "dist_leading_V": io.attrs("distance to measures on V's leading eigenspace (largest real part) ∩ S"),
@@ -212,8 +274,10 @@ ZERO_SUFFIX = "_zero_temperature"
 def distances_beta_dataset(curves: dict[str, np.ndarray], finite: xr.Dataset) -> xr.Dataset:
     """distances/beta<β>.nc: the (replica, time) ``curves`` named in ``DISTANCE_ATTRS`` and the ESS of
     the finite-temperature file ``finite`` (whose time, replica and beta coordinates it takes)."""
-    ds = xr.Dataset({k: (("replica", "time"), v, DISTANCE_ATTRS[k]) for k, v in curves.items()},
-                    coords={"time": finite["time"], "replica": finite["replica"], "beta": finite["beta"]})
+    ds = xr.Dataset(
+        {k: (("replica", "time"), v, DISTANCE_ATTRS[k]) for k, v in curves.items()},
+        coords={"time": finite["time"], "replica": finite["replica"], "beta": finite["beta"]},
+    )
     ds["ess_median"] = (("replica", "time"), finite["ess_median"].values.T, finite["ess_median"].attrs)
     ds["ess_p05"] = (("replica", "time"), finite["ess_p05"].values.T, finite["ess_p05"].attrs)
     for key in REFERENCE_VARIABLES:  # a mean-field experiment's error estimate
@@ -222,17 +286,20 @@ def distances_beta_dataset(curves: dict[str, np.ndarray], finite: xr.Dataset) ->
     return ds
 
 
-def distances_dataset(parts: list[xr.Dataset], w2_zero_to_projection: np.ndarray,
-                      zero_eigenspace: dict[str, np.ndarray]) -> xr.Dataset:
+def distances_dataset(
+    parts: list[xr.Dataset], w2_zero_to_projection: np.ndarray, zero_eigenspace: dict[str, np.ndarray]
+) -> xr.Dataset:
     """distances.nc: the per-β ``parts`` stacked along ``beta`` (sorted), W2(ρ^∞_t, Π♯ρ0) and the
     zero-temperature eigenspace distances (names ending in ``ZERO_SUFFIX``), all float64."""
     ds = xr.concat(parts, dim="beta").sortby("beta")
     ds = ds.drop_attrs()
-    ds["w2_zero_to_projection"] = (("replica", "time"), w2_zero_to_projection,
-                                   DISTANCE_ATTRS["w2_zero_to_projection"])
+    ds["w2_zero_to_projection"] = (("replica", "time"), w2_zero_to_projection, DISTANCE_ATTRS["w2_zero_to_projection"])
     for key, val in zero_eigenspace.items():
-        ds[key] = (("replica", "time"), val, io.attrs(DISTANCE_ATTRS[key.replace(ZERO_SUFFIX, "")]
-                                                        ["long_name"] + ", zero temperature"))
+        ds[key] = (
+            ("replica", "time"),
+            val,
+            io.attrs(DISTANCE_ATTRS[key.replace(ZERO_SUFFIX, "")]["long_name"] + ", zero temperature"),
+        )
     for key, attrs in {**DISTANCE_ATTRS, **REFERENCE_VARIABLES}.items():
         if key in ds:
             ds[key].attrs = attrs
@@ -244,10 +311,37 @@ def distances_dataset(parts: list[xr.Dataset], w2_zero_to_projection: np.ndarray
 
 
 # ------------------------------------------------------------------ convergence.nc
-def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff, position_order, position_error,
-                        w2_steps, w2_diff, w2_order, zero_diff, zero_order, zero_err, zero_order_vs_exact,
-                        nominal, tolerances, evaluations, zero_evaluations, tokens, replicas: int, times, w2_particles, ess_particles, reused, stats: dict,
-                        dist_A, budget: dict, attrs: dict) -> xr.Dataset:
+def convergence_dataset(
+    *,
+    methods,
+    steps,
+    check_times,
+    step_replicas: int,
+    diff,
+    position_order,
+    position_error,
+    w2_steps,
+    w2_diff,
+    w2_order,
+    zero_diff,
+    zero_order,
+    zero_err,
+    zero_order_vs_exact,
+    nominal,
+    tolerances,
+    evaluations,
+    zero_evaluations,
+    tokens,
+    replicas: int,
+    times,
+    w2_particles,
+    ess_particles,
+    reused,
+    stats: dict,
+    dist_A,
+    budget: dict,
+    attrs: dict,
+) -> xr.Dataset:
     """convergence.nc: the step-halving and tolerance study (dimensions integrator, step or coarse_step,
     check_time; an adaptive integrator's level k is the tolerance that halves its step k times) and the
     particle-number study (tokens, replica, time); see ``lowtemp.stages.convergence`` for each quantity.
@@ -258,80 +352,192 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
     steps = np.asarray(steps)
     ds = xr.Dataset(
         {
-            "position_difference": (("integrator", "coarse_step", "check_time"), diff, io.attrs(
-                "Richardson difference max |X_h - X_h/2| over replicas, tokens, dims, finite temperature")),
-            "position_order": (("integrator", "check_time"), position_order, io.attrs(
-                "observed order log2(e(h)/e(h/2)), finite temperature; NaN at the rounding floor")),
-            "position_error_estimate": (("integrator", "check_time"), position_error,
-                                        io.attrs("Richardson estimate of the position error of the run at the "
-                                                 "coarsest step: e(h) 2^p/(2^p - 1), p nominal")),
-            "w2_projection_steps": (("integrator", "step", "step_replica", "check_time"), w2_steps, io.attrs(
-                "W2(rho^beta_t, Pi_# rho0) of the run at each step, chordal cost")),
-            "w2_difference": (("integrator", "coarse_step", "check_time"), w2_diff, io.attrs(
-                "max over replicas of |W2_h - W2_h/2|")),
-            "w2_order": (("integrator", "check_time"), w2_order, io.attrs(
-                "observed order of W2(rho^beta_t, Pi_# rho0): log2 of the ratio of successive differences")),
-            "zero_position_difference": (("integrator", "coarse_step", "check_time"), zero_diff, io.attrs(
-                "Richardson difference max |X_h - X_h/2|, zero temperature (Eq. 3)")),
-            "zero_position_order": (("integrator", "check_time"), zero_order,
-                                    io.attrs("observed order (Richardson), zero temperature")),
-            "zero_error_vs_exact": (("integrator", "step", "check_time"), zero_err, io.attrs(
-                "max |X_h - X_exact| against the exact time-changed solution, zero temperature")),
-            "zero_order_vs_exact": (("integrator", "coarse_step", "check_time"), zero_order_vs_exact,
-                                    io.attrs("observed order log2(E(h)/E(h/2)) against the exact solution")),
+            "position_difference": (
+                ("integrator", "coarse_step", "check_time"),
+                diff,
+                io.attrs("Richardson difference max |X_h - X_h/2| over replicas, tokens, dims, finite temperature"),
+            ),
+            "position_order": (
+                ("integrator", "check_time"),
+                position_order,
+                io.attrs("observed order log2(e(h)/e(h/2)), finite temperature; NaN at the rounding floor"),
+            ),
+            "position_error_estimate": (
+                ("integrator", "check_time"),
+                position_error,
+                io.attrs(
+                    "Richardson estimate of the position error of the run at the "
+                    "coarsest step: e(h) 2^p/(2^p - 1), p nominal"
+                ),
+            ),
+            "w2_projection_steps": (
+                ("integrator", "step", "step_replica", "check_time"),
+                w2_steps,
+                io.attrs("W2(rho^beta_t, Pi_# rho0) of the run at each step, chordal cost"),
+            ),
+            "w2_difference": (
+                ("integrator", "coarse_step", "check_time"),
+                w2_diff,
+                io.attrs("max over replicas of |W2_h - W2_h/2|"),
+            ),
+            "w2_order": (
+                ("integrator", "check_time"),
+                w2_order,
+                io.attrs("observed order of W2(rho^beta_t, Pi_# rho0): log2 of the ratio of successive differences"),
+            ),
+            "zero_position_difference": (
+                ("integrator", "coarse_step", "check_time"),
+                zero_diff,
+                io.attrs("Richardson difference max |X_h - X_h/2|, zero temperature (Eq. 3)"),
+            ),
+            "zero_position_order": (
+                ("integrator", "check_time"),
+                zero_order,
+                io.attrs("observed order (Richardson), zero temperature"),
+            ),
+            "zero_error_vs_exact": (
+                ("integrator", "step", "check_time"),
+                zero_err,
+                io.attrs("max |X_h - X_exact| against the exact time-changed solution, zero temperature"),
+            ),
+            "zero_order_vs_exact": (
+                ("integrator", "coarse_step", "check_time"),
+                zero_order_vs_exact,
+                io.attrs("observed order log2(E(h)/E(h/2)) against the exact solution"),
+            ),
             "nominal_order": (("integrator",), nominal, io.attrs("order of the scheme")),
-            "tolerance": (("integrator", "step"), tolerances, io.attrs(
-                "local error tolerance of an adaptive integrator's run at this level (tau / 2^((q+1) k), which "
-                "halves its steps k times); NaN for the fixed steps")),
-            "field_evaluations": (("integrator", "step"), np.asarray(evaluations, np.float64), io.attrs(
-                "field evaluations of the finite-temperature run at this level")),
-            "zero_field_evaluations": (("integrator", "step"), np.asarray(zero_evaluations, np.float64), io.attrs(
-                "field evaluations of the zero-temperature run at this level")),
-            "w2_projection_particles": (("tokens", "replica", "time"), w2_particles, io.attrs(
-                "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N (the experiment's own run "
-                "where reused_run is 1), chordal cost")),
-            "ess_particles": (("tokens", "replica", "time"), ess_particles, io.attrs(
-                "median over tokens of the effective sample size 1/sum_j w_ij^2 of the softmax, per N")),
-            "reused_run": (("tokens",), np.asarray(reused, dtype=np.float64), io.attrs(
-                "1: this N is the experiment's own finite-temperature run at the study's beta (its stored "
-                "tokens and positions, the first replicas), not a fresh one")),
+            "tolerance": (
+                ("integrator", "step"),
+                tolerances,
+                io.attrs(
+                    "local error tolerance of an adaptive integrator's run at this level (tau / 2^((q+1) k), which "
+                    "halves its steps k times); NaN for the fixed steps"
+                ),
+            ),
+            "field_evaluations": (
+                ("integrator", "step"),
+                np.asarray(evaluations, np.float64),
+                io.attrs("field evaluations of the finite-temperature run at this level"),
+            ),
+            "zero_field_evaluations": (
+                ("integrator", "step"),
+                np.asarray(zero_evaluations, np.float64),
+                io.attrs("field evaluations of the zero-temperature run at this level"),
+            ),
+            "w2_projection_particles": (
+                ("tokens", "replica", "time"),
+                w2_particles,
+                io.attrs(
+                    "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N (the experiment's own run "
+                    "where reused_run is 1), chordal cost"
+                ),
+            ),
+            "ess_particles": (
+                ("tokens", "replica", "time"),
+                ess_particles,
+                io.attrs("median over tokens of the effective sample size 1/sum_j w_ij^2 of the softmax, per N"),
+            ),
+            "reused_run": (
+                ("tokens",),
+                np.asarray(reused, dtype=np.float64),
+                io.attrs(
+                    "1: this N is the experiment's own finite-temperature run at the study's beta (its stored "
+                    "tokens and positions, the first replicas), not a fresh one"
+                ),
+            ),
             "w2_mean": (("tokens", "time"), stats["mean"], io.attrs("mean over replicas of W2(rho^beta_t, Pi_# rho0)")),
             "w2_sem": (("tokens", "time"), stats["sem"], io.attrs("standard error over replicas (ddof 1)")),
             "w2_min": (("tokens", "time"), stats["min"], io.attrs("minimum over replicas")),
             "w2_max": (("tokens", "time"), stats["max"], io.attrs("maximum over replicas")),
-            "dist_leading_A_particles": (("tokens", "replica", "time"), dist_A, io.attrs(
-                "distance to measures on E1(A) ∩ S, sqrt(mean(2 - 2|P1 x|)), per N")),
-            "departure_particles": (("tokens", "replica"), budget["departure"], io.attrs(
-                "departure time per N: where the distance to E1(A) rises through end_phase_gap/2, interpolated "
-                "between snapshots (NaN: never arrived, or censored)", "1")),
-            "departure_censored_particles": (("tokens", "replica"), budget["censored"].astype(np.float64),
-                                             io.attrs("1: still metastable at the horizon")),
-            "w2_remaining_bound": (("time",), budget["w2_remaining_bound"], io.attrs(
-                "95% upper bound of |E W2_N - W2_inf| at the experiment's N under E W2_N = W2_inf + a N^-p, "
-                "p in budget_exponent_range (inf: no p in the range fits)")),
-            "w2_budget_exponent": (("time",), budget["w2_budget_exponent"], io.attrs(
-                "the exponent p that gave the bound")),
-            "w2_remaining_bound_per_exponent": (("budget_exponent", "time"), budget["w2_bound_per_exponent"],
-                                                io.attrs("the bound for each exponent p of the grid (NaN: not "
-                                                         "kept: rejected, and no kept neighbour); "
-                                                         "w2_remaining_bound is the largest")),
-            "w2_at_tokens": (("time",), budget["w2_at_tokens"], io.attrs(
-                "mean W2(rho^beta_t, Pi_# rho0) over replicas at the particle number nearest the experiment's N")),
-            "w2_budget_ratio": ((), budget["w2_budget_ratio"], io.attrs(
-                "largest w2_remaining_bound / w2_at_tokens for 0 < t <= budget_window_end")),
-            "budget_window_end": ((), budget["budget_window_end"], io.attrs(
-                "the earliest departure of any N and replica (the horizon if none): the W2 budget's last time", "1")),
-            "departure_slope_per_doubling": (("bound",), budget["departure_slope_per_doubling"], io.attrs(
-                "95% confidence interval of the slope of the departure time against log2 N (censoring accounted "
-                "for; NaN: too few departures)", "1")),
-            "departure_slope_bound": ((), budget["departure_slope_bound"], io.attrs(
-                "95% upper bound of |departure slope per doubling of N| (inf: arrival at the metastable phase "
-                "depends on N or the draw, or too few departures to measure; NaN: no run arrived)", "1")),
+            "dist_leading_A_particles": (
+                ("tokens", "replica", "time"),
+                dist_A,
+                io.attrs("distance to measures on E1(A) ∩ S, sqrt(mean(2 - 2|P1 x|)), per N"),
+            ),
+            "departure_particles": (
+                ("tokens", "replica"),
+                budget["departure"],
+                io.attrs(
+                    "departure time per N: where the distance to E1(A) rises through end_phase_gap/2, interpolated "
+                    "between snapshots (NaN: never arrived, or censored)",
+                    "1",
+                ),
+            ),
+            "departure_censored_particles": (
+                ("tokens", "replica"),
+                budget["censored"].astype(np.float64),
+                io.attrs("1: still metastable at the horizon"),
+            ),
+            "w2_remaining_bound": (
+                ("time",),
+                budget["w2_remaining_bound"],
+                io.attrs(
+                    "95% upper bound of |E W2_N - W2_inf| at the experiment's N under E W2_N = W2_inf + a N^-p, "
+                    "p in budget_exponent_range (inf: no p in the range fits)"
+                ),
+            ),
+            "w2_budget_exponent": (
+                ("time",),
+                budget["w2_budget_exponent"],
+                io.attrs("the exponent p that gave the bound"),
+            ),
+            "w2_remaining_bound_per_exponent": (
+                ("budget_exponent", "time"),
+                budget["w2_bound_per_exponent"],
+                io.attrs(
+                    "the bound for each exponent p of the grid (NaN: not "
+                    "kept: rejected, and no kept neighbour); "
+                    "w2_remaining_bound is the largest"
+                ),
+            ),
+            "w2_at_tokens": (
+                ("time",),
+                budget["w2_at_tokens"],
+                io.attrs(
+                    "mean W2(rho^beta_t, Pi_# rho0) over replicas at the particle number nearest the experiment's N"
+                ),
+            ),
+            "w2_budget_ratio": (
+                (),
+                budget["w2_budget_ratio"],
+                io.attrs("largest w2_remaining_bound / w2_at_tokens for 0 < t <= budget_window_end"),
+            ),
+            "budget_window_end": (
+                (),
+                budget["budget_window_end"],
+                io.attrs(
+                    "the earliest departure of any N and replica (the horizon if none): the W2 budget's last time", "1"
+                ),
+            ),
+            "departure_slope_per_doubling": (
+                ("bound",),
+                budget["departure_slope_per_doubling"],
+                io.attrs(
+                    "95% confidence interval of the slope of the departure time against log2 N (censoring accounted "
+                    "for; NaN: too few departures)",
+                    "1",
+                ),
+            ),
+            "departure_slope_bound": (
+                (),
+                budget["departure_slope_bound"],
+                io.attrs(
+                    "95% upper bound of |departure slope per doubling of N| (inf: arrival at the metastable phase "
+                    "depends on N or the draw, or too few departures to measure; NaN: no run arrived)",
+                    "1",
+                ),
+            ),
         },
         coords={
             "integrator": methods,
-            "step": ("step", steps, io.attrs("time step h (adaptive integrators: h/2^k stands for their level k, "
-                                             "whose first trial step is h)", "1")),
+            "step": (
+                "step",
+                steps,
+                io.attrs(
+                    "time step h (adaptive integrators: h/2^k stands for their level k, whose first trial step is h)",
+                    "1",
+                ),
+            ),
             "coarse_step": ("coarse_step", steps[:-1], io.attrs("coarser step h of a pair (h, h/2)", "1")),
             "check_time": ("check_time", np.asarray(check_times), io.attrs("fixed time of the step study", "1")),
             "step_replica": np.arange(step_replicas),
@@ -339,8 +545,11 @@ def convergence_dataset(*, methods, steps, check_times, step_replicas: int, diff
             "bound": ["lower", "upper"],
             "replica": np.arange(replicas),
             "time": ("time", times, io.attrs("time t", "1")),
-            "budget_exponent": ("budget_exponent", budget["budget_exponents"], io.attrs(
-                "exponent p of the budget's model E W2_N = W2_inf + a N^-p", "1")),
+            "budget_exponent": (
+                "budget_exponent",
+                budget["budget_exponents"],
+                io.attrs("exponent p of the budget's model E W2_N = W2_inf + a N^-p", "1"),
+            ),
         },
     )
     ds.attrs.update(attrs)

@@ -35,8 +35,15 @@ class NetCDFSchemaError(ValueError):
 
 def provenance(experiment: str, config: dict, root_seed: int, **extra) -> dict:
     """The provenance record stored in every file (JSON-serialisable)."""
-    return {"package": "lowtemp", "version": __version__, "schema": SCHEMA_VERSION,
-            "experiment": experiment, "root_seed": int(root_seed), "config": config, **extra}
+    return {
+        "package": "lowtemp",
+        "version": __version__,
+        "schema": SCHEMA_VERSION,
+        "experiment": experiment,
+        "root_seed": int(root_seed),
+        "config": config,
+        **extra,
+    }
 
 
 def _clean_attr(value):
@@ -86,8 +93,14 @@ def write_netcdf(ds: xr.Dataset, path: str | os.PathLike, kind: str, provenance:
     """Write ``ds`` atomically (``atomic_path``) with schema, kind and provenance."""
     path = Path(path)
     ds = ds.copy()
-    ds.attrs = _clean_attrs({**ds.attrs, "lowtemp_schema": SCHEMA_VERSION, "lowtemp_kind": kind,
-                             "provenance": json.dumps(provenance, sort_keys=True, default=float)})
+    ds.attrs = _clean_attrs(
+        {
+            **ds.attrs,
+            "lowtemp_schema": SCHEMA_VERSION,
+            "lowtemp_kind": kind,
+            "provenance": json.dumps(provenance, sort_keys=True, default=float),
+        }
+    )
     for name in list(ds.variables):
         ds[name].attrs = _clean_attrs(ds[name].attrs)
     with atomic_path(path) as tmp:
@@ -110,7 +123,8 @@ def read_netcdf(path: str | os.PathLike, kind: str | None = None) -> xr.Dataset:
         version = version.item()
     if version != SCHEMA_VERSION:
         raise NetCDFSchemaError(
-            f"{path}: schema version {version!r}, expected {SCHEMA_VERSION}; rerun the stage that writes it")
+            f"{path}: schema version {version!r}, expected {SCHEMA_VERSION}; rerun the stage that writes it"
+        )
     if kind is not None and ds.attrs.get("lowtemp_kind") != kind:
         raise NetCDFSchemaError(f"{path}: holds {ds.attrs.get('lowtemp_kind')!r}, expected {kind!r}")
     return ds

@@ -160,6 +160,7 @@ class W2Result:
 
 # ----------------------------------------------------------------------------- numba kernels
 
+
 @numba.njit(cache=True)
 def _sqdist(X, Y, i, j):
     s = 0.0
@@ -251,8 +252,25 @@ def _rounding_of(s, r, g, e, underflow, uf):
 
 
 @numba.njit(parallel=True, cache=True)
-def _price_kernel(X, YT, perm, v, base, below_assigned, tol, g, e, uf, keep_j, keep_r, counts, rowmin, assigned,
-                  rowmin_lo, assigned_hi):
+def _price_kernel(
+    X,
+    YT,
+    perm,
+    v,
+    base,
+    below_assigned,
+    tol,
+    g,
+    e,
+    uf,
+    keep_j,
+    keep_r,
+    counts,
+    rowmin,
+    assigned,
+    rowmin_lo,
+    assigned_hi,
+):
     """All pairs, streamed by rows: r_ij = c_ij − v_j (c by differences, the same arithmetic everywhere).
 
     Per row: rowmin_i = min_j r_ij, assigned_i = r_{i,perm(i)}, and the pairs with r_ij < t_i − tol
@@ -359,17 +377,34 @@ def _price_all_pairs(X, Y, perm, v, tol, *, base=None, per_row=8, max_pairs=None
     rowmin, assigned, rowmin_lo, assigned_hi = (np.empty(n) for _ in range(4))
     below = base is None
     g, e, uf = _rounding_constants(X.shape[1])
-    _price_kernel(X, np.ascontiguousarray(Y.T), perm, np.ascontiguousarray(v, dtype=np.float64),
-                  np.zeros(n) if below else np.ascontiguousarray(base, dtype=np.float64), below,
-                  float(tol), g, e, uf, keep_j, keep_r, counts, rowmin, assigned, rowmin_lo, assigned_hi)
+    _price_kernel(
+        X,
+        np.ascontiguousarray(Y.T),
+        perm,
+        np.ascontiguousarray(v, dtype=np.float64),
+        np.zeros(n) if below else np.ascontiguousarray(base, dtype=np.float64),
+        below,
+        float(tol),
+        g,
+        e,
+        uf,
+        keep_j,
+        keep_r,
+        counts,
+        rowmin,
+        assigned,
+        rowmin_lo,
+        assigned_hi,
+    )
     kept = np.minimum(counts, per_row)
     rows = np.repeat(np.arange(n), kept)
     cols = keep_j[np.arange(per_row)[None, :] < kept[:, None]]
     pairs = np.stack([rows, cols], axis=1)
     if max_pairs is not None:
         pairs = pairs[:max_pairs]
-    return _Pricing(rowmin=rowmin, assigned=assigned, counts=counts, pairs=pairs, rowmin_lo=rowmin_lo,
-                    assigned_hi=assigned_hi)
+    return _Pricing(
+        rowmin=rowmin, assigned=assigned, counts=counts, pairs=pairs, rowmin_lo=rowmin_lo, assigned_hi=assigned_hi
+    )
 
 
 @dataclass
@@ -429,8 +464,7 @@ def _pair_costs(X, Y, perm):
     return out
 
 
-def certify(X, Y, perm, u, v, tol: float = DEFAULT_TOL, *, per_row: int = 8,
-            max_pairs: int = 1_000_000) -> Certificate:
+def certify(X, Y, perm, u, v, tol: float = DEFAULT_TOL, *, per_row: int = 8, max_pairs: int = 1_000_000) -> Certificate:
     """Check the optimality of the assignment ``perm`` for the cost |x_i − y_j|² with duals (u, v).
 
     Streams over all N² pairs (numba, parallel over rows; N² numbers are never stored):
@@ -449,17 +483,31 @@ def certify(X, Y, perm, u, v, tol: float = DEFAULT_TOL, *, per_row: int = 8,
     u = np.ascontiguousarray(u, dtype=np.float64)
     v = np.ascontiguousarray(v, dtype=np.float64)
     is_perm = perm.shape == (n,) and bool(np.all((perm >= 0) & (perm < n))) and np.unique(perm).size == n
-    p = _price_all_pairs(X, Y, np.clip(perm, 0, n - 1) if perm.shape == (n,) else np.zeros(n, np.int64), v,
-                         float(tol), base=u, per_row=per_row, max_pairs=max_pairs)
+    p = _price_all_pairs(
+        X,
+        Y,
+        np.clip(perm, 0, n - 1) if perm.shape == (n,) else np.zeros(n, np.int64),
+        v,
+        float(tol),
+        base=u,
+        per_row=per_row,
+        max_pairs=max_pairs,
+    )
     n_viol = int(p.counts.sum())
     max_slack = float(np.max(np.abs(p.assigned - u))) if n else 0.0
     ok = is_perm and n_viol == 0 and max_slack <= tol
-    return Certificate(ok=bool(ok), pairs=p.pairs, n_violations=n_viol,
-                       min_reduced=float(np.min(p.rowmin - u)) if n else 0.0, max_slack=max_slack,
-                       is_permutation=bool(is_perm))
+    return Certificate(
+        ok=bool(ok),
+        pairs=p.pairs,
+        n_violations=n_viol,
+        min_reduced=float(np.min(p.rowmin - u)) if n else 0.0,
+        max_slack=max_slack,
+        is_permutation=bool(is_perm),
+    )
 
 
 # ----------------------------------------------------------------------------- local potentials
+
 
 @numba.njit(cache=True)
 def _shortest_path_potentials(n, indptr, cols, costs, perm, max_scans, d_row, d_col, pred_row, pred_col):
@@ -582,7 +630,7 @@ def _local_duals(S: SparseAssignment, perm, max_scans):
     """Shortest-path potentials of ``perm`` on the arcs of S (``_shortest_path_potentials``), cancelling
     negative cycles on the way. Returns (perm, v, changed) or None when the scan budget ran out."""
     n = S.n
-    rows, cols, costs = S.src[n: S.m], S.tgt[n: S.m] - n, S.cost[n: S.m]
+    rows, cols, costs = S.src[n : S.m], S.tgt[n : S.m] - n, S.cost[n : S.m]
     order = np.argsort(rows, kind="stable")
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
@@ -592,8 +640,9 @@ def _local_duals(S: SparseAssignment, perm, max_scans):
     pred_row, pred_col = np.empty(n, np.int64), np.empty(n, np.int64)
     budget, changed = int(max_scans), False
     while budget > 0:
-        status, scans = _shortest_path_potentials(n, indptr, cols, costs, perm, budget, d_row, d_col,
-                                                  pred_row, pred_col)
+        status, scans = _shortest_path_potentials(
+            n, indptr, cols, costs, perm, budget, d_row, d_col, pred_row, pred_col
+        )
         budget -= scans
         if status == 0:
             return perm, d_col.copy(), changed
@@ -604,6 +653,7 @@ def _local_duals(S: SparseAssignment, perm, max_scans):
 
 
 # ----------------------------------------------------------------------------- the multiscale guide
+
 
 @numba.njit(cache=True)
 def _balanced_cells(P, size):
@@ -760,8 +810,9 @@ def _multiscale_guide(X, Y, neighbours, workers, coarse_kw) -> _Guide:
     kind = "cells"
     if np.sum((X - Y) ** 2) < np.sum((X - Y[start]) ** 2):
         start, kind = np.arange(n, dtype=np.int64), "synchronous"
-    summary = dict(n=mX.shape[0], rounds=coarse.rounds, certified=coarse.certified,
-                   pivots=coarse.stats.get("pivots", 0))
+    summary = dict(
+        n=mX.shape[0], rounds=coarse.rounds, certified=coarse.certified, pivots=coarse.stats.get("pivots", 0)
+    )
     return _Guide(start=start, v=v, lists=lists, kind=kind, coarse=summary)
 
 
@@ -805,8 +856,9 @@ def lifted_neighbours(P, w, Q, k: int, workers: int = -1) -> np.ndarray:
     """
     k = min(k, P.shape[0])
     lift = np.sqrt(np.maximum(np.max(w) - w, 0.0))
-    _, idx = cKDTree(np.column_stack([P, lift])).query(np.column_stack([Q, np.zeros(len(Q))]), k=k,
-                                                     workers=_query_workers(len(Q), workers))
+    _, idx = cKDTree(np.column_stack([P, lift])).query(
+        np.column_stack([Q, np.zeros(len(Q))]), k=k, workers=_query_workers(len(Q), workers)
+    )
     return np.ascontiguousarray(np.asarray(idx, dtype=np.int64).reshape(len(Q), k))
 
 
@@ -842,6 +894,7 @@ def _pot_fallback(X, Y, dense_max):
 
 
 # ----------------------------------------------------------------------------- the solver
+
 
 def rank_pairs(X, Y) -> np.ndarray:
     """Row i's partner in the lexicographic ranks of the two clouds, shape (N, 1): token of rank r in X ↔ token
@@ -896,10 +949,25 @@ def as_cloud(A, name: str) -> np.ndarray:
     return out
 
 
-def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 0, cell_neighbours: int = CELL_NEIGHBOURS,
-             warm=None, tol: float | None = None, rel_tol: float = REL_TOL, max_rounds: int = MAX_ROUNDS,
-             per_row: int = 8, dense_max: int = DENSE_MAX, dense_base: int = DENSE_BASE, fallback: bool = True,
-             guide: bool | None = None, workers: int = -1) -> W2Result:
+def w2_exact(
+    X,
+    Y,
+    *,
+    k: int = 8,
+    k_sync: int = 4,
+    k_dual: int = 0,
+    cell_neighbours: int = CELL_NEIGHBOURS,
+    warm=None,
+    tol: float | None = None,
+    rel_tol: float = REL_TOL,
+    max_rounds: int = MAX_ROUNDS,
+    per_row: int = 8,
+    dense_max: int = DENSE_MAX,
+    dense_base: int = DENSE_BASE,
+    fallback: bool = True,
+    guide: bool | None = None,
+    workers: int = -1,
+) -> W2Result:
     """Exact W2 (Euclidean cost in R^d, uniform weights 1/N) between the clouds X and Y, both (N, d).
 
     The network simplex on the candidate set of the module's steps 1–2, priced on all N² pairs
@@ -915,20 +983,37 @@ def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 0, cell_neighbo
     Y = as_cloud(Y, "Y")
     if X.shape != Y.shape:
         raise ValueError(f"w2_exact needs clouds of the same shape, got {X.shape} and {Y.shape}")
-    opts = dict(k=k, k_sync=k_sync, k_dual=k_dual, cell_neighbours=cell_neighbours, warm=warm, tol=tol,
-                rel_tol=rel_tol, max_rounds=max_rounds, per_row=per_row, dense_max=dense_max, dense_base=dense_base,
-                fallback=fallback, guide=guide, workers=workers)
+    opts = dict(
+        k=k,
+        k_sync=k_sync,
+        k_dual=k_dual,
+        cell_neighbours=cell_neighbours,
+        warm=warm,
+        tol=tol,
+        rel_tol=rel_tol,
+        max_rounds=max_rounds,
+        per_row=per_row,
+        dense_max=dense_max,
+        dense_base=dense_base,
+        fallback=fallback,
+        guide=guide,
+        workers=workers,
+    )
     _check_options(opts)
     e = _binary_exponent(X, Y)
     if e == 0:
         return _solve(X, Y, opts)
     Xs, Ys = np.ldexp(X, e), np.ldexp(Y, e)
     if not (np.array_equal(np.ldexp(Xs, -e), X) and np.array_equal(np.ldexp(Ys, -e), Y)):
-        raise ValueError(f"the coordinates span more than float64 can hold at one scale (largest "
-                         f"{max(np.max(np.abs(X)), np.max(np.abs(Y))):.3g}, some underflow once rescaled)")
+        raise ValueError(
+            f"the coordinates span more than float64 can hold at one scale (largest "
+            f"{max(np.max(np.abs(X)), np.max(np.abs(Y))):.3g}, some underflow once rescaled)"
+        )
     if warm is not None:
-        raise ValueError("a warm start needs clouds within the unscaled range (largest |coordinate| in "
-                         f"[2^-{SCALE_EXPONENT}, 2^{SCALE_EXPONENT}])")
+        raise ValueError(
+            "a warm start needs clouds within the unscaled range (largest |coordinate| in "
+            f"[2^-{SCALE_EXPONENT}, 2^{SCALE_EXPONENT}])"
+        )
     if tol is not None:
         opts["tol"] = float(np.ldexp(float(tol), 2 * e))
     res = _solve(Xs, Ys, opts)
@@ -950,8 +1035,7 @@ def w2_exact(X, Y, *, k: int = 8, k_sync: int = 4, k_dual: int = 0, cell_neighbo
 
 
 #: w2_exact's integer options and their smallest values
-_INTEGER_OPTIONS = dict(k=0, k_sync=0, k_dual=0, cell_neighbours=1, max_rounds=1, per_row=1, dense_max=0,
-                        dense_base=1)
+_INTEGER_OPTIONS = dict(k=0, k_sync=0, k_dual=0, cell_neighbours=1, max_rounds=1, per_row=1, dense_max=0, dense_base=1)
 
 
 def _check_options(opts) -> None:
@@ -964,10 +1048,17 @@ def _check_options(opts) -> None:
         value = opts[key]
         if value is None and allow_none:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
-                or not math.isfinite(value) or value < 0 or (key == "rel_tol" and value >= 1):
-            raise ValueError(f"w2_exact: {key} must be a finite number ≥ 0{' below 1' if key == 'rel_tol' else ''}"
-                             f"{' or None' if allow_none else ''}, got {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float, np.floating, np.integer))
+            or not math.isfinite(value)
+            or value < 0
+            or (key == "rel_tol" and value >= 1)
+        ):
+            raise ValueError(
+                f"w2_exact: {key} must be a finite number ≥ 0{' below 1' if key == 'rel_tol' else ''}"
+                f"{' or None' if allow_none else ''}, got {value!r}"
+            )
     warm = opts["warm"]
     if warm is not None and not (hasattr(warm, "v") and hasattr(warm, "perm")):
         raise TypeError(f"w2_exact: warm must be a previous W2Result, got {type(warm).__name__}")
@@ -995,8 +1086,10 @@ def _start(X, Y, opts, stats):
         lists.append(rank_pairs(X, Y))
         stats["separation"] = separation
         if opts["guide"] or (opts["guide"] is None and separation > LOCAL_SEPARATION):
-            coarse_kw = {key: opts[key] for key in ("k", "k_sync", "k_dual", "cell_neighbours", "rel_tol", "per_row",
-                                                    "dense_base", "workers")}
+            coarse_kw = {
+                key: opts[key]
+                for key in ("k", "k_sync", "k_dual", "cell_neighbours", "rel_tol", "per_row", "dense_base", "workers")
+            }
             coarse_kw.update(max_rounds=COARSE_ROUNDS, fallback=False, guide=True)  # cells: always guided
             g = _multiscale_guide(X, Y, opts["cell_neighbours"], opts["workers"], coarse_kw)
             start, v0 = g.start, g.v
@@ -1027,7 +1120,7 @@ def _reduced_cost_tol(opts, w2sq, potentials):
 def _restart(S, perm):
     """A fresh basis of the assignment ``perm`` on the arcs of S (after a cycle was cancelled outside it)."""
     n = S.n
-    T = SparseAssignment.start(S.src[n: S.m].copy(), S.tgt[n: S.m] - n, S.cost[n: S.m].copy(), perm)
+    T = SparseAssignment.start(S.src[n : S.m].copy(), S.tgt[n : S.m] - n, S.cost[n : S.m].copy(), perm)
     T.pivots, T.degenerate = S.pivots, S.degenerate
     return T
 
@@ -1046,7 +1139,7 @@ def _with_local_duals(X, Y, S, perm, opts, stats):
     ``LOCAL_ROUNDS`` times). Returns (perm, v, bound, T) with T the restricted basis (to continue from), or
     None when a budget ran out."""
     n = S.n
-    src, tgt, cost = S.src[n: S.m], S.tgt[n: S.m] - n, S.cost[n: S.m]
+    src, tgt, cost = S.src[n : S.m], S.tgt[n : S.m] - n, S.cost[n : S.m]
     keep = cost <= LOCAL_COST_FACTOR * float(np.max(_pair_costs(X, Y, perm)))
     T = SparseAssignment.start(src[keep].copy(), tgt[keep].copy(), cost[keep].copy(), perm)
     T.pivots, T.degenerate = S.pivots, S.degenerate
@@ -1117,18 +1210,32 @@ def _solve(X, Y, opts) -> W2Result:
             return retry
         S.add_arcs(new[:, 0], new[:, 1], _pair_costs(X[new[:, 0]], Y, new[:, 1]))
         stats["added_pairs"] += int(new.shape[0])
-    stats.update(pivots=S.pivots, degenerate=S.degenerate, rounds=rounds,
-                 start_excess=stats["start_excess"] / max(w2sq_est, 1e-300) - 1.0)
+    stats.update(
+        pivots=S.pivots,
+        degenerate=S.degenerate,
+        rounds=rounds,
+        start_excess=stats["start_excess"] / max(w2sq_est, 1e-300) - 1.0,
+    )
     if _meets(bound, target) or not opts["fallback"]:
         return _result(perm, bound, v, target, _meets(bound, target), rounds, False, S.n_arcs, stats)
     return _certified_fallback(X, Y, S, opts, stats, rounds)
 
 
 def _result(perm, bound: _Bound, v, target, certified, rounds, fallback, n_candidates, stats) -> W2Result:
-    return W2Result(value=float(np.sqrt(max(bound.value_sq, 0.0))), perm=perm, u=bound.pricing.rowmin, v=v,
-                    rounds=rounds, fallback=fallback, certified=bool(certified), gap_bound=float(bound.gap),
-                    n_candidates=n_candidates, stats=stats, error_bound=float(bound.error_bound),
-                    target=float(target))
+    return W2Result(
+        value=float(np.sqrt(max(bound.value_sq, 0.0))),
+        perm=perm,
+        u=bound.pricing.rowmin,
+        v=v,
+        rounds=rounds,
+        fallback=fallback,
+        certified=bool(certified),
+        gap_bound=float(bound.gap),
+        n_candidates=n_candidates,
+        stats=stats,
+        error_bound=float(bound.error_bound),
+        target=float(target),
+    )
 
 
 def _certified_fallback(X, Y, S, opts, stats, rounds) -> W2Result:
@@ -1137,13 +1244,19 @@ def _certified_fallback(X, Y, S, opts, stats, rounds) -> W2Result:
     n = X.shape[0]
     perm, _, v = _pot_fallback(X, Y, opts["dense_max"])
     bound = _certificate(X, Y, perm, v, np.inf)
-    target = max(_target(opts, bound.value_sq), FALLBACK_REL_TOL * bound.value_sq) if opts["tol"] is None \
+    target = (
+        max(_target(opts, bound.value_sq), FALLBACK_REL_TOL * bound.value_sq)
+        if opts["tol"] is None
         else float(opts["tol"])
+    )
     if not _meets(bound, target):
         S.add_arcs(np.arange(n, dtype=np.int64), perm, _pair_costs(X, Y, perm))
         local = _with_local_duals(X, Y, S, perm, opts, stats)
         if local is not None and local[2].error_bound < bound.error_bound:
             perm, v, bound, S = local
-            target = max(_target(opts, bound.value_sq), FALLBACK_REL_TOL * bound.value_sq) \
-                if opts["tol"] is None else float(opts["tol"])
+            target = (
+                max(_target(opts, bound.value_sq), FALLBACK_REL_TOL * bound.value_sq)
+                if opts["tol"] is None
+                else float(opts["tol"])
+            )
     return _result(perm, bound, v, target, _meets(bound, target), rounds, True, S.n_arcs, stats)

@@ -123,8 +123,29 @@ def _potentials_from_root(root, parent, pred, pred_dir, first_child, next_sib, c
 
 
 @numba.njit(cache=True)
-def _pivots(n_root_arcs, src, tgt, cost, m, flow, state, parent, pred, pred_dir, size, first_child, next_sib,
-            prev_sib, pi, tol, block, max_pivots, next_arc, path, stack):
+def _pivots(
+    n_root_arcs,
+    src,
+    tgt,
+    cost,
+    m,
+    flow,
+    state,
+    parent,
+    pred,
+    pred_dir,
+    size,
+    first_child,
+    next_sib,
+    prev_sib,
+    pi,
+    tol,
+    block,
+    max_pivots,
+    next_arc,
+    path,
+    stack,
+):
     """Simplex pivots until no priced arc (indices n_root_arcs..m−1) has reduced cost below −tol.
 
     Returns (pivots, degenerate pivots, where the next block search starts)."""
@@ -298,8 +319,14 @@ class SparseAssignment:
     degenerate: int = 0
 
     @classmethod
-    def start(cls, rows: np.ndarray, cols: np.ndarray, costs: np.ndarray, perm: np.ndarray,
-              root_cost: np.ndarray | None = None) -> "SparseAssignment":
+    def start(
+        cls,
+        rows: np.ndarray,
+        cols: np.ndarray,
+        costs: np.ndarray,
+        perm: np.ndarray,
+        root_cost: np.ndarray | None = None,
+    ) -> SparseAssignment:
         """The basis of the assignment ``perm`` (its arcs must be among (rows, cols)) on these arcs.
 
         ``root_cost`` (n,) sets the starting row potentials π_i = root_cost[i] (u_i = −root_cost[i]);
@@ -323,21 +350,55 @@ class SparseAssignment:
         cost[:n] = 0.0 if root_cost is None else root_cost
         src[n:m], tgt[n:m], cost[n:m] = rows, n + cols, costs
         nodes = 2 * n + 1
-        S = cls(n=n, m=m, src=src, tgt=tgt, cost=cost, flow=np.zeros(cap, np.int64),
-                state=np.full(cap, LOWER, np.int8), parent=np.full(nodes, -1, np.int64),
-                pred=np.full(nodes, -1, np.int64), pred_dir=np.zeros(nodes, np.int64),
-                size=np.zeros(nodes, np.int64), first_child=np.full(nodes, -1, np.int64),
-                next_sib=np.full(nodes, -1, np.int64), prev_sib=np.full(nodes, -1, np.int64),
-                pi=np.zeros(nodes), next_arc=n)
-        _start_tree(n, np.asarray(perm, np.int64), n + order[pos], S.parent, S.pred, S.pred_dir, S.first_child,
-                    S.next_sib, S.prev_sib, S.state, S.flow)
+        S = cls(
+            n=n,
+            m=m,
+            src=src,
+            tgt=tgt,
+            cost=cost,
+            flow=np.zeros(cap, np.int64),
+            state=np.full(cap, LOWER, np.int8),
+            parent=np.full(nodes, -1, np.int64),
+            pred=np.full(nodes, -1, np.int64),
+            pred_dir=np.zeros(nodes, np.int64),
+            size=np.zeros(nodes, np.int64),
+            first_child=np.full(nodes, -1, np.int64),
+            next_sib=np.full(nodes, -1, np.int64),
+            prev_sib=np.full(nodes, -1, np.int64),
+            pi=np.zeros(nodes),
+            next_arc=n,
+        )
+        _start_tree(
+            n,
+            np.asarray(perm, np.int64),
+            n + order[pos],
+            S.parent,
+            S.pred,
+            S.pred_dir,
+            S.first_child,
+            S.next_sib,
+            S.prev_sib,
+            S.state,
+            S.flow,
+        )
         S._refresh()
         return S
 
     def _refresh(self) -> None:
         nodes = 2 * self.n + 1
-        _potentials_from_root(2 * self.n, self.parent, self.pred, self.pred_dir, self.first_child, self.next_sib,
-                              self.cost, self.pi, self.size, np.empty(nodes, np.int64), np.empty(nodes, np.int64))
+        _potentials_from_root(
+            2 * self.n,
+            self.parent,
+            self.pred,
+            self.pred_dir,
+            self.first_child,
+            self.next_sib,
+            self.cost,
+            self.pi,
+            self.size,
+            np.empty(nodes, np.int64),
+            np.empty(nodes, np.int64),
+        )
 
     def add_arcs(self, rows: np.ndarray, cols: np.ndarray, costs: np.ndarray) -> None:
         """New non-basic arcs (flow 0); the basis stays feasible, so the next solve resumes from it."""
@@ -367,10 +428,29 @@ class SparseAssignment:
             block = max(16, int(np.sqrt(self.n_arcs)))
         stack = np.empty(2 * self.n + 1, np.int64)
         path = np.empty(2 * self.n + 1, np.int64)
-        piv, deg, self.next_arc = _pivots(self.n, self.src, self.tgt, self.cost, self.m, self.flow, self.state,
-                                          self.parent, self.pred, self.pred_dir, self.size, self.first_child,
-                                          self.next_sib, self.prev_sib, self.pi, float(tol), int(block),
-                                          int(max_pivots), self.next_arc, path, stack)
+        piv, deg, self.next_arc = _pivots(
+            self.n,
+            self.src,
+            self.tgt,
+            self.cost,
+            self.m,
+            self.flow,
+            self.state,
+            self.parent,
+            self.pred,
+            self.pred_dir,
+            self.size,
+            self.first_child,
+            self.next_sib,
+            self.prev_sib,
+            self.pi,
+            float(tol),
+            int(block),
+            int(max_pivots),
+            self.next_arc,
+            path,
+            stack,
+        )
         if piv < 0:
             raise RuntimeError("network simplex met a cycle of forward arcs (not a bipartite assignment graph)")
         self.pivots += piv
@@ -381,11 +461,11 @@ class SparseAssignment:
     def assignment(self) -> np.ndarray:
         """perm[i] = the column of row i (the arcs with flow 1)."""
         n = self.n
-        e = np.flatnonzero(self.flow[n: self.m] > 0) + n
+        e = np.flatnonzero(self.flow[n : self.m] > 0) + n
         perm = np.full(n, -1, np.int64)
         perm[self.src[e]] = self.tgt[e] - n
         return perm
 
     def duals(self) -> tuple[np.ndarray, np.ndarray]:
         """(u, v) with c_ij − u_i − v_j = the reduced cost of arc (i, j): u = −π(rows), v = π(columns)."""
-        return -self.pi[: self.n].copy(), self.pi[self.n: 2 * self.n].copy()
+        return -self.pi[: self.n].copy(), self.pi[self.n : 2 * self.n].copy()

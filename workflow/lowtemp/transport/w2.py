@@ -18,8 +18,8 @@ import warnings
 import numpy as np
 import ot
 
-from . import assignment
 from ..model.projection import projection_map, two_atom_masses
+from . import assignment
 
 #: POT's result code for an optimal solution of the network simplex
 _OPTIMAL = 1
@@ -35,8 +35,13 @@ def squared_euclidean_cost(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     return np.maximum(C, 0.0)
 
 
-def w2(X: np.ndarray, Y: np.ndarray, a: np.ndarray | None = None, b: np.ndarray | None = None,
-       max_iterations: int | None = None) -> float:
+def w2(
+    X: np.ndarray,
+    Y: np.ndarray,
+    a: np.ndarray | None = None,
+    b: np.ndarray | None = None,
+    max_iterations: int | None = None,
+) -> float:
     """Exact W2 between Σ a_i δ_{x_i} and Σ b_j δ_{y_j} (uniform weights by default).
 
     Uniform clouds of the same size: ``assignment.w2_exact`` (certified); otherwise, or with an
@@ -45,8 +50,13 @@ def w2(X: np.ndarray, Y: np.ndarray, a: np.ndarray | None = None, b: np.ndarray 
     return w2_certified(X, Y, a, b, max_iterations)[0]
 
 
-def w2_certified(X: np.ndarray, Y: np.ndarray, a: np.ndarray | None = None, b: np.ndarray | None = None,
-                 max_iterations: int | None = None) -> tuple[float, float]:
+def w2_certified(
+    X: np.ndarray,
+    Y: np.ndarray,
+    a: np.ndarray | None = None,
+    b: np.ndarray | None = None,
+    max_iterations: int | None = None,
+) -> tuple[float, float]:
     """(W2, bound): exact W2 as ``w2`` computes it and a certified bound on |W2² − W2²_opt| (uniform clouds of
     the same size, ``assignment.W2Result.error_bound``); NaN for the weighted solve, which has no such bound."""
     X = assignment.as_cloud(X, "X")
@@ -59,13 +69,19 @@ def w2_certified(X: np.ndarray, Y: np.ndarray, a: np.ndarray | None = None, b: n
             raise TransportNotConverged(
                 f"exact W2 between {len(X)} tokens was not certified: error bound on W2² "
                 f"{result.error_bound:.3g} against the target {result.target:.3g} (W2 = {result.value:.3g}; "
-                f"{result.rounds} pricing passes, POT fallback {'taken' if result.fallback else 'not taken'})")
+                f"{result.rounds} pricing passes, POT fallback {'taken' if result.fallback else 'not taken'})"
+            )
         return result.value, result.error_bound
     return w2_network_simplex(X, Y, a, b, max_iterations), float("nan")
 
 
-def w2_network_simplex(X: np.ndarray, Y: np.ndarray, a: np.ndarray | None = None, b: np.ndarray | None = None,
-                       max_iterations: int | None = None) -> float:
+def w2_network_simplex(
+    X: np.ndarray,
+    Y: np.ndarray,
+    a: np.ndarray | None = None,
+    b: np.ndarray | None = None,
+    max_iterations: int | None = None,
+) -> float:
     """Exact W2 by POT's network simplex on the dense cost matrix (``ot.emd2``), any weights."""
     X = assignment.as_cloud(X, "X")
     Y = assignment.as_cloud(Y, "Y")
@@ -84,7 +100,8 @@ def w2_network_simplex(X: np.ndarray, Y: np.ndarray, a: np.ndarray | None = None
             raise TransportNotConverged(f"ot.emd2 did not converge: {w}") from None
     if log["result_code"] != _OPTIMAL:
         raise TransportNotConverged(
-            f"ot.emd2 did not reach an optimal plan (result code {log['result_code']}: {log['warning']})")
+            f"ot.emd2 did not reach an optimal plan (result code {log['result_code']}: {log['warning']})"
+        )
     return float(np.sqrt(max(float(cost), 0.0)))
 
 
