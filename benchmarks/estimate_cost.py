@@ -10,7 +10,7 @@ perfectly. With ``--measured RESULTS`` (a finished run's ``results/`` folder) ea
 the job took (Snakemake's ``benchmarks/<job>.tsv``: wall seconds and peak resident memory; for
 ``figure`` the slowest of the figure jobs) and measured/estimated. The per-pair field costs and the W2 solve
 times it uses are the measured
-constants of ``lowtemp.config.resources`` (``make bench`` measures them again); the W2 time is
+constants of ``lowtemp.config.costs`` (``make bench`` measures them again); the W2 time is
 that of the slower snapshots of the certified network simplex (``resources.w2_seconds``).
 """
 

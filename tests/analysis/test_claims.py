@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from conftest import TEST_CONFIG, validated
+from conftest import TEST_CONFIG, resource_experiment, validated
 
 from lowtemp.analysis import claims, estimates, fitting
 from lowtemp.model import matrices, rates
@@ -38,7 +38,7 @@ FIT = {
     "early_time": 1.0,
     "particle_error_fraction": 0.25,
 }
-CFG = dict(claims.DEFAULTS)
+CFG = resource_experiment()["claims"]  # the schema's defaults
 THRESHOLD = 30.0
 
 

@@ -233,7 +233,9 @@ def test_line_fit():
 def test_exact_w2_snapshots_every_kth_and_the_last():
     mask = experiment.exact_w2_snapshots({"distances": {"exact_every": 4}}, 11)
     assert np.flatnonzero(mask).tolist() == [0, 4, 8, 10]
-    assert experiment.exact_w2_snapshots({}, 5).all()
+    assert experiment.exact_w2_snapshots({"distances": {"exact_every": 1}}, 5).all()
+    with pytest.raises(KeyError):  # the default lives in the schema: an unvalidated config has none
+        experiment.exact_w2_snapshots({}, 5)
 
 
 def test_fit_growth_rate_skips_snapshots_without_exact_distance():

@@ -15,8 +15,8 @@ from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 from conftest import experiment_matrices as matrices_of
 from conftest import resource_experiment as experiment
 
+from lowtemp.config import costs, registry, resources
 from lowtemp.config import experiment as lowtemp_experiment
-from lowtemp.config import resources
 from lowtemp.transport import assignment
 
 MB = 2**20
@@ -63,9 +63,9 @@ def test_exact_w2_cost_matrix_fits(n):
 def test_exact_w2_memory_is_linear_above_the_dense_fallback():
     """Above DENSE_MAX no N×N matrix is built: the W2 estimate grows like N, so N = 65 536 fits a laptop."""
     big = 4 * assignment.DENSE_MAX
-    assert resources.w2_bytes(2 * big) == pytest.approx(2 * resources.w2_bytes(big))
-    assert resources.w2_bytes(65536) < 1e9
-    assert resources.w2_bytes(assignment.DENSE_MAX) > 5 * 8 * assignment.DENSE_MAX**2
+    assert costs.w2_bytes(2 * big) == pytest.approx(2 * costs.w2_bytes(big))
+    assert costs.w2_bytes(65536) < 1e9
+    assert costs.w2_bytes(assignment.DENSE_MAX) > 5 * 8 * assignment.DENSE_MAX**2
     exp = experiment(tokens=65536, replicas=2, time={"horizon": 10.0, "dt": 0.1, "snapshots": 10})
     est = resources.estimate("distances_beta", exp)
     P = 11 * 2 * 65536 * 3 * 8
@@ -76,28 +76,24 @@ def test_exact_w2_time_matches_the_measured_solves():
     """The slowest solves measured on the pipeline's own clouds (docs/w2_solver.md): 1.0 s at N = 4096,
     12 s at 16384, 79 s at 65536 (t = 5 of the paper-scale run); the estimate covers them within the
     runtime safety factor and stays below POT's times (2.6 s, 93 s at 4096, 16384)."""
-    assert 1.0 <= resources.RUNTIME_SAFETY * resources.w2_seconds(4096) and resources.w2_seconds(4096) < 2.6
-    assert 12 <= resources.RUNTIME_SAFETY * resources.w2_seconds(16384) and resources.w2_seconds(16384) < 93
-    assert 79 <= resources.RUNTIME_SAFETY * resources.w2_seconds(65536)
+    assert 1.0 <= resources.RUNTIME_SAFETY * costs.w2_seconds(4096) and costs.w2_seconds(4096) < 2.6
+    assert 12 <= resources.RUNTIME_SAFETY * costs.w2_seconds(16384) and costs.w2_seconds(16384) < 93
+    assert 79 <= resources.RUNTIME_SAFETY * costs.w2_seconds(65536)
     exp = experiment(tokens=16384, replicas=2, time={"horizon": 10.0, "dt": 0.1, "snapshots": 10})
     est = resources.estimate("distances_beta", exp)
     solves = 2 * 11  # every snapshot by default (exact_every = 1), per replica
-    assert est.compute_seconds >= solves * resources.w2_seconds(16384)
+    assert est.compute_seconds >= solves * costs.w2_seconds(16384)
     assert est.runtime_min * 60 >= solves * 12
     fewer = copy.deepcopy(exp)
     fewer["distances"] = {"exact_every": 5}  # snapshots 0, 5, 10
-    assert resources.exact_w2_count(fewer) == 3
+    assert costs.exact_w2_count(fewer) == 3
     assert resources.estimate("distances_beta", fewer).compute_seconds < est.compute_seconds
 
 
 @pytest.mark.parametrize("snapshots,every,expected", [(80, 4, 21), (60, 2, 31), (10, 3, 5), (30, 1, 31)])
 def test_exact_snapshot_count_is_the_pipeline_mask(snapshots, every, expected):
     exp = experiment(time={"horizon": 6.0, "dt": 0.1, "snapshots": snapshots}, distances={"exact_every": every})
-    assert (
-        resources.exact_w2_count(exp)
-        == expected
-        == int(lowtemp_experiment.exact_w2_snapshots(exp, snapshots + 1).sum())
-    )
+    assert costs.exact_w2_count(exp) == expected == int(lowtemp_experiment.exact_w2_snapshots(exp, snapshots + 1).sum())
 
 
 def adaptive_budget(exp) -> int:
@@ -113,20 +109,20 @@ def test_field_evaluations_fit_in_the_wall_time(integrator):
     exp = experiment(tokens=16384, replicas=4, integrator=integrator)
     run = rk4_evaluations(exp) if integrator == "rk4" else adaptive_budget(exp)
     evals = run + exp["time"]["snapshots"] + 1  # + ESS at every snapshot
-    assert resources.field_evaluations(exp) + 81 == evals
+    assert costs.field_evaluations(exp) + 81 == evals
     pairs = exp["replicas"] * exp["tokens"] ** 2
     fastest = evals * pairs * 0.27e-9  # seconds with 2 threads
     est = resources.estimate("finite_temperature", exp, beta=10, matrices=matrices_of(exp), threads=2)
     assert est.compute_seconds >= fastest
     assert est.runtime_min * 60 >= 2 * fastest
     euler = experiment(tokens=16384, replicas=4, integrator="euler")
-    assert resources.field_evaluations(euler) * 4 == rk4_evaluations(exp)
+    assert costs.field_evaluations(euler) * 4 == rk4_evaluations(exp)
 
 
 STAGES_WITH_BETA = {"finite_temperature"}
 
 
-@pytest.mark.parametrize("stage", resources.STAGES)
+@pytest.mark.parametrize("stage", registry.DEFAULT_TARGET)
 def test_monotone_in_n(stage):
     previous = None
     for n in [16, 256, 2048, 16384, 65536, 262144]:
@@ -140,7 +136,7 @@ def test_monotone_in_n(stage):
             assert est.runtime_min >= previous.runtime_min, (n, est, previous)
             assert est.data_bytes >= previous.data_bytes, (n, est, previous)
             assert est.compute_seconds >= previous.compute_seconds, (n, est, previous)
-            if stage not in ("matrices", "fit"):  # these hold d×d matrices or (beta, replica, time) curves
+            if stage not in ("matrices", "fit", "claims"):  # these hold d×d matrices or (beta, replica, time) curves
                 assert est.data_bytes > previous.data_bytes, (n, est, previous)
         previous = est
     if stage in ("finite_temperature", "zero_temperature", "distances_beta"):
@@ -173,7 +169,7 @@ def test_threads_cpus_and_retries():
     eight = resources.estimate("finite_temperature", exp, beta=100, matrices=M, threads=8)
     assert (two.cpus, eight.cpus) == (2, 8)
     assert eight.compute_seconds < two.compute_seconds
-    for stage in resources.STAGES:
+    for stage in registry.DEFAULT_TARGET:
         if stage != "finite_temperature":
             assert resources.estimate(stage, exp, threads=8).cpus == 1
     again = resources.estimate("finite_temperature", exp, beta=100, matrices=M, threads=2, attempt=2)
@@ -200,7 +196,7 @@ def test_shipped_configs_ask_for_sane_amounts():
         cfg = validated(yaml.safe_load(path.read_text()))
         for name, exp in cfg["experiments"].items():
             M = lowtemp_experiment.build_matrices(name, exp, cfg["root_seed"])
-            for stage in resources.STAGES:
+            for stage in registry.DEFAULT_TARGET:
                 for beta in exp["betas"] if stage == "finite_temperature" else [None]:
                     est = resources.estimate(stage, exp, beta=beta, matrices=M, threads=2)
                     assert 100 <= est.mem_mb <= 8000, (path.name, name, stage, est)
@@ -263,7 +259,7 @@ def test_convergence_estimate_covers_the_studys_field_evaluations():
     assert est.mem_mb * MB > 81 * 4 * 4096 * 3 * 8  # the N = 4096 trajectories
     assert est.cpus == 2 == resources.estimate("convergence", exp, matrices=M, threads=2).cpus
     assert resources.estimate("convergence", exp, matrices=M, threads=8).cpus == 8
-    assert "convergence" not in resources.STAGES  # not in the default target, nor in the config's memory check
+    assert "convergence" not in registry.DEFAULT_TARGET  # not in the default target, nor in the config's memory check
     fresh = experiment(convergence={"particles": {"replicas": 5}})
     extra = particle_evals * 5 * 4096**2 * 0.27e-9
     assert (

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from lowtemp.config import experiment, resources
+from lowtemp.config import experiment, registry, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 if not os.environ.get("LOWTEMP_SLURM_STATE"):
@@ -132,10 +132,10 @@ def test_sbatch_requests_follow_the_resource_estimates():
         if not m:  # a group job: its requests are Snakemake's layering of the members' requests
             continue
         rule, wildcards = m.groups()
-        if rule not in resources.STAGES:
-            continue  # a rule lowtemp.config.resources does not size
+        if rule not in registry.STAGES:
+            continue  # a rule that runs no stage (an aggregating target)
         name, beta = labels[wildcards]
-        threads = 2 if rule == "finite_temperature" else 1
+        threads = registry.stage(rule).threads
         est = resources.estimate(rule, experiments[name], beta=beta, matrices=mats[name], threads=threads)
         assert int(_option(call, r" --mem (\d+)")) == est.mem_mb, call[:300]
         assert int(_option(call, r" -t (\d+)")) == est.runtime_min, call[:300]

@@ -18,7 +18,7 @@ rule convergence:
         f"{RESULTS}/{{experiment}}/benchmarks/convergence.tsv"
     conda:
         SOFTWARE
-    threads: 2
+    threads: stage_threads("convergence")
     resources:
         mem_mb=stage_mem_mb("convergence"),
         runtime=stage_runtime("convergence"),

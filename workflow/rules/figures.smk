@@ -54,9 +54,9 @@ rule convergence_figure:
     conda:
         SOFTWARE
     resources:
-        mem_mb=stage_mem_mb("figure"),
-        runtime=stage_runtime("figure"),
-        cpus_per_task=stage_cpus("figure"),
+        mem_mb=stage_mem_mb("convergence_figure"),
+        runtime=stage_runtime("convergence_figure"),
+        cpus_per_task=stage_cpus("convergence_figure"),
     params:
         stage=stage_params("convergence_figure"),
     script:

@@ -35,13 +35,13 @@ rule claims:
     benchmark:
         f"{RESULTS}/{{experiment}}/benchmarks/claims.tsv"
     group:
-        stage_group("fit")
+        stage_group("claims")
     conda:
         SOFTWARE
     resources:
-        mem_mb=stage_mem_mb("fit"),
-        runtime=stage_runtime("fit"),
-        cpus_per_task=stage_cpus("fit"),
+        mem_mb=stage_mem_mb("claims"),
+        runtime=stage_runtime("claims"),
+        cpus_per_task=stage_cpus("claims"),
     params:
         stage=stage_params("claims"),
     script:

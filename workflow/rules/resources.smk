@@ -3,6 +3,7 @@
 # time grid and the kernel). Used by any executor; the SLURM profile
 # (workflow/profiles/slurm) turns them into sbatch --mem, -t and --cpus-per-task.
 # Included after common.smk (EXPERIMENTS, BETAS, ROOT_SEED, MATRICES), before the rules.
+from lowtemp.config import registry as lowtemp_registry
 from lowtemp.config import resources as lowtemp_resources
 
 # K, Q, V of each experiment, as checked by common.smk: the automatic kernel rule
@@ -47,3 +48,8 @@ def stage_gpus(stage):
 def stage_group(stage):
     """Job group of a rule's jobs on a cluster: short jobs of one experiment go as one job."""
     return lambda wildcards: lowtemp_resources.group_of(stage, EXPERIMENTS[wildcards.experiment])
+
+
+def stage_threads(stage):
+    """``threads`` of a rule, from the stage registry (``lowtemp.config.registry``)."""
+    return lowtemp_registry.stage(stage).threads

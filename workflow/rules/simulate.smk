@@ -13,7 +13,7 @@ rule finite_temperature:
         f"{RESULTS}/{{experiment}}/benchmarks/finite_temperature_beta{{beta}}.tsv"
     conda:
         SOFTWARE
-    threads: 2
+    threads: stage_threads("finite_temperature")
     resources:
         mem_mb=stage_mem_mb("finite_temperature"),
         runtime=stage_runtime("finite_temperature"),

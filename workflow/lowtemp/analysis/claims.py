@@ -65,8 +65,6 @@ class Status(enum.IntEnum):
         return self.name.replace("NOT_", "NOT ").replace("_", "-")
 
 
-DEFAULTS = {"bound_fraction": 0.9, "end_phase_tolerance": 0.1, "rate_tolerance": 0.15}
-
 EIGENSPACES = {
     "E1(A)": "dist_leading_A",
     "E1(V), largest real part": "dist_leading_V",

@@ -45,7 +45,7 @@ def integration_tolerance(experiment: dict, n_tokens: int | None = None) -> floa
     """The local error tolerance of an adaptive integrator (``integrate.ADAPTIVE``): ``time.tolerance``,
     else ``integrate.default_tolerance`` of the run's N (``n_tokens``, default ``tokens``); None for
     the fixed-step integrators."""
-    if experiment.get("integrator", "dopri5") not in integrate.ADAPTIVE:
+    if experiment["integrator"] not in integrate.ADAPTIVE:
         return None
     given = experiment["time"].get("tolerance")
     n = int(experiment["tokens"] if n_tokens is None else n_tokens)
@@ -60,7 +60,7 @@ def snapshot_times(experiment: dict) -> list[float]:
 
 def exact_w2_snapshots(experiment: dict, n_times: int) -> np.ndarray:
     """Snapshots at which the exact N×N W2(ρ^β_t, ρ^∞_t) is solved: every ``distances.exact_every``-th and the last."""
-    every = int(experiment.get("distances", {}).get("exact_every", 1))
+    every = int(experiment["distances"]["exact_every"])
     mask = np.arange(n_times) % every == 0
     mask[-1] = True
     return mask
@@ -71,7 +71,7 @@ def field_kernel(experiment: dict) -> str:
     (``kernel_choice.choose_kernel``: ``auto`` itself, a choice per field evaluation, at N ≥ 16384 in
     d = 2, 3; ``dense`` below; ``numpy`` in other dimensions): β and the matrices do not enter it, the cloud
     does, at run time."""
-    kernel = experiment.get("kernel", "auto")
+    kernel = experiment["kernel"]
     if kernel == "auto":
         return choose_kernel(int(experiment["tokens"]), int(experiment["dim"]))
     return kernel

@@ -1,4 +1,4 @@
-"""Which config keys each stage reads: the one table, and the canonical slices built from it.
+"""Which config keys each stage reads (the registry's table) and the canonical slices built from it.
 
 Snakemake reruns a job when its ``params`` change. Every rule's params hold the slice
 of its experiment's config that its stage function reads (``STAGE_KEYS``), so an edit
@@ -18,50 +18,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-#: config keys (dotted paths into one experiment) read by each rule's stage function;
-#: a path names a whole block (``matrices``) or one key in it (``fit.confidence``).
-#: The rule ``figure`` has one entry per figure (``figure:<name>``).
+from . import registry
+
+#: config keys (dotted paths into one experiment) read by each rule's stage function, from the registry
+#: (``lowtemp.config.registry.Stage.keys``); the rule ``figure`` has one entry per figure (``figure:<name>``)
 STAGE_KEYS: dict[str, tuple[str, ...]] = {
-    # stages.matrices.stage_matrices -> experiment.build_matrices
-    "matrices": ("dim", "matrices"),
-    # stages.initial_tokens.stage_initial_tokens
-    "initial_tokens": ("dim", "initial_measure", "replicas", "tokens"),
-    # stages.simulate.stage_finite_temperature: experiment.time_grid, the integrator and its tolerance
-    # (experiment.integration_tolerance: time.tolerance, else one from tokens), experiment.field_kernel
-    # (``kernel``; the automatic rule reads tokens and dim); the ESS it records is judged by the fit
-    # With model: mean_field, stage_mean_field reads the mean_field block and the initial measure (the reduction)
-    "finite_temperature": ("dim", "initial_measure", "integrator", "kernel", "mean_field", "model", "time", "tokens"),
-    # stages.simulate.stage_zero_temperature: experiment.time_grid, the integrator and its tolerance
-    "zero_temperature": ("integrator", "time", "tokens"),
-    # stages.distances.stage_distances_beta -> experiment.exact_w2_snapshots
-    "distances_beta": ("distances.exact_every",),
-    # stages.distances.stage_distances: nothing beyond its input files
-    "distances": (),
-    # stages.fit.stage_fit -> analysis.estimates.fit_experiment (the whole fit block)
-    "fit": ("ess_threshold", "fit", "tokens"),
-    # stages.fit.stage_claims -> analysis.claims.evaluate (the claims block; the confidence level comes from fit.nc)
-    "claims": ("claims",),
-    # stages.figures.stage_figure -> figures.FIGURES[name]; one entry per name of experiment.FIGURES
-    "figure:w2_projection": ("ess_threshold",),
-    "figure:collapse": ("ess_threshold",),
-    "figure:end_phase": ("ess_threshold",),
-    "figure:time_scale": (),
-    "figure:snapshots": ("figures.snapshot_times", "time.horizon"),  # experiment.snapshot_times
-    # stages.convergence.stage_convergence: studies.study_settings (betas for the default beta, tokens,
-    # replicas, time), initial_measure and dim for fresh tokens, integrator, experiment.field_kernel
-    "convergence": (
-        "betas",
-        "convergence",
-        "dim",
-        "initial_measure",
-        "integrator",
-        "kernel",
-        "replicas",
-        "time",
-        "tokens",
-    ),
-    # stages.figures.stage_convergence_figure: convergence.nc and the ESS threshold it draws
-    "convergence_figure": ("ess_threshold",),
+    key: keys
+    for name, spec in registry.STAGES.items()
+    for key, keys in (
+        [(f"figure:{figure}", k) for figure, k in spec.figure_keys.items()] if spec.figure_keys else [(name, spec.keys)]
+    )
 }
 
 

@@ -1,86 +1,25 @@
-"""Resource estimates of the pipeline's jobs: memory (MB), wall time (minutes), CPUs.
+"""Resource requests of the pipeline's jobs: memory (MB), wall time (minutes), CPUs, GPUs and job groups.
 
-The SLURM profile (``workflow/profiles/slurm``) sends every job with the
-``mem_mb``, ``runtime`` and ``cpus_per_task`` that these functions compute from
-the experiment's config (N tokens, dim d, R replicas, snapshots, horizon/dt,
-betas, integrator, kernel), so a bigger sweep asks for more without anyone
-editing numbers per experiment. ``workflow/rules/resources.smk`` is the only
+The SLURM profile (``workflow/profiles/slurm``) sends every job with the ``mem_mb``, ``runtime``,
+``cpus_per_task`` and ``gpu`` that these functions compute from the experiment's config, so a bigger sweep
+asks for more without anyone editing numbers per experiment. ``workflow/rules/resources.smk`` is the only
 caller in the workflow; it never hard-codes a size.
 
-What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
+A job's cost (the arrays it holds at its peak, its compute time) comes from its stage's cost function
+(``lowtemp.config.costs``, named by ``lowtemp.config.registry``, which documents what each counts); here it
+becomes a request:
 
-* memory = ``BASE_MB`` (the interpreter with numpy, scipy, xarray, numba and
-  POT imported and the kernels compiled: 224–290 MB peak resident measured on
-  the tiny config; matplotlib/seaborn add ~60 MB, hence ``FIGURE_BASE_MB``) plus
-  ``MEMORY_MARGIN`` times the arrays the stage holds at its peak:
+* memory = ``BASE_MB`` (the interpreter with numpy, scipy, xarray, numba and POT imported and the kernels
+  compiled: 224–290 MB peak resident measured on the tiny config; matplotlib/seaborn add ~60 MB, hence
+  ``FIGURE_BASE_MB`` for the plotting stages) plus ``MEMORY_MARGIN`` times the counted arrays;
+* wall time = ``STARTUP_SECONDS`` plus ``RUNTIME_SAFETY`` times the compute, at least ``RUNTIME_FLOOR_MIN``;
+* CPUs: the rule's threads for a stage that runs the numba kernels on them, else 1;
+* retries (``attempt`` > 1, e.g. after an out-of-memory kill or a time-out) ask for ``attempt`` times the
+  memory and wall time.
 
-  - positions P = (T + 1)·R·N·d·8 bytes: ``finite_temperature`` holds the
-    snapshot array, the dataset written from it and a checkpoint copy (3 P) and
-    the ESS of every token at every snapshot; ``zero_temperature`` holds the
-    integrated and the exact solution and their difference (5 P); readers load
-    whole files (``io.read_netcdf``), so ``distances_beta`` holds the finite
-    file, the zero-temperature file (both solutions) and a transposed copy (4 P);
-  - the integrator's working set: about 12 arrays of R·N·d (RK4 stages, sums,
-    normalisation), plus the kernel's own: ``dense`` a coordinate-major copy,
-    ``cap`` cell lists and a KD-tree (~10 arrays of R·N·d), ``numpy`` blocks of
-    R·256·N scores;
-  - the exact W2 (``w2_bytes``): the certified sparse network simplex holds O(N·k)
-    (candidate arcs, the spanning tree, the coarse levels: ``W2_SPARSE_BYTES_PER_TOKEN``); its fallback,
-    POT's network simplex, builds the N×N float64 cost matrix up to
-    ``limits.DENSE_MAX`` tokens (peak measured at 5.13 × 8N² bytes above the
-    process's baseline, N = 2048, 4096, 8192: 164 MB, 656 MB, 2.6 GB; budgeted as
-    ``W2_BYTES_PER_PAIR``) and above it runs ``ot.emd2_lazy``, costs computed on the
-    fly, O(N) memory. So the memory no longer caps N; the wall time does.
-
-* wall time = ``STARTUP_SECONDS`` (job start, imports, DAG of the job's own
-  Snakemake, numba compiles at ~1.5 s per kernel and process) plus
-  ``RUNTIME_SAFETY`` times the compute:
-
-  - finite temperature: field evaluations × R·N² token pairs × the kernel's cost
-    per pair, with evaluations = 4 per RK4 step (1 per Euler step) + one per
-    snapshot for the effective sample size. Costs per pair and evaluation
-    with 2 threads, budgeted at the slowest 2-core machine they were measured on:
-    ``dense`` 0.27 ns (β = 10) to 0.51 ns (β = 1000, exact row max) on the
-    machine of the ``make bench`` table in docs/kernels.md, but 1.2 ns (β = 10)
-    to 2.2–2.5 ns (β = 1000) on a later one (the pipeline's own β = 1000 runs,
-    RK4 included: 2.4 ns), budgeted at 2.5 ns; ``cap`` 0.21–0.24 ns at β = 1000,
-    N = 32768 on the first machine, 0.49 of the dense kernel's cost there (0.69 at
-    N = 2048 on the second), budgeted at 1.3 ns (the automatic rule only picks it where a cap holds ≤ 3 %
-    of a spread-out cloud; once tokens cluster a cap holds a whole cluster and
-    it costs up to 4× more per pair, docs/kernels.md); ``numpy`` 2.4–8.3 ns,
-    budgeted at 10 ns + 0.5 ns·d. The numba kernels split queries over threads:
-    cost × 2 / threads (no parallel efficiency loss assumed; the safety factor
-    covers it). Plus ``LINEAR_NS`` per token and evaluation (RK4 sums,
-    renormalisation, sphere check).
-  - zero temperature: ``ZERO_NS_PER_TOKEN_EVAL`` per token and field evaluation
-    (64 ns measured) and ``EXACT_NS_PER_TOKEN_SNAPSHOT`` for the exact
-    time-changed solution (2.6 µs measured).
-  - distances: per replica and exact snapshot (``distances.exact_every``) one
-    exact W2, ``w2_seconds(N)`` = 0.9 s·(N/4096)^1.6, the certified sparse
-    network simplex (``lowtemp.transport.assignment.w2_exact``) on the pipeline's own clouds with
-    another job on the two cores: 0.05–1.0 s at N = 4096 (concentration, β = 100,
-    t = 0…20), 0.4–12 s at 16384, 9 s (t = 1) and 79 s (t = 5, the slowest kind:
-    clusters forming) at 65536; the closed-form W2 to Π♯ρ0, the coupling bound and
-    the eigenspace distances are linear in N.
-  - fit and figures: small arrays; startup dominates.
-
-  ``RUNTIME_SAFETY`` = 3: the same dense step was measured 2–3.6× slower with
-  another job on the same two cores than on a quiet machine, and a job that runs
-  past its wall time is killed. Requests are rounded up to ``RUNTIME_FLOOR_MIN``
-  minutes at least.
-
-* CPUs: ``finite_temperature`` uses the rule's threads (numba runs the kernels
-  on that many threads; ``--set-threads finite_temperature=8`` raises both);
-  every other stage is single-threaded (POT's simplex, numpy on small arrays),
-  except ``convergence`` (the optional convergence studies, ``EXTRA_STAGES``), which
-  runs the same kernels: field evaluations of its runs counted as above.
-
-Retries (``attempt`` > 1, e.g. after an out-of-memory kill or a time-out) ask
-for ``attempt`` times the memory and wall time.
-
-Stages that are short (requested wall time at most ``SHORT_JOB_MINUTES``) are
-the ones the workflow groups into one SLURM job (``group_of``): the per-β
-distance jobs with their collection, and the fit with the figures.
+Stages that are short (requested wall time at most ``SHORT_JOB_MINUTES``) are the ones the workflow groups
+into one SLURM job (``group_of``): the per-β distance jobs with their collection, and the fit, the claims and
+the figures.
 
 The package never imports snakemake; these are plain functions of the config.
 """
@@ -90,21 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..dynamics import integrate
-from ..transport import limits
-from . import studies
-from .experiment import exact_w2_snapshots, field_kernel, time_grid
-
-STAGES = (
-    "matrices",
-    "initial_tokens",
-    "finite_temperature",
-    "zero_temperature",
-    "distances_beta",
-    "distances",
-    "fit",
-    "figure",
-)
+from . import registry
+from .experiment import field_kernel
 
 #: resident memory of a job with the package imported and the kernels compiled (MB)
 BASE_MB = 400
@@ -112,39 +38,14 @@ BASE_MB = 400
 FIGURE_BASE_MB = 500
 #: multiplies the counted arrays (allocator slack, xarray/h5netcdf buffers)
 MEMORY_MARGIN = 1.25
-#: peak bytes of one exact W2 per token pair (POT network simplex on an N×N float64 cost)
-W2_BYTES_PER_PAIR = 5.5 * 8
-#: the sparse exact W2 and the lazy network simplex, per token (bytes): about 40 candidate columns
-#: (index and cost, 16 bytes each), the heap and the per-row certificate lists, with room to spare
-W2_SPARSE_BYTES_PER_TOKEN = 4096
-#: float64
-_F = 8
-#: query rows per block of the numpy kernel (``dynamics.DEFAULT_BLOCK_ROWS``)
-_NUMPY_BLOCK_ROWS = 256
-
-#: seconds per token pair and field evaluation, with ``KERNEL_THREADS`` threads
-NS_PER_PAIR = {"dense": 2.5, "cap": 1.3}
-#: ``auto`` picks ``cap`` only where it predicts it cheaper than ``dense``: budget the dense cost
-NS_PER_PAIR["auto"] = NS_PER_PAIR["dense"]
-#: the numpy reference kernel: base plus per dimension (ns per pair)
-NUMPY_NS_PER_PAIR = 10.0
-NUMPY_NS_PER_PAIR_PER_DIM = 0.5
-#: threads with which ``NS_PER_PAIR`` was measured
-KERNEL_THREADS = 2
-#: per token and field evaluation: RK4 sums, renormalisation, sphere check (ns)
-LINEAR_NS = 50.0
-#: zero-temperature field per token and evaluation (ns); exact solution per token and snapshot (ns)
-ZERO_NS_PER_TOKEN_EVAL = 70.0
-EXACT_NS_PER_TOKEN_SNAPSHOT = 3000.0
-#: closed-form W2 to Π♯ρ0, coupling bound, eigenspace distances: per token and snapshot (ns)
-DISTANCE_NS_PER_TOKEN_SNAPSHOT = 200.0
-#: one exact W2 at N = 4096 (s) and the exponent of its growth with N (the slower snapshots)
-W2_SECONDS_4096 = 0.9
-W2_EXPONENT = 1.6
-
+#: job start, imports, the job's own Snakemake DAG, numba compiles (~1.5 s per kernel and process), seconds
 STARTUP_SECONDS = 60.0
+#: the compute is multiplied by this (``lowtemp.config.costs``: the same step measured 2–3.6× slower beside
+#: another job on the same two cores; a job past its wall time is killed)
 RUNTIME_SAFETY = 3.0
+#: the least wall time asked for (minutes)
 RUNTIME_FLOOR_MIN = 10
+#: jobs asking for at most this wall time (minutes) may share one cluster job with their group
 SHORT_JOB_MINUTES = 15
 
 
@@ -161,217 +62,11 @@ class Estimate:
     compute_seconds: float
 
 
-# ------------------------------------------------------------------ config helpers
-def _sizes(experiment: dict):
-    n = int(experiment["tokens"])
-    d = int(experiment["dim"])
-    r = int(experiment["replicas"])
-    times = int(experiment["time"]["snapshots"]) + 1
-    return n, d, r, times
-
-
-def field_evaluations(experiment: dict) -> int:
-    """Field evaluations of one simulation (``integrate.budgeted_evaluations``)."""
-    return integrate.budgeted_evaluations(experiment.get("integrator", "dopri5"), time_grid(experiment))
-
-
 def gpus(stage: str, experiment: dict) -> int:
-    """GPUs a job asks for: 1 for the stages that evaluate the finite-temperature field
-    (``THREADED_STAGES``) when the experiment's kernel is ``torch`` (``lowtemp.dynamics.torch_field``, which runs
-    on a CUDA device when it sees one), else 0. The SLURM profile turns 1 into ``--gpus=1``."""
-    return int(stage in THREADED_STAGES and field_kernel(experiment) == "torch")
-
-
-def exact_w2_count(experiment: dict) -> int:
-    """Snapshots with an exact N×N W2 per replica (``experiment.exact_w2_snapshots``)."""
-    return int(exact_w2_snapshots(experiment, int(experiment["time"]["snapshots"]) + 1).sum())
-
-
-def ns_per_pair(kernel: str, d: int) -> float:
-    """Budgeted cost of one token pair and field evaluation with ``kernel`` in dimension d (ns, 2 threads).
-    ``torch`` is budgeted as the numpy reference, what it costs on a CPU (docs/kernels.md): an upper
-    bound where it runs on a GPU."""
-    if kernel in ("numpy", "torch"):
-        return NUMPY_NS_PER_PAIR + NUMPY_NS_PER_PAIR_PER_DIM * d
-    return NS_PER_PAIR[kernel]
-
-
-def w2_seconds(n_tokens: int) -> float:
-    """Wall time of one exact W2 between two clouds of N tokens (``lowtemp.transport.assignment.w2_exact``), upper
-    estimate."""
-    return W2_SECONDS_4096 * (n_tokens / 4096.0) ** W2_EXPONENT
-
-
-def w2_bytes(n_tokens: int) -> float:
-    """Peak bytes of one exact W2 between two clouds of N tokens (``transport.w2``): O(N) above
-    ``limits.DENSE_MAX`` tokens, where the fallback no longer builds the N×N matrix."""
-    n = int(n_tokens)
-    dense = W2_BYTES_PER_PAIR * n * n if n <= limits.DENSE_MAX else 0.0
-    return dense + W2_SPARSE_BYTES_PER_TOKEN * n
-
-
-# ------------------------------------------------------------------ per stage
-#: CPU seconds of the mean-field reference per unit of time at cells of width 0.1 (both solves, the second at twice
-#: the width): measured 1.7 (β = 10, 100) to 5.7 (β = 1000) on the circle to t = 15 on a 2-core AMD EPYC; twice the
-#: largest, since cells accumulate after a departure. The cost grows like width⁻² (cells × cells per evaluation)
-MEAN_FIELD_SECONDS_PER_TIME = 12.0
-
-
-def _mean_field(experiment):
-    """The reference's two solves (time ∝ horizon · width⁻²) and the push-forward of every replica's tokens."""
-    n, d, r, times = _sizes(experiment)
-    width = float(experiment.get("mean_field", {}).get("width", 0.1))
-    horizon = float(experiment["time"]["horizon"])
-    seconds = MEAN_FIELD_SECONDS_PER_TIME * horizon * (0.1 / width) ** 2 + 2 * times * r * n * LINEAR_NS * 1e-9
-    return 6 * times * r * n * d * _F, seconds
-
-
-def _finite(experiment, beta, matrices, threads):
-    if experiment.get("model", "particles") == "mean_field":
-        return _mean_field(experiment)
-    n, d, r, times = _sizes(experiment)
-    kernel = field_kernel(experiment)
-    tokens = r * n * d * _F
-    positions = times * tokens
-    ess = times * r * n * _F
-    if kernel in ("numpy", "torch"):  # torch: the host copies; its blocks live on the device
-        workspace = 4 * r * min(n, _NUMPY_BLOCK_ROWS) * n * _F
-    elif kernel in ("cap", "auto"):  # auto may run the cap kernel
-        workspace = 10 * tokens
-    else:
-        workspace = 2 * tokens
-    data = 3 * positions + 2 * ess + 12 * tokens + workspace
-    evals = field_evaluations(experiment) + times  # + one (with ESS) per snapshot
-    speedup = 1.0 if kernel in ("numpy", "torch") else max(1, int(threads)) / KERNEL_THREADS
-    seconds = evals * r * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup + evals * r * n * LINEAR_NS * 1e-9
-    return data, seconds
-
-
-def _zero(experiment):
-    n, d, r, times = _sizes(experiment)
-    tokens = r * n * d * _F
-    data = 5 * times * tokens + 12 * tokens
-    seconds = (
-        field_evaluations(experiment) * r * n * ZERO_NS_PER_TOKEN_EVAL + times * r * n * EXACT_NS_PER_TOKEN_SNAPSHOT
-    ) * 1e-9
-    return data, seconds
-
-
-def _distances_beta(experiment):
-    n, d, r, times = _sizes(experiment)
-    positions = times * r * n * d * _F
-    exact = exact_w2_count(experiment)
-    data = 4 * positions + times * r * n * _F + (w2_bytes(n) if exact else 0)
-    seconds = exact * r * w2_seconds(n) + times * r * n * DISTANCE_NS_PER_TOKEN_SNAPSHOT * 1e-9
-    return data, seconds
-
-
-def _curves(experiment):
-    """Bytes of the collected distance curves (about 16 variables of (beta, replica, time))."""
-    _, _, r, times = _sizes(experiment)
-    return 16 * (len(experiment["betas"]) + 1) * r * times * _F
-
-
-def _distances(experiment):
-    n, d, r, times = _sizes(experiment)
-    positions = times * r * n * d * _F
-    data = 3 * positions + _curves(experiment)
-    seconds = times * r * n * DISTANCE_NS_PER_TOKEN_SNAPSHOT * 1e-9
-    return data, seconds
-
-
-def _figure(experiment):
-    n, d, r, times = _sizes(experiment)
-    positions = times * r * n * d * _F
-    betas = len(experiment["betas"])
-    data = (betas + 2) * positions + betas * times * r * n * _F + _curves(experiment)
-    seconds = 30.0 + (betas + 2) * times * r * n * 20e-9
-    return data, seconds
-
-
-# ------------------------------------------------------------------ convergence studies
-# The rule ``convergence`` (not part of the default target, so not in STAGES and not
-# in the config check's memory test): step halving at h, h/2, h/4 for RK4 and Euler (and the tolerance study
-# of an adaptive integrator)
-# at finite β and zero temperature, then the particle-number runs (lowtemp.stages.convergence).
-EXTRA_STAGES = ("convergence",)
-#: stages whose jobs run the numba kernels on the rule's threads
-THREADED_STAGES = ("finite_temperature", "convergence")
-
-
-def _convergence(experiment, matrices, threads):
-    s = studies.study_settings("experiment", experiment)
-    d = int(experiment["dim"])
-    interval = s.interval
-    exact_w2 = matrices is None or matrices.E1.shape[1] > 1  # else the closed form against ±u
-    w2_cost = (lambda n: w2_seconds(n)) if exact_w2 else (lambda n: n * DISTANCE_NS_PER_TOKEN_SNAPSHOT * 1e-9)
-    # step halving: runs up to the last check time at h, h/2, h/4 (1 + 2 + 4 times the steps at h); an
-    # adaptive integrator at three tolerances that halve its steps: 1 + 2 + 4 times its budget at the first
-    st = s.steps
-    grids = studies.halving_grids(max(st.times), interval, st.dt)
-    methods = studies.study_methods(experiment)
-    evals = sum(integrate.budgeted_evaluations(m, g) for m in studies.NOMINAL_ORDER for g in grids)
-    evals += sum(
-        (2**studies.STEP_LEVELS - 1) * integrate.budgeted_evaluations(m, grids[0])
-        for m in methods
-        if m in integrate.ADAPTIVE
-    )
-    kernel = field_kernel({**experiment, "tokens": st.tokens})
-    speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
-    r, n = st.replicas, st.tokens
-    checks = len(st.times)
-    seconds = (
-        evals * r * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup
-        + evals * r * n * (LINEAR_NS + ZERO_NS_PER_TOKEN_EVAL) * 1e-9
-        + checks * r * n * EXACT_NS_PER_TOKEN_SNAPSHOT * 1e-9
-        + len(methods) * studies.STEP_LEVELS * checks * r * w2_cost(n)
-    )
-    snapshots = round(max(st.times) / interval) + 1
-    step_bytes = (snapshots + 12 + 2 * len(methods) * studies.STEP_LEVELS * checks) * r * n * d * _F
-    # particle number: one run per N on the experiment's step, W2 at every snapshot
-    pa = s.particles
-    grid = studies.particle_grid(experiment, s)
-    snapshots = grid.snapshots
-    evals = integrate.budgeted_evaluations(experiment.get("integrator", "dopri5"), grid)
-    reused = int(experiment["tokens"]) if studies.reusable_run(experiment, s) else None
-    for n in pa.tokens:
-        seconds += (snapshots + 1) * pa.replicas * w2_cost(n)
-        if n == reused:  # the experiment's own run stands in for this N: read, not simulated
-            continue
-        kernel = field_kernel({**experiment, "tokens": n})
-        speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
-        # evaluations of the run, and one per snapshot for the effective sample size
-        seconds += (evals + snapshots + 1) * pa.replicas * n * n * ns_per_pair(
-            kernel, d
-        ) * 1e-9 / speedup + evals * pa.replicas * n * LINEAR_NS * 1e-9
-    n = max(pa.tokens)
-    particle_bytes = (snapshots + 1 + 12) * pa.replicas * n * d * _F + (w2_bytes(n) if exact_w2 else 0)
-    return max(step_bytes, particle_bytes), seconds
-
-
-def _stage_numbers(stage, experiment, beta, matrices, threads):
-    n, d, r, _ = _sizes(experiment)
-    if stage == "matrices":
-        return 0.0, 1.0
-    if stage == "initial_tokens":
-        return 4.0 * r * n * d * _F, r * n * 1e-6
-    if stage == "finite_temperature":
-        if beta is None:
-            raise ValueError("finite_temperature: the estimate needs beta")
-        return _finite(experiment, beta, matrices, threads)
-    if stage == "zero_temperature":
-        return _zero(experiment)
-    if stage == "distances_beta":
-        return _distances_beta(experiment)
-    if stage == "distances":
-        return _distances(experiment)
-    if stage == "fit":
-        return _curves(experiment), 10.0
-    if stage == "figure":
-        return _figure(experiment)
-    if stage == "convergence":
-        return _convergence(experiment, matrices, threads)
-    raise ValueError(f"unknown stage {stage!r}; known: {list(STAGES + EXTRA_STAGES)}")
+    """GPUs a job asks for: 1 for the stages that evaluate the finite-temperature field (``Stage.evaluates_field``) when
+    the experiment's kernel is ``torch`` (``lowtemp.dynamics.torch_field``, which runs on a CUDA device when it
+    sees one), else 0. The SLURM profile turns 1 into ``--gpus=1``."""
+    return int(registry.stage(stage).evaluates_field and field_kernel(experiment) == "torch")
 
 
 def estimate(
@@ -381,14 +76,15 @@ def estimate(
     config entry, schema defaults applied). ``beta`` is needed by ``finite_temperature``;
     ``matrices`` lets ``kernel: auto`` resolve exactly as the job will; ``threads`` are the
     rule's threads; ``attempt`` (1, 2, …) multiplies memory and wall time on retries."""
-    data, seconds = _stage_numbers(stage, experiment, beta, matrices, threads)
+    spec = registry.stage(stage)
+    data, seconds = spec.cost(experiment, beta=beta, matrices=matrices, threads=threads)
     attempt = max(1, int(attempt))
-    base = FIGURE_BASE_MB if stage == "figure" else BASE_MB
+    base = FIGURE_BASE_MB if spec.plotting else BASE_MB
     mem = base + MEMORY_MARGIN * data / 2**20
     mem_mb = int(math.ceil(mem / 100.0)) * 100 * attempt
     minutes = (STARTUP_SECONDS + RUNTIME_SAFETY * seconds) / 60.0
     runtime = max(RUNTIME_FLOOR_MIN, int(math.ceil(minutes))) * attempt
-    cpus = max(1, int(threads)) if stage in THREADED_STAGES else 1
+    cpus = max(1, int(threads)) if spec.threads > 1 else 1
     return Estimate(
         mem_mb=mem_mb, runtime_min=runtime, cpus=cpus, data_bytes=float(data), compute_seconds=float(seconds)
     )
@@ -399,23 +95,19 @@ def memory_mb(stage: str, experiment: dict, **kw) -> int:
     return estimate(stage, experiment, **kw).mem_mb
 
 
-#: the groups of short jobs: each stage's group name
-GROUPS = {"distances_beta": "distances", "distances": "distances", "fit": "figures", "figure": "figures"}
-
-
 def group_of(stage: str, experiment: dict) -> str | None:
     """Name of the job group ``stage`` joins for ``experiment``, or None (own job).
 
     A group is one connected piece of the DAG per experiment (the per-β distances
-    with their collection; the fit with the figures), and only when every job of
+    with their collection; the fit with the claims and the figures), and only when every job of
     it is short (requested wall time ≤ ``SHORT_JOB_MINUTES``): long distance jobs
     (large N, many exact W2 snapshots) keep a SLURM job each so they run in
     parallel on separate allocations.
     """
-    group = GROUPS.get(stage)
+    group = registry.stage(stage).group
     if group is None:
         return None
-    members = [s for s, g in GROUPS.items() if g == group]
+    members = [name for name, s in registry.STAGES.items() if s.group == group]
     if all(estimate(s, experiment).runtime_min <= SHORT_JOB_MINUTES for s in members):
         return group
     return None

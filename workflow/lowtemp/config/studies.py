@@ -167,7 +167,7 @@ def halving_grids(horizon: float, interval: float, h: float, levels: int = STEP_
 
 def study_methods(experiment: dict) -> list[str]:
     """The integrators of the study: ``rk4`` and ``euler``, and the experiment's own if it is adaptive."""
-    own = experiment.get("integrator", "dopri5")
+    own = experiment["integrator"]
     return list(NOMINAL_ORDER) + ([own] if own in integrate.ADAPTIVE else [])
 
 

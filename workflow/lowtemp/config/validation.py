@@ -37,7 +37,7 @@ import yaml
 
 from ..dynamics import reduction
 from ..model import matrices, measures
-from . import resources, studies
+from . import registry, resources, studies
 from .experiment import ConfigError, build_matrices, snapshot_times, time_grid
 
 #: most YAML nodes (keys and values) a config file may stand for once its aliases are expanded. The
@@ -241,7 +241,7 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     for key in ("eigenvalues", "eigenvalues_V"):
         if key in m and len(m[key]) != d:
             raise ConfigError(f"{where}.matrices.{key} must have length dim = {d}, got {len(m[key])}")
-    kernel = experiment.get("kernel", "auto")
+    kernel = experiment["kernel"]
     if kernel in ("dense", "cap") and d not in (2, 3):
         raise ConfigError(f"{where}.kernel: {kernel!r} supports dim 2 and 3, got dim = {d}; use 'numpy' or 'auto'")
     if kernel == "torch" and importlib.util.find_spec("torch") is None:  # found, not imported: the check stays cheap
@@ -267,7 +267,7 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     except ValueError as exc:
         raise ConfigError(f"{where}.matrices: {exc}") from None
     _check_initial_measure_assumptions(where, experiment["initial_measure"], M)
-    if experiment.get("model", "particles") == "mean_field":
+    if experiment["model"] == "mean_field":
         _check_mean_field(where, experiment, M)
     if "convergence" in experiment:  # the optional studies' block: steps dividing the grid, N list, …
         studies.study_settings(name, experiment)
@@ -404,7 +404,7 @@ def _refuse_dangling_link(results: Path) -> None:
 def largest_job_memory_bytes(experiment: dict, M: matrices.AttentionMatrices | None = None) -> int:
     """Peak memory of the experiment's largest job (``lowtemp.config.resources``, the SLURM requests' model)."""
     need = 0
-    for stage in resources.STAGES:
+    for stage in registry.DEFAULT_TARGET:
         betas = experiment["betas"] if stage == "finite_temperature" else [None]
         for beta in betas:
             need = max(need, resources.memory_mb(stage, experiment, beta=beta, matrices=M, threads=2))

@@ -396,7 +396,7 @@ def plot_convergence(conv, experiment):
     )
     bx.set_title(f"Particle number, β = {beta:g}, {conv.sizes['replica']} replicas: {verdict}", fontsize=8)
     bx.legend(fontsize=7)
-    threshold = float(experiment.get("ess_threshold", 30.0))
+    threshold = float(experiment["ess_threshold"])
     for color, n in zip(_palette(tokens.size), tokens):
         ess = conv["ess_particles"].sel(tokens=n).min("replica").values
         reused = bool(conv["reused_run"].sel(tokens=n)) if "reused_run" in conv else False

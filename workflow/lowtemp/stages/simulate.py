@@ -69,7 +69,7 @@ def stage_finite_temperature(
     over tokens). A non-finite ESS raises FloatingPointError naming the run, snapshot, replica and token.
     With ``model: mean_field`` the positions are the mean-field reference's push-forward of the initial
     tokens instead (``stage_mean_field``)."""
-    if experiment.get("model", "particles") == "mean_field":
+    if experiment["model"] == "mean_field":
         stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_path, output)
         return
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
@@ -138,8 +138,7 @@ def stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_pa
     beta = float(beta)
     measure = dict(experiment["initial_measure"])
     measure_name = measure.pop("name")
-    settings = experiment.get("mean_field", {})
-    width, depth = float(settings.get("width", 0.1)), float(settings.get("depth", 1e-3))
+    width, depth = float(experiment["mean_field"]["width"]), float(experiment["mean_field"]["depth"])
     red = reduction.reduce(M.B, M.V, measure_name, measure)
     solutions = {}
     for w in (width, 2 * width):

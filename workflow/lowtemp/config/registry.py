@@ -1,0 +1,102 @@
+"""The pipeline's stages, each named once: the config keys its function reads, what one of its jobs costs, its
+threads, its job group, and whether the default target runs it.
+
+Every rule of ``workflow/rules/`` that runs a stage function is an entry of ``STAGES`` under its own name, and
+everything that needs a per-stage decision reads it from here: the rules' ``params`` (the config slice,
+``lowtemp.config.params``), their ``resources`` and ``threads`` (``lowtemp.config.resources``, through
+``workflow/rules/resources.smk``), the job groups of a cluster run, and the config check's memory test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from . import costs
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One rule that runs a stage function (its name is the rule's)."""
+
+    #: config keys (dotted paths into one experiment) its stage function reads: a path names a whole block
+    #: (``matrices``) or one key in it (``fit.confidence``); the rule reruns when, and only when, one changes
+    keys: tuple[str, ...]
+    #: (experiment, *, beta, matrices, threads) -> (peak bytes, compute seconds) of one job (``lowtemp.config.costs``)
+    cost: Callable
+    #: the rule's threads; a stage with more than one runs the numba kernels on them (and asks for that many CPUs)
+    threads: int = 1
+    #: it evaluates the finite-temperature field: with ``kernel: torch`` its jobs ask for a GPU
+    evaluates_field: bool = False
+    #: the job group of its short jobs on a cluster (``resources.group_of``), or None
+    group: str | None = None
+    #: part of the default target ``all`` (and so of the config check's memory test)
+    default_target: bool = True
+    #: it draws with matplotlib (a larger base memory)
+    plotting: bool = False
+    #: the rule ``figure`` only: the keys of each figure, one config slice per figure name
+    figure_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+STAGES: dict[str, Stage] = {
+    # stages.matrices.stage_matrices -> experiment.build_matrices
+    "matrices": Stage(keys=("dim", "matrices"), cost=costs.matrices_cost),
+    # stages.initial_tokens.stage_initial_tokens
+    "initial_tokens": Stage(keys=("dim", "initial_measure", "replicas", "tokens"), cost=costs.initial_tokens_cost),
+    # stages.simulate.stage_finite_temperature: experiment.time_grid, the integrator and its tolerance
+    # (experiment.integration_tolerance: time.tolerance, else one from tokens), experiment.field_kernel
+    # (``kernel``; the automatic rule reads tokens and dim); the ESS it records is judged by the fit.
+    # With model: mean_field, stage_mean_field reads the mean_field block and the initial measure (the reduction)
+    "finite_temperature": Stage(
+        keys=("dim", "initial_measure", "integrator", "kernel", "mean_field", "model", "time", "tokens"),
+        cost=costs.finite_temperature_cost,
+        threads=2,
+        evaluates_field=True,
+    ),
+    # stages.simulate.stage_zero_temperature: experiment.time_grid, the integrator and its tolerance
+    "zero_temperature": Stage(keys=("integrator", "time", "tokens"), cost=costs.zero_temperature_cost),
+    # stages.distances.stage_distances_beta -> experiment.exact_w2_snapshots
+    "distances_beta": Stage(keys=("distances.exact_every",), cost=costs.distances_beta_cost, group="distances"),
+    # stages.distances.stage_distances: nothing beyond its input files
+    "distances": Stage(keys=(), cost=costs.distances_cost, group="distances"),
+    # stages.fit.stage_fit -> analysis.estimates.fit_experiment (the whole fit block)
+    "fit": Stage(keys=("ess_threshold", "fit", "tokens"), cost=costs.fit_cost, group="figures"),
+    # stages.fit.stage_claims -> analysis.claims.evaluate (the claims block; the confidence level comes from fit.nc)
+    "claims": Stage(keys=("claims",), cost=costs.fit_cost, group="figures"),
+    # stages.figures.stage_figure -> figures.FIGURES[name]; one slice per name of experiment.FIGURES
+    "figure": Stage(
+        keys=(),
+        cost=costs.figure_cost,
+        group="figures",
+        plotting=True,
+        figure_keys={
+            "w2_projection": ("ess_threshold",),
+            "collapse": ("ess_threshold",),
+            "end_phase": ("ess_threshold",),
+            "time_scale": (),
+            "snapshots": ("figures.snapshot_times", "time.horizon"),  # experiment.snapshot_times
+        },
+    ),
+    # stages.convergence.stage_convergence: studies.study_settings (betas for the default beta, tokens,
+    # replicas, time), initial_measure and dim for fresh tokens, integrator, experiment.field_kernel
+    "convergence": Stage(
+        keys=("betas", "convergence", "dim", "initial_measure", "integrator", "kernel", "replicas", "time", "tokens"),
+        cost=costs.convergence_cost,
+        threads=2,
+        evaluates_field=True,
+        default_target=False,
+    ),
+    # stages.figures.stage_convergence_figure: convergence.nc and the ESS threshold it draws
+    "convergence_figure": Stage(keys=("ess_threshold",), cost=costs.figure_cost, plotting=True, default_target=False),
+}
+
+#: the stages of the default target, in the order the pipeline runs them
+DEFAULT_TARGET = tuple(name for name, stage in STAGES.items() if stage.default_target)
+
+
+def stage(name: str) -> Stage:
+    """The registry's entry for a rule; ValueError names the known ones."""
+    try:
+        return STAGES[name]
+    except KeyError:
+        raise ValueError(f"unknown stage {name!r}; known: {list(STAGES)}") from None
