@@ -19,6 +19,7 @@ from lowtemp.config import experiment, validation
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import kernel_choice, kernels
 from lowtemp.model import matrices
+from lowtemp.store import checkpoint
 
 HYP = settings(max_examples=25, deadline=None)
 
@@ -605,8 +606,10 @@ def test_field_kernel_explicit_and_auto():
         (4096, 2, "dense"),
         (32768, 4, "numpy"),
     ]:
-        for exp in ({"dim": d, "tokens": N, "kernel": "auto"}, {"dim": d, "tokens": N}):
-            assert experiment.field_kernel(exp) == kernel_choice.choose_kernel(N, d) == expected
+        assert experiment.field_kernel({"dim": d, "tokens": N, "kernel": "auto"}) == expected
+        assert kernel_choice.choose_kernel(N, d) == expected
+    with pytest.raises(KeyError):  # the default (auto) is the schema's: test_schema_kernel_defaults_to_auto
+        experiment.field_kernel({"dim": 3, "tokens": 1024})
 
 
 @pytest.mark.parametrize("kernel", ["auto", "numpy", "dense", "cap"])
@@ -645,3 +648,27 @@ def test_validate_experiment_refuses_fast_kernels_outside_d2_d3(test_config):
     )
     with pytest.raises(validation.ConfigError, match="kernel"):
         validation.validate_experiment("tiny", exp, 7)
+
+
+def test_the_field_object_evaluates_the_field_and_names_what_determines_it():
+    """kernels.AttentionField gives the kernel's field and ESS; its identity (what a checkpoint fingerprints)
+    changes with β, the kernel and the matrices, so a resume with another of them is refused."""
+    rng = np.random.default_rng(5)
+    X, B, V = random_unit(rng, 2, 80, 3), _well_conditioned(rng, 3), rng.standard_normal((3, 3))
+    field = kernels.AttentionField(B, V, 50.0, "dense")
+    assert np.array_equal(field(X), kernels.attention_field(X, B, V, 50.0, "dense"))
+    assert np.array_equal(field.effective_sample_size(X), kernels.effective_sample_size(X, B, V, 50.0, "dense"))
+
+    def fp(f):
+        arrays, settings = f.identity()
+        return checkpoint.fingerprint(*arrays, **settings)
+
+    others = [
+        kernels.AttentionField(B, V, 51.0, "dense"),
+        kernels.AttentionField(B, V, 50.0, "cap"),
+        kernels.AttentionField(B, 2 * V, 50.0, "dense"),
+    ]
+    assert fp(kernels.AttentionField(B.copy(), V.copy(), 50.0, "dense")) == fp(field)
+    assert len({fp(f) for f in [field, *others]}) == 4
+    zero = dynamics.ZeroTemperatureField(V @ B.T, B)
+    assert np.array_equal(zero(X), dynamics.zero_temperature_field(X, V @ B.T, B))

@@ -17,6 +17,8 @@ so memory is O(R·block·N) rather than O(R·N²).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 #: query rows per block in ``attention_field``; R·block·N float64 scores live at once
@@ -81,3 +83,19 @@ def zero_temperature_field(X: np.ndarray, A: np.ndarray, B: np.ndarray) -> np.nd
 def value_field(X: np.ndarray, V: np.ndarray) -> np.ndarray:
     """End-phase velocity of Conjecture 1, P⊥(x) V x."""
     return tangent_projection(X, X @ V.T)
+
+
+@dataclass(frozen=True, eq=False)
+class ZeroTemperatureField:
+    """The zero-temperature field of Eq. 3 for A = VBᵀ and B: what a simulation calls, and what a checkpoint's
+    fingerprint covers (``identity``)."""
+
+    A: np.ndarray
+    B: np.ndarray
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        return zero_temperature_field(X, self.A, self.B)
+
+    def identity(self) -> tuple[tuple[np.ndarray, ...], dict]:
+        """The arrays and settings that determine the field."""
+        return (self.A, self.B), {}

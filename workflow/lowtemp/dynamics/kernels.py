@@ -40,6 +40,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba
 import numpy as np
 from llvmlite import ir
@@ -375,6 +377,29 @@ def attention_field(X, B, V, beta, kernel: str = "dense"):
 def effective_sample_size(X, B, V, beta, kernel: str = "dense"):
     """ESS_i = 1/Σ_j w_ij² with the named kernel, shape (replica, token)."""
     return _kernel_functions(kernel, X, B, beta)[1](X, B, V, beta)
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionField:
+    """The finite-temperature field of Eq. 2 at one β, evaluated with one kernel: what a simulation calls, what
+    its effective sample size is computed with, and what a checkpoint's fingerprint covers (``identity``), so β
+    and the kernel travel together."""
+
+    B: np.ndarray
+    V: np.ndarray
+    beta: float
+    kernel: str
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        return attention_field(X, self.B, self.V, self.beta, self.kernel)
+
+    def effective_sample_size(self, X: np.ndarray) -> np.ndarray:
+        """ESS_i = 1/Σ_j w_ij² of every token (``effective_sample_size``), shape (replica, token)."""
+        return effective_sample_size(X, self.B, self.V, self.beta, self.kernel)
+
+    def identity(self) -> tuple[tuple[np.ndarray, ...], dict]:
+        """The arrays and settings that determine the field."""
+        return (self.B, self.V), {"beta": self.beta, "kernel": self.kernel}
 
 
 def set_threads(n: int | None) -> None:

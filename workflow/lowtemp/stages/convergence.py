@@ -226,8 +226,7 @@ def particle_tokens(name: str, experiment: dict, root_seed: int, n: int, replica
 
 def _finite_field(experiment, beta, M, n_tokens):
     """The field at β for runs of ``n_tokens`` tokens, with the kernel the experiment's rule picks for N."""
-    kernel = field_kernel({**experiment, "tokens": int(n_tokens)})
-    return (lambda X: kernels.attention_field(X, M.B, M.V, beta, kernel)), kernel  # noqa: E731
+    return kernels.AttentionField(M.B, M.V, beta, field_kernel({**experiment, "tokens": int(n_tokens)}))
 
 
 def _step_study(label, experiment, S, M, X0):
@@ -237,8 +236,8 @@ def _step_study(label, experiment, S, M, X0):
     grids = halving_grids(max(st.times), S.interval, st.dt)
     indices = [int(round(t / S.interval)) for t in st.times]
     X0s = np.ascontiguousarray(X0[: st.replicas, : st.tokens])
-    field, kernel = _finite_field(experiment, S.beta, M, st.tokens)
-    zero_field = lambda X: fields.zero_temperature_field(X, M.A, M.B)  # noqa: E731
+    field = _finite_field(experiment, S.beta, M, st.tokens)
+    zero_field = fields.ZeroTemperatureField(M.A, M.B)
     reference = exact.exact_zero_temperature(X0s, M.A, M.B, np.asarray(st.times))
     out = {k: [] for k in ("finite", "zero", "w2", "tolerance", "evaluations", "zero_evaluations")}
     for method in study_methods(experiment):
@@ -260,14 +259,12 @@ def _step_study(label, experiment, S, M, X0):
             ("w2", np.stack([w2_to_projection_curves(r, X0s, M.E1) for r in runs])),
         ):
             out[key].append(value)
-    return {k: np.stack(v) for k, v in out.items()}, reference, kernel
+    return {k: np.stack(v) for k, v in out.items()}, reference, field.kernel
 
 
-def median_ess(positions: np.ndarray, M, beta: float, kernel: str) -> np.ndarray:
+def median_ess(positions: np.ndarray, field: kernels.AttentionField) -> np.ndarray:
     """Median over tokens of the softmax's effective sample size, (replica, time) for positions (time, replica, …)."""
-    return np.stack(
-        [np.median(kernels.effective_sample_size(X, M.B, M.V, beta, kernel), axis=-1) for X in positions], axis=-1
-    )
+    return np.stack([np.median(field.effective_sample_size(X), axis=-1) for X in positions], axis=-1)
 
 
 def _particle_study(
@@ -295,11 +292,13 @@ def _particle_study(
             )
         else:
             X0 = particle_tokens(name, experiment, root_seed, n, pa.replicas)
-            field, kernel = _finite_field(experiment, S.beta, M, n)
+            field = _finite_field(experiment, S.beta, M, n)
             tolerance = integration_tolerance(experiment, n)
-            used.append(kernel)
+            used.append(field.kernel)
             reused.append(False)
-            log.info("%s: %s, %s, kernel %s", run, method, integrate.describe_steps(grid, method, tolerance), kernel)
+            log.info(
+                "%s: %s, %s, kernel %s", run, method, integrate.describe_steps(grid, method, tolerance), field.kernel
+            )
             path = None if checkpoint_dir is None else f"{checkpoint_dir}/convergence_particles_N{n}.nc"
             positions, _, ckpt = checkpoint.simulate_resumable(
                 field,
@@ -309,13 +308,10 @@ def _particle_study(
                 run,
                 path,
                 checkpoint_every,
-                (M.B, M.V),
                 progress_logger(run, grid, n, pa.replicas),
                 tolerance=tolerance,
-                beta=S.beta,
-                kernel=kernel,
             )
-            ess.append(median_ess(positions, M, S.beta, kernel))
+            ess.append(median_ess(positions, field))
             checkpoint.discard(ckpt)
         w2.append(w2_to_projection_curves(positions, X0, M.E1))
         dist_A.append(projection.distance_to_eigenspace(positions, M.E1).T)  # (replica, time)

@@ -21,9 +21,7 @@ from .joblog import progress_logger
 log = logging.getLogger("lowtemp")
 
 
-def _simulate_with_checkpoint(
-    field, X0, grid, method, tolerance, label, checkpoint_path, checkpoint_every, arrays, **settings
-):
+def _simulate_with_checkpoint(field, X0, grid, method, tolerance, label, checkpoint_path, checkpoint_every):
     """``checkpoint.simulate_resumable`` with the job's progress log; logs the integrator's record.
 
     Returns the positions, the ``integrate.StepRecord`` and the checkpoint (call ``discard()``
@@ -38,10 +36,8 @@ def _simulate_with_checkpoint(
         label,
         checkpoint_path,
         checkpoint_every,
-        arrays,
         progress,
         tolerance=tolerance,
-        **settings,
     )
     drift = record.drift
     k, r = np.unravel_index(np.argmax(drift), drift.shape)
@@ -77,7 +73,7 @@ def stage_finite_temperature(
     beta = float(beta)
     method, tolerance = experiment["integrator"], integration_tolerance(experiment)
     kernel = field_kernel(experiment)
-    field = lambda X: kernels.attention_field(X, M.B, M.V, beta, kernel)  # noqa: E731
+    field = kernels.AttentionField(M.B, M.V, beta, kernel)
     log.info(
         "%s: finite temperature beta = %g, %s, %s, kernel %s",
         name,
@@ -95,11 +91,8 @@ def stage_finite_temperature(
         f"{name} beta = {beta:g}",
         checkpoint_path,
         checkpoint_every,
-        arrays=(M.B, M.V),
-        beta=beta,
-        kernel=kernel,
     )
-    ess = np.stack([kernels.effective_sample_size(X, M.B, M.V, beta, kernel) for X in positions])
+    ess = np.stack([field.effective_sample_size(X) for X in positions])
     if not np.all(np.isfinite(ess)):
         # a NaN would pass the threshold check below silently (NaN < x is False) and reach the claims
         k, r, i = np.argwhere(~np.isfinite(ess))[0]
@@ -186,7 +179,7 @@ def stage_zero_temperature(
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
     grid = time_grid(experiment)
     method, tolerance = experiment["integrator"], integration_tolerance(experiment)
-    field = lambda X: fields.zero_temperature_field(X, M.A, M.B)  # noqa: E731
+    field = fields.ZeroTemperatureField(M.A, M.B)
     positions, record, ckpt = _simulate_with_checkpoint(
         field,
         X0,
@@ -196,7 +189,6 @@ def stage_zero_temperature(
         f"{name} zero temperature",
         checkpoint_path,
         checkpoint_every,
-        arrays=(M.A, M.B),
     )
     reference = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
     error = np.max(np.abs(positions - reference), axis=(1, 2, 3))

@@ -240,16 +240,14 @@ def simulate_resumable(
     label: str,
     path: str | Path | None,
     every_seconds: float,
-    arrays: tuple,
     progress=None,
     *,
     tolerance: float | None = None,
-    **settings,
 ):
     """``integrate.simulate`` resuming from, and writing, the checkpoint at ``path`` (None: no checkpoint).
 
-    The fingerprint covers X0, the field's ``arrays`` (matrices), the integrator and its
-    ``tolerance``, the time grid and the field's other ``settings`` (β, kernel). Returns the
+    The fingerprint covers X0, the field (its ``identity()``: matrices, β, kernel; ``kernels.AttentionField``,
+    ``fields.ZeroTemperatureField``), the integrator and its ``tolerance`` and the time grid. Returns the
     positions, the ``integrate.StepRecord`` and the checkpoint (call ``discard()`` once the
     output is written), or None.
     """
@@ -257,6 +255,7 @@ def simulate_resumable(
     if path is None:
         positions, record = integrate.simulate(field, X0, grid, method, **run)
         return positions, record, None
+    arrays, settings = field.identity()
     fp = fingerprint(
         X0,
         *arrays,
