@@ -6,7 +6,7 @@ grid by every integrator: the fixed-step ``rk4`` and ``euler`` at ``time.dt``, a
 the adaptive ``dopri5`` and ``bs3`` at the default tolerance 10⁻³/√N and at ten
 times it. Each run is compared with a reference run (``rk4`` at dt/``--refine``)
 by the largest error over snapshots of W2(ρ^β_t, Π♯ρ0) (the pipeline's main curve,
-``transport.w2_to_projection``, max over replicas) and by the root mean square
+``lowtemp.transport.w2.w2_to_projection``, max over replicas) and by the root mean square
 position error (token by token, max over replicas and snapshots). Reported: field
 evaluations, accepted and rejected steps, wall time, and their ratios against
 ``rk4`` in the same process. Prints a table, writes ``--out`` (NetCDF) and, with

@@ -8,7 +8,7 @@ fits, ``--emd2-max``); for ``w2_exact`` also the nanoseconds per pair of one pri
 all N² pairs (the certificate), the pricing passes, simplex pivots and the certified gap.
 Solvers:
   w2_exact        lowtemp.transport.assignment.w2_exact (the pipeline's solver)
-  emd2            ot.emd2 on the dense N×N matrix (transport.w2_network_simplex)
+  emd2            ot.emd2 on the dense N×N matrix (lowtemp.transport.w2.w2_network_simplex)
   emd2_lazy       ot.emd2_lazy, costs on the fly (O(N) memory), cold
   emd2_lazy_warm  ot.emd2_lazy warm-started with w2_exact's optimal duals (the ceiling of any
                   warm start of POT)

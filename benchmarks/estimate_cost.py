@@ -11,7 +11,7 @@ the job took (Snakemake's ``benchmarks/<job>.tsv``: wall seconds and peak reside
 ``figure`` the slowest of the figure jobs) and measured/estimated. The per-pair field costs and the W2 solve
 times it uses are the measured
 constants of ``lowtemp.config.costs`` (``make bench`` measures them again); the W2 time is
-that of the slower snapshots of the certified network simplex (``resources.w2_seconds``).
+that of the slower snapshots of the certified network simplex (``lowtemp.config.costs.w2_seconds``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ against an independent computation, not against itself.
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +161,31 @@ def resource_experiment(**changes) -> dict:
 def experiment_matrices(exp):
     """K, Q, V of an experiment named "e" at root seed 1."""
     return lowtemp_experiment.build_matrices("e", exp, 1)
+
+
+RULE_HEADER = re.compile(r"^(?P<indent>[ \t]*)(?:rule|checkpoint)[ \t]+(?P<name>\w+)[ \t]*:[ \t]*(?:#.*)?$")
+
+
+def rule_blocks(text: str) -> dict[str, str]:
+    """Every ``rule`` or ``checkpoint`` of a Snakemake file: its name and its body without comments (the lines
+    indented deeper than its header, up to the next line that is not)."""
+    blocks: dict[str, str] = {}
+    name, indent, body = None, 0, []
+    for line in text.splitlines() + ["<end>"]:
+        code = line.split("#", 1)[0].rstrip() if not line.lstrip().startswith(("'", '"', "f'", 'f"')) else line
+        header = RULE_HEADER.match(line)
+        ends = code.strip() and (len(code) - len(code.lstrip())) <= indent
+        if name is not None and (header or ends):
+            blocks[name] = "\n".join(body)
+            name = None
+        if header:
+            name, indent, body = header["name"], len(header["indent"].expandtabs()), []
+        elif name is not None and code.strip():
+            body.append(code)
+    return blocks
+
+
+def rule_script(body: str) -> str | None:
+    """The path a rule body's ``script:`` directive names, or None."""
+    m = re.search(r"^\s+script:\s*(?:\n\s*)?([\"'])(.+?)\1", body, flags=re.M)
+    return m.group(2) if m else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import ROOT, experiment_matrices, resource_experiment
+from conftest import ROOT, experiment_matrices, resource_experiment, rule_blocks, rule_script
 
 from lowtemp.config import costs, params, registry, resources
 from lowtemp.config import experiment as lowtemp_experiment
@@ -18,48 +18,112 @@ RULES = ROOT / "workflow" / "rules"
 HELPERS = ("stage_params", "stage_mem_mb", "stage_runtime", "stage_cpus", "stage_gpus", "stage_group", "stage_threads")
 
 
-def rule_stage_references(text: str) -> dict[str, set[str]]:
-    """For every rule of a rule file, the stage names its body passes to the registry's helpers."""
-    out = {}
-    for rule, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", text, flags=re.M):
-        out[rule] = set(re.findall(rf"\b(?:{'|'.join(HELPERS)})\(\"([\w:]+)\"\)", body))
-    return out
+#: rules that run a script but no stage of the registry: the summary of every experiment's claims (a local rule)
+NOT_STAGES = {"claims_summary"}
+_CALL = re.compile(rf"\b({'|'.join(HELPERS)})\s*\(\s*(?:stage\s*=\s*)?(?:([\"'])([\w:]+)\2)?\s*\)?", re.S)
 
 
-def mismatches(references: dict[str, set[str]]) -> list[str]:
-    """Rules that name another stage than their own, or a stage the registry does not hold."""
+def rule_stage_references(text: str) -> dict[str, list[tuple[str, str]]]:
+    """For every rule of a rule file, the (helper, stage name) pairs of its body; a name that is not a string
+    literal reads as "<not a literal>"."""
+    return {
+        rule: [(m[1], m[3] if m[3] else "<not a literal>") for m in _CALL.finditer(body)]
+        for rule, body in rule_blocks(text).items()
+    }
+
+
+def required_helpers(name: str) -> set[str]:
+    """The helpers a stage's rule must call: params and resources always, and what its registry entry asks for."""
+    spec = registry.STAGES[name]
+    need = {"stage_params", "stage_mem_mb", "stage_runtime", "stage_cpus"}
+    return need | {
+        h
+        for h, on in (
+            ("stage_gpus", spec.evaluates_field),
+            ("stage_group", spec.group),
+            ("stage_threads", spec.threads > 1),
+        )
+        if on
+    }
+
+
+def mismatches(references: dict[str, list[tuple[str, str]]], scripted: set[str]) -> list[str]:
+    """Rules that name another stage than their own or a stage the registry does not hold, stages whose rule
+    lacks a helper its entry asks for, and rules with a script outside the registry (``NOT_STAGES`` aside)."""
     bad = []
-    for rule, names in references.items():
-        for name in sorted(names):
+    for rule, calls in references.items():
+        for helper, name in calls:
             if name != rule:
-                bad.append(f"rule {rule} reads the registry entry {name!r}")
-            elif name not in registry.STAGES:
-                bad.append(f"rule {rule}: no registry entry")
+                bad.append(f"rule {rule}: {helper}({name!r})")
+        if rule in registry.STAGES:
+            missing = required_helpers(rule) - {h for h, n in calls if n == rule}
+            if missing:
+                bad.append(f"rule {rule} does not call {sorted(missing)}")
+        elif calls or (rule in scripted and rule not in NOT_STAGES):
+            bad.append(f"rule {rule}: no registry entry")
     return bad
 
 
-def _all_references() -> dict[str, set[str]]:
-    refs = {}
+def _all_references() -> tuple[dict[str, list[tuple[str, str]]], set[str]]:
+    refs, scripted = {}, set()
     for smk in sorted(RULES.glob("*.smk")):
-        refs.update(rule_stage_references(smk.read_text(encoding="utf-8")))
-    return refs
+        text = smk.read_text(encoding="utf-8")
+        refs.update(rule_stage_references(text))
+        scripted |= {rule for rule, body in rule_blocks(text).items() if rule_script(body)}
+    return refs, scripted
 
 
 def test_every_rule_reads_its_own_registry_entry_and_every_entry_is_a_rule():
-    refs = _all_references()
-    assert not mismatches(refs)
-    assert {rule for rule, names in refs.items() if names} == set(registry.STAGES)
+    refs, scripted = _all_references()
+    assert mismatches(refs, scripted) == []
+    assert {rule for rule, calls in refs.items() if calls} == set(registry.STAGES)
 
 
-def test_a_rule_reading_another_stage_is_caught():
-    """The inputs the check must fail on: a rule sized as another stage, and a stage the registry lacks."""
-    text = (
-        'rule claims:\n    resources:\n        mem_mb=stage_mem_mb("fit"),\n\n\n'
-        'rule extra:\n    params:\n        stage=stage_params("extra"),\n'
-    )
+@pytest.mark.parametrize(
+    "rule, expected",
+    [
+        ('rule claims:\n    resources:\n        mem_mb=stage_mem_mb("fit"),\n', "rule claims: stage_mem_mb('fit')"),
+        ("rule claims:\n    resources:\n        mem_mb=stage_mem_mb('fit'),\n", "rule claims: stage_mem_mb('fit')"),
+        (
+            'rule claims:\n    resources:\n        mem_mb=stage_mem_mb(\n            "fit"\n        ),\n',
+            "rule claims: stage_mem_mb('fit')",
+        ),
+        (
+            'rule claims:  # sized as the fit\n    resources:\n        mem_mb=stage_mem_mb(stage="fit"),\n',
+            "rule claims: stage_mem_mb('fit')",
+        ),
+        (
+            "rule claims:\n    resources:\n        mem_mb=stage_mem_mb(STAGE),\n",
+            "rule claims: stage_mem_mb('<not a literal>')",
+        ),
+        ('checkpoint extra:\n    params:\n        stage=stage_params("extra"),\n', "rule extra: no registry entry"),
+        (
+            'rule extra:\n    output:\n        "x"\n    script:\n        "../scripts/extra.py"\n',
+            "rule extra: no registry entry",
+        ),
+    ],
+)
+def test_a_rule_reading_another_stage_is_caught(rule, expected):
+    """The inputs the check must fail on: a rule sized as another stage (however the call is written), a name
+    that is not a literal, a rule or checkpoint the registry lacks."""
+    refs = rule_stage_references(rule)
+    scripted = {r for r, body in rule_blocks(rule).items() if rule_script(body)}
+    assert expected in mismatches(refs, scripted)
+
+
+@pytest.mark.parametrize("helper", ["stage_threads", "stage_group", "stage_gpus", "stage_mem_mb"])
+def test_a_rule_missing_a_helper_its_entry_asks_for_is_caught(helper):
+    """Deleting a rule's threads, group, GPU or memory line (a hard-coded value instead) is caught."""
+    text = "\n".join((RULES / f).read_text(encoding="utf-8") for f in ("simulate.smk", "fit.smk", "convergence.smk"))
     refs = rule_stage_references(text)
-    assert refs == {"claims": {"fit"}, "extra": {"extra"}}
-    assert mismatches(refs) == ["rule claims reads the registry entry 'fit'", "rule extra: no registry entry"]
+    rule = {
+        "stage_threads": "convergence",
+        "stage_group": "claims",
+        "stage_gpus": "finite_temperature",
+        "stage_mem_mb": "claims",
+    }[helper]
+    refs[rule] = [(h, n) for h, n in refs[rule] if h != helper]
+    assert mismatches(refs, set()) == [f"rule {rule} does not call ['{helper}']"]
 
 
 def test_threaded_rules_take_their_threads_from_the_registry():
@@ -67,8 +131,9 @@ def test_threaded_rules_take_their_threads_from_the_registry():
         text = smk.read_text(encoding="utf-8")
         for threads in re.findall(r"^\s+threads:\s*(.+)$", text, flags=re.M):
             assert re.fullmatch(r'stage_threads\("\w+"\)', threads.strip()), f"{smk.name}: threads: {threads}"
+    refs, _ = _all_references()
     threaded = {name for name, s in registry.STAGES.items() if s.threads > 1}
-    assert threaded == {rule for rule, names in _all_references().items() if any(n for n in names)} & threaded
+    assert threaded == {rule for rule, calls in refs.items() if ("stage_threads", rule) in calls}
     assert threaded == {"finite_temperature", "convergence"}
 
 

@@ -1,2 +1,5 @@
 """Layer 5, analysis: arrays in, numbers out. The fits and intervals of the bound's constants, the
-particle-number budget, and the paper's statements judged on them. Imports the layers above."""
+particle-number budget, and the paper's statements judged on them.
+
+Imports: model, store.
+"""

@@ -91,7 +91,7 @@ snakemake; these are plain functions of the config.
 
 from __future__ import annotations
 
-from ..dynamics import integrate
+from ..dynamics import fields, integrate
 from ..transport import limits
 from . import studies
 from .experiment import exact_w2_snapshots, field_kernel, time_grid
@@ -103,8 +103,6 @@ W2_BYTES_PER_PAIR = 5.5 * 8
 W2_SPARSE_BYTES_PER_TOKEN = 4096
 #: float64
 _F = 8
-#: query rows per block of the numpy kernel (``dynamics.DEFAULT_BLOCK_ROWS``)
-_NUMPY_BLOCK_ROWS = 256
 #: seconds per token pair and field evaluation, with ``KERNEL_THREADS`` threads
 NS_PER_PAIR = {"dense": 2.5, "cap": 1.3}
 #: ``auto`` picks ``cap`` only where it predicts it cheaper than ``dense``: budget the dense cost
@@ -195,7 +193,7 @@ def finite_temperature_cost(experiment, *, beta=None, matrices=None, threads=1):
     positions = times * tokens
     ess = times * r * n * _F
     if kernel in ("numpy", "torch"):  # torch: the host copies; its blocks live on the device
-        workspace = 4 * r * min(n, _NUMPY_BLOCK_ROWS) * n * _F
+        workspace = 4 * r * min(n, fields.DEFAULT_BLOCK_ROWS) * n * _F
     elif kernel in ("cap", "auto"):  # auto may run the cap kernel
         workspace = 10 * tokens
     else:

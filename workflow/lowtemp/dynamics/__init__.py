@@ -1,3 +1,6 @@
 """Layer 2, the dynamics: the velocity fields of Eq. 2 and Eq. 3 (numpy reference, numba kernels, the
 optional torch field), the rule that picks a kernel, the integrators, and the one-dimensional mean-field
-reference. Imports the model only."""
+reference.
+
+Imports: model.
+"""
