@@ -54,14 +54,37 @@ def _orthonormal_basis(vectors: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
     return u[:, :rank]
 
 
-def leading_eigenspace_symmetric(A: np.ndarray, rtol: float = EIGENVALUE_RTOL):
-    """Eigenvalues μ (descending) and an orthonormal basis of E1, the eigenspace of μ1."""
+def _descending_eigh(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues (descending) and orthonormal eigenvectors (columns, same order) of the symmetric part of A."""
     mu, U = np.linalg.eigh(0.5 * (A + A.T))
     order = np.argsort(mu)[::-1]
-    mu, U = mu[order], U[:, order]
+    return mu[order], U[:, order]
+
+
+def _levels(mu: np.ndarray, rtol: float) -> list[tuple[int, int]]:
+    """Index ranges [start, stop) of the eigenvalue levels of descending ``mu``: an eigenvalue within
+    rtol·max(1, max|μ|) of a level's largest member joins that level (the one grouping of the package)."""
     tol = rtol * max(1.0, float(np.abs(mu).max()))
-    k = int(np.sum(mu >= mu[0] - tol))
-    return mu, U[:, :k]
+    levels, start = [], 0
+    for i in range(1, mu.size + 1):
+        if i == mu.size or mu[i] < mu[start] - tol:
+            levels.append((start, i))
+            start = i
+    return levels
+
+
+def eigenlevels(A: np.ndarray, rtol: float = EIGENVALUE_RTOL) -> list[tuple[float, np.ndarray]]:
+    """Distinct eigenvalues μ_1 > μ_2 > … of symmetric A (each level's mean) with orthonormal bases of their
+    eigenspaces."""
+    mu, U = _descending_eigh(A)
+    return [(float(np.mean(mu[a:b])), U[:, a:b]) for a, b in _levels(mu, rtol)]
+
+
+def leading_eigenspace_symmetric(A: np.ndarray, rtol: float = EIGENVALUE_RTOL):
+    """Eigenvalues μ (descending) and an orthonormal basis of E1, the eigenspace of μ1 (the first level)."""
+    mu, U = _descending_eigh(A)
+    _, stop = _levels(mu, rtol)[0]
+    return mu, U[:, :stop]
 
 
 def leading_eigenspace_general(M: np.ndarray, by: str, rtol: float = EIGENVALUE_RTOL):

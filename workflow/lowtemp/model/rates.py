@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .matrices import EIGENVALUE_RTOL, AttentionMatrices
+from .matrices import AttentionMatrices, eigenlevels
 
 #: relative tolerance under which two rates (or clocks) count as equal
 RATE_RTOL = 1e-9
@@ -97,24 +97,6 @@ class Channel:
     @property
     def name(self) -> str:
         return "E1 (per token)" if self.level == 1 else f"waiting at E{self.level}"
-
-
-def eigenlevels(A: np.ndarray, rtol: float = EIGENVALUE_RTOL) -> list[tuple[float, np.ndarray]]:
-    """Distinct eigenvalues μ_1 > μ_2 > … of symmetric A with orthonormal bases of their eigenspaces.
-
-    Eigenvalues within rtol·max(1, max|μ|) of a level's largest member join that
-    level (the grouping of ``matrices.leading_eigenspace_symmetric``).
-    """
-    mu, U = np.linalg.eigh(0.5 * (A + A.T))
-    order = np.argsort(mu)[::-1]
-    mu, U = mu[order], U[:, order]
-    tol = rtol * max(1.0, float(np.abs(mu).max()))
-    levels, start = [], 0
-    for i in range(1, mu.size + 1):
-        if i == mu.size or mu[i] < mu[start] - tol:
-            levels.append((float(np.mean(mu[start:i])), U[:, start:i]))
-            start = i
-    return levels
 
 
 def clock_range(B: np.ndarray, E: np.ndarray) -> tuple[float, float]:
