@@ -14,6 +14,7 @@ tangent projection are the inputs that must fail it.
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -72,8 +73,8 @@ def contract_violations(field_fn, ess_fn, X, B, V, beta, rtol) -> list[str]:
 
 
 def _kernel_functions(kernel):
-    if kernel == "torch" and not HAS_TORCH:
-        pytest.skip("PyTorch (the optional gpu extra) is not installed")
+    if kernel == "torch" and not HAS_TORCH and not os.environ.get("LOWTEMP_REQUIRE_TORCH"):
+        pytest.skip("PyTorch (the optional gpu extra) is not installed")  # make test-torch requires it
     return (
         lambda X, B, V, b: kernels.attention_field(X, B, V, b, kernel),
         lambda X, B, V, b: kernels.effective_sample_size(X, B, V, b, kernel),
