@@ -1,5 +1,5 @@
-"""Stages ``fit`` and ``claims``: the constants of the bound with their intervals, and the paper's
-statements judged on them.
+"""Stages ``fit``, ``claims`` and ``claims_summary``: the constants of the bound with their intervals, the
+paper's statements judged on them, and every experiment's verdicts in one table.
 
 Called by ``workflow/scripts/`` (thin Snakemake adapters) or from a notebook; ``experiment`` is one
 validated entry of the config's ``experiments`` (or its ``lowtemp.config.params`` slice).
