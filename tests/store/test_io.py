@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 
 from lowtemp import __version__
-from lowtemp.store import io
+from lowtemp.store import datasets, io
 
 
 def _dataset():
@@ -136,3 +136,30 @@ def test_atomic_path_pauses_before_the_rename_only_when_fault_injection_asks(tmp
         tmp.write_bytes(b"png")
     assert time.perf_counter() - start >= 0.3
     assert (tmp_path / "x.png").read_bytes() == b"png"
+
+
+def test_fit_dataset_lays_out_exactly_its_table():
+    """fit.nc's layout (datasets.FIT_VARIABLES) takes one value per name: a missing and an unknown name are
+    refused by name; the long names are filled with the coverage and the early time."""
+
+    def value(dims):
+        return np.zeros([{"beta": 2, "replica": 3, "bound": 2, "regime": 2, "pair": 1}[d] for d in dims])
+
+    values = {name: value(dims) for name, (dims, _, _) in datasets.FIT_VARIABLES.items()}
+    coords = {
+        "beta": [10.0, 100.0],
+        "replica": [0, 1, 2],
+        "bound": ["start", "stop"],
+        "regime": ["early", "late"],
+        "pair": ["10-100"],
+    }
+    attrs = {"confidence": 0.9, "early_time": 1.5}
+    ds = datasets.fit_dataset(values, coords, attrs)
+    assert list(ds.data_vars) == list(datasets.FIT_VARIABLES)
+    assert ds["C1_interval"].attrs["long_name"] == "C1, 90% Student-t interval over replicas of the mean"
+    assert "t = 1.5 (NaN" in ds["early_error"].attrs["long_name"]
+    assert "{" not in "".join(ds[v].attrs["long_name"].replace("e^{", "") for v in ds.data_vars)
+    with pytest.raises(ValueError, match=r"no value for \['C1'\]"):
+        datasets.fit_dataset({k: v for k, v in values.items() if k != "C1"}, coords, attrs)
+    with pytest.raises(ValueError, match=r"no layout for \['C2'\]"):
+        datasets.fit_dataset({**values, "C2": value(())}, coords, attrs)

@@ -30,7 +30,7 @@ import xarray as xr
 
 from ..model import rates
 from ..model.matrices import AttentionMatrices
-from ..store import io
+from ..store import datasets
 from . import fitting, particle_budget
 
 log = logging.getLogger("lowtemp")
@@ -238,6 +238,277 @@ def reference_budget(
     return ReferenceBudget(early, to_departure, to_horizon, np.nanmax(np.where(np.isnan(shift), np.inf, shift), axis=1))
 
 
+#: the two regimes of the zero-temperature decay, in fit.nc's ``regime`` order
+REGIMES = ("early", "late")
+
+
+@dataclass(frozen=True)
+class Curves:
+    """distances.nc's curves as the estimators read them: times, β (sorted) and arrays (beta, replica, time)."""
+
+    t: np.ndarray
+    beta: np.ndarray
+    replicas: np.ndarray
+    w0: np.ndarray  # W2(ρ^∞_t, Π♯ρ0), (replica, time)
+    w2_zero: np.ndarray  # W2(ρ^β_t, ρ^∞_t)
+    w2_proj: np.ndarray  # W2(ρ^β_t, Π♯ρ0)
+    ess: np.ndarray  # median ESS
+    dist_A: np.ndarray  # distance to measures on E1(A)
+
+    @classmethod
+    def of(cls, dist: xr.Dataset) -> Curves:
+        """The curves of distances.nc, sorted by β."""
+        dist = dist.sortby("beta")
+
+        def by_beta(v):
+            return dist[v].transpose("beta", "replica", "time").values
+
+        return cls(
+            t=dist.time.values,
+            beta=dist.beta.values,
+            replicas=dist.replica.values,
+            w0=dist["w2_zero_to_projection"].transpose("replica", "time").values,
+            w2_zero=by_beta("w2_zero_temperature"),
+            w2_proj=by_beta("w2_projection"),
+            ess=by_beta("ess_median"),
+            dist_A=by_beta("dist_leading_A"),
+        )
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(β, replicas)."""
+        return self.beta.size, self.replicas.size
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What decides, per β, which windows the claims may judge: the departures from the metastable phase, the
+    particle-number budget where it was measured (else the median ESS against ``ess_threshold``), and a
+    mean-field experiment's reference error (``reference``, which then decides alone)."""
+
+    gap: float
+    departure: np.ndarray  # (beta, replica)
+    censored: np.ndarray
+    until: np.ndarray
+    judged: np.ndarray  # (beta, replica, time)
+    measured: np.ndarray  # (beta,)
+    w2_within: np.ndarray
+    departure_within: np.ndarray
+    ess_threshold: float
+    fraction: float
+    step: float
+    reference: ReferenceBudget | None
+
+    def resolved(self, ess_min: np.ndarray, reference_error: np.ndarray | None) -> np.ndarray:
+        """Per β: the W2 budget where measured, else ``ess_min`` ≥ ess_threshold; the reference's error
+        (``reference_error`` ≤ fraction) for a mean-field experiment."""
+        if self.reference is not None:
+            return reference_error <= self.fraction
+        return np.where(self.measured, self.w2_within, ess_min >= self.ess_threshold)
+
+
+def resolution_of(c: Curves, dist: xr.Dataset, M: AttentionMatrices, cfg: dict, ess_threshold: float, budget):
+    """The ``Resolution`` of an experiment's curves (``budget``: its particle-number budget, or None)."""
+    gap = fitting.subspace_gap(M.E1, M.E1_V_real)
+    departure, censored = fitting.geometric_departure(c.t, c.dist_A, gap)
+    until = fitting.judged_until(c.t, departure, censored, gap)
+    judged = fitting.judged_mask(c.t, until)
+    fraction = float(cfg["particle_error_fraction"])
+    measured, w2_within, departure_within = particle_budget_verdicts(c.beta, budget, fraction)
+    k_early, _ = _early_snapshot(c.t, c.w2_zero, float(cfg["early_time"]))
+    reference = reference_budget(dist, k_early, judged, departure, censored, gap) if "reference_error" in dist else None
+    return Resolution(
+        gap=gap,
+        departure=departure,
+        censored=censored,
+        until=until,
+        judged=judged,
+        measured=measured,
+        w2_within=w2_within,
+        departure_within=departure_within,
+        ess_threshold=float(ess_threshold),
+        fraction=fraction,
+        step=float(np.min(np.diff(c.t))) if c.t.size > 1 else 0.0,
+        reference=reference,
+    )
+
+
+def decay_rates(c: Curves, M: AttentionMatrices, n_tokens: int, cfg: dict, name: str, conf: float) -> dict:
+    """The zero-temperature decay rate of W2(ρ^∞_t, Π♯ρ0) fitted in each regime, with the predictions.
+
+    The band around t* where the last waiting tokens escape belongs to neither regime: a slope fitted there
+    lies anywhere between 0 and the late rate (docs/early_rate.md); before ``transient_end`` the bulk is still
+    on its way to ±u (no channel rate applies yet)."""
+    nr = c.shape[1]
+    t_star = rates.regime_boundary(M, n_tokens)
+    band = rates.regime_band(M, n_tokens)
+    t_transient = rates.transient_end(M)
+    predictions = {"early": rates.early_rate(M), "late": rates.late_rate(M)}
+    ranges = {"early": (t_transient, band[0]), "late": (max(band[1], t_transient), np.inf)}
+    fits = {k: _rate_in_regime(c.t, c.w0, ranges[k], cfg, name, k) for k in REGIMES}
+    c_regime = np.array([fits[k].slope if fits[k] else np.full(nr, np.nan) for k in REGIMES])
+    return {
+        "c_regime": c_regime,
+        "c_regime_mean": c_regime.mean(axis=1),
+        "c_regime_interval": np.array([fitting.t_interval(x, conf) for x in c_regime]),
+        "c_regime_window": np.array([fits[k].window if fits[k] else np.array(NAN_PAIR) for k in REGIMES]),
+        "rate_predicted": np.array([[predictions[k].low, predictions[k].high] for k in REGIMES]),
+        "rate_prediction_note": np.array([predictions[k].note for k in REGIMES], dtype=object),
+        "regime_boundary": t_star,
+        "regime_band": np.array(band),
+        "transient_end": t_transient,
+        "rate_lower": M.rate_bounds[0],
+        "rate_upper": M.rate_bounds[1],
+    }
+
+
+def collapse_growth(c: Curves, cfg: dict, name: str, conf: float) -> dict:
+    """C1 over all β (the data collapse of W2(ρ^β_t, ρ^∞_t)/sqrt(log(β+1)/β)), and per β alone."""
+    nb, nr = c.shape
+    growth = _growth(c.t, c.beta, c.w2_zero, cfg, name, "C1 over all beta")
+    C1 = growth.C1 if growth else np.full(nr, np.nan)
+    return {
+        "C1": C1,
+        "C1_mean": growth.mean if growth else np.nan,
+        "C1_interval": np.array(fitting.t_interval(C1, conf)),
+        "C1_per_beta": growth.C1_per_beta if growth else np.full((nb, nr), np.nan),
+        "log_a": growth.log_a if growth else np.full((nb, nr), np.nan),
+        "C1_window": growth.windows if growth else np.full((nb, 2), np.nan),
+    }
+
+
+def bound_constants(c: Curves, res: Resolution, decay: dict, resolved_to_departure, cfg: dict, name: str) -> dict:
+    """The bound's constants: a and C1 calibrated on the smallest resolved β, b and c on β = ∞ (``decay``);
+    the bound is tested on the other β."""
+    cal_beta, cal_growth = calibration_betas(
+        c.t, c.beta, c.w2_zero, resolved_to_departure, int(cfg["calibration_betas"]), cfg, name
+    )
+    bound_C1 = cal_growth.mean if cal_growth else np.nan
+    fitted_rates = decay["c_regime"].mean(axis=1)
+    bound_c = np.nanmin(fitted_rates) if np.isfinite(fitted_rates).any() else np.nan  # the slower regime bounds all t
+    # b up to the end of the last decay window: past it W2(ρ^∞_t, Π♯ρ0) may sit on a numerical floor, where
+    # w0·e^{ct} grows without bound and would inflate b (the exponential decay is verified up to there only)
+    c_window = decay["c_regime_window"]
+    verified = c.t <= (np.nanmax(c_window[:, 1]) if np.isfinite(c_window).any() else -np.inf)
+    bound_b = (
+        fitting.calibrated_decay_prefactor(c.t[verified], c.w0[:, verified], bound_c) if verified.any() else np.nan
+    )
+    bound_a = fitting.calibrated_growth_prefactor(
+        c.t, c.beta[cal_beta], c.w2_proj[cal_beta], res.judged[cal_beta], bound_C1, bound_b, bound_c
+    )
+    return {
+        "calibration_beta": cal_beta,
+        "bound_C1": bound_C1,
+        "bound_c": bound_c,
+        "bound_b": bound_b,
+        "bound_a": bound_a,
+    }
+
+
+def temperature_scaling(c: Curves, res: Resolution, cfg: dict, conf: float) -> tuple[dict, list, float]:
+    """The finite-temperature error at the early time and its exponent of β over the resolved β: the exact
+    snapshot nearest ``early_time`` (exact W2 may be skipped) within half of it, and only for β that have not
+    departed by then (after it the error measures the end phase). Returns the values, the pair labels and the
+    early time used."""
+    nb, nr = c.shape
+    k_early, t_early = _early_snapshot(c.t, c.w2_zero, float(cfg["early_time"]))
+    early_error = c.w2_zero[..., k_early] if k_early is not None else np.full((nb, nr), np.nan)
+    ess_early = (
+        min_median_ess(c.ess, np.broadcast_to(c.t <= t_early, (nb, c.t.size)))
+        if k_early is not None
+        else np.full(nb, np.nan)
+    )
+    with np.errstate(invalid="ignore"):
+        departed_early = np.any(res.departure <= t_early, axis=1)
+    resolved_early = res.resolved(ess_early, None if res.reference is None else res.reference.early)
+    used = resolved_early & np.all(np.isfinite(early_error) & (early_error > 0), axis=1) & ~departed_early
+    alpha = temperature_exponents(c.beta[used], early_error[used]) if used.sum() >= 2 else np.full(nr, np.nan)
+    bound_exponent = fitting.temperature_scale_exponent(c.beta[used]) if used.sum() >= 2 else np.nan
+    pair_labels, pair_intervals, pair_bounds = temperature_pairs(c.beta[used], early_error[used], conf)
+    values = {
+        "early_error": early_error,
+        "temperature_beta_used": used,
+        "temperature_pair_interval": pair_intervals,
+        "temperature_pair_bound_exponent": pair_bounds,
+        "temperature_exponent": alpha,
+        "temperature_exponent_interval": np.array(fitting.t_interval(alpha, conf)),
+        "temperature_bound_exponent": bound_exponent,
+        "ess_min_early": ess_early,
+        "resolved_early": resolved_early,
+    }
+    return values, pair_labels, t_early
+
+
+def departure_slopes(c: Curves, res: Resolution, ess_to_departure, conf: float) -> dict:
+    """The departure time from the metastable phase against log β: per-replica bounds on its slope over the
+    β whose departure is resolved, and their one-sided interval."""
+    nb, nr = c.shape
+    ess_to_horizon = min_median_ess(c.ess, np.ones((nb, c.t.size), bool))
+    meta_used = np.where(res.measured, res.departure_within, ess_to_departure >= res.ess_threshold)
+    slack = 0.0
+    if res.reference is not None:
+        # a departure is known to a snapshot interval; a coarser reference within one interval of it widens that
+        # range by the shift (the slope bounds account for it), one farther leaves the β out
+        meta_used = res.reference.departure_shift <= res.step * (1 + 1e-9)  # times are rounded: one interval is one
+        slack = np.where(np.isfinite(res.reference.departure_shift), res.reference.departure_shift, 0.0)
+    slope_low, slope_high = (
+        fitting.departure_slope_bounds(
+            c.beta[meta_used],
+            res.departure[meta_used],
+            res.censored[meta_used],
+            float(c.t[-1]),
+            res.step,
+            np.broadcast_to(slack, c.beta.shape)[meta_used],
+        )
+        if meta_used.sum() >= 2
+        else (np.full(nr, np.nan), np.full(nr, np.nan))
+    )
+    return {
+        "departure_time": res.departure,
+        "departure_censored": res.censored,
+        "metastable_beta_used": meta_used,
+        "metastable_slope": np.stack([slope_low, slope_high], axis=1),
+        "metastable_slope_interval": np.array(fitting.one_sided_bounds(slope_low, slope_high, conf)),
+        "judged_until": res.until,
+        "resolved_to_horizon": res.resolved(
+            ess_to_horizon, None if res.reference is None else res.reference.to_horizon
+        ),
+        "ess_min_to_horizon": ess_to_horizon,
+    }
+
+
+def budget_values(res: Resolution, budget: ParticleBudget | None) -> dict:
+    """The particle-number budget's numbers at the β where it was measured (NaN elsewhere)."""
+    measured = res.measured
+
+    def at_measured(value):
+        return np.where(measured, np.nan if budget is None else value(budget), np.nan)
+
+    return {
+        "particle_budget_measured": measured,
+        "particle_budget_w2_ratio": at_measured(lambda b: b.w2_ratio),
+        "particle_budget_departure_slope": at_measured(lambda b: b.slope_bound),
+        "particle_budget_departure_slope_interval": np.where(
+            measured[:, None], np.array(NAN_PAIR if budget is None else budget.slope_interval), np.nan
+        ),
+        "particle_budget_w2_resolved": res.w2_within & measured,
+        "particle_budget_departure_resolved": res.departure_within & measured,
+        "particle_budget_tokens_needed": at_measured(lambda b: b.tokens_needed),
+    }
+
+
+def reference_values(reference: ReferenceBudget | None) -> dict:
+    """A mean-field experiment's reference error per β (nothing for a particle experiment)."""
+    if reference is None:
+        return {}
+    return {
+        "reference_error_early": reference.early,
+        "reference_error_to_departure": reference.to_departure,
+        "reference_error_to_horizon": reference.to_horizon,
+        "reference_departure_shift": reference.departure_shift,
+    }
+
+
 def fit_experiment(
     name: str,
     dist: xr.Dataset,
@@ -247,7 +518,8 @@ def fit_experiment(
     n_tokens: int,
     particle_budget: ParticleBudget | None = None,
 ) -> xr.Dataset:
-    """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied).
+    """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied): the
+    estimators' numbers in ``lowtemp.store.datasets.fit_dataset``'s layout.
 
     A β is *resolved* over a window when the particle-number budget measured at it
     (``particle_budget``, see ``particle_budget_verdicts``) says its N error is within
@@ -255,406 +527,47 @@ def fit_experiment(
     its median ESS stays at or above ``ess_threshold`` there.
     """
     dist = dist.sortby("beta")
-    t = dist.time.values
-    beta = dist.beta.values
-    reps = dist.replica.values
-    nb, nr = beta.size, reps.size
+    c = Curves.of(dist)
     conf = float(cfg["confidence"])
-    w0 = dist["w2_zero_to_projection"].transpose("replica", "time").values
-    w2_zero = dist["w2_zero_temperature"].transpose("beta", "replica", "time").values
-    w2_proj = dist["w2_projection"].transpose("beta", "replica", "time").values
-    ess = dist["ess_median"].transpose("beta", "replica", "time").values
-    nan2 = np.array([np.nan, np.nan])
-
-    # ---- zero-temperature rate, per regime
-    # the band around t* where the last waiting tokens escape belongs to neither regime: a slope
-    # fitted there lies anywhere between 0 and the late rate (docs/early_rate.md)
-    t_star = rates.regime_boundary(M, n_tokens)
-    # before transient_end the bulk is still on its way to ±u (no channel rate applies yet)
-    band = rates.regime_band(M, n_tokens)
-    t_transient = rates.transient_end(M)
-    predictions = {"early": rates.early_rate(M), "late": rates.late_rate(M)}
-    ranges = {"early": (t_transient, band[0]), "late": (max(band[1], t_transient), np.inf)}
-    regime_fits = {k: _rate_in_regime(t, w0, ranges[k], cfg, name, k) for k in ranges}
-    c_regime = np.array([regime_fits[k].slope if regime_fits[k] else np.full(nr, np.nan) for k in ranges])
-    c_window = np.array([regime_fits[k].window if regime_fits[k] else nan2 for k in ranges])
-    c_interval = np.array([fitting.t_interval(c, conf) for c in c_regime])
-
-    # ---- C1 over all β (data collapse)
-    growth = _growth(t, beta, w2_zero, cfg, name, "C1 over all beta")
-    C1 = growth.C1 if growth else np.full(nr, np.nan)
-
-    # ---- the bound, calibrated on the smallest β (a, C1) and on β = ∞ (b, c); tested on the other β
-    dist_A = dist["dist_leading_A"].transpose("beta", "replica", "time").values
-    gap = fitting.subspace_gap(M.E1, M.E1_V_real)
-    departure, censored = fitting.geometric_departure(t, dist_A, gap)
-    until = fitting.judged_until(t, departure, censored, gap)
-    judged = fitting.judged_mask(t, until)
-    ess_to_departure = min_median_ess(ess, np.any(judged, axis=1))
-    measured, w2_within, departure_within = particle_budget_verdicts(
-        beta, particle_budget, float(cfg["particle_error_fraction"])
+    res = resolution_of(c, dist, M, cfg, ess_threshold, particle_budget)
+    ess_to_departure = min_median_ess(c.ess, np.any(res.judged, axis=1))
+    resolved_to_departure = res.resolved(
+        ess_to_departure, None if res.reference is None else res.reference.to_departure
     )
-    resolved_to_departure = np.where(measured, w2_within, ess_to_departure >= ess_threshold)
-    fraction = float(cfg["particle_error_fraction"])
-    step = float(np.min(np.diff(t))) if t.size > 1 else 0.0
-    k_early, t_early = _early_snapshot(t, w2_zero, float(cfg["early_time"]))
-    reference = reference_budget(dist, k_early, judged, departure, censored, gap) if "reference_error" in dist else None
-    if reference is not None:  # a mean-field experiment: its reference's own error decides, there is no ESS
-        resolved_to_departure = reference.to_departure <= fraction
-    cal_beta, cal_growth = calibration_betas(
-        t, beta, w2_zero, resolved_to_departure, int(cfg["calibration_betas"]), cfg, name
-    )
-    bound_C1 = cal_growth.mean if cal_growth else np.nan
-    fitted_rates = c_regime.mean(axis=1)
-    bound_c = np.nanmin(fitted_rates) if np.isfinite(fitted_rates).any() else np.nan  # the slower regime bounds all t
-    # b up to the end of the last decay window: past it W2(ρ^∞_t, Π♯ρ0) may sit on a numerical floor, where
-    # w0·e^{ct} grows without bound and would inflate b (the exponential decay is verified up to there only)
-    verified = t <= (np.nanmax(c_window[:, 1]) if np.isfinite(c_window).any() else -np.inf)
-    bound_b = fitting.calibrated_decay_prefactor(t[verified], w0[:, verified], bound_c) if verified.any() else np.nan
-    bound_a = fitting.calibrated_growth_prefactor(
-        t, beta[cal_beta], w2_proj[cal_beta], judged[cal_beta], bound_C1, bound_b, bound_c
-    )
-
-    # ---- the finite-temperature error at an early time, exponent of β over the resolved β
-    # the exact snapshot nearest early_time (exact W2 may be skipped), within half of early_time, and
-    # only for β that have not departed by then (after it the error measures the end phase)
-    early = float(cfg["early_time"])
-    early_error = w2_zero[..., k_early] if k_early is not None else np.full((nb, nr), np.nan)
-    ess_early = (
-        min_median_ess(ess, np.broadcast_to(t <= t_early, (nb, t.size))) if k_early is not None else np.full(nb, np.nan)
-    )
-    with np.errstate(invalid="ignore"):
-        departed_early = np.any(departure <= t_early, axis=1)
-    resolved_early = np.where(measured, w2_within, ess_early >= ess_threshold)
-    if reference is not None:
-        resolved_early = reference.early <= fraction
-    used = resolved_early & np.all(np.isfinite(early_error) & (early_error > 0), axis=1) & ~departed_early
-    alpha = temperature_exponents(beta[used], early_error[used]) if used.sum() >= 2 else np.full(nr, np.nan)
-    bound_exponent = fitting.temperature_scale_exponent(beta[used]) if used.sum() >= 2 else np.nan
-    pair_labels, pair_intervals, pair_bounds = temperature_pairs(beta[used], early_error[used], conf)
-
-    # ---- departure time against log β
-    horizon = float(t[-1])
-    ess_to_horizon = min_median_ess(ess, np.ones((nb, t.size), bool))
-    meta_used = np.where(measured, departure_within, ess_to_departure >= ess_threshold)
-    resolved_to_horizon = np.where(measured, w2_within, ess_to_horizon >= ess_threshold)
-    slack = 0.0
-    if reference is not None:
-        # a departure is known to a snapshot interval; a coarser reference within one interval of it widens that
-        # range by the shift (the slope bounds account for it), one farther leaves the β out
-        meta_used = reference.departure_shift <= step * (1 + 1e-9)  # times are rounded: one interval is one
-        slack = np.where(np.isfinite(reference.departure_shift), reference.departure_shift, 0.0)
-        resolved_to_horizon = reference.to_horizon <= fraction
-    slope_low, slope_high = (
-        fitting.departure_slope_bounds(
-            beta[meta_used],
-            departure[meta_used],
-            censored[meta_used],
-            horizon,
-            step,
-            np.broadcast_to(slack, beta.shape)[meta_used],
-        )
-        if meta_used.sum() >= 2
-        else (np.full(nr, np.nan), np.full(nr, np.nan))
-    )
-
-    level = f"{100 * conf:g}% Student-t interval over replicas of the mean"
-    A = io.attrs
-    data = {
-        "c_regime": (
-            ("regime", "replica"),
-            c_regime,
-            A("decay rate of W2(rho^inf_t, Pi_# rho0) fitted in each regime", "1/time"),
-        ),
-        "c_regime_mean": (
-            ("regime",),
-            c_regime.mean(axis=1),
-            A("decay rate per regime, mean over replicas (NaN: no window)", "1/time"),
-        ),
-        "c_regime_interval": (("regime", "bound"), c_interval, A(f"decay rate per regime, {level}", "1/time")),
-        "c_regime_window": (("regime", "bound"), c_window, A("time window of the decay fit per regime", "1")),
-        "rate_predicted": (
-            ("regime", "bound"),
-            np.array([[p.low, p.high] for p in predictions.values()]),
-            A("predicted decay rate per regime (low, high; equal when sharp)", "1/time"),
-        ),
-        "rate_prediction_note": (
-            ("regime",),
-            np.array([p.note for p in predictions.values()], dtype=object),
-            A("the formula of the predicted rate"),
-        ),
-        "regime_boundary": (
-            (),
-            t_star,
-            A("time t* at which the N tokens pass from the early (mean-field) to the late (finite-N) regime", "1"),
-        ),
-        "regime_band": (("bound",), np.array(band), A("transition band around t*, left out of both rate fits", "1")),
-        "transient_end": (
-            (),
-            t_transient,
-            A(
-                "time before which the bulk's nonlinear transient, not a channel, sets "
-                "the decay (rates.transient_end); left out of both rate fits",
-                "1",
-            ),
-        ),
-        "rate_lower": ((), M.rate_bounds[0], A("gamma / sigma_max(B)", "1/time")),
-        "rate_upper": ((), M.rate_bounds[1], A("gamma / sigma_min(B)", "1/time")),
-        "C1": (
-            ("replica",),
-            C1,
-            A("growth rate C1 of W2(rho^beta_t, rho^inf_t)/sqrt(log(beta+1)/beta), shared over beta", "1/time"),
-        ),
-        "C1_mean": ((), growth.mean if growth else np.nan, A("C1, mean over replicas", "1/time")),
-        "C1_interval": (("bound",), np.array(fitting.t_interval(C1, conf)), A(f"C1, {level}", "1/time")),
-        "C1_per_beta": (
-            ("beta", "replica"),
-            growth.C1_per_beta if growth else np.full((nb, nr), np.nan),
-            A("growth rate fitted for each beta alone", "1/time"),
-        ),
-        "log_a": (
-            ("beta", "replica"),
-            growth.log_a if growth else np.full((nb, nr), np.nan),
-            A("intercept log a per beta of the C1 fit"),
-        ),
-        "C1_window": (
-            ("beta", "bound"),
-            growth.windows if growth else np.full((nb, 2), np.nan),
-            A("time window of the C1 fit per beta", "1"),
-        ),
-        "calibration_beta": (
-            ("beta",),
-            cal_beta,
-            A(
-                "beta used to calibrate the bound: the smallest resolved beta "
-                "with a growth window; the bound is tested on the resolved beta "
-                "above them"
-            ),
-        ),
-        "bound_C1": ((), bound_C1, A("C1 of the bound, fitted on the calibration beta", "1/time")),
-        "bound_c": ((), bound_c, A("c of the bound: the slower of the two regime rates", "1/time")),
-        "bound_b": ((), bound_b, A("b: smallest value with b e^{-ct} above W2(rho^inf_t, Pi_# rho0) (beta = inf)")),
-        "bound_a": (
-            (),
-            bound_a,
-            A(
-                "a: smallest value with a sqrt(log(beta+1)/beta) e^{C1 t} + b e^{-ct} above "
-                "W2(rho^beta_t, Pi_# rho0) on the calibration data up to departure"
-            ),
-        ),
-        "early_error": (
-            ("beta", "replica"),
-            early_error,
-            A(
-                f"W2(rho^beta_t, rho^inf_t) at the early time t = {t_early:g} (NaN: no exact snapshot "
-                f"within early_time/2)"
-            ),
-        ),
-        "temperature_beta_used": (
-            ("beta",),
-            used,
-            A(
-                "beta resolved over [0, early time] (median ESS >= "
-                "ess_threshold), not departed by then, with a positive exact W2: "
-                "the exponent's beta"
-            ),
-        ),
-        "temperature_pair_interval": (
-            ("pair", "bound"),
-            pair_intervals,
-            A(f"exponent of beta between consecutive used beta, {level}"),
-        ),
-        "temperature_pair_bound_exponent": (
-            ("pair",),
-            pair_bounds,
-            A("local exponent of sqrt(log(beta+1)/beta) between the same beta"),
-        ),
-        "temperature_exponent": (("replica",), alpha, A("exponent of beta of early_error over the used beta")),
-        "temperature_exponent_interval": (
-            ("bound",),
-            np.array(fitting.t_interval(alpha, conf)),
-            A(f"exponent of beta, {level}"),
-        ),
-        "temperature_bound_exponent": (
-            (),
-            bound_exponent,
-            A("local exponent of sqrt(log(beta+1)/beta) over the used beta"),
-        ),
-        "departure_time": (
-            ("beta", "replica"),
-            departure,
-            A(
-                "first time after the metastable phase at which the tokens are farther than "
-                "end_phase_gap/2 from E1(A); NaN: never arrived or censored",
-                "1",
-            ),
-        ),
-        "departure_censored": (
-            ("beta", "replica"),
-            censored,
-            A("still in the metastable phase at the horizon (departure beyond it)"),
-        ),
-        "metastable_beta_used": (
-            ("beta",),
-            meta_used,
-            A(
-                "beta whose departure time is resolved: the departure "
-                "slope per doubling of N within the budget where measured, "
-                "else median ESS >= ess_threshold up to departure"
-            ),
-        ),
-        "metastable_slope": (
-            ("replica", "bound"),
-            np.stack([slope_low, slope_high], axis=1),
-            A(
-                "bounds on the slope of departure time against log beta per replica (departures "
-                "known to a snapshot step, censored ones beyond the horizon; +-inf: unbounded)",
-                "1",
-            ),
-        ),
-        "metastable_slope_interval": (
-            ("bound",),
-            np.array(fitting.one_sided_bounds(slope_low, slope_high, conf)),
-            A(
-                f"one-sided {100 * conf:g}% Student-t lower bound of the slope's lower "
-                f"bounds and upper bound of its upper bounds",
-                "1",
-            ),
-        ),
-        "judged_until": (
-            ("beta", "replica"),
-            until,
-            A(
-                "last time of the metastable phase judged against the bound (departure; horizon if "
-                "censored or no end phase; NaN: never arrived, not judged)",
-                "1",
-            ),
-        ),
-        "ess_min_early": (("beta",), ess_early, A("smallest median ESS over [0, early time]")),
-        "particle_budget_measured": (
-            ("beta",),
-            measured,
-            A(
-                "the particle-number budget was measured at this beta "
-                "(convergence.nc): it decides, the ESS is a diagnostic"
-            ),
-        ),
-        "particle_budget_w2_ratio": (
-            ("beta",),
-            np.where(measured, np.nan if particle_budget is None else particle_budget.w2_ratio, np.nan),
-            A(
-                "95% upper bound of the remaining N error of W2(rho^beta_t, Pi_# rho0) over W2, "
-                "largest before the earliest departure (NaN: not measured)"
-            ),
-        ),
-        "particle_budget_departure_slope": (
-            ("beta",),
-            np.where(measured, np.nan if particle_budget is None else particle_budget.slope_bound, np.nan),
-            A("95% upper bound of |d departure time / d log2 N| (NaN: not measured or no departure)", "1"),
-        ),
-        "particle_budget_departure_slope_interval": (
-            ("beta", "bound"),
-            np.where(
-                measured[:, None],
-                np.array(NAN_PAIR if particle_budget is None else particle_budget.slope_interval),
-                np.nan,
-            ),
-            A("95% interval of d departure time / d log2 N (NaN: not measured or too few departures)", "1"),
-        ),
-        "particle_budget_w2_resolved": (
-            ("beta",),
-            w2_within & measured,
-            A("the W2 budget was measured here and met (particle_budget_w2_ratio <= particle_error_fraction)"),
-        ),
-        "particle_budget_departure_resolved": (
-            ("beta",),
-            departure_within & measured,
-            A(
-                "the departure budget was measured here and met (slope bound <= particle_error_fraction of a "
-                "snapshot interval, or no departure to judge)"
-            ),
-        ),
-        "particle_budget_tokens_needed": (
-            ("beta",),
-            np.where(measured, np.nan if particle_budget is None else particle_budget.tokens_needed, np.nan),
-            A(
-                "the N at which the W2 budget's bound would reach "
-                "particle_error_fraction of W2, projected with its own power law "
-                "(the slowest exponent that fits; inf: no exponent fits; NaN: not "
-                "measured)"
-            ),
-        ),
-        "resolved_early": (
-            ("beta",),
-            resolved_early,
-            A("resolved over [0, early time]: the W2 budget where measured, else median ESS >= ess_threshold"),
-        ),
-        "resolved_to_departure": (
-            ("beta",),
-            resolved_to_departure,
-            A("resolved up to the last departure: the W2 budget where measured, else median ESS"),
-        ),
-        "resolved_to_horizon": (
-            ("beta",),
-            resolved_to_horizon,
-            A("resolved over the whole run: the W2 budget where measured, else median ESS"),
-        ),
-        "ess_min_to_departure": (("beta",), ess_to_departure, A("smallest median ESS up to the last departure")),
-        "ess_min_to_horizon": (("beta",), ess_to_horizon, A("smallest median ESS over the whole run")),
+    decay = decay_rates(c, M, n_tokens, cfg, name, conf)
+    temperature, pair_labels, t_early = temperature_scaling(c, res, cfg, conf)
+    values = {
+        **decay,
+        **collapse_growth(c, cfg, name, conf),
+        **bound_constants(c, res, decay, resolved_to_departure, cfg, name),
+        **temperature,
+        **departure_slopes(c, res, ess_to_departure, conf),
+        **budget_values(res, particle_budget),
+        "resolved_to_departure": resolved_to_departure,
+        "ess_min_to_departure": ess_to_departure,
+        **reference_values(res.reference),
     }
-    if reference is not None:
-        data.update(
-            {
-                "reference_error_early": (
-                    ("beta",),
-                    reference.early,
-                    A(
-                        "mean-field reference: its error bound over W2(rho^beta_t, rho^inf_t) at the "
-                        "early time, largest over replicas (temperature_scaling: resolved at most "
-                        "fit.particle_error_fraction)"
-                    ),
-                ),
-                "reference_error_to_departure": (
-                    ("beta",),
-                    reference.to_departure,
-                    A(
-                        "mean-field reference: its error bound over W2(rho^beta_t, Pi_# rho0), "
-                        "largest up to departure (bound_above_data, conjecture_1)"
-                    ),
-                ),
-                "reference_error_to_horizon": (
-                    ("beta",),
-                    reference.to_horizon,
-                    A("mean-field reference: its error bound over W2(rho^beta_t, Pi_# rho0), largest over the run"),
-                ),
-                "reference_departure_shift": (
-                    ("beta",),
-                    reference.departure_shift,
-                    A(
-                        "mean-field reference: largest |departure time - that of the reference "
-                        "at twice the cell width| over replicas (metastable_log_beta: resolved "
-                        "at most fit.particle_error_fraction of a snapshot interval)",
-                        "1",
-                    ),
-                ),
-            }
-        )
-    out = xr.Dataset(
-        data,
-        coords={"beta": beta, "replica": reps, "bound": ["start", "stop"], "regime": list(ranges), "pair": pair_labels},
+    return datasets.fit_dataset(
+        values,
+        coords={
+            "beta": c.beta,
+            "replica": c.replicas,
+            "bound": ["start", "stop"],
+            "regime": list(REGIMES),
+            "pair": pair_labels,
+        },
+        attrs=dict(
+            early_time=t_early,
+            requested_early_time=float(cfg["early_time"]),
+            horizon=float(c.t[-1]),
+            end_phase_gap=res.gap,
+            laplace_exponent=LAPLACE_EXPONENT,
+            confidence=conf,
+            ess_threshold=float(ess_threshold),
+            particle_error_fraction=res.fraction,
+            tokens=int(n_tokens),
+        ),
     )
-    out.attrs.update(
-        early_time=t_early,
-        requested_early_time=early,
-        horizon=float(t[-1]),
-        end_phase_gap=gap,
-        laplace_exponent=LAPLACE_EXPONENT,
-        confidence=conf,
-        ess_threshold=float(ess_threshold),
-        particle_error_fraction=float(cfg["particle_error_fraction"]),
-        tokens=int(n_tokens),
-    )
-    return out
 
 
 def describe(fit: xr.Dataset, name: str) -> list[str]:

@@ -16,10 +16,11 @@ zero_temperature.nc          ``zero_temperature_dataset``                ``simul
 distances/beta*.nc           ``distances_beta_dataset``                  ``distances.stage_distances_beta``
 distances.nc                 ``distances_dataset``                       ``distances.stage_distances``
 convergence.nc               ``convergence_dataset``                     ``convergence.stage_convergence``
+fit.nc                       ``fit_dataset``                             ``fit.stage_fit``
 ===========================  ==========================================  ==============================================
 
-fit.nc is laid out by ``lowtemp.analysis.estimates.fit_experiment`` and claims.nc by
-``lowtemp.analysis.claims.claims_dataset``, next to the estimates and checks that fill them.
+fit.nc's numbers come from ``lowtemp.analysis.estimates``; claims.nc is laid out by
+``lowtemp.analysis.claims.claims_dataset``, next to the checks that fill it.
 """
 
 from __future__ import annotations
@@ -554,3 +555,218 @@ def convergence_dataset(
     )
     ds.attrs.update(attrs)
     return ds
+
+
+# ------------------------------------------------------------------ fit.nc
+#: fit.nc's variables: dimensions, long name and units. In a long name, {level} stands for the intervals'
+#: coverage, {t_early} for the early time and {confidence} for the confidence in percent. The numbers come
+#: from ``lowtemp.analysis.estimates.fit_experiment``; this table is their one layout.
+FIT_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "c_regime": (("regime", "replica"), "decay rate of W2(rho^inf_t, Pi_# rho0) fitted in each regime", "1/time"),
+    "c_regime_mean": (("regime",), "decay rate per regime, mean over replicas (NaN: no window)", "1/time"),
+    "c_regime_interval": (("regime", "bound"), "decay rate per regime, {level}", "1/time"),
+    "c_regime_window": (("regime", "bound"), "time window of the decay fit per regime", "1"),
+    "rate_predicted": (("regime", "bound"), "predicted decay rate per regime (low, high; equal when sharp)", "1/time"),
+    "rate_prediction_note": (("regime",), "the formula of the predicted rate", "1"),
+    "regime_boundary": (
+        (),
+        "time t* at which the N tokens pass from the early (mean-field) to the late (finite-N) regime",
+        "1",
+    ),
+    "regime_band": (("bound",), "transition band around t*, left out of both rate fits", "1"),
+    "transient_end": (
+        (),
+        "time before which the bulk's nonlinear transient, not a channel, sets the decay "
+        "(rates.transient_end); left out of both rate fits",
+        "1",
+    ),
+    "rate_lower": ((), "gamma / sigma_max(B)", "1/time"),
+    "rate_upper": ((), "gamma / sigma_min(B)", "1/time"),
+    "C1": (
+        ("replica",),
+        "growth rate C1 of W2(rho^beta_t, rho^inf_t)/sqrt(log(beta+1)/beta), shared over beta",
+        "1/time",
+    ),
+    "C1_mean": ((), "C1, mean over replicas", "1/time"),
+    "C1_interval": (("bound",), "C1, {level}", "1/time"),
+    "C1_per_beta": (("beta", "replica"), "growth rate fitted for each beta alone", "1/time"),
+    "log_a": (("beta", "replica"), "intercept log a per beta of the C1 fit", "1"),
+    "C1_window": (("beta", "bound"), "time window of the C1 fit per beta", "1"),
+    "calibration_beta": (
+        ("beta",),
+        "beta used to calibrate the bound: the smallest resolved beta with a growth window; the bound is "
+        "tested on the resolved beta above them",
+        "1",
+    ),
+    "bound_C1": ((), "C1 of the bound, fitted on the calibration beta", "1/time"),
+    "bound_c": ((), "c of the bound: the slower of the two regime rates", "1/time"),
+    "bound_b": ((), "b: smallest value with b e^{-ct} above W2(rho^inf_t, Pi_# rho0) (beta = inf)", "1"),
+    "bound_a": (
+        (),
+        "a: smallest value with a sqrt(log(beta+1)/beta) e^{C1 t} + b e^{-ct} above W2(rho^beta_t, Pi_# rho0)"
+        " on the calibration data up to departure",
+        "1",
+    ),
+    "early_error": (
+        ("beta", "replica"),
+        "W2(rho^beta_t, rho^inf_t) at the early time t = {t_early} (NaN: no exact snapshot within early_time/2)",
+        "1",
+    ),
+    "temperature_beta_used": (
+        ("beta",),
+        "beta resolved over [0, early time] (median ESS >= ess_threshold), not departed by then, with a "
+        "positive exact W2: the exponent's beta",
+        "1",
+    ),
+    "temperature_pair_interval": (("pair", "bound"), "exponent of beta between consecutive used beta, {level}", "1"),
+    "temperature_pair_bound_exponent": (
+        ("pair",),
+        "local exponent of sqrt(log(beta+1)/beta) between the same beta",
+        "1",
+    ),
+    "temperature_exponent": (("replica",), "exponent of beta of early_error over the used beta", "1"),
+    "temperature_exponent_interval": (("bound",), "exponent of beta, {level}", "1"),
+    "temperature_bound_exponent": ((), "local exponent of sqrt(log(beta+1)/beta) over the used beta", "1"),
+    "departure_time": (
+        ("beta", "replica"),
+        "first time after the metastable phase at which the tokens are farther than end_phase_gap/2 from "
+        "E1(A); NaN: never arrived or censored",
+        "1",
+    ),
+    "departure_censored": (
+        ("beta", "replica"),
+        "still in the metastable phase at the horizon (departure beyond it)",
+        "1",
+    ),
+    "metastable_beta_used": (
+        ("beta",),
+        "beta whose departure time is resolved: the departure slope per doubling of N within the budget where"
+        " measured, else median ESS >= ess_threshold up to departure",
+        "1",
+    ),
+    "metastable_slope": (
+        ("replica", "bound"),
+        "bounds on the slope of departure time against log beta per replica (departures known to a snapshot "
+        "step, censored ones beyond the horizon; +-inf: unbounded)",
+        "1",
+    ),
+    "metastable_slope_interval": (
+        ("bound",),
+        "one-sided {confidence}% Student-t lower bound of the slope's lower bounds and upper bound of its upper bounds",
+        "1",
+    ),
+    "judged_until": (
+        ("beta", "replica"),
+        "last time of the metastable phase judged against the bound (departure; horizon if censored or no end"
+        " phase; NaN: never arrived, not judged)",
+        "1",
+    ),
+    "ess_min_early": (("beta",), "smallest median ESS over [0, early time]", "1"),
+    "particle_budget_measured": (
+        ("beta",),
+        "the particle-number budget was measured at this beta (convergence.nc): it decides, the ESS is a diagnostic",
+        "1",
+    ),
+    "particle_budget_w2_ratio": (
+        ("beta",),
+        "95% upper bound of the remaining N error of W2(rho^beta_t, Pi_# rho0) over W2, largest before the "
+        "earliest departure (NaN: not measured)",
+        "1",
+    ),
+    "particle_budget_departure_slope": (
+        ("beta",),
+        "95% upper bound of |d departure time / d log2 N| (NaN: not measured or no departure)",
+        "1",
+    ),
+    "particle_budget_departure_slope_interval": (
+        ("beta", "bound"),
+        "95% interval of d departure time / d log2 N (NaN: not measured or too few departures)",
+        "1",
+    ),
+    "particle_budget_w2_resolved": (
+        ("beta",),
+        "the W2 budget was measured here and met (particle_budget_w2_ratio <= particle_error_fraction)",
+        "1",
+    ),
+    "particle_budget_departure_resolved": (
+        ("beta",),
+        "the departure budget was measured here and met (slope bound <= particle_error_fraction of a snapshot"
+        " interval, or no departure to judge)",
+        "1",
+    ),
+    "particle_budget_tokens_needed": (
+        ("beta",),
+        "the N at which the W2 budget's bound would reach particle_error_fraction of W2, projected with its "
+        "own power law (the slowest exponent that fits; inf: no exponent fits; NaN: not measured)",
+        "1",
+    ),
+    "resolved_early": (
+        ("beta",),
+        "resolved over [0, early time]: the W2 budget where measured, else median ESS >= ess_threshold",
+        "1",
+    ),
+    "resolved_to_departure": (
+        ("beta",),
+        "resolved up to the last departure: the W2 budget where measured, else median ESS",
+        "1",
+    ),
+    "resolved_to_horizon": (
+        ("beta",),
+        "resolved over the whole run: the W2 budget where measured, else median ESS",
+        "1",
+    ),
+    "ess_min_to_departure": (("beta",), "smallest median ESS up to the last departure", "1"),
+    "ess_min_to_horizon": (("beta",), "smallest median ESS over the whole run", "1"),
+}
+#: the mean-field reference's own error, in the fit.nc of a ``model: mean_field`` experiment
+FIT_REFERENCE_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "reference_error_early": (
+        ("beta",),
+        "mean-field reference: its error bound over W2(rho^beta_t, rho^inf_t) at the early time, largest over"
+        " replicas (temperature_scaling: resolved at most fit.particle_error_fraction)",
+        "1",
+    ),
+    "reference_error_to_departure": (
+        ("beta",),
+        "mean-field reference: its error bound over W2(rho^beta_t, Pi_# rho0), largest up to departure "
+        "(bound_above_data, conjecture_1)",
+        "1",
+    ),
+    "reference_error_to_horizon": (
+        ("beta",),
+        "mean-field reference: its error bound over W2(rho^beta_t, Pi_# rho0), largest over the run",
+        "1",
+    ),
+    "reference_departure_shift": (
+        ("beta",),
+        "mean-field reference: largest |departure time - that of the reference at twice the cell width| over "
+        "replicas (metastable_log_beta: resolved at most fit.particle_error_fraction of a snapshot interval)",
+        "1",
+    ),
+}
+
+
+def fit_dataset(values: dict, coords: dict, attrs: dict) -> xr.Dataset:
+    """fit.nc from the estimators' ``values`` (one per name of ``FIT_VARIABLES``, and of
+    ``FIT_REFERENCE_VARIABLES`` for a mean-field experiment), its coordinates and attributes (``confidence``
+    and ``early_time`` fill the long names); a missing or unknown name raises ValueError."""
+    layout = {**FIT_VARIABLES, **(FIT_REFERENCE_VARIABLES if "reference_error_early" in values else {})}
+    if set(values) != set(layout):
+        raise ValueError(
+            f"fit.nc: no value for {sorted(set(layout) - set(values))}, "
+            f"no layout for {sorted(set(values) - set(layout))}"
+        )
+    conf = float(attrs["confidence"])
+    fills = {
+        "{level}": f"{100 * conf:g}% Student-t interval over replicas of the mean",
+        "{t_early}": f"{attrs['early_time']:g}",
+        "{confidence}": f"{100 * conf:g}",
+    }
+    data = {}
+    for name, (dims, long_name, units) in layout.items():
+        for key, text in fills.items():
+            long_name = long_name.replace(key, text)
+        data[name] = (dims, values[name], io.attrs(long_name, units))
+    out = xr.Dataset(data, coords=coords)
+    out.attrs.update(attrs)
+    return out
