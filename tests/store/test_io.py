@@ -163,3 +163,22 @@ def test_fit_dataset_lays_out_exactly_its_table():
         datasets.fit_dataset({k: v for k, v in values.items() if k != "C1"}, coords, attrs)
     with pytest.raises(ValueError, match=r"no layout for \['C2'\]"):
         datasets.fit_dataset({**values, "C2": value(())}, coords, attrs)
+
+
+def test_convergence_dataset_refuses_a_missing_or_unknown_variable():
+    values = {name: None for name in datasets.CONVERGENCE_VARIABLES}
+    sizes = dict(
+        methods=["rk4"],
+        steps=[0.1, 0.05],
+        check_times=[1.0],
+        step_replicas=1,
+        tokens=[8, 16],
+        replicas=2,
+        times=[0.0, 1.0],
+        budget_exponents=[0.5],
+        attrs={},
+    )
+    with pytest.raises(ValueError, match=r"no value for \['w2_mean'\]"):
+        datasets.convergence_dataset({k: v for k, v in values.items() if k != "w2_mean"}, **sizes)
+    with pytest.raises(ValueError, match=r"no layout for \['w2_median'\]"):
+        datasets.convergence_dataset({**values, "w2_median": None}, **sizes)

@@ -312,223 +312,166 @@ def distances_dataset(
 
 
 # ------------------------------------------------------------------ convergence.nc
+#: convergence.nc's variables: dimensions, long name and units (the numbers: ``lowtemp.stages.convergence``)
+CONVERGENCE_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "position_difference": (
+        ("integrator", "coarse_step", "check_time"),
+        "Richardson difference max |X_h - X_h/2| over replicas, tokens, dims, finite temperature",
+        "1",
+    ),
+    "position_order": (
+        ("integrator", "check_time"),
+        "observed order log2(e(h)/e(h/2)), finite temperature; NaN at the rounding floor",
+        "1",
+    ),
+    "position_error_estimate": (
+        ("integrator", "check_time"),
+        "Richardson estimate of the position error of the run at the coarsest step: e(h) 2^p/(2^p - 1), p nominal",
+        "1",
+    ),
+    "w2_projection_steps": (
+        ("integrator", "step", "step_replica", "check_time"),
+        "W2(rho^beta_t, Pi_# rho0) of the run at each step, chordal cost",
+        "1",
+    ),
+    "w2_difference": (("integrator", "coarse_step", "check_time"), "max over replicas of |W2_h - W2_h/2|", "1"),
+    "w2_order": (
+        ("integrator", "check_time"),
+        "observed order of W2(rho^beta_t, Pi_# rho0): log2 of the ratio of successive differences",
+        "1",
+    ),
+    "zero_position_difference": (
+        ("integrator", "coarse_step", "check_time"),
+        "Richardson difference max |X_h - X_h/2|, zero temperature (Eq. 3)",
+        "1",
+    ),
+    "zero_position_order": (("integrator", "check_time"), "observed order (Richardson), zero temperature", "1"),
+    "zero_error_vs_exact": (
+        ("integrator", "step", "check_time"),
+        "max |X_h - X_exact| against the exact time-changed solution, zero temperature",
+        "1",
+    ),
+    "zero_order_vs_exact": (
+        ("integrator", "coarse_step", "check_time"),
+        "observed order log2(E(h)/E(h/2)) against the exact solution",
+        "1",
+    ),
+    "nominal_order": (("integrator",), "order of the scheme", "1"),
+    "tolerance": (
+        ("integrator", "step"),
+        "local error tolerance of an adaptive integrator's run at this level (tau / 2^((q+1) k), which halves"
+        " its steps k times); NaN for the fixed steps",
+        "1",
+    ),
+    "field_evaluations": (("integrator", "step"), "field evaluations of the finite-temperature run at this level", "1"),
+    "zero_field_evaluations": (
+        ("integrator", "step"),
+        "field evaluations of the zero-temperature run at this level",
+        "1",
+    ),
+    "w2_projection_particles": (
+        ("tokens", "replica", "time"),
+        "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N (the experiment's own run where "
+        "reused_run is 1), chordal cost",
+        "1",
+    ),
+    "ess_particles": (
+        ("tokens", "replica", "time"),
+        "median over tokens of the effective sample size 1/sum_j w_ij^2 of the softmax, per N",
+        "1",
+    ),
+    "reused_run": (
+        ("tokens",),
+        "1: this N is the experiment's own finite-temperature run at the study's beta (its stored tokens and "
+        "positions, the first replicas), not a fresh one",
+        "1",
+    ),
+    "w2_mean": (("tokens", "time"), "mean over replicas of W2(rho^beta_t, Pi_# rho0)", "1"),
+    "w2_sem": (("tokens", "time"), "standard error over replicas (ddof 1)", "1"),
+    "w2_min": (("tokens", "time"), "minimum over replicas", "1"),
+    "w2_max": (("tokens", "time"), "maximum over replicas", "1"),
+    "dist_leading_A_particles": (
+        ("tokens", "replica", "time"),
+        "distance to measures on E1(A) ∩ S, sqrt(mean(2 - 2|P1 x|)), per N",
+        "1",
+    ),
+    "departure_particles": (
+        ("tokens", "replica"),
+        "departure time per N: where the distance to E1(A) rises through end_phase_gap/2, interpolated "
+        "between snapshots (NaN: never arrived, or censored)",
+        "1",
+    ),
+    "departure_censored_particles": (("tokens", "replica"), "1: still metastable at the horizon", "1"),
+    "w2_remaining_bound": (
+        ("time",),
+        "95% upper bound of |E W2_N - W2_inf| at the experiment's N under E W2_N = W2_inf + a N^-p, p in "
+        "budget_exponent_range (inf: no p in the range fits)",
+        "1",
+    ),
+    "w2_budget_exponent": (("time",), "the exponent p that gave the bound", "1"),
+    "w2_remaining_bound_per_exponent": (
+        ("budget_exponent", "time"),
+        "the bound for each exponent p of the grid (NaN: not kept: rejected, and no kept neighbour); "
+        "w2_remaining_bound is the largest",
+        "1",
+    ),
+    "w2_at_tokens": (
+        ("time",),
+        "mean W2(rho^beta_t, Pi_# rho0) over replicas at the particle number nearest the experiment's N",
+        "1",
+    ),
+    "w2_budget_ratio": ((), "largest w2_remaining_bound / w2_at_tokens for 0 < t <= budget_window_end", "1"),
+    "budget_window_end": (
+        (),
+        "the earliest departure of any N and replica (the horizon if none): the W2 budget's last time",
+        "1",
+    ),
+    "departure_slope_per_doubling": (
+        ("bound",),
+        "95% confidence interval of the slope of the departure time against log2 N (censoring accounted for; "
+        "NaN: too few departures)",
+        "1",
+    ),
+    "departure_slope_bound": (
+        (),
+        "95% upper bound of |departure slope per doubling of N| (inf: arrival at the metastable phase depends"
+        " on N or the draw, or too few departures to measure; NaN: no run arrived)",
+        "1",
+    ),
+}
+
+
 def convergence_dataset(
+    values: dict,
     *,
     methods,
     steps,
     check_times,
     step_replicas: int,
-    diff,
-    position_order,
-    position_error,
-    w2_steps,
-    w2_diff,
-    w2_order,
-    zero_diff,
-    zero_order,
-    zero_err,
-    zero_order_vs_exact,
-    nominal,
-    tolerances,
-    evaluations,
-    zero_evaluations,
     tokens,
     replicas: int,
     times,
-    w2_particles,
-    ess_particles,
-    reused,
-    stats: dict,
-    dist_A,
-    budget: dict,
+    budget_exponents,
     attrs: dict,
 ) -> xr.Dataset:
     """convergence.nc: the step-halving and tolerance study (dimensions integrator, step or coarse_step,
     check_time; an adaptive integrator's level k is the tolerance that halves its step k times) and the
-    particle-number study (tokens, replica, time); see ``lowtemp.stages.convergence`` for each quantity.
-
-    ``stats`` holds the replica ``mean``, ``sem``, ``min`` and ``max`` of ``w2_particles``; ``budget`` the
-    particle-number budget (``convergence.particle_budget_of``); ``attrs`` the run's settings (β, sizes,
-    kernels, rounding floor, the budget's exponent range and confidence)."""
+    particle-number study (tokens, replica, time); ``values`` holds one array per name of
+    ``CONVERGENCE_VARIABLES`` (see ``lowtemp.stages.convergence`` for each quantity; a missing or unknown name
+    raises ValueError), ``attrs`` the run's settings (β, sizes, kernels, rounding floor, the budget's exponent
+    range and confidence)."""
+    if set(values) != set(CONVERGENCE_VARIABLES):
+        raise ValueError(
+            f"convergence.nc: no value for {sorted(set(CONVERGENCE_VARIABLES) - set(values))}, "
+            f"no layout for {sorted(set(values) - set(CONVERGENCE_VARIABLES))}"
+        )
     steps = np.asarray(steps)
+    data = {
+        name: (dims, values[name], io.attrs(long_name, units))
+        for name, (dims, long_name, units) in CONVERGENCE_VARIABLES.items()
+    }
     ds = xr.Dataset(
-        {
-            "position_difference": (
-                ("integrator", "coarse_step", "check_time"),
-                diff,
-                io.attrs("Richardson difference max |X_h - X_h/2| over replicas, tokens, dims, finite temperature"),
-            ),
-            "position_order": (
-                ("integrator", "check_time"),
-                position_order,
-                io.attrs("observed order log2(e(h)/e(h/2)), finite temperature; NaN at the rounding floor"),
-            ),
-            "position_error_estimate": (
-                ("integrator", "check_time"),
-                position_error,
-                io.attrs(
-                    "Richardson estimate of the position error of the run at the "
-                    "coarsest step: e(h) 2^p/(2^p - 1), p nominal"
-                ),
-            ),
-            "w2_projection_steps": (
-                ("integrator", "step", "step_replica", "check_time"),
-                w2_steps,
-                io.attrs("W2(rho^beta_t, Pi_# rho0) of the run at each step, chordal cost"),
-            ),
-            "w2_difference": (
-                ("integrator", "coarse_step", "check_time"),
-                w2_diff,
-                io.attrs("max over replicas of |W2_h - W2_h/2|"),
-            ),
-            "w2_order": (
-                ("integrator", "check_time"),
-                w2_order,
-                io.attrs("observed order of W2(rho^beta_t, Pi_# rho0): log2 of the ratio of successive differences"),
-            ),
-            "zero_position_difference": (
-                ("integrator", "coarse_step", "check_time"),
-                zero_diff,
-                io.attrs("Richardson difference max |X_h - X_h/2|, zero temperature (Eq. 3)"),
-            ),
-            "zero_position_order": (
-                ("integrator", "check_time"),
-                zero_order,
-                io.attrs("observed order (Richardson), zero temperature"),
-            ),
-            "zero_error_vs_exact": (
-                ("integrator", "step", "check_time"),
-                zero_err,
-                io.attrs("max |X_h - X_exact| against the exact time-changed solution, zero temperature"),
-            ),
-            "zero_order_vs_exact": (
-                ("integrator", "coarse_step", "check_time"),
-                zero_order_vs_exact,
-                io.attrs("observed order log2(E(h)/E(h/2)) against the exact solution"),
-            ),
-            "nominal_order": (("integrator",), nominal, io.attrs("order of the scheme")),
-            "tolerance": (
-                ("integrator", "step"),
-                tolerances,
-                io.attrs(
-                    "local error tolerance of an adaptive integrator's run at this level (tau / 2^((q+1) k), which "
-                    "halves its steps k times); NaN for the fixed steps"
-                ),
-            ),
-            "field_evaluations": (
-                ("integrator", "step"),
-                np.asarray(evaluations, np.float64),
-                io.attrs("field evaluations of the finite-temperature run at this level"),
-            ),
-            "zero_field_evaluations": (
-                ("integrator", "step"),
-                np.asarray(zero_evaluations, np.float64),
-                io.attrs("field evaluations of the zero-temperature run at this level"),
-            ),
-            "w2_projection_particles": (
-                ("tokens", "replica", "time"),
-                w2_particles,
-                io.attrs(
-                    "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N (the experiment's own run "
-                    "where reused_run is 1), chordal cost"
-                ),
-            ),
-            "ess_particles": (
-                ("tokens", "replica", "time"),
-                ess_particles,
-                io.attrs("median over tokens of the effective sample size 1/sum_j w_ij^2 of the softmax, per N"),
-            ),
-            "reused_run": (
-                ("tokens",),
-                np.asarray(reused, dtype=np.float64),
-                io.attrs(
-                    "1: this N is the experiment's own finite-temperature run at the study's beta (its stored "
-                    "tokens and positions, the first replicas), not a fresh one"
-                ),
-            ),
-            "w2_mean": (("tokens", "time"), stats["mean"], io.attrs("mean over replicas of W2(rho^beta_t, Pi_# rho0)")),
-            "w2_sem": (("tokens", "time"), stats["sem"], io.attrs("standard error over replicas (ddof 1)")),
-            "w2_min": (("tokens", "time"), stats["min"], io.attrs("minimum over replicas")),
-            "w2_max": (("tokens", "time"), stats["max"], io.attrs("maximum over replicas")),
-            "dist_leading_A_particles": (
-                ("tokens", "replica", "time"),
-                dist_A,
-                io.attrs("distance to measures on E1(A) ∩ S, sqrt(mean(2 - 2|P1 x|)), per N"),
-            ),
-            "departure_particles": (
-                ("tokens", "replica"),
-                budget["departure"],
-                io.attrs(
-                    "departure time per N: where the distance to E1(A) rises through end_phase_gap/2, interpolated "
-                    "between snapshots (NaN: never arrived, or censored)",
-                    "1",
-                ),
-            ),
-            "departure_censored_particles": (
-                ("tokens", "replica"),
-                budget["censored"].astype(np.float64),
-                io.attrs("1: still metastable at the horizon"),
-            ),
-            "w2_remaining_bound": (
-                ("time",),
-                budget["w2_remaining_bound"],
-                io.attrs(
-                    "95% upper bound of |E W2_N - W2_inf| at the experiment's N under E W2_N = W2_inf + a N^-p, "
-                    "p in budget_exponent_range (inf: no p in the range fits)"
-                ),
-            ),
-            "w2_budget_exponent": (
-                ("time",),
-                budget["w2_budget_exponent"],
-                io.attrs("the exponent p that gave the bound"),
-            ),
-            "w2_remaining_bound_per_exponent": (
-                ("budget_exponent", "time"),
-                budget["w2_bound_per_exponent"],
-                io.attrs(
-                    "the bound for each exponent p of the grid (NaN: not "
-                    "kept: rejected, and no kept neighbour); "
-                    "w2_remaining_bound is the largest"
-                ),
-            ),
-            "w2_at_tokens": (
-                ("time",),
-                budget["w2_at_tokens"],
-                io.attrs(
-                    "mean W2(rho^beta_t, Pi_# rho0) over replicas at the particle number nearest the experiment's N"
-                ),
-            ),
-            "w2_budget_ratio": (
-                (),
-                budget["w2_budget_ratio"],
-                io.attrs("largest w2_remaining_bound / w2_at_tokens for 0 < t <= budget_window_end"),
-            ),
-            "budget_window_end": (
-                (),
-                budget["budget_window_end"],
-                io.attrs(
-                    "the earliest departure of any N and replica (the horizon if none): the W2 budget's last time", "1"
-                ),
-            ),
-            "departure_slope_per_doubling": (
-                ("bound",),
-                budget["departure_slope_per_doubling"],
-                io.attrs(
-                    "95% confidence interval of the slope of the departure time against log2 N (censoring accounted "
-                    "for; NaN: too few departures)",
-                    "1",
-                ),
-            ),
-            "departure_slope_bound": (
-                (),
-                budget["departure_slope_bound"],
-                io.attrs(
-                    "95% upper bound of |departure slope per doubling of N| (inf: arrival at the metastable phase "
-                    "depends on N or the draw, or too few departures to measure; NaN: no run arrived)",
-                    "1",
-                ),
-            ),
-        },
+        data,
         coords={
             "integrator": methods,
             "step": (
@@ -548,7 +491,7 @@ def convergence_dataset(
             "time": ("time", times, io.attrs("time t", "1")),
             "budget_exponent": (
                 "budget_exponent",
-                budget["budget_exponents"],
+                budget_exponents,
                 io.attrs("exponent p of the budget's model E W2_N = W2_inf + a N^-p", "1"),
             ),
         },
