@@ -39,14 +39,14 @@ mean-field-departure: $(STAMP)
 paper-scale-cost: $(STAMP)
 	$(BIN)/python benchmarks/estimate_cost.py config/paper_scale.yaml --cores $(or $(filter-out all,$(CORES)),2)
 
-## paper-scale: d = 3 at N = 65 536 (config/paper_scale.yaml), with its particle-number study; days on 2 cores
+## paper-scale: d = 3 at N = 16 384 (config/paper_scale.yaml), with its particle-number study; about 3 h on 2 cores
 ## (docs/paper_scale.md), so PROFILE=slurm sends it through the SLURM profile
 PROFILE ?= default
 paper-scale: paper-scale-cost
 	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) --configfile config/paper_scale.yaml all convergence_all
 
 ## paper-scale-beta1000: the same at beta = 1000 only (config/overrides/paper_scale_beta1000.yaml merged over it): about
-## 17 h on 2 cores (make paper-scale-cost), the simulation 12 of them
+## 1.2 h on 2 cores by the resource model (make paper-scale-cost prints it first)
 paper-scale-beta1000: $(STAMP)
 	$(BIN)/python benchmarks/estimate_cost.py config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml --cores $(or $(filter-out all,$(CORES)),2)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) --configfile config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml all convergence_all
