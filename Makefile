@@ -43,13 +43,13 @@ paper-scale-cost: $(STAMP)
 ## (docs/paper_scale.md), so PROFILE=slurm sends it through the SLURM profile
 PROFILE ?= default
 paper-scale: paper-scale-cost
-	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) --configfile config/paper_scale.yaml all convergence_all
+	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) all convergence_all --configfile config/paper_scale.yaml
 
 ## paper-scale-beta1000: the same at beta = 1000 only (config/overrides/paper_scale_beta1000.yaml merged over it): about
 ## 1.2 h on 2 cores by the resource model (make paper-scale-cost prints it first)
 paper-scale-beta1000: $(STAMP)
 	$(BIN)/python benchmarks/estimate_cost.py config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml --cores $(or $(filter-out all,$(CORES)),2)
-	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) --configfile config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml all convergence_all
+	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) all convergence_all --configfile config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml
 
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)
