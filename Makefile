@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,13 @@ paper-scale: paper-scale-cost
 paper-scale-beta1000: $(STAMP)
 	$(BIN)/python benchmarks/estimate_cost.py config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml --cores $(or $(filter-out all,$(CORES)),2)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) all convergence_all --configfile config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml
+
+## paper-scale-report: docs/paper_scale_results.md and its figures (docs/img/paper_scale_*.png), generated from a
+## finished paper-scale run's results/ (claims, particle-number study, cost against the estimate, commit, CPU, wall
+## time); PAPER_SCALE_CONFIG names the run's config files (default: the beta = 1000 run)
+PAPER_SCALE_CONFIG ?= config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml
+paper-scale-report: $(STAMP)
+	$(BIN)/python benchmarks/paper_scale_report.py results --config $(PAPER_SCALE_CONFIG)
 
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)

@@ -163,7 +163,7 @@ def clouds(n, kinds, steps=12, beta=100.0):
         angle_V=30,
     )
     X0 = measures.uniform(generator(1, "bench", "w2", "tokens", str(n)), 1, n, 3)
-    Z = exact.exact_zero_temperature(X0, M.A, M.B, np.array([0.0, 3.0, 8.0, 20.0]))[:, 0]
+    Z = exact.exact_zero_temperature(X0, M.A, M.B, np.array([0.0, 3.0, 8.0, 20.0]))[0]
     rng = np.random.default_rng(n)
     out = {}
     if "finite-beta" in kinds:
@@ -194,8 +194,8 @@ def snapshot_clouds(finite, zero, every):
     Z = io.read_netcdf(zero, "zero_temperature")
     return {
         f"t={float(F.time[k]):g}": (
-            np.ascontiguousarray(F["positions"].values[k, 0]),
-            np.ascontiguousarray(Z["positions"].values[k, 0]),
+            np.ascontiguousarray(F["positions"].values[0, k]),
+            np.ascontiguousarray(Z["positions"].values[0, k]),
         )
         for k in range(0, F.sizes["time"], every)
     }

@@ -160,9 +160,9 @@ def main(argv=None) -> int:
             )
             X = integrate.simulate(lambda Y, b=beta: kernels.dense_field(Y, M.B, M.V, b), X0, grid)
             P = sol.push_forward(X0)
-            p_dist[i, j] = np.moveaxis(projection.distance_to_eigenspace(X, M.E1), 0, -1)
+            p_dist[i, j] = projection.distance_to_eigenspace(X, M.E1)  # (replica, time)
             for r in range(args.replicas):  # up to the reference's last resolved time (NaN beyond)
-                p_err[i, j, r] = [transport.w2(X[k, r], P[k, r]) if times[k] <= until else np.nan for k in w2_at]
+                p_err[i, j, r] = [transport.w2(X[r, k], P[r, k]) if times[k] <= until else np.nan for k in w2_at]
             deps = [departure(times, p_dist[i, j, r], gap) for r in range(args.replicas)]
             row[f"N={n}"] = ", ".join(deps)
             row[f"err{n}"] = float(np.nanmax(p_err[i, j]))

@@ -22,7 +22,7 @@ from lowtemp.analysis import claims, estimates, fitting
 from lowtemp.model import matrices, rates
 from lowtemp.stages import fit as fit_stage
 from lowtemp.stages import matrices as matrices_stage
-from lowtemp.store import datasets, io
+from lowtemp.store import datasets, io, layout
 
 T = np.linspace(0.0, 30.0, 151)
 BETAS = np.array([10.0, 100.0, 1000.0, 10000.0])
@@ -133,6 +133,21 @@ def test_every_claim_passes_on_curves_that_satisfy_it():
     assert float(fit["C1_mean"]) == pytest.approx(C1_TRUE, rel=0.02)
     assert np.mean(fit["temperature_exponent"].values) == pytest.approx(-1.0, abs=0.02)
     assert np.mean(fit["metastable_slope"].values) == pytest.approx(KAPPA, rel=0.1)
+
+
+def test_curves_out_of_the_one_layout_are_refused_not_misread():
+    """The estimators and the checks index curves as (beta, replica, time) (lowtemp.store.layout): the same
+    synthetic distances with time before replica are refused with the variable named, where reading them would
+    have fitted the replicas as times."""
+    dist = synthetic()
+    swapped = dist.transpose("beta", "time", "replica")
+    with pytest.raises(layout.LayoutError, match="distances: variable '.*' has dimensions"):
+        estimates.fit_experiment("synthetic", swapped, M, FIT, THRESHOLD, N)
+    fit, _ = judge(dist)
+    with pytest.raises(layout.LayoutError, match="distances"):
+        claims.evaluate(swapped, fit, CFG)
+    with pytest.raises(layout.LayoutError, match="fit: variable"):
+        claims.evaluate(dist, fit.transpose("replica", ...), CFG)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import resource_experiment
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +12,9 @@ from lowtemp.analysis import fitting
 from lowtemp.config import experiment
 
 HYP = settings(max_examples=25, deadline=None)
+_FIT = resource_experiment()["fit"]  # the schema's defaults of the fit block
+#: the window rule's settings the pipeline passes by default
+WINDOW = {"max_residual": _FIT["max_residual"], "min_points": _FIT["min_points"]}
 
 
 @HYP
@@ -20,7 +24,7 @@ def test_fit_decay_rate_recovers_rate_despite_transient_and_noise(c, b, seed):
     t = np.linspace(0.0, 10.0, 51)
     # curved initial transient (decays like e^{-4t} on top of the exponential) and 0.5 % noise
     w2 = b * np.exp(-c * t) * (1.0 + 2.0 * np.exp(-4.0 * t)) * np.exp(0.005 * rng.standard_normal((4, t.size)))
-    fit = fitting.fit_decay_rate(t, w2)
+    fit = fitting.fit_decay_rate(t, w2, **WINDOW)
     assert fit.slope.shape == (4,)
     assert fit.mean == pytest.approx(c, rel=0.02, abs=0.005)
     assert np.exp(fit.intercept) == pytest.approx(np.full(4, b), rel=0.05)
@@ -33,7 +37,7 @@ def test_fit_decay_rate_recovers_rate_despite_transient_and_noise(c, b, seed):
 def test_fit_decay_rate_exact_curve_and_floor():
     t = np.linspace(0, 20, 41)
     w2 = np.exp(-1.3 * t)[None, :] * np.array([[1.0], [0.5]])
-    fit = fitting.fit_decay_rate(t, w2)
+    fit = fitting.fit_decay_rate(t, w2, **WINDOW)
     np.testing.assert_allclose(fit.slope, 1.3, rtol=1e-10)
     assert fit.sem == pytest.approx(0.0, abs=1e-10)
     # values below the floor (1e-7 by default) are not admissible: the window runs from t = 0 to
@@ -42,13 +46,13 @@ def test_fit_decay_rate_exact_curve_and_floor():
     assert fit.window == (0.0, 11.5)
     assert tuple(fit.window_index) == (0, 24)
     # a lower floor admits more of the same line
-    assert fitting.fit_decay_rate(t, w2, floor=1e-9).window == (0.0, 15.0)
+    assert fitting.fit_decay_rate(t, w2, floor=1e-9, **WINDOW).window == (0.0, 15.0)
 
 
 def test_fit_decay_rate_without_window_raises():
     t = np.linspace(0, 5, 11)
     with pytest.raises(ValueError, match="no log-linear decay window"):
-        fitting.fit_decay_rate(t, np.exp(+0.5 * t)[None, :])
+        fitting.fit_decay_rate(t, np.exp(+0.5 * t)[None, :], **WINDOW)
 
 
 @HYP
@@ -61,7 +65,7 @@ def test_fit_growth_rate_recovers_c1_across_betas(C1, a, seed):
     w2 = a * scale[:, None, None] * np.exp(C1 * t)[None, None, :]
     w2 = w2 * np.exp(0.005 * rng.standard_normal((3, 4, t.size)))
     w2 = np.minimum(w2, 2.0)  # W2 is bounded by the sphere's diameter: growth saturates
-    fit = fitting.fit_growth_rate(t, betas, w2)
+    fit = fitting.fit_growth_rate(t, betas, w2, saturation=_FIT["saturation"], **WINDOW)
     assert fit.C1.shape == (4,)
     assert fit.mean == pytest.approx(C1, rel=0.03)
     np.testing.assert_allclose(np.exp(fit.log_a[np.isfinite(fit.log_a)]), a, rtol=0.1)
@@ -83,7 +87,7 @@ def test_fit_growth_rate_pooled_slope_is_fixed_effects_regression():
     scale = fitting.temperature_scale(betas)
     slopes = np.array([0.4, 0.6])
     w2 = 0.01 * scale[:, None, None] * np.exp(slopes[:, None, None] * t[None, None, :])
-    fit = fitting.fit_growth_rate(t, betas, w2, saturation=1.0)
+    fit = fitting.fit_growth_rate(t, betas, w2, saturation=1.0, **WINDOW)
     num = den = 0.0
     for i in range(2):
         lo, hi = fit.windows[i]
@@ -100,7 +104,7 @@ def test_fit_growth_rate_without_window_raises():
     t = np.linspace(0, 5, 11)
     w2 = np.full((2, 1, t.size), 1.0)  # flat: above half its maximum everywhere
     with pytest.raises(ValueError, match="no log-linear growth window"):
-        fitting.fit_growth_rate(t, np.array([1.0, 2.0]), w2)
+        fitting.fit_growth_rate(t, np.array([1.0, 2.0]), w2, saturation=_FIT["saturation"], **WINDOW)
 
 
 @HYP
@@ -153,16 +157,16 @@ def test_t_interval_closed_form_and_too_few_replicas():
 
 def test_log_linear_window_returns_none_when_nothing_is_linear():
     t = np.linspace(0, 10, 41)
-    assert fitting.log_linear_window(t, np.sin(3 * t), sign=-1) is None  # wiggles
-    assert fitting.log_linear_window(t, 0.5 * t, sign=-1) is None  # linear, but wrong sign
-    assert fitting.log_linear_window(t, -t, sign=-1, admissible=np.zeros(t.size, bool)) is None
-    assert fitting.log_linear_window(t[:4], -t[:4], sign=-1) is None  # fewer than min_points
+    assert fitting.log_linear_window(t, np.sin(3 * t), sign=-1, **WINDOW) is None  # wiggles
+    assert fitting.log_linear_window(t, 0.5 * t, sign=-1, **WINDOW) is None  # linear, but wrong sign
+    assert fitting.log_linear_window(t, -t, sign=-1, admissible=np.zeros(t.size, bool), **WINDOW) is None
+    assert fitting.log_linear_window(t[:4], -t[:4], sign=-1, **WINDOW) is None  # fewer than min_points
 
 
 def test_log_linear_window_finds_the_linear_part():
     t = np.linspace(0, 10, 41)
     logy = np.where(t <= 6.0, -t, -6.0 + 3.0 * (t - 6.0) ** 2)  # linear, then curved
-    start, stop = fitting.log_linear_window(t, logy, sign=-1)
+    start, stop = fitting.log_linear_window(t, logy, sign=-1, **WINDOW)
     assert start == 0
     assert 6.0 <= t[stop - 1] <= 6.5
 
@@ -173,7 +177,7 @@ def test_log_linear_window_stays_inside_one_admissible_run():
     logy = np.where(t <= 6.0, -t, -6.0 + 3.0 * (t - 6.0) ** 2)  # linear, then curved
     adm = np.ones(t.size, bool)
     adm[8] = False
-    start, stop = fitting.log_linear_window(t, logy, sign=-1, admissible=adm)
+    start, stop = fitting.log_linear_window(t, logy, sign=-1, admissible=adm, **WINDOW)
     assert adm[start:stop].all(), (start, stop)
     assert start == 9 and 6.0 <= t[stop - 1] <= 6.5
 
@@ -202,7 +206,9 @@ def test_log_linear_window_on_exact_line_is_longest_admissible_run(mask, min_poi
     admissible run (earliest on ties) and never contains an inadmissible point."""
     ok = np.array(mask)
     t = np.arange(ok.size, dtype=float)
-    got = fitting.log_linear_window(t, slope * t + 0.3, sign=int(slope), min_points=min_points, admissible=ok)
+    got = fitting.log_linear_window(
+        t, slope * t + 0.3, sign=int(slope), min_points=min_points, max_residual=WINDOW["max_residual"], admissible=ok
+    )
     assert got == _longest_run(ok, min_points)
 
 
@@ -211,7 +217,7 @@ def test_fit_decay_rate_window_excludes_points_below_floor():
     t = np.linspace(0, 10, 41)
     w2 = np.exp(-t)[None, :].repeat(2, axis=0)
     w2[1, 8] = 1e-9  # below the default floor 1e-7 (rounding level), then back up
-    fit = fitting.fit_decay_rate(t, w2)
+    fit = fitting.fit_decay_rate(t, w2, **WINDOW)
     lo, hi = fit.window_index
     assert not (lo <= 8 < hi), fit.window_index
     np.testing.assert_allclose(fit.slope, 1.0, rtol=1e-9)
@@ -244,10 +250,10 @@ def test_fit_growth_rate_skips_snapshots_without_exact_distance():
     t = np.linspace(0.0, 8.0, 41)
     scale = fitting.temperature_scale(betas)
     w2 = 0.02 * scale[:, None, None] * np.exp(0.7 * t)[None, None, :] * np.ones((2, 3, 1))
-    full = fitting.fit_growth_rate(t, betas, w2, saturation=1.0)
+    full = fitting.fit_growth_rate(t, betas, w2, saturation=1.0, **WINDOW)
     sparse = w2.copy()
     sparse[..., 1::3] = np.nan
-    fit = fitting.fit_growth_rate(t, betas, sparse, saturation=1.0)
+    fit = fitting.fit_growth_rate(t, betas, sparse, saturation=1.0, **WINDOW)
     np.testing.assert_allclose(fit.C1, 0.7, rtol=1e-9)
     np.testing.assert_allclose(full.C1, 0.7, rtol=1e-9)
     assert np.all(np.isfinite(fit.windows))

@@ -11,7 +11,6 @@ import pytest
 import yaml
 from conftest import ROOT, SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
-from lowtemp.analysis import fitting
 from lowtemp.config import validation
 from lowtemp.model import matrices
 
@@ -140,9 +139,6 @@ def test_schema_fills_defaults(test_config):
     assert exp["claims"] == {"bound_fraction": 0.9, "end_phase_tolerance": 0.1, "rate_tolerance": 0.15}
     assert exp["initial_measure"] == {"name": "uniform"}
     assert exp["figures"] == {}
-    # the package's own defaults agree with the schema's
-    assert exp["fit"]["max_residual"] == fitting.DEFAULT_MAX_RESIDUAL
-    assert exp["fit"]["min_points"] == fitting.DEFAULT_MIN_POINTS
     # each experiment gets its own copy of a default, not the one dict of the schema shared by all
     other = test_config["experiments"]["tiny_circle"]
     assert other["fit"] == exp["fit"] and other["fit"] is not exp["fit"]

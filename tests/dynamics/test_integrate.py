@@ -36,8 +36,8 @@ def test_rk4_matches_exact_zero_temperature_solution(problem):
     assert grid.step == pytest.approx(0.05)
     sim = integrate.simulate(_zero_field(M), X0, grid, "rk4")
     ref = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
-    assert sim.shape == ref.shape == (21,) + X0.shape
-    assert np.max(np.abs(sim[-1] - ref[-1])) < 1e-6
+    assert sim.shape == ref.shape == integrate.trajectory_shape(X0.shape, 21) == (2, 21, 60, 3)
+    assert np.max(np.abs(sim[:, -1] - ref[:, -1])) < 1e-6
     assert np.max(np.abs(sim - ref)) < 1e-6  # every snapshot, not only the end
 
 
@@ -64,8 +64,8 @@ def test_exact_solution_converges_to_projection(problem):
     keep = np.abs(X0 @ u) > 0.2
     Xk = X0[0][keep[0]][None]
     ref = exact.exact_zero_temperature(Xk, M.A, M.B, np.array([0.0, 40.0]))
-    np.testing.assert_allclose(ref[0], Xk, atol=1e-14)
-    np.testing.assert_allclose(ref[-1], projection.projection_map(Xk, M.E1), atol=1e-9)
+    np.testing.assert_allclose(ref[:, 0], Xk, atol=1e-14)
+    np.testing.assert_allclose(ref[:, -1], projection.projection_map(Xk, M.E1), atol=1e-9)
 
 
 def test_exact_time_change_is_bounded_by_singular_values(problem):
@@ -73,9 +73,10 @@ def test_exact_time_change_is_bounded_by_singular_values(problem):
     M, X0 = problem
     t = np.linspace(0, 5, 11)
     s = exact.exact_time_change(X0, M.A, M.B, t)
-    assert np.all(s >= t[:, None, None] / M.sigma_max - 1e-10)
-    assert np.all(s <= t[:, None, None] / M.sigma_min + 1e-10)
-    assert np.all(np.diff(s, axis=0) > 0)
+    assert s.shape == (X0.shape[0], t.size, X0.shape[1])  # (replica, time, token)
+    assert np.all(s >= t[:, None] / M.sigma_max - 1e-10)
+    assert np.all(s <= t[:, None] / M.sigma_min + 1e-10)
+    assert np.all(np.diff(s, axis=1) > 0)
 
 
 def test_normalised_linear_flow_against_expm():
@@ -99,9 +100,25 @@ def test_tokens_stay_on_the_sphere(problem, method, which):
     field = (lambda X: dynamics.attention_field(X, M.B, M.V, 5.0)) if which == "finite" else _zero_field(M)
     grid = integrate.TimeGrid(horizon=4.0, snapshots=8, dt=0.1)
     out = integrate.simulate(field, X0, grid, method)
-    assert out.shape == (9,) + X0.shape
+    assert out.shape == (X0.shape[0], 9) + X0.shape[1:]
     assert np.max(np.abs(np.linalg.norm(out, axis=-1) - 1.0)) < 1e-12
-    np.testing.assert_array_equal(out[0], measures.normalise(X0))
+    np.testing.assert_array_equal(out[:, 0], measures.normalise(X0))
+
+
+def test_a_trajectory_inserts_time_before_the_tokens(problem):
+    """The one layout: (replica, time, token, dim) for a batch of clouds, (time, token, dim) for one cloud, the
+    same numbers either way; ``snapshot`` hands back a contiguous cloud (what the kernels saw while stepping)."""
+    M, X0 = problem
+    grid = integrate.TimeGrid(horizon=1.0, snapshots=4, dt=0.25)
+    batch = integrate.simulate(_zero_field(M), X0, grid, "rk4")
+    one = integrate.simulate(_zero_field(M), X0[1], grid, "rk4")
+    assert batch.shape == (2, 5, 60, 3) and one.shape == (5, 60, 3)
+    np.testing.assert_array_equal(batch[1], one)
+    cloud = integrate.snapshot(batch, 3)
+    assert cloud.flags.c_contiguous and cloud.shape == (2, 60, 3)
+    np.testing.assert_array_equal(cloud, batch[:, 3])
+    # the exact solution and the mean-field push-forward use the same layout (tests/dynamics/test_meanfield.py)
+    assert exact.exact_zero_temperature(X0, M.A, M.B, grid.times).shape == batch.shape
 
 
 def test_simulate_reports_progress_and_rejects_unknown_method(problem):
@@ -210,8 +227,8 @@ def test_simulate_records_the_largest_drift_of_each_snapshot_interval(problem, m
     out, record = integrate.simulate(field, X0, grid, method, return_record=True)
     drift = record.drift
     np.testing.assert_array_equal(out, integrate.simulate(field, X0, grid, method))
-    assert drift.shape == (grid.times.size, X0.shape[0])
-    assert np.all(drift[0] == 0.0)
+    assert drift.shape == (X0.shape[0], grid.times.size)
+    assert np.all(drift[:, 0] == 0.0)
     X = measures.normalise(X0)
     for k in range(1, grid.times.size):
         expected = np.zeros(X0.shape[0])
@@ -219,9 +236,9 @@ def test_simulate_records_the_largest_drift_of_each_snapshot_interval(problem, m
             Y = integrate.INCREMENTS[method](field, X, grid.step)
             expected = np.maximum(expected, integrate.norm_drift(Y).max(axis=-1))
             X = measures.normalise(Y)
-        np.testing.assert_array_equal(drift[k], expected)
-        np.testing.assert_array_equal(out[k], X)
-    assert np.all(drift[1:] > 0) and np.all(drift < integrate.DRIFT_TOLERANCE)
+        np.testing.assert_array_equal(drift[:, k], expected)
+        np.testing.assert_array_equal(out[:, k], X)
+    assert np.all(drift[:, 1:] > 0) and np.all(drift < integrate.DRIFT_TOLERANCE)
     per_step = integrate.EVALUATIONS_PER_STEP[method]
     assert record.accepted.tolist() == [0] + [grid.steps_per_snapshot] * grid.snapshots
     assert record.evaluations.tolist() == [0] + [per_step * grid.steps_per_snapshot] * grid.snapshots
@@ -262,7 +279,7 @@ def test_drift_guard_threshold_is_sharp():
     inside = np.sqrt((1 + 0.99 * integrate.DRIFT_TOLERANCE) ** 2 - 1)
     outside = np.sqrt((1 + 1.01 * integrate.DRIFT_TOLERANCE) ** 2 - 1)
     _, record = integrate.simulate(_kick(0, 3, inside, grid.step), X0, grid, "euler", return_record=True)
-    assert record.drift[1, 0] == pytest.approx(0.99 * integrate.DRIFT_TOLERANCE, rel=1e-12)
+    assert record.drift[0, 1] == pytest.approx(0.99 * integrate.DRIFT_TOLERANCE, rel=1e-12)
     with pytest.raises(FloatingPointError, match="far too large.*replica 0, token 3"):
         integrate.simulate(_kick(0, 3, outside, grid.step), X0, grid, "euler")
 
@@ -306,7 +323,7 @@ def test_embedded_pair_orders_of_one_step_against_the_exact_solution(problem, na
     local, estimate = [], []
     for h in hs:
         _, X_next, _, error = integrate.embedded_trial(pair, field, X, h, field(X))
-        local.append(np.max(np.abs(X_next - exact.exact_zero_temperature(X, M.A, M.B, np.array([h]))[0])))
+        local.append(np.max(np.abs(X_next - exact.exact_zero_temperature(X, M.A, M.B, np.array([h]))[:, 0])))
         estimate.append(np.max(np.abs(error)))
     local, estimate = np.array(local), np.array(estimate)
     assert np.all(local > 1e-14), local

@@ -423,8 +423,8 @@ def particle_errors(perturb=1.0):
     for n in (512, 2048):
         X0 = np.random.default_rng(n).standard_normal((2, n, 3))
         X0 /= np.linalg.norm(X0, axis=-1, keepdims=True)
-        X = lt_integrate.simulate(lambda Y: kernels.dense_field(Y, B, V, 10.0), X0, grid)[-1]
-        P = sol.push_forward(X0)[-1]
+        X = lt_integrate.simulate(lambda Y: kernels.dense_field(Y, B, V, 10.0), X0, grid)[:, -1]
+        P = sol.push_forward(X0)[:, -1]
         errors[n] = float(np.mean([transport.w2(X[r], P[r]) for r in range(2)]))
     return errors
 
@@ -564,7 +564,7 @@ def _median_push_forward_errors(slopes):
     red = reduction.reduce(M.B, M.V)
     X = np.random.default_rng(5).standard_normal((1, 2000, 2))
     X /= np.linalg.norm(X, axis=-1, keepdims=True)
-    fine = mf.solve(red, 100.0, [0.0, 1.0], width=0.0125, rtol=1e-11, atol=1e-13).push_forward(X)[1]
+    fine = mf.solve(red, 100.0, [0.0, 1.0], width=0.0125, rtol=1e-11, atol=1e-13).push_forward(X)[:, 1]
     out = []
     for w in (0.2, 0.1, 0.05):
         sol = mf.solve(red, 100.0, [0.0, 1.0], width=w, rtol=1e-11, atol=1e-13)
@@ -572,7 +572,7 @@ def _median_push_forward_errors(slopes):
             sol.initial_masses = None
             original, mf.density_slopes = mf.density_slopes, lambda red, e, m: np.zeros(e.size - 1)
         try:
-            out.append(np.median(np.linalg.norm(sol.push_forward(X)[1] - fine, axis=-1)))
+            out.append(np.median(np.linalg.norm(sol.push_forward(X)[:, 1] - fine, axis=-1)))
         finally:
             if not slopes:
                 mf.density_slopes = original
@@ -677,11 +677,11 @@ def test_tokens_near_the_graded_zone_are_placed_well_at_large_beta():
         return float(np.sqrt(np.mean(np.sum((P - Q) ** 2, axis=-1))))
 
     kw = dict(rtol=1e-8, atol=1e-12)
-    fine = mf.solve(red, 1000.0, [0.0, 1.0], width=0.05, depth=1e-3, **kw).push_forward(X)[1]
-    graded = mf.solve(red, 1000.0, [0.0, 1.0], width=0.1, depth=1e-3, **kw).push_forward(X)[1]
+    fine = mf.solve(red, 1000.0, [0.0, 1.0], width=0.05, depth=1e-3, **kw).push_forward(X)[:, 1]
+    graded = mf.solve(red, 1000.0, [0.0, 1.0], width=0.1, depth=1e-3, **kw).push_forward(X)[:, 1]
     assert rms(graded, fine) <= 3e-5, rms(graded, fine)
     old = mf.solve(red, 1000.0, [0.0, 1.0], width=0.1, edges0=_graded_only_to_width(red, 0.1, 1e-3), **kw)
-    assert rms(old.push_forward(X)[1], fine) > 1e-4, rms(old.push_forward(X)[1], fine)
+    assert rms(old.push_forward(X)[:, 1], fine) > 1e-4, rms(old.push_forward(X)[:, 1], fine)
 
 
 def test_the_pipeline_stage_on_an_axisymmetric_sphere_pushes_tokens_along_their_meridians(tmp_path):
@@ -705,7 +705,7 @@ def test_the_pipeline_stage_on_an_axisymmetric_sphere_pushes_tokens_along_their_
     M, X0 = datasets.load_matrices(tmp_path / "matrices.nc"), datasets.load_initial_tokens(tmp_path / "tokens.nc")
     red = reduction.reduce(M.B, M.V)
     assert red.geometry == "axisymmetric"
-    Y = fin["positions"].values  # (time, replica, token, 3)
+    Y = fin["positions"].values  # (replica, time, token, 3)
     times = fin["time"].values
     width, depth = exp["mean_field"]["width"], exp["mean_field"]["depth"]
     sols = [
@@ -730,14 +730,14 @@ def test_the_pipeline_stage_on_an_axisymmetric_sphere_pushes_tokens_along_their_
         return np.arctan2(local[..., 2], local[..., 1])
 
     def largest_azimuth_change(Y):
-        return float(np.max(np.abs(np.angle(np.exp(1j * (azimuth(Y) - azimuth(X0)[None]))))))
+        return float(np.max(np.abs(np.angle(np.exp(1j * (azimuth(Y) - azimuth(X0)[:, None]))))))
 
     assert largest_azimuth_change(Y) < 1e-12
     turned = Y.copy()
     c, s = math.cos(1e-3), math.sin(1e-3)
-    local = turned[-1, 0, 0] @ red.frame
+    local = turned[0, -1, 0] @ red.frame
     local[1], local[2] = c * local[1] - s * local[2], s * local[1] + c * local[2]
-    turned[-1, 0, 0] = red.frame @ local
+    turned[0, -1, 0] = red.frame @ local
     assert largest_azimuth_change(turned) > 5e-4
-    to_poles = projection.distance_to_eigenspace(Y, red.frame[:, :1])  # (time, replica)
-    assert np.all(to_poles[-1] < 0.5 * to_poles[0])
+    to_poles = projection.distance_to_eigenspace(Y, red.frame[:, :1])  # (replica, time)
+    assert np.all(to_poles[:, -1] < 0.5 * to_poles[:, 0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import random_unit, spectral_matrices
+from conftest import random_unit, resource_experiment, spectral_matrices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +16,8 @@ from lowtemp.model import matrices, measures, projection, seeding
 from lowtemp.transport import w2 as transport
 
 HYP = settings(max_examples=30, deadline=None)
+
+FIT = resource_experiment()["fit"]  # the schema's defaults of the fit block
 
 
 @HYP
@@ -81,11 +83,11 @@ def test_zero_temperature_flow_with_dim_e1_two_converges_to_great_circle():
     P = integrate.simulate(lambda X: dynamics.zero_temperature_field(X, M.A, M.B), X0, grid)
     target = projection.projection_map(X0, M.E1)
     # e^{sA}x0 keeps the E1-direction of x0: Π(x(t)) = Π(x0) for all t
-    for k in range(P.shape[0]):
-        np.testing.assert_allclose(projection.projection_map(P[k], M.E1), target, atol=1e-9)
-    w = np.array([transport.w2_to_projection(P[k, 0], X0[0], M.E1) for k in range(P.shape[0])])
+    for k in range(P.shape[1]):
+        np.testing.assert_allclose(projection.projection_map(P[:, k], M.E1), target, atol=1e-9)
+    w = np.array([transport.w2_to_projection(P[0, k], X0[0], M.E1) for k in range(P.shape[1])])
     assert w[-1] < 1e-2 * w[0]
-    assert np.all(w[-1] <= transport.synchronous_coupling(P[-1, 0], target[0]) + 1e-12)
+    assert np.all(w[-1] <= transport.synchronous_coupling(P[0, -1], target[0]) + 1e-12)
 
 
 def test_projection_map_refuses_tokens_on_e1_perp():
@@ -115,7 +117,7 @@ def _zero_temperature_w2(M, X0, horizon=12.0, snapshots=60):
     grid = integrate.TimeGrid(horizon=horizon, snapshots=snapshots, dt=0.05)
     P = integrate.simulate(lambda X: dynamics.zero_temperature_field(X, M.A, M.B), X0, grid, "rk4")
     W = np.array(
-        [[transport.w2_to_projection(P[k, r], X0[r], M.E1) for k in range(grid.times.size)] for r in range(X0.shape[0])]
+        [[transport.w2_to_projection(P[r, k], X0[r], M.E1) for k in range(grid.times.size)] for r in range(X0.shape[0])]
     )
     return grid.times, W
 
@@ -139,7 +141,7 @@ def test_zero_temperature_rate_inside_bounds(seed, kind):
     X0 = _bounded_away_initial(kind, M, seeding.generator(seed, "tests", "rate", kind))
     t, W = _zero_temperature_w2(M, X0)
     assert np.all(np.diff(W, axis=1) < 0)  # monotone decay
-    fit = fitting.fit_decay_rate(t, W)
+    fit = fitting.fit_decay_rate(t, W, max_residual=FIT["max_residual"], min_points=FIT["min_points"])
     lo, hi = M.rate_bounds
     assert lo <= fit.mean <= hi
     assert np.all((fit.slope >= lo) & (fit.slope <= hi))

@@ -135,8 +135,9 @@ def distance_sq_to_e1_sphere(X: np.ndarray, E1: np.ndarray) -> np.ndarray:
 
 
 def exact_flow(X0, M, times, rtol=1e-10):
+    """The exact zero-temperature flow of tokens X0 (…, token, dim) at ``times``: (…, time, token, dim)."""
     s = exact.exact_time_change(X0, M.A, M.B, times, rtol=rtol, atol=1e-12)
-    return exact.normalised_linear_flow(np.broadcast_to(X0, s.shape + X0.shape[-1:]), M.A, s)
+    return exact.normalised_linear_flow(np.broadcast_to(np.expand_dims(X0, -3), s.shape + X0.shape[-1:]), M.A, s)
 
 
 @functools.cache
@@ -246,7 +247,7 @@ def uniform_cloud(R: int, N: int, seed: int) -> np.ndarray:
 
 @functools.cache
 def finite_cloud_run(name: str):
-    """Exact zero-temperature clouds: times, W2 per (time, replica), waiting indicator, X0, X."""
+    """Exact zero-temperature clouds: times, W2 per (replica, time), waiting indicator, X0, X."""
     M = case_matrices(name)
     N, R = FINITE[name]
     _, hi = rates.regime_band(M, N)
@@ -265,9 +266,9 @@ def finite_row(name: str) -> dict:
     times, W2, waiting, _, _ = finite_cloud_run(name)
     t_star = rates.regime_boundary(M, N)
     lo, hi = rates.regime_band(M, N)
-    late = np.array([fitted_rate(times, np.log(W2[:, r]), (hi, hi + LATE_WINDOW_LENGTH)) for r in range(R)])
-    last = np.array([times[np.nonzero(waiting[:, r])[0].max() + 1] for r in range(R)])
-    local = -np.diff(np.log(W2), axis=0) / np.diff(times)[:, None]
+    late = np.array([fitted_rate(times, np.log(W2[r]), (hi, hi + LATE_WINDOW_LENGTH)) for r in range(R)])
+    last = np.array([times[np.nonzero(waiting[r])[0].max() + 1] for r in range(R)])
+    local = -np.diff(np.log(W2), axis=1) / np.diff(times)  # (replica, time interval)
     in_band = (times[1:] > lo) & (times[:-1] < hi)
     return {
         "case": name,
@@ -278,7 +279,7 @@ def finite_row(name: str) -> dict:
         "late_pred": rates.late_rate(M),
         "late": late,
         "last_escape": last,
-        "min_band_slope": local[in_band].min(axis=0),
+        "min_band_slope": local[:, in_band].min(axis=1),
         "local": local,
     }
 
@@ -492,11 +493,11 @@ def test_finite_cloud_is_early_before_band_and_dips_inside():
     lo, hi = rates.regime_band(M, N)
     early, late = rates.early_rate(M), rates.late_rate(M)
     k = (times >= 2.0) & (times <= lo)
-    slopes = np.array([fitted_rate(times, np.log(W2[:, r]), (2.0, lo)) for r in range(R)])
+    slopes = np.array([fitted_rate(times, np.log(W2[r]), (2.0, lo)) for r in range(R)])
     assert np.all(slopes < 0.5 * (early.low + late.low))  # not late
     X0, Wl = octant_lattice(1)
     mf_sq = distance_sq_to_e1_sphere(exact_flow(X0, M, times[k]), M.E1) @ Wl
-    assert np.all(np.abs(np.mean(W2[k] ** 2, axis=1) / mf_sq - 1) < 0.1)
+    assert np.all(np.abs(np.mean(W2[:, k] ** 2, axis=0) / mf_sq - 1) < 0.1)
     assert rates.classify_window(M, N, (2.0, lo)) == early
     row = finite_row("i")
     assert np.any(row["min_band_slope"] < early.low)
@@ -509,7 +510,7 @@ def test_finite_cloud_w2_matches_exact_transport():
     M = case_matrices("ii")
     times, W2, _, X0, X = finite_cloud_run("ii")
     for k in (4, 12, 24):
-        assert W2[k, 0] == pytest.approx(transport.w2_to_projection(X[k, 0], X0[0], M.E1), rel=1e-6)
+        assert W2[0, k] == pytest.approx(transport.w2_to_projection(X[0, k], X0[0], M.E1), rel=1e-6)
 
 
 def test_classify_window():

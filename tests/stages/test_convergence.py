@@ -99,7 +99,7 @@ def test_richardson_estimate_matches_a_much_finer_run(M, X0, method, h):
     grids = studies.halving_grids(2.0, 0.5, h, levels=7)
     runs, _ = convergence.run_halving(_finite(M, beta), X0, grids, method, [2, 4], "test")
     p = studies.NOMINAL_ORDER[method]
-    true = np.max(np.abs(runs[0] - runs[-1]), axis=(1, 2, 3)) / (1 - 2.0 ** (-6 * p))  # X_{h/64} has error/64^p
+    true = np.max(np.abs(runs[0] - runs[-1]), axis=(0, 2, 3)) / (1 - 2.0 ** (-6 * p))  # X_{h/64} has error/64^p
     estimate = convergence.richardson_error(convergence.successive_differences(runs[:2])[0], p)
     np.testing.assert_allclose(estimate, true, rtol=0.12 if method == "euler" else 0.03)
 
@@ -110,7 +110,7 @@ def test_observed_order_of_an_exact_power_law(C, p, h, shift):
     """X_h = X + C h^p exactly: differences C h^p (1 − 2^−p), order p, Richardson error C h^p."""
     X = np.full((1, 2, 3), shift)
     steps = studies.halving_steps(h)
-    runs = np.stack([(X + C * s**p)[None] for s in steps])  # (level, time, replica, token, dim)
+    runs = np.stack([(X + C * s**p)[:, None] for s in steps])  # (level, replica, time, token, dim)
     diff = convergence.successive_differences(runs)
     assume(diff.min() > 1e-8)  # far above the rounding of X + C h^p (test_no_order_is_read_from_rounding)
     np.testing.assert_allclose(diff[:, 0], C * steps[:-1] ** p * (1 - 2.0**-p), rtol=1e-6)
@@ -232,7 +232,7 @@ def test_w2_curves_against_an_assignment_solver(M):
         target = M.E1 @ M.E1.T @ X0[r].T
         target = (target / np.linalg.norm(target, axis=0)).T
         for k in range(5):
-            assert w2[r, k] == pytest.approx(_lsa_w2(positions[k, r], target), rel=1e-9, abs=1e-9)
+            assert w2[r, k] == pytest.approx(_lsa_w2(positions[r, k], target), rel=1e-9, abs=1e-9)
 
 
 @pytest.mark.parametrize("dim, mean_abs_cos", [(3, 0.5), (2, 2 / np.pi)])
@@ -246,7 +246,7 @@ def test_w2_at_time_zero_for_uniform_tokens_has_its_closed_form(dim, mean_abs_co
     spreads = []
     for n in (64, 256, 1024):
         X0 = convergence.particle_tokens("closed_form", exp, 5, n, 400)
-        w2sq = convergence.w2_to_projection_curves(X0[None], X0, u)[:, 0] ** 2
+        w2sq = convergence.w2_to_projection_curves(X0[:, None], X0, u)[:, 0] ** 2
         np.testing.assert_allclose(w2sq, 2 - 2 * np.mean(np.abs(X0 @ u[:, 0]), axis=1), atol=1e-12)
         sd = 2 * np.sqrt(var_abs_cos / n)
         assert abs(w2sq.mean() - (2 - 2 * mean_abs_cos)) < 4 * sd / np.sqrt(400)
@@ -396,14 +396,14 @@ def test_convergence_numbers_recomputed_from_stored_inputs(run):
             target = M.E1 @ M.E1.T @ X0[r].T
             target = (target / np.linalg.norm(target, axis=0)).T
             assert ds["w2_projection_steps"].sel(integrator="rk4").values[2, r, j] == pytest.approx(
-                _lsa_w2(pos[k, r], target), rel=1e-8, abs=1e-8
+                _lsa_w2(pos[r, k], target), rel=1e-8, abs=1e-8
             )
     # zero temperature against the exact solution, recomputed
     ref = exact.exact_zero_temperature(X0, M.A, M.B, np.array([1.0, 2.0]))
     zpos = integrate.simulate(_zero(M), X0, integrate.TimeGrid(2.0, 10, 0.1), "euler")
     np.testing.assert_allclose(
         ds["zero_error_vs_exact"].sel(integrator="euler").values[0],
-        np.max(np.abs(zpos[[5, 10]] - ref), axis=(1, 2, 3)),
+        np.max(np.abs(zpos[:, [5, 10]] - ref), axis=(0, 2, 3)),
         rtol=1e-6,
     )
     # the particle study's t = 0: W2² = 2 − 2·mean|⟨x,u⟩| of tokens regenerated from the seed
@@ -489,11 +489,11 @@ def test_particle_study_reuses_the_experiments_own_run(tmp_path):
     M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
     X0 = _open(res / "initial_tokens.nc")["tokens"].values
     k = ds.sizes["time"]
-    np.testing.assert_array_equal(ds["ess_particles"].sel(tokens=64).values, fin["ess_median"].values[:k, :4].T)
+    np.testing.assert_array_equal(ds["ess_particles"].sel(tokens=64).values, fin["ess_median"].values[:4, :k])
     u = M.E1[:, 0]
     for r in range(4):
         for t in (0, k - 1):
-            x = fin["positions"].values[t, r]
+            x = fin["positions"].values[r, t]
             masses = projection.two_atom_masses(X0[r], u)
             assert ds["w2_projection_particles"].sel(tokens=64).values[r, t] == pytest.approx(
                 transport.w2_two_atoms(x, u, masses), rel=1e-12
@@ -503,7 +503,7 @@ def test_particle_study_reuses_the_experiments_own_run(tmp_path):
     pos = integrate.simulate(
         _finite(M, 5.0), Xn, integrate.TimeGrid(2.0, 10, 0.1), "dopri5", tolerance=integrate.default_tolerance(16)
     )
-    w = np.exp(5.0 * np.einsum("rid,de,rje->rij", pos[-1], M.B, pos[-1]))
+    w = np.exp(5.0 * np.einsum("rid,de,rje->rij", pos[:, -1], M.B, pos[:, -1]))
     w /= w.sum(axis=-1, keepdims=True)
     np.testing.assert_allclose(
         ds["ess_particles"].sel(tokens=16).values[:, -1], np.median(1.0 / np.sum(w**2, axis=-1), axis=-1), rtol=1e-8

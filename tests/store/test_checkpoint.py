@@ -84,7 +84,7 @@ def test_resume_after_interrupt_is_bit_for_bit(tmp_path_factory, fraction, metho
     if completed == 0:
         assert not path.exists()
     else:
-        assert io.read_netcdf(path, "checkpoint")["positions"].shape[0] == completed + 1
+        assert io.read_netcdf(path, "checkpoint").sizes["time"] == completed + 1
     again = checkpoint.SimulationCheckpoint(path, fp, GRID.times, every_seconds=0)
     resume = again.load(X0.shape)
     assert (resume is None) == (completed == 0)
@@ -93,7 +93,7 @@ def test_resume_after_interrupt_is_bit_for_bit(tmp_path_factory, fraction, metho
     )
     np.testing.assert_array_equal(resumed, full)
     assert_same_record(record, full_record)
-    assert np.all(record.drift[1:] > 0)  # a real record, not zeros carried over from the checkpoint
+    assert np.all(record.drift[:, 1:] > 0)  # a real record, not zeros carried over from the checkpoint
     assert np.all(record.accepted[1:] >= 1) and np.all(record.evaluations[1:] > 0)
     again.discard()
     assert not path.exists() and not path.parent.exists()
@@ -110,8 +110,8 @@ def test_checkpoint_interval_and_stale_fingerprint(tmp_path):
     assert ckpt.writes == 2
     assert checkpoint.SimulationCheckpoint(path, "B", GRID.times).load(X0.shape) is None  # other fingerprint
     k, done, record = checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape)
-    assert done.shape == (k + 1,) + X0.shape
-    assert record.drift.shape == (k + 1, X0.shape[0]) and record.evaluations.shape == (k + 1,)
+    assert done.shape == (X0.shape[0], k + 1) + X0.shape[1:]  # (replica, time, token, dim)
+    assert record.drift.shape == (X0.shape[0], k + 1) and record.evaluations.shape == (k + 1,)
     assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load((1, 21, 3)) is None  # other shape
     path.write_bytes(b"not a netcdf file")
     assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape) is None  # unreadable
@@ -135,7 +135,7 @@ def test_resume_rejects_a_checkpoint_of_other_initial_positions():
     M = spectral_matrices(3)
     X0 = random_unit(np.random.default_rng(7), 1, 10, 3)
     done, record = integrate.simulate(_field(M), X0, GRID, "rk4", return_record=True)
-    done, record = done[:3], record.truncated(2)
+    done, record = done[:, :3], record.truncated(2)
     with pytest.raises(ValueError, match="other initial positions"):
         integrate.simulate(
             _field(M), random_unit(np.random.default_rng(8), 1, 10, 3), GRID, "rk4", resume=(2, done, record)
@@ -153,8 +153,8 @@ def test_checkpoint_without_the_integrator_record_is_ignored(tmp_path, missing):
     X0 = random_unit(np.random.default_rng(9), 1, 10, 3)
     path = tmp_path / "run.nc"
     ckpt = checkpoint.SimulationCheckpoint(path, "A", GRID.times, every_seconds=0)
-    positions = np.repeat(X0[None], 3, axis=0)
-    ckpt.save(2, positions, integrate.StepRecord.empty(3, 1, 0.1))
+    positions = np.repeat(X0[:, None], 3, axis=1)
+    ckpt.save(2, positions, integrate.StepRecord.empty(3, (1,), 0.1))
     assert ckpt.load(X0.shape)[0] == 2
     ds = io.read_netcdf(path, "checkpoint").drop_vars(missing)
     io.write_netcdf(ds, path, "checkpoint", {"fingerprint": "A", "snapshot": 2})
@@ -202,7 +202,7 @@ def test_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, monkeypat
     with pytest.raises(Interrupt):
         _run_finite(tiny, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
     assert not (tmp_path / "resumed.nc").exists()
-    assert io.read_netcdf(ckpt, "checkpoint")["positions"].shape[0] == 12  # snapshots 0..11
+    assert io.read_netcdf(ckpt, "checkpoint").sizes["time"] == 12  # snapshots 0..11
     monkeypatch.setattr(kernels, "attention_field", real)
     calls["n"] = 0
     resumed = _run_finite(tiny, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
@@ -232,7 +232,7 @@ def test_adaptive_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, 
     monkeypatch.setattr(kernels, "attention_field", dying)
     with pytest.raises(Interrupt):
         _run_finite(adaptive, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
-    assert 1 < io.read_netcdf(ckpt, "checkpoint")["positions"].shape[0] < 30
+    assert 1 < io.read_netcdf(ckpt, "checkpoint").sizes["time"] < 30
     monkeypatch.setattr(kernels, "attention_field", real)
     resumed = _run_finite(adaptive, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
     for var in plain.variables:
@@ -268,7 +268,7 @@ def test_stage_stops_on_non_finite_positions_naming_step_beta_replica(tiny, tmp_
 
 
 def test_stage_outputs_norm_drift(tiny, tmp_path, caplog):
-    """finite_temperature and zero_temperature carry norm_drift (time, replica): 0 at t = 0, positive
+    """finite_temperature and zero_temperature carry norm_drift (replica, time): 0 at t = 0, positive
     after (steps leave the sphere before renormalisation), below the guard's tolerance; the log
     names its maximum."""
     exp, seed, root = tiny
@@ -280,11 +280,11 @@ def test_stage_outputs_norm_drift(tiny, tmp_path, caplog):
     zero = io.read_netcdf(tmp_path / "zero.nc", "zero_temperature")
     for ds in (fin, zero):
         drift = ds["norm_drift"]
-        assert drift.dims == ("time", "replica")
+        assert drift.dims == ("replica", "time")
         assert drift.shape == ds["positions"].shape[:2]
         assert drift.attrs["long_name"] and "units" in drift.attrs
-        assert np.all(drift.values[0] == 0.0)
-        assert np.all(drift.values[1:] > 0.0)
+        assert np.all(drift.values[:, 0] == 0.0)
+        assert np.all(drift.values[:, 1:] > 0.0)
         assert np.all(drift.values < integrate.DRIFT_TOLERANCE)
     for label, ds in (("tiny beta = 50", fin), ("tiny zero temperature", zero)):
         assert (

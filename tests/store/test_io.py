@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 
 from lowtemp import __version__
-from lowtemp.store import datasets, io
+from lowtemp.store import datasets, io, layout
 
 
 def _dataset():
@@ -17,8 +17,8 @@ def _dataset():
     return xr.Dataset(
         {
             "positions": (
-                ("time", "replica", "token", "dim"),
-                rng.standard_normal((3, 2, 5, 3)),
+                ("replica", "time", "token", "dim"),
+                rng.standard_normal((2, 3, 5, 3)),
                 io.attrs("positions", flag=True, meta={"a": 1}),
             ),
             "gamma": ((), 1.25, io.attrs("gap")),
@@ -60,11 +60,33 @@ def test_no_temporary_files_left(tmp_path):
 def test_failed_write_leaves_previous_file_and_no_temporary(tmp_path):
     path = tmp_path / "out.nc"
     io.write_netcdf(_dataset(), path, "demo", {"first": 1})
-    bad = xr.Dataset({"x": (("a",), np.array([{"k": 1}, None, 3], dtype=object))})
+    bad = xr.Dataset({"x": (("token",), np.array([{"k": 1}, None, 3], dtype=object))})
     with pytest.raises(ValueError):  # a dict cannot be stored in a NetCDF variable
         io.write_netcdf(bad, path, "demo", {"second": 2})
     assert [p.name for p in tmp_path.iterdir()] == ["out.nc"]
     assert io.read_provenance(io.read_netcdf(path, "demo")) == {"first": 1}
+
+
+def test_a_dataset_out_of_the_layout_is_refused_before_anything_is_written(tmp_path):
+    """Every output is in layout.ORDER: time before replica, or a dimension ORDER does not place, is refused
+    with the variable named, and neither the file nor a temporary appears."""
+    ds = _dataset()
+    swapped = ds.transpose("time", "replica", "token", "dim")
+    with pytest.raises(layout.LayoutError, match=r"'positions' has dimensions \('time', 'replica'"):
+        io.write_netcdf(swapped, tmp_path / "swapped.nc", "demo", {})
+    unknown = ds.rename_dims(token="particle")
+    with pytest.raises(layout.LayoutError, match=r"\['particle'\] have no place"):
+        io.write_netcdf(unknown, tmp_path / "unknown.nc", "demo", {})
+    assert list(tmp_path.iterdir()) == []
+    io.write_netcdf(swapped, tmp_path / "checkpoint.nc", "checkpoint", {})  # a writer's own file: its own axes
+    io.write_netcdf(ds, tmp_path / "ok.nc", "demo", {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.nc", "ok.nc"]
+
+
+def test_the_layout_places_every_dimension_once():
+    assert len(set(layout.ORDER)) == len(layout.ORDER)
+    assert layout.ordered_dims(("time", "beta", "replica")) == ("beta", "replica", "time")
+    assert layout.ORDER.index("replica") < layout.ORDER.index("time") < layout.ORDER.index("token")
 
 
 def test_wrong_kind_is_refused(tmp_path):
@@ -74,7 +96,7 @@ def test_wrong_kind_is_refused(tmp_path):
     io.read_netcdf(path)  # no kind requested: accepted
 
 
-@pytest.mark.parametrize("version", [0, 2, "1", None])
+@pytest.mark.parametrize("version", [0, 1, 3, "2", None])
 def test_wrong_or_missing_schema_version_is_refused(tmp_path, version):
     ds = _dataset().drop_attrs()
     ds.attrs["lowtemp_kind"] = "demo"

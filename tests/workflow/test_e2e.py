@@ -29,7 +29,7 @@ from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import integrate, meanfield, reduction
 from lowtemp.model import exact, matrices, measures, projection, seeding
 from lowtemp.stages import simulate as simulate_stage
-from lowtemp.store import compare, io
+from lowtemp.store import compare, io, layout
 
 pytestmark = pytest.mark.e2e
 
@@ -160,10 +160,24 @@ def test_positions_layout(results, config):
         for path in files + [results / name / "zero_temperature.nc"]:
             ds = _open(path)
             pos = ds["positions"]
-            assert pos.dims[-3:] == ("replica", "token", "dim"), path
-            assert "time" in pos.dims and "time" in ds.coords
-            assert pos.shape[-3:] == (exp["replicas"], exp["tokens"], exp["dim"])
+            assert pos.dims == ("replica", "time", "token", "dim"), path
+            assert "time" in ds.coords
+            assert pos.shape == (exp["replicas"], exp["time"]["snapshots"] + 1, exp["tokens"], exp["dim"])
             np.testing.assert_allclose(np.linalg.norm(pos.values, axis=-1), 1.0, atol=1e-12)
+
+
+def test_every_output_is_in_the_one_layout(results):
+    """Every variable of every file has its dimensions in lowtemp.store.layout.ORDER; in particular replica before
+    time before token, wherever they meet (the files are read as stored, not through the package's reader)."""
+    seen = set()
+    for path in _all_netcdf(results):
+        for name, var in _open(path).variables.items():
+            dims = var.dims
+            seen.update(dims)
+            assert dims == tuple(d for d in layout.ORDER if d in dims), (path, name, dims)
+            at = [dims.index(d) for d in ("replica", "time", "token") if d in dims]
+            assert at == sorted(at), (path, name, dims)
+    assert {"beta", "replica", "time", "token", "dim", "claim", "bound"} <= seen
 
 
 def test_figures_exist_and_open(results, config):
@@ -283,7 +297,7 @@ def test_mean_field_experiment_is_the_references_push_forward(results, config):
             X0,
             integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"], exp["time"]["dt"]),
         )
-        assert np.max(np.abs(particles[-1] - fin["positions"].values[-1])) > 1e-3
+        assert np.max(np.abs(particles[:, -1] - fin["positions"].values[:, -1])) > 1e-3
     fit = _open(results / name / "fit.nc")
     for key in ("reference_error_early", "reference_error_to_departure", "reference_departure_shift"):
         assert key in fit and np.all(fit[key].values >= 0), key
@@ -299,18 +313,18 @@ def test_distances_recomputed_from_stored_positions(results, config, name):
     ds = _open(results / name / "distances.nc")
     r = 0
     target = projection.projection_map(X0[r], M.E1)  # Π(x0_i), one atom per initial token
-    for k in range(0, Z.shape[0], 5):
-        assert ds["w2_zero_to_projection"].values[r, k] == pytest.approx(_lsa_w2(Z[k, r], target), rel=1e-8, abs=1e-8)
+    for k in range(0, Z.shape[1], 5):
+        assert ds["w2_zero_to_projection"].values[r, k] == pytest.approx(_lsa_w2(Z[r, k], target), rel=1e-8, abs=1e-8)
     for b in exp["betas"]:
         Y = _open(results / name / "finite_temperature" / f"beta{_beta_label(b)}.nc")["positions"].values
         row = ds.sel(beta=float(b))
-        for k in range(0, Y.shape[0], 5):
-            assert row["w2_projection"].values[r, k] == pytest.approx(_lsa_w2(Y[k, r], target), rel=1e-8, abs=1e-8)
+        for k in range(0, Y.shape[1], 5):
+            assert row["w2_projection"].values[r, k] == pytest.approx(_lsa_w2(Y[r, k], target), rel=1e-8, abs=1e-8)
             assert row["w2_zero_temperature"].values[r, k] == pytest.approx(
-                _lsa_w2(Y[k, r], Z[k, r]), rel=1e-8, abs=1e-7
+                _lsa_w2(Y[r, k], Z[r, k]), rel=1e-8, abs=1e-7
             )
             for var, E in (("dist_leading_A", M.E1), ("dist_leading_V", M.E1_V_real)):
-                d = np.sqrt(np.mean([np.sum((x - E @ E.T @ x / np.linalg.norm(E @ E.T @ x)) ** 2) for x in Y[k, r]]))
+                d = np.sqrt(np.mean([np.sum((x - E @ E.T @ x / np.linalg.norm(E @ E.T @ x)) ** 2) for x in Y[r, k]]))
                 assert row[var].values[r, k] == pytest.approx(d, rel=1e-8, abs=1e-7), var
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import xarray as xr
 
-from ..store import io
+from ..store import io, layout
 from . import fitting
 
 
@@ -223,8 +223,8 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
             numbers=f"a = 0: the calibration data never exceed b·e^(−ct) = {b:.3g}·e^(−{c:.3g} t), so the "
             f"β term of the bound is untested",
         )
-    w = dist["w2_projection"].transpose("beta", "replica", "time").sel(beta=beta).values
-    judged = fitting.judged_mask(t, fit["judged_until"].transpose("beta", "replica").values) & np.isfinite(w)
+    w = dist["w2_projection"].sel(beta=beta).values
+    judged = fitting.judged_mask(t, fit["judged_until"].values) & np.isfinite(w)
     curves = {}  # (β index, replica) -> fraction of its judged points under the bound
     for i in np.flatnonzero(held):
         bound = fitting.bound_curve(t, beta[i], a, C1, b, c)
@@ -464,7 +464,7 @@ def _unresolved_rule(fit: xr.Dataset, departure: bool = False) -> str:
 def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> Claim:
     """Every resolved (β, replica) that departed ends within ``tolerance`` of V's leading eigenspace."""
     beta = fit.beta.values
-    final = {k: dist[v].transpose("beta", "replica", "time").values[..., -1] for k, v in EIGENSPACES.items()}
+    final = {k: dist[v].values[..., -1] for k, v in EIGENSPACES.items()}
     means = {k: v.mean(axis=1) for k, v in final.items()}
     names = list(EIGENSPACES)
     chosen = np.array([names[i] for i in np.argmin(np.stack([means[k] for k in names]), axis=0)], dtype=object)
@@ -473,9 +473,7 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
         for k in names
     }
     per_beta["chosen_eigenspace"] = (chosen, io.attrs("the eigenspace the tokens are closest to at the last snapshot"))
-    departed = np.isfinite(fit["departure_time"].values) & np.isfinite(
-        dist["dist_leading_V"].transpose("beta", "replica", "time").values[..., -1]
-    )
+    departed = np.isfinite(fit["departure_time"].values) & np.isfinite(dist["dist_leading_V"].values[..., -1])
     resolved = fit["resolved_to_horizon"].values.astype(bool)
     to_v = final["E1(V), largest real part"]
     shown = "; ".join(
@@ -537,7 +535,7 @@ def still_approaching(dist: xr.Dataset) -> np.ndarray:
     settle elsewhere keep a constant distance and are judged; tokens still converging to E1(V) are not (their
     final distance would FAIL the conjecture on a run that stopped too early)."""
     t = dist.time.values
-    d = dist["dist_leading_V"].transpose("beta", "replica", "time").values
+    d = dist["dist_leading_V"].values
     k = int(np.searchsorted(t, t[0] + 0.9 * (t[-1] - t[0])))
     with np.errstate(invalid="ignore"):
         return d[..., -1] < (1.0 - STILL_APPROACHING_DROP) * d[..., min(k, t.size - 1)]
@@ -608,6 +606,8 @@ def evaluate(dist: xr.Dataset, fit: xr.Dataset, cfg: dict) -> list[Claim]:
     """All checks from the stored distances and fit (``cfg``: the experiment's ``claims`` block). A claim that
     leaves out a β whose particle-number budget was measured and exceeded says what N it would need
     (``particles_needed``)."""
+    layout.require_canonical(dist, "distances")  # the checks index curves as (beta, replica, time)
+    layout.require_canonical(fit, "fit")
     claims = [
         check_rate(fit, "early", float(cfg["rate_tolerance"])),
         check_rate(fit, "late", float(cfg["rate_tolerance"])),

@@ -30,7 +30,7 @@ import xarray as xr
 
 from ..model import rates
 from ..model.matrices import AttentionMatrices
-from ..store import datasets
+from ..store import datasets, layout
 from . import fitting, particle_budget
 
 log = logging.getLogger("lowtemp")
@@ -135,6 +135,7 @@ class ParticleBudget:
 def study_budget(conv: xr.Dataset, fraction: float) -> ParticleBudget:
     """The ``ParticleBudget`` of convergence.nc's particle-number study, with the N its W2 bound would need to
     reach ``fraction`` of W2 before the earliest departure (``particle_budget.tokens_needed``)."""
+    layout.require_canonical(conv, "convergence")
     t = conv["time"].values
     window = (t > 0) & (t <= float(conv["budget_window_end"]))
     n_star = int(conv.attrs["budget_tokens"])
@@ -146,7 +147,7 @@ def study_budget(conv: xr.Dataset, fraction: float) -> ParticleBudget:
             value=conv["w2_at_tokens"].values,
             exponents=conv["budget_exponent"].values,
             at=float(n_star),
-            per_exponent=conv["w2_remaining_bound_per_exponent"].transpose("budget_exponent", "time").values,
+            per_exponent=conv["w2_remaining_bound_per_exponent"].values,
         )
         needed = particle_budget.tokens_needed(w2, window, fraction)
     low, high = (float(v) for v in conv["departure_slope_per_doubling"].values)
@@ -213,9 +214,9 @@ def reference_budget(
 ) -> ReferenceBudget:
     """``ReferenceBudget`` of a mean-field experiment's distances (``judged``: (beta, replica, time))."""
     t = dist.time.values
-    err = dist["reference_error"].transpose("beta", "replica", "time").values
-    w2_zero = dist["w2_zero_temperature"].transpose("beta", "replica", "time").values
-    w2_proj = dist["w2_projection"].transpose("beta", "replica", "time").values
+    err = dist["reference_error"].values
+    w2_zero = dist["w2_zero_temperature"].values
+    w2_proj = dist["w2_projection"].values
     nb = err.shape[0]
     with np.errstate(divide="ignore", invalid="ignore"):
         if k_early is None:
@@ -227,9 +228,7 @@ def reference_budget(
             [np.max(ratio[b][judged[b]], initial=0.0) if judged[b].any() else np.inf for b in range(nb)]
         )
         to_horizon = np.max(ratio, axis=(1, 2))
-    coarse_dep, coarse_cens = fitting.geometric_departure(
-        t, dist["reference_dist_leading_A"].transpose("beta", "replica", "time").values, gap
-    )
+    coarse_dep, coarse_cens = fitting.geometric_departure(t, dist["reference_dist_leading_A"].values, gap)
     both_censored = censored & coarse_cens
     one_only = censored != coarse_cens
     with np.errstate(invalid="ignore"):
@@ -259,19 +258,15 @@ class Curves:
     def of(cls, dist: xr.Dataset) -> Curves:
         """The curves of distances.nc, sorted by β."""
         dist = dist.sortby("beta")
-
-        def by_beta(v):
-            return dist[v].transpose("beta", "replica", "time").values
-
         return cls(
             t=dist.time.values,
             beta=dist.beta.values,
             replicas=dist.replica.values,
-            w0=dist["w2_zero_to_projection"].transpose("replica", "time").values,
-            w2_zero=by_beta("w2_zero_temperature"),
-            w2_proj=by_beta("w2_projection"),
-            ess=by_beta("ess_median"),
-            dist_A=by_beta("dist_leading_A"),
+            w0=dist["w2_zero_to_projection"].values,
+            w2_zero=dist["w2_zero_temperature"].values,
+            w2_proj=dist["w2_projection"].values,
+            ess=dist["ess_median"].values,
+            dist_A=dist["dist_leading_A"].values,
         )
 
     @property
@@ -526,6 +521,7 @@ def fit_experiment(
     ``fit.particle_error_fraction`` of the claim's tolerance; at a β without a budget, when
     its median ESS stays at or above ``ess_threshold`` there.
     """
+    layout.require_canonical(dist, "distances")  # the estimators index curves as (beta, replica, time)
     dist = dist.sortby("beta")
     c = Curves.of(dist)
     conf = float(cfg["confidence"])

@@ -30,8 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import t as student_t
 
-DEFAULT_MAX_RESIDUAL = 0.05
-DEFAULT_MIN_POINTS = 5
 DEFAULT_MIN_LOG_DROP = 1.0
 
 
@@ -52,8 +50,8 @@ def log_linear_window(
     logy: np.ndarray,
     *,
     sign: int,
-    max_residual: float = DEFAULT_MAX_RESIDUAL,
-    min_points: int = DEFAULT_MIN_POINTS,
+    max_residual: float,
+    min_points: int,
     admissible: np.ndarray | None = None,
 ) -> tuple[int, int] | None:
     """Index range [start, stop) of the longest log-linear window, or None if none qualifies."""
@@ -111,8 +109,8 @@ def fit_decay_rate(
     w2: np.ndarray,
     *,
     floor: float = 1e-7,
-    max_residual: float = DEFAULT_MAX_RESIDUAL,
-    min_points: int = DEFAULT_MIN_POINTS,
+    max_residual: float,
+    min_points: int,
     t_range: tuple[float, float] = (-np.inf, np.inf),
     min_log_drop: float = DEFAULT_MIN_LOG_DROP,
 ) -> RateFit:
@@ -175,9 +173,9 @@ def fit_growth_rate(
     beta: np.ndarray,
     w2_zero: np.ndarray,
     *,
-    saturation: float = 0.5,
-    max_residual: float = DEFAULT_MAX_RESIDUAL,
-    min_points: int = DEFAULT_MIN_POINTS,
+    saturation: float,
+    max_residual: float,
+    min_points: int,
 ) -> GrowthFit:
     """C1 from W2(ρ^β_t, ρ^∞_t) with shape (beta, replica, time); NaN snapshots are skipped.
 
@@ -306,10 +304,9 @@ def bound_curve(t: np.ndarray, beta: float, a: float, C1: float, b: float, c: fl
 
 
 # ---------------------------------------------------------------- uncertainty over replicas
-DEFAULT_CONFIDENCE = 0.95
 
 
-def t_interval(per_replica, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
+def t_interval(per_replica, confidence: float) -> tuple[float, float]:
     """Student-t interval for the mean over replicas: mean ± t_{R−1} · s/√R (NaN values dropped).
 
     Replicas are independent initial clouds, so a per-replica statistic is one

@@ -314,7 +314,7 @@ def step_factor(err: float, tol: float, accepted: bool, estimate_order: int) -> 
 class StepRecord:
     """What the integrator did, per snapshot interval (entry k: the steps from snapshot k − 1 to k, 0 at k = 0).
 
-    ``drift`` (time, replica): the largest norm drift of an accepted step; ``evaluations``: field
+    ``drift`` (replica, time): the largest norm drift of an accepted step; ``evaluations``: field
     evaluations (rejected trials included); ``accepted`` and ``rejected``: steps; ``next_step``: the
     step the controller proposes at snapshot k (the fixed step for rk4 and euler), with which an
     adaptive run resumes there.
@@ -327,15 +327,16 @@ class StepRecord:
     next_step: np.ndarray
 
     @classmethod
-    def empty(cls, n_times: int, n_replicas: int, first_step: float) -> StepRecord:
+    def empty(cls, n_times: int, replicas: tuple[int, ...], first_step: float) -> StepRecord:
+        """No steps yet; ``replicas`` is the shape of the batch of clouds (``X.shape[:-2]``)."""
         z = np.zeros(n_times, dtype=np.int64)
         step = np.zeros(n_times)
         step[0] = first_step
-        return cls(np.zeros((n_times, n_replicas)), z.copy(), z.copy(), z.copy(), step)
+        return cls(np.zeros(tuple(replicas) + (n_times,)), z.copy(), z.copy(), z.copy(), step)
 
     def truncated(self, k: int) -> StepRecord:
         """Entries 0..k (what a checkpoint at snapshot k holds)."""
-        return StepRecord(*(getattr(self, f)[: k + 1] for f in FIELDS))
+        return StepRecord(*(getattr(self, f)[..., : k + 1] for f in FIELDS))
 
 
 FIELDS = ("drift", "evaluations", "accepted", "rejected", "next_step")
@@ -364,7 +365,7 @@ def _fixed_interval(increment, field, X, grid, label, record, k):
         n = (k - 1) * n_sub + j + 1
         # checked before renormalising: afterwards every row has norm 1 up to rounding,
         # so neither a blown-up step nor the drift would be visible
-        record.drift[k] = np.maximum(record.drift[k], check_step(Y, n * h, label, step=n))
+        record.drift[..., k] = np.maximum(record.drift[..., k], check_step(Y, n * h, label, step=n))
         X = normalise(Y)
     record.accepted[k] = n_sub
     record.next_step[k] = h
@@ -398,13 +399,25 @@ def _adaptive_interval(pair, field, X, k1, t0, t1, h, tol, max_step, label, reco
             h = step * step_factor(err, tol, False, pair.estimate_order)
             continue
         record.accepted[k] += 1
-        record.drift[k] = np.maximum(record.drift[k], drift.max(axis=-1))
+        record.drift[..., k] = np.maximum(record.drift[..., k], drift.max(axis=-1))
         X, k1 = X_next, k_next
         t = t1 if landing else t + step
         proposed = step * step_factor(err, tol, True, pair.estimate_order)
         # a step shortened to land is no measure of what the dynamics allows: keep the longer one
         h = min(max_step, max(proposed, h) if landing else proposed)
     return X, k1, h
+
+
+def trajectory_shape(cloud_shape: tuple[int, ...], n_times: int) -> tuple[int, ...]:
+    """The shape of a trajectory of clouds of ``cloud_shape`` (…, token, dim) at ``n_times`` snapshots: the time
+    axis goes before the tokens, (…, time, token, dim)."""
+    return tuple(cloud_shape[:-2]) + (int(n_times),) + tuple(cloud_shape[-2:])
+
+
+def snapshot(trajectory: np.ndarray, k: int) -> np.ndarray:
+    """The clouds (…, token, dim) at snapshot k of a trajectory (…, time, token, dim), contiguous as the integrator
+    stepped them (so a kernel sees the same memory layout, and gives the same bits, as during the run)."""
+    return np.ascontiguousarray(trajectory[..., k, :, :])
 
 
 def simulate(
@@ -421,7 +434,9 @@ def simulate(
     tolerance: float | None = None,
     max_step: float | None = None,
 ):
-    """Positions at the snapshot times, shape (time, replica, token, dim).
+    """Positions at the snapshot times, shape (replica, time, token, dim): the time axis is inserted before the
+    tokens of ``X0`` (replica, token, dim) (or (token, dim): then (time, token, dim)), the package's one
+    layout (``lowtemp.store.layout``).
 
     ``method`` is ``rk4`` or ``euler`` (the fixed step ``grid.step``) or ``dopri5`` (the step from
     error control: the root mean square over tokens of the local error estimate, max over
@@ -436,7 +451,7 @@ def simulate(
     record)`` continues from a checkpoint: ``P`` and ``record`` hold the positions and the
     record of snapshots 0..k of an earlier run of the same problem. Steps only depend on the
     positions and the proposed step, so the result is bit for bit that of an uninterrupted run.
-    ``on_snapshot(k, out, record)`` is called after snapshot k is stored (``out[:k + 1]`` and
+    ``on_snapshot(k, out, record)`` is called after snapshot k is stored (``out[..., :k + 1, :, :]`` and
     the record's entries 0..k are final), e.g. to write a checkpoint. ``progress(t, k, record)``
     after every snapshot.
     """
@@ -453,28 +468,30 @@ def simulate(
         if not longest > 0:
             raise ValueError(f"the largest step must be positive, got {max_step}")
     times = grid.times
-    out = np.empty((times.size,) + X.shape)
-    out[0] = X
-    record = StepRecord.empty(times.size, X.shape[0], grid.step)
+    replicas = X.shape[:-2]
+    out = np.empty(trajectory_shape(X.shape, times.size))
+    out[..., 0, :, :] = X
+    record = StepRecord.empty(times.size, replicas, grid.step)
     first = 1
     if resume is not None:
         k0, done, done_record = resume
         done = np.asarray(done, dtype=float)
-        if not (0 <= k0 < times.size) or done.shape != (k0 + 1,) + X.shape:
-            raise ValueError(f"resume: expected snapshots 0..{k0} of shape {(k0 + 1,) + X.shape}, got {done.shape}")
-        if done_record.drift.shape != (k0 + 1, X.shape[0]) or any(
+        expected = trajectory_shape(X.shape, k0 + 1)
+        if not (0 <= k0 < times.size) or done.shape != expected:
+            raise ValueError(f"resume: expected snapshots 0..{k0} of shape {expected}, got {done.shape}")
+        if done_record.drift.shape != replicas + (k0 + 1,) or any(
             getattr(done_record, f).shape != (k0 + 1,) for f in FIELDS[1:]
         ):
             raise ValueError(
                 f"resume: expected the step record of snapshots 0..{k0}, norm drift of shape "
-                f"{(k0 + 1, X.shape[0])}, got {done_record.drift.shape}"
+                f"{replicas + (k0 + 1,)}, got {done_record.drift.shape}"
             )
-        if not np.array_equal(done[0], out[0]):
+        if not np.array_equal(done[..., 0, :, :], out[..., 0, :, :]):
             raise ValueError("resume: the checkpoint starts from other initial positions")
-        out[: k0 + 1] = done
+        out[..., : k0 + 1, :, :] = done
         for f in FIELDS:
-            getattr(record, f)[: k0 + 1] = getattr(done_record, f)
-        X = out[k0].copy()
+            getattr(record, f)[..., : k0 + 1] = getattr(done_record, f)
+        X = out[..., k0, :, :].copy()
         first = k0 + 1
     counted = _CountedField(field)
     if adaptive and first < times.size:
@@ -502,7 +519,7 @@ def simulate(
         else:
             X = _fixed_interval(INCREMENTS[method], counted, X, grid, label, record, k)
         record.evaluations[k], before = counted.calls - before, counted.calls
-        out[k] = X
+        out[..., k, :, :] = X
         if on_snapshot is not None:
             on_snapshot(k, out, record)
         if progress is not None:

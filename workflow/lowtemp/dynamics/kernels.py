@@ -49,7 +49,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 from scipy.spatial import cKDTree
 
-from . import fields, torch_field
+from . import fields, integrate, torch_field
 from .kernel_choice import DEFAULT_TAIL, KERNELS, OPTIONAL_KERNELS, cap_geometry, concrete_kernel, truncation_constant
 
 # Kernels are compiled afresh in every process (no numba on-disk cache): a kernel
@@ -396,6 +396,12 @@ class AttentionField:
     def effective_sample_size(self, X: np.ndarray) -> np.ndarray:
         """ESS_i = 1/Σ_j w_ij² of every token (``effective_sample_size``), shape (replica, token)."""
         return effective_sample_size(X, self.B, self.V, self.beta, self.kernel)
+
+    def trajectory_ess(self, positions: np.ndarray) -> np.ndarray:
+        """The effective sample size of every token at every snapshot of a trajectory (…, time, token, dim):
+        (…, time, token), each snapshot contiguous as the integrator stepped it (``integrate.snapshot``)."""
+        sizes = [self.effective_sample_size(integrate.snapshot(positions, k)) for k in range(positions.shape[-3])]
+        return np.stack(sizes, axis=-2)
 
     def identity(self) -> tuple[tuple[np.ndarray, ...], dict]:
         """The arrays and settings that determine the field."""

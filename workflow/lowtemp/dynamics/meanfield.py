@@ -44,6 +44,7 @@ from numba import njit, prange
 from scipy.integrate import solve_ivp
 
 from ..model import measures
+from . import integrate
 from .reduction import RESOLVED_WIDTH, Reduction, check_edges, graded_edges, uniform_edges
 
 #: relative accuracy of every cell's softmax integral (Gauss–Legendre, order chosen per cell)
@@ -583,7 +584,7 @@ class MeanFieldSolution:
         return k, mass_fraction(np.clip(unit, 0.0, 1.0), slopes[k])
 
     def push_forward(self, X0: np.ndarray) -> np.ndarray:
-        """The reference's flow map applied to tokens X0 (…, token, dim) at t = 0: layout (time, …, token, dim).
+        """The reference's flow map applied to tokens X0 (…, token, dim) at t = 0: layout (…, time, token, dim).
 
         A token keeps its Lagrangian coordinate (``lagrangian_coordinate``); at time t it sits in the cell of
         its initial cell that holds its mass fraction, where the cell's linear density reconstruction
@@ -595,11 +596,11 @@ class MeanFieldSolution:
         red = self.reduction
         owner0, phi = self.lagrangian_coordinate(X0)
         local = X0 @ red.frame
-        out = np.empty((self.times.size,) + X0.shape)
+        out = np.empty(integrate.trajectory_shape(X0.shape, self.times.size))
         for t in range(self.times.size):
             edges, masses = self.snapshot(t)
             if masses.size == 0:
-                out[t] = np.nan
+                out[..., t, :, :] = np.nan
                 continue
             cells = self._cells(t)
             owner, lo_f, hi_f = self.owner[t][cells], self.fraction_lo[t][cells], self.fraction_hi[t][cells]
@@ -613,7 +614,7 @@ class MeanFieldSolution:
             lo, hi = edges[k], edges[k + 1]
             if red.geometry == "circle":
                 theta = lo + frac * (hi - lo)
-                out[t] = np.stack([np.cos(theta), np.sin(theta)], axis=-1) @ red.frame.T
+                out[..., t, :, :] = np.stack([np.cos(theta), np.sin(theta)], axis=-1) @ red.frame.T
                 continue
             z = np.clip(np.cos(lo) - frac * _stable_cos_difference(lo, hi), -1.0, 1.0)
             s = np.sqrt((1.0 - z) * (1.0 + z))
@@ -621,7 +622,7 @@ class MeanFieldSolution:
             with np.errstate(invalid="ignore", divide="ignore"):
                 cphi = np.where(radial > 0, local[..., 1] / radial, 1.0)
                 sphi = np.where(radial > 0, local[..., 2] / radial, 0.0)
-            out[t] = np.stack([z, s * cphi, s * sphi], axis=-1) @ red.frame.T
+            out[..., t, :, :] = np.stack([z, s * cphi, s * sphi], axis=-1) @ red.frame.T
         return out
 
 

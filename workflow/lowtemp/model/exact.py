@@ -28,7 +28,8 @@ def normalised_linear_flow(X0: np.ndarray, A: np.ndarray, s: np.ndarray) -> np.n
 def exact_time_change(
     X0: np.ndarray, A: np.ndarray, B: np.ndarray, times: np.ndarray, rtol: float = 1e-13, atol: float = 1e-13
 ) -> np.ndarray:
-    """s(t) at the given times for every token, shape (time,) + X0.shape[:-1]."""
+    """s(t) at the given times for every token of X0 (…, token, dim), shape (…, time, token): the time axis goes
+    before the tokens, as in every trajectory of the package (``lowtemp.store.layout``)."""
     X0 = np.asarray(X0, dtype=float)
     shape = X0.shape[:-1]
     flat = X0.reshape(-1, X0.shape[-1])
@@ -43,10 +44,11 @@ def exact_time_change(
     )
     if not sol.success:
         raise RuntimeError(f"exact time change: ODE solver failed: {sol.message}")
-    return sol.y.T.reshape((times.size,) + shape)
+    # sol.y is (token, time) over the flattened tokens: time goes before the token axis
+    return np.moveaxis(sol.y.reshape(shape + (times.size,)), -1, max(len(shape) - 1, 0))
 
 
 def exact_zero_temperature(X0: np.ndarray, A: np.ndarray, B: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Exact solution of Eq. 3 at ``times``, shape (time,) + X0.shape."""
+    """Exact solution of Eq. 3 at ``times`` for tokens X0 (…, token, dim), shape (…, time, token, dim)."""
     s = exact_time_change(X0, A, B, times)
-    return normalised_linear_flow(np.broadcast_to(X0, s.shape + X0.shape[-1:]), A, s)
+    return normalised_linear_flow(np.broadcast_to(np.expand_dims(X0, -3), s.shape + X0.shape[-1:]), A, s)

@@ -37,8 +37,8 @@ E W2_N = W2∞ + a·N^−p, relative to W2, before the earliest departure; and t
 departure time's slope per doubling of N. The fit decides with them which claims the
 study's β is resolved for (``estimates.particle_budget_verdicts``).
 
-Arrays of tokens have the layout (replica, token, dim); runs are stacked as
-(level, time, replica, token, dim).
+Arrays are in the package's one layout (``lowtemp.store.layout``): tokens (replica, token, dim), a run
+(replica, time, token, dim), the runs of the step study stacked as (level, replica, time, token, dim).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ BUDGET_CONFIDENCE = 0.95
 def run_halving(
     field, X0: np.ndarray, grids: list[integrate.TimeGrid], method: str, indices, label: str, tolerances=None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of the runs at h, h/2, h/4 at the snapshot ``indices``: (level, time, replica, token, dim),
+    """Positions of the runs at h, h/2, h/4 at the snapshot ``indices``: (level, replica, time, token, dim),
     and the field evaluations of each run (level,). An adaptive ``method`` runs its level k at
     ``tolerances[k]`` (``level_tolerances``) with steps capped at ``level_max_steps``, on the grid of
     level k (its step the first trial step)."""
@@ -101,7 +101,7 @@ def run_halving(
         positions, record = integrate.simulate(
             field, X0, grid, method, label=f"{label}, {what}", tolerance=tol, max_step=cap, return_record=True
         )
-        runs.append(positions[list(indices)])
+        runs.append(positions[:, list(indices)])
         evaluations.append(int(record.evaluations.sum()))
         log.info(
             "%s: %s at %s: %d steps (%d rejected), %d field evaluations, %.1f s",
@@ -116,16 +116,23 @@ def run_halving(
     return np.stack(runs), np.array(evaluations)
 
 
+def _max_per_level_and_time(a: np.ndarray) -> np.ndarray:
+    """max over every axis of (level, …, time, token, dim) but the level and the time: (level, time)."""
+    time_axis = a.ndim - 3
+    return np.max(a, axis=tuple(i for i in range(1, a.ndim) if i != time_axis))
+
+
 def successive_differences(runs: np.ndarray) -> np.ndarray:
-    """e(h_k) = max over (replica, token, dim) of |X_{h_k} − X_{h_{k+1}}|, shape (level − 1, time)."""
+    """e(h_k) = max over (replica, token, dim) of |X_{h_k} − X_{h_{k+1}}|, shape (level − 1, time), for runs
+    (level, replica, time, token, dim)."""
     runs = np.asarray(runs)
-    return np.max(np.abs(runs[:-1] - runs[1:]), axis=tuple(range(2, runs.ndim)))
+    return _max_per_level_and_time(np.abs(runs[:-1] - runs[1:]))
 
 
 def errors_against(runs: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """max |X_{h_k} − X_exact| per level and time, shape (level, time)."""
     runs = np.asarray(runs)
-    return np.max(np.abs(runs - np.asarray(reference)[None]), axis=tuple(range(2, runs.ndim)))
+    return _max_per_level_and_time(np.abs(runs - np.asarray(reference)[None]))
 
 
 def observed_order(coarse, fine, floor: float = ROUNDING_FLOOR) -> np.ndarray:
@@ -143,12 +150,12 @@ def richardson_error(difference, order: float) -> np.ndarray:
 
 
 def w2_to_projection_curves(positions: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> np.ndarray:
-    """W2(ρ_t, Π♯ρ0) per replica and time, shape (replica, time), for positions (time, replica, token, dim).
+    """W2(ρ_t, Π♯ρ0) per replica and time, shape (replica, time), for positions (replica, time, token, dim).
 
     The same function as the distances stage (closed form against ±u when dim E1 = 1).
     """
-    nt, nr = positions.shape[:2]
-    return np.array([[w2_to_projection(positions[k, r], X0[r], E1) for k in range(nt)] for r in range(nr)])
+    nr, nt = positions.shape[:2]
+    return np.array([[w2_to_projection(positions[r, k], X0[r], E1) for k in range(nt)] for r in range(nr)])
 
 
 # ------------------------------------------------------------------ particle number
@@ -263,8 +270,8 @@ def _step_study(label, experiment, S, M, X0):
 
 
 def median_ess(positions: np.ndarray, field: kernels.AttentionField) -> np.ndarray:
-    """Median over tokens of the softmax's effective sample size, (replica, time) for positions (time, replica, …)."""
-    return np.stack([np.median(field.effective_sample_size(X), axis=-1) for X in positions], axis=-1)
+    """Median over tokens of the softmax's effective sample size, (replica, time) for positions (replica, time, …)."""
+    return np.median(field.trajectory_ess(positions), axis=-1)
 
 
 def _particle_study(
@@ -279,11 +286,11 @@ def _particle_study(
         if finite_path is not None and n == int(experiment["tokens"]):
             fin = io.read_netcdf(finite_path, "finite_temperature")
             k = grid.times.size
-            positions = fin["positions"].values[:k, : pa.replicas]
-            X0 = positions[0]
+            positions = fin["positions"].values[: pa.replicas, :k]
+            X0 = integrate.snapshot(positions, 0)
             used.append(str(fin.attrs.get("kernel", "")))
             reused.append(True)
-            ess.append(fin["ess_median"].values[:k, : pa.replicas].T)
+            ess.append(fin["ess_median"].values[: pa.replicas, :k])
             log.info(
                 "%s: the experiment's own run (%s, replicas 0-%d), not simulated again",
                 run,
@@ -314,7 +321,7 @@ def _particle_study(
             ess.append(median_ess(positions, field))
             checkpoint.discard(ckpt)
         w2.append(w2_to_projection_curves(positions, X0, M.E1))
-        dist_A.append(projection.distance_to_eigenspace(positions, M.E1).T)  # (replica, time)
+        dist_A.append(projection.distance_to_eigenspace(positions, M.E1))  # (replica, time)
         low = np.min(ess[-1])
         log.info(
             "%s: smallest median effective sample size %.1f (t = %g)",

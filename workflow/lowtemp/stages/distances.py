@@ -40,18 +40,18 @@ def stage_distances_beta(
     """
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
     fin = io.read_netcdf(finite_path, "finite_temperature")
-    Y = fin["positions"].values
+    Y = fin["positions"].values  # (replica, time, token, dim)
     Z = io.read_netcdf(zero_path, "zero_temperature")["positions"].values
-    nt, nr = Y.shape[:2]
+    nr, nt = Y.shape[:2]
     beta = float(fin.beta)
     out = {k: np.full((nr, nt), np.nan) for k in ("w2_projection", "coupling_zero_temperature")}
     for r in range(nr):
         for k in range(nt):
-            out["w2_projection"][r, k] = w2.w2_to_projection(Y[k, r], X0[r], M.E1)
-            out["coupling_zero_temperature"][r, k] = w2.synchronous_coupling(Y[k, r], Z[k, r])
+            out["w2_projection"][r, k] = w2.w2_to_projection(Y[r, k], X0[r], M.E1)
+            out["coupling_zero_temperature"][r, k] = w2.synchronous_coupling(Y[r, k], Z[r, k])
     exact, ckpt = _exact_w2_loop(name, beta, Y, Z, exact_w2_snapshots(experiment, nt), checkpoint_path)
     out["w2_zero_temperature"], out["w2_zero_temperature_sq_bound"] = exact["w2"], exact["w2_sq_bound"]
-    out.update(_eigenspace_distances(np.swapaxes(Y, 0, 1), M))
+    out.update(_eigenspace_distances(Y, M))
     io.write_netcdf(
         datasets.distances_beta_dataset(out, fin),
         output,
@@ -66,7 +66,7 @@ def _exact_w2_loop(name, beta, Y, Z, exact_at, checkpoint_path):
     its square, one certified solve (``w2_certified``) at a time, resuming from and writing
     ``checkpoint_path`` when given. Returns the arrays {"w2", "w2_sq_bound"} and the checkpoint (None without a
     path), to discard once the output is written."""
-    nt, nr = Y.shape[:2]
+    nr, nt = Y.shape[:2]
     ckpt = None
     keys = ("w2", "w2_sq_bound")
     if checkpoint_path is None:
@@ -78,7 +78,7 @@ def _exact_w2_loop(name, beta, Y, Z, exact_at, checkpoint_path):
     snapshots = np.flatnonzero(exact_at)
     start = logged = _time.perf_counter()
     for r, k in [(r, k) for r in range(nr) for k in snapshots if not done[r, k]]:
-        values["w2"][r, k], values["w2_sq_bound"][r, k] = w2.w2_certified(Y[k, r], Z[k, r])
+        values["w2"][r, k], values["w2_sq_bound"][r, k] = w2.w2_certified(Y[r, k], Z[r, k])
         done[r, k] = True
         if ckpt is not None:
             ckpt.save(values, done)
@@ -101,13 +101,13 @@ def _exact_w2_loop(name, beta, Y, Z, exact_at, checkpoint_path):
 def stage_distances(name, experiment, root_seed, matrices_path, tokens_path, zero_path, parts, output):
     """Stack the per-β distances along ``beta`` and add the zero-temperature curves; write distances.nc."""
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
-    Z = io.read_netcdf(zero_path, "zero_temperature")["positions"].values
-    nt, nr = Z.shape[:2]
-    w0 = np.array([[w2.w2_to_projection(Z[k, r], X0[r], M.E1) for k in range(nt)] for r in range(nr)])
+    Z = io.read_netcdf(zero_path, "zero_temperature")["positions"].values  # (replica, time, token, dim)
+    nr, nt = Z.shape[:2]
+    w0 = np.array([[w2.w2_to_projection(Z[r, k], X0[r], M.E1) for k in range(nt)] for r in range(nr)])
     ds = datasets.distances_dataset(
         [io.read_netcdf(p, "distances_beta") for p in parts],
         w0,
-        _eigenspace_distances(np.swapaxes(Z, 0, 1), M, datasets.ZERO_SUFFIX),
+        _eigenspace_distances(Z, M, datasets.ZERO_SUFFIX),
     )
     log.info("%s: distances collected for beta = %s", name, ds.beta.values.tolist())
     io.write_netcdf(ds, output, "distances", io.provenance(name, experiment, root_seed))

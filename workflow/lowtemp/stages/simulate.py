@@ -39,8 +39,8 @@ def _simulate_with_checkpoint(field, X0, grid, method, tolerance, label, checkpo
         progress,
         tolerance=tolerance,
     )
-    drift = record.drift
-    k, r = np.unravel_index(np.argmax(drift), drift.shape)
+    drift = record.drift  # (replica, time)
+    r, k = np.unravel_index(np.argmax(drift), drift.shape)
     log.info(
         "%s: %s, %d field evaluations, %d accepted and %d rejected steps; largest norm drift of a step "
         "before renormalisation %.3e (snapshot interval ending at t = %g, replica %d; the run stops above %g)",
@@ -49,7 +49,7 @@ def _simulate_with_checkpoint(field, X0, grid, method, tolerance, label, checkpo
         record.evaluations.sum(),
         record.accepted.sum(),
         record.rejected.sum(),
-        drift[k, r],
+        drift[r, k],
         grid.times[k],
         r,
         integrate.DRIFT_TOLERANCE,
@@ -92,12 +92,12 @@ def stage_finite_temperature(
         checkpoint_path,
         checkpoint_every,
     )
-    ess = np.stack([field.effective_sample_size(X) for X in positions])
+    ess = field.trajectory_ess(positions)  # (replica, time, token)
     if not np.all(np.isfinite(ess)):
         # a NaN would pass the threshold check below silently (NaN < x is False) and reach the claims
-        k, r, i = np.argwhere(~np.isfinite(ess))[0]
+        r, k, i = np.argwhere(~np.isfinite(ess))[0]
         raise FloatingPointError(
-            f"{name}: beta = {beta:g}: the effective sample size is {ess[k, r, i]} at t = {grid.times[k]:g} "
+            f"{name}: beta = {beta:g}: the effective sample size is {ess[r, k, i]} at t = {grid.times[k]:g} "
             f"(snapshot {k}), replica {r}, token {i} (kernel {kernel}); {int(np.sum(~np.isfinite(ess)))} "
             f"non-finite values in all"
         )
@@ -106,7 +106,7 @@ def stage_finite_temperature(
         "%s: beta = %g: smallest median effective sample size %.1f (judged against ess_threshold by the fit)",
         name,
         beta,
-        float(np.min(np.median(ds["ess_median"].values, axis=1))),
+        float(np.min(np.median(ds["ess_median"].values, axis=0))),
     )
     io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
     checkpoint.discard(ckpt)
@@ -155,7 +155,7 @@ def stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_pa
         log.info("%s: done in %.1f s (%s)", label, _time.perf_counter() - start, solutions[w].info)
     fine, coarse = solutions[width], solutions[2 * width]
     positions, coarse_positions = fine.push_forward(X0), coarse.push_forward(X0)
-    error = np.sqrt(np.mean(np.sum((positions - coarse_positions) ** 2, axis=-1), axis=-1))  # (time, replica)
+    error = np.sqrt(np.mean(np.sum((positions - coarse_positions) ** 2, axis=-1), axis=-1))  # (replica, time)
     ds = datasets.mean_field_dataset(
         positions, error, projection.distance_to_eigenspace(coarse_positions, M.E1), fine, grid, beta, width, depth
     )
@@ -166,7 +166,7 @@ def stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_pa
         width,
         2 * width,
         float(error.max()),
-        float(grid.times[np.argmax(error.max(axis=1))]),
+        float(grid.times[np.argmax(error.max(axis=0))]),
     )
     io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
 
@@ -191,7 +191,7 @@ def stage_zero_temperature(
         checkpoint_every,
     )
     reference = exact.exact_zero_temperature(X0, M.A, M.B, grid.times)
-    error = np.max(np.abs(positions - reference), axis=(1, 2, 3))
+    error = np.max(np.abs(positions - reference), axis=(0, 2, 3))  # per time
     ds = datasets.zero_temperature_dataset(positions, record, reference, error, grid, method, tolerance)
     log.info(
         "%s: zero temperature: max deviation from the exact solution %.3e (at t = %g)", name, error.max(), grid.horizon

@@ -39,7 +39,7 @@ import xarray as xr
 
 from .. import __version__
 from ..dynamics import integrate
-from . import io
+from . import datasets, io
 
 log = logging.getLogger("lowtemp")
 
@@ -128,17 +128,17 @@ class SimulationCheckpoint(_Checkpoint):
             return None
         n_times = self.times.size
         done = ds["positions"].values
-        k = done.shape[0] - 1
-        if done.shape[1:] != tuple(shape) or not 0 <= k < n_times:
+        k = done.shape[-3] - 1 if done.ndim >= 3 else -1
+        if done.shape != integrate.trajectory_shape(shape, k + 1) or not 0 <= k < n_times:
             log.warning(
-                "checkpoint %s has shape %s, expected (<=%d, %s); starting from t = 0",
+                "checkpoint %s has shape %s, expected %s with at most %d snapshots; starting from t = 0",
                 self.path,
                 done.shape,
+                integrate.trajectory_shape(shape, k + 1),
                 n_times,
-                tuple(shape),
             )
             return None
-        shapes = {"norm_drift": done.shape[:2]} | {f"record_{f}": done.shape[:1] for f in integrate.FIELDS[1:]}
+        shapes = {"norm_drift": done.shape[:-2]} | {f"record_{f}": (k + 1,) for f in integrate.FIELDS[1:]}
         if any(v not in ds or ds[v].shape != s for v, s in shapes.items()):
             log.warning(
                 "checkpoint %s has no integrator record %s (an older version wrote it); starting from t = 0",
@@ -163,8 +163,8 @@ class SimulationCheckpoint(_Checkpoint):
         done = record.truncated(k)
         ds = xr.Dataset(
             {
-                "positions": (("time", "replica", "token", "dim"), out[: k + 1]),
-                "norm_drift": (("time", "replica"), done.drift),
+                "positions": (datasets.TRAJECTORY, out[..., : k + 1, :, :]),
+                "norm_drift": (datasets.CURVE, done.drift),
             }
             | {f"record_{f}": (("time",), getattr(done, f)) for f in integrate.FIELDS[1:]},
             coords={"time": self.times[: k + 1]},
@@ -174,7 +174,7 @@ class SimulationCheckpoint(_Checkpoint):
 
     def __call__(self, k: int, out: np.ndarray, record: integrate.StepRecord) -> None:
         """Snapshot hook for ``integrate.simulate``: save if the interval has passed (never after the last)."""
-        if k == out.shape[0] - 1:
+        if k == out.shape[-3] - 1:
             return  # the stage writes the output next; a checkpoint of the complete run would be redundant
         if self.clock() - self._last >= self.every_seconds:
             self.save(k, out, record)

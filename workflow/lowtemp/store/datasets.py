@@ -32,6 +32,10 @@ from ..dynamics import integrate
 from ..model import matrices
 from . import io
 
+#: a trajectory and a curve in the package's one layout (``layout.ORDER``)
+TRAJECTORY = ("replica", "time", "token", "dim")
+CURVE = ("replica", "time")
+
 
 # ------------------------------------------------------------------ matrices.nc
 def matrices_dataset(M: matrices.AttentionMatrices) -> xr.Dataset:
@@ -118,9 +122,9 @@ def _positions_dataset(
     per_interval = "over the steps from the previous snapshot to this one (0 at t = 0)"
     ds = xr.Dataset(
         {
-            "positions": (("time", "replica", "token", "dim"), positions, io.attrs(description)),
+            "positions": (TRAJECTORY, positions, io.attrs(description)),
             "norm_drift": (
-                ("time", "replica"),
+                CURVE,
                 record.drift,
                 io.attrs(
                     "largest | |x| - 1 | of any token after an accepted integrator step and before "
@@ -144,7 +148,7 @@ def _positions_dataset(
         },
         coords={
             "time": ("time", grid.times, io.attrs("time t (depth of the infinite-depth transformer)", "1")),
-            "replica": np.arange(positions.shape[1]),
+            "replica": np.arange(positions.shape[0]),
         },
     )
     ds.attrs.update(integrator=method, step=grid.step)
@@ -157,15 +161,15 @@ def finite_temperature_dataset(
     positions, record, ess, grid: integrate.TimeGrid, beta: float, method: str, tolerance: float | None, kernel: str
 ) -> xr.Dataset:
     """finite_temperature/beta<β>.nc: positions, the integrator's record, and the median and 5th
-    percentile over tokens of the effective sample size ``ess`` (time, replica, token)."""
+    percentile over tokens of the effective sample size ``ess`` (replica, time, token)."""
     ds = _positions_dataset(positions, grid, "token positions at finite temperature", record, method, tolerance)
     ds["ess_median"] = (
-        ("time", "replica"),
+        CURVE,
         np.median(ess, axis=-1),
         io.attrs("median over tokens of the effective sample size 1/sum_j w_ij^2"),
     )
     ds["ess_p05"] = (
-        ("time", "replica"),
+        CURVE,
         np.percentile(ess, 5, axis=-1),
         io.attrs("5th percentile over tokens of the effective sample size"),
     )
@@ -178,11 +182,11 @@ def mean_field_dataset(
     positions, error, coarse_dist_A, solution, grid: integrate.TimeGrid, beta: float, width: float, depth: float
 ) -> xr.Dataset:
     """finite_temperature/beta<β>.nc of a mean-field experiment: the reference's push-forward of the initial
-    tokens (time, replica, token, dim) in place of particle positions, with the reference's error estimate
-    (time, replica), the coarser reference's distance to E1(A), and no ESS (NaN: no finite sample)."""
-    nt, nr = positions.shape[:2]
+    tokens (replica, time, token, dim) in place of particle positions, with the reference's error estimate
+    (replica, time), the coarser reference's distance to E1(A), and no ESS (NaN: no finite sample)."""
+    nr, nt = positions.shape[:2]
     record = integrate.StepRecord(
-        np.zeros((nt, nr)),
+        np.zeros((nr, nt)),
         np.zeros(nt, dtype=np.int64),
         np.zeros(nt, dtype=np.int64),
         np.zeros(nt, dtype=np.int64),
@@ -193,13 +197,13 @@ def mean_field_dataset(
     )
     for key in ("norm_drift", "field_evaluations", "accepted_steps", "rejected_steps"):
         ds = ds.drop_vars(key)
-    nan = np.full((nt, nr), np.nan)
-    ds["ess_median"] = (("time", "replica"), nan, io.attrs("effective sample size: none for the mean field (NaN)"))
-    ds["ess_p05"] = (("time", "replica"), nan.copy(), io.attrs("effective sample size: none for the mean field (NaN)"))
+    nan = np.full((nr, nt), np.nan)
+    ds["ess_median"] = (CURVE, nan, io.attrs("effective sample size: none for the mean field (NaN)"))
+    ds["ess_p05"] = (CURVE, nan.copy(), io.attrs("effective sample size: none for the mean field (NaN)"))
     for key, value in REFERENCE_VARIABLES.items():
         ds[key] = (
-            ("time", "replica"),
-            {"reference_error": error, "reference_dist_leading_A": coarse_dist_A}[key].reshape(nt, nr),
+            CURVE,
+            {"reference_error": error, "reference_dist_leading_A": coarse_dist_A}[key].reshape(nr, nt),
             value,
         )
     cells = np.sum(solution.owner >= 0, axis=1)
@@ -217,7 +221,7 @@ def mean_field_dataset(
     return ds
 
 
-#: what a mean-field experiment's simulation file adds, carried to distances.nc: (time, replica) there
+#: what a mean-field experiment's simulation file adds (replica, time), carried to distances.nc
 REFERENCE_VARIABLES = {
     "reference_error": io.attrs(
         "root mean square distance between the push-forwards of the same tokens by the mean-field reference at "
@@ -240,7 +244,7 @@ def zero_temperature_dataset(
         positions, grid, "token positions at zero temperature (Eq. 3, integrated)", record, method, tolerance
     )
     ds["positions_exact"] = (
-        ("time", "replica", "token", "dim"),
+        TRAJECTORY,
         reference,
         io.attrs("exact time-changed solution e^{s(t)A}x0/|e^{s(t)A}x0|"),
     )
@@ -274,16 +278,14 @@ ZERO_SUFFIX = "_zero_temperature"
 
 def distances_beta_dataset(curves: dict[str, np.ndarray], finite: xr.Dataset) -> xr.Dataset:
     """distances/beta<β>.nc: the (replica, time) ``curves`` named in ``DISTANCE_ATTRS`` and the ESS of
-    the finite-temperature file ``finite`` (whose time, replica and beta coordinates it takes)."""
+    the finite-temperature file ``finite`` (whose replica, time and beta coordinates it takes)."""
     ds = xr.Dataset(
-        {k: (("replica", "time"), v, DISTANCE_ATTRS[k]) for k, v in curves.items()},
+        {k: (CURVE, v, DISTANCE_ATTRS[k]) for k, v in curves.items()},
         coords={"time": finite["time"], "replica": finite["replica"], "beta": finite["beta"]},
     )
-    ds["ess_median"] = (("replica", "time"), finite["ess_median"].values.T, finite["ess_median"].attrs)
-    ds["ess_p05"] = (("replica", "time"), finite["ess_p05"].values.T, finite["ess_p05"].attrs)
-    for key in REFERENCE_VARIABLES:  # a mean-field experiment's error estimate
+    for key in ("ess_median", "ess_p05", *REFERENCE_VARIABLES):  # the ESS, or a mean-field experiment's error
         if key in finite:
-            ds[key] = (("replica", "time"), finite[key].values.T, finite[key].attrs)
+            ds[key] = finite[key]
     return ds
 
 
@@ -294,10 +296,10 @@ def distances_dataset(
     zero-temperature eigenspace distances (names ending in ``ZERO_SUFFIX``), all float64."""
     ds = xr.concat(parts, dim="beta").sortby("beta")
     ds = ds.drop_attrs()
-    ds["w2_zero_to_projection"] = (("replica", "time"), w2_zero_to_projection, DISTANCE_ATTRS["w2_zero_to_projection"])
+    ds["w2_zero_to_projection"] = (CURVE, w2_zero_to_projection, DISTANCE_ATTRS["w2_zero_to_projection"])
     for key, val in zero_eigenspace.items():
         ds[key] = (
-            ("replica", "time"),
+            CURVE,
             val,
             io.attrs(DISTANCE_ATTRS[key.replace(ZERO_SUFFIX, "")]["long_name"] + ", zero temperature"),
         )

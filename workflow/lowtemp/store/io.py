@@ -20,8 +20,10 @@ import numpy as np
 import xarray as xr
 
 from .. import __version__
+from . import layout
 
-SCHEMA_VERSION = 1
+#: 2: trajectories are stored (replica, time, token, dim), every file in ``layout.ORDER``
+SCHEMA_VERSION = 2
 ENGINE = "h5netcdf"
 
 #: fault injection for the test suite only: seconds to wait between a complete
@@ -90,8 +92,10 @@ def atomic_path(path: str | os.PathLike):
 
 
 def write_netcdf(ds: xr.Dataset, path: str | os.PathLike, kind: str, provenance: dict) -> Path:
-    """Write ``ds`` atomically (``atomic_path``) with schema, kind and provenance."""
+    """Write ``ds`` atomically (``atomic_path``) with schema, kind and provenance; LayoutError (before anything
+    is written) if its dimensions are out of the package's one order (``layout.ORDER``)."""
     path = Path(path)
+    layout.require_canonical(ds, kind)
     ds = ds.copy()
     ds.attrs = _clean_attrs(
         {

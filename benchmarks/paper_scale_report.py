@@ -1,0 +1,202 @@
+"""docs/paper_scale_results.md from a finished paper-scale run: what `make paper-scale-report` writes.
+
+    python benchmarks/paper_scale_report.py results --markdown docs/paper_scale_results.md --images docs/img
+
+Everything in the page is read from the run's outputs: the claims (``results/claims_summary.md``, the rows of
+the ``paper_scale`` experiment), the particle-number study (``convergence.nc``: W2 per N, departure times,
+the budget), the fit's per-β resolution (``fit.nc``), every job's wall time and memory against the resource
+model's estimate (``benchmarks/estimate_cost.py --measured``, from Snakemake's ``benchmarks/*.tsv``), the wall
+time of the whole run (first to last timestamp of the job logs), the commit of the repository the results
+folder sits in and this machine's CPU (``lscpu``: run it on the machine that ran the experiment). The W2 and
+convergence figures are copied next to it. The files are read by name with xarray, so a run written by an
+earlier schema version is reported as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+NAME = "paper_scale"
+#: the times at which the particle-number table shows W2 (those beyond the horizon are left out)
+TABLE_TIMES = (1.0, 5.0, 8.0, 10.0, 12.0, 15.0, 20.0)
+#: a job log line starts with a timestamp "YYYY-MM-DD HH:MM:SS,mmm"
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ ")
+FIGURES = ("w2_projection", "collapse", "convergence")
+
+
+def _open(path: Path) -> xr.Dataset:
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        return ds.load()
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def cpu_model() -> str:
+    """The CPU model and core count of this machine (``lscpu``)."""
+    out = _run(["lscpu"])
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs"
+
+
+def commit_of(folder: Path) -> str:
+    """The commit checked out in the repository holding ``folder``, with '+changes' if its tree is dirty."""
+    head = _run(["git", "rev-parse", "--short", "HEAD"], cwd=folder)
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder)
+    return head + ("+changes" if dirty else "")
+
+
+def run_span(logs: Path) -> tuple[datetime, datetime]:
+    """The first and the last timestamp of the experiment's job logs: the run's wall-clock span."""
+    stamps = []
+    for path in sorted(logs.glob("*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            m = STAMP.match(line)
+            if m:
+                stamps.append(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
+    if not stamps:
+        raise SystemExit(f"{logs}: no timestamped log lines; is this a finished run?")
+    return min(stamps), max(stamps)
+
+
+def claims_rows(summary: Path) -> list[str]:
+    """The header and the paper-scale rows of results/claims_summary.md."""
+    lines = summary.read_text().splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    if len(table) < 2:
+        raise SystemExit(f"{summary}: no table")
+    rows = [line for line in table[2:] if line.split("|")[1].strip() == NAME]
+    if not rows:
+        raise SystemExit(f"{summary}: no row of the experiment {NAME!r}")
+    return table[:2] + rows
+
+
+def _num(x: float, fmt: str = ".3g") -> str:
+    return "–" if not np.isfinite(x) else format(float(x), fmt)
+
+
+def particle_table(conv: xr.Dataset) -> list[str]:
+    """Per N: W2(ρ^β_t, Π♯ρ0) mean ± standard error over replicas at TABLE_TIMES, the departure times per replica,
+    the smallest median ESS, and whether the run is the experiment's own."""
+    times = [t for t in TABLE_TIMES if t <= float(conv.time[-1]) + 1e-9]
+    head = ["N", *[f"W2 at t = {t:g}" for t in times], "departure per replica", "smallest median ESS", "run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, n in enumerate(conv.tokens.values):
+        w2 = [
+            f"{_num(conv['w2_mean'].sel(tokens=n, time=t, method='nearest'), '.4f')} ± "
+            f"{_num(conv['w2_sem'].sel(tokens=n, time=t, method='nearest'), '.1e')}"
+            for t in times
+        ]
+        dep = conv["departure_particles"].sel(tokens=n).values
+        cen = conv["departure_censored_particles"].sel(tokens=n).values.astype(bool)
+        deps = ", ".join("> horizon" if c else _num(d, ".2f") for d, c in zip(dep, cen))
+        ess = float(np.nanmin(conv["ess_particles"].sel(tokens=n).values))
+        own = "the experiment's" if conv["reused_run"].values[i] else "fresh"
+        lines.append("| " + " | ".join([str(int(n)), *w2, deps, _num(ess, ".2f"), own]) + " |")
+    return lines
+
+
+def budget_lines(conv: xr.Dataset, fit: xr.Dataset) -> list[str]:
+    """The particle-number budget at the experiment's N and what the fit made of it, per β."""
+    lo, hi = (float(v) for v in conv["departure_slope_per_doubling"].values)
+    out = [
+        f"- W2 budget at N = {int(conv.tokens.values[-1])}: the 95 % upper bound of the remaining N error is "
+        f"{_num(float(conv['w2_budget_ratio']))} × W2 at its largest over 0 < t ≤ "
+        f"{_num(float(conv['budget_window_end']), '.2f')} (the earliest departure of any N and replica).",
+        f"- Departure time per doubling of N: 95 % interval [{_num(lo)}, {_num(hi)}].",
+    ]
+    for b in fit.beta.values:
+        f = fit.sel(beta=b)
+        if not bool(f["particle_budget_measured"]):
+            continue
+        out.append(
+            f"- β = {float(b):g}: W2 budget {'met' if bool(f['particle_budget_w2_resolved']) else 'not met'} "
+            f"(ratio {_num(float(f['particle_budget_w2_ratio']))}), departure budget "
+            f"{'met' if bool(f['particle_budget_departure_resolved']) else 'not met'}; the W2 budget's own power "
+            f"law projects it met at N ≈ {_num(float(f['particle_budget_tokens_needed']), '.3g')}."
+        )
+    return out
+
+
+def cost_table(config: list[Path], results: Path) -> list[str]:
+    """The resource model's estimate of every job beside what it took (``estimate_cost.py --measured``)."""
+    script = Path(__file__).with_name("estimate_cost.py")
+    out = _run([sys.executable, str(script), *map(str, config), "--measured", str(results)])
+    return ["    " + line for line in out.splitlines()]
+
+
+def report(results: Path, config: list[Path], images: Path, markdown: Path) -> str:
+    exp = results / NAME
+    conv, fit = _open(exp / "convergence.nc"), _open(exp / "fit.nc")
+    start, end = run_span(exp / "logs")
+    images.mkdir(parents=True, exist_ok=True)
+    shown = []
+    for fig in FIGURES:
+        src = exp / "figures" / f"{fig}.png"
+        if src.is_file():
+            dst = images / f"paper_scale_{fig}.png"
+            shutil.copyfile(src, dst)
+            shown.append(f"![{fig}]({dst.relative_to(markdown.parent).as_posix()})")
+    betas = ", ".join(f"{float(b):g}" for b in fit.beta.values)
+    lines = [
+        "# The paper-scale run: results",
+        "",
+        "Generated by `make paper-scale-report` from the outputs of `make paper-scale-beta1000` (or `make",
+        "paper-scale`); do not edit by hand. What the run is and why it is sized so: docs/paper_scale.md.",
+        "",
+        f"- Commit of the run: {commit_of(results)}; CPU: {cpu_model()}.",
+        f"- β = {betas}; N = {int(conv.tokens.values[-1])} tokens × {fit.sizes['replica']} replicas; "
+        f"particle-number study at β = {float(conv.attrs.get('beta', np.nan)):g} over N = "
+        f"{', '.join(str(int(n)) for n in conv.tokens.values)}.",
+        f"- Wall time: {(end - start).total_seconds() / 3600:.2f} h from the first to the last job log line "
+        f"({start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC).",
+        "",
+        "## Claims",
+        "",
+        *claims_rows(results / "claims_summary.md"),
+        "",
+        "## Particle-number study",
+        "",
+        *particle_table(conv),
+        "",
+        *budget_lines(conv, fit),
+        "",
+        "## Figures",
+        "",
+        *shown,
+        "",
+        "## Cost: the resource model's estimate against each job",
+        "",
+        *cost_table(config, results),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, help="the finished run's results folder")
+    ap.add_argument(
+        "--config", type=Path, nargs="+", default=[Path("config/paper_scale.yaml")], help="the run's config files"
+    )
+    ap.add_argument("--markdown", type=Path, default=Path("docs/paper_scale_results.md"))
+    ap.add_argument("--images", type=Path, default=Path("docs/img"))
+    args = ap.parse_args(argv)
+    text = report(args.results, args.config, args.images, args.markdown)
+    args.markdown.write_text(text)
+    print(f"wrote {args.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
