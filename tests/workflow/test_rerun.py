@@ -23,9 +23,11 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lowtemp.config import experiment as lowtemp_experiment
-from lowtemp.config import params
+from lowtemp.config import params, studies
 from lowtemp.stages import convergence, figures
 from lowtemp.stages import distances as distances_stage
 from lowtemp.stages import fit as fit_stage
@@ -62,6 +64,48 @@ def _schema_paths(node, prefix=""):
         out.add(prefix + key)
         out |= _schema_paths(sub, f"{prefix}{key}.")
     return out
+
+
+def _with_betas(exp, betas, beta=None):
+    out = copy.deepcopy(exp)
+    out["betas"] = list(betas)
+    out["convergence"] = {} if beta is None else {"beta": beta}
+    return out
+
+
+def test_the_convergence_slice_holds_only_the_study_beta(test_config):
+    """The studies depend on the betas only through the study's β and whether it is one of them (reused run):
+    adding or removing another β leaves the slice, so the rule's params, unchanged; a change of the study's β,
+    or its removal from the betas, changes it. Without the narrowing every β edit would rerun the studies."""
+    exp = validated(test_config)["experiments"]["tiny"]
+
+    def betas_of(betas, beta=None):
+        return params.stage_slice(_with_betas(exp, betas, beta), "convergence")["betas"]
+
+    assert betas_of([5, 50], 50) == betas_of([5, 20, 50], 50) == betas_of([50], 50) == [50]
+    assert betas_of([5, 20], 50) == []  # the study's β is no longer run: its run cannot be reused
+    assert betas_of([5, 50]) == [50] and betas_of([5, 50, 80]) == [80]  # the default β is the largest
+    unnarrowed = {k: v for k, v in _with_betas(exp, [5, 20, 50], 50).items() if k in params.STAGE_KEYS["convergence"]}
+    assert params.canonical(unnarrowed)["betas"] != betas_of([5, 20, 50], 50)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    betas=st.lists(st.sampled_from([1.0, 3.0, 10.0, 31.6, 100.0]), min_size=1, max_size=5, unique=True),
+    beta=st.one_of(st.none(), st.sampled_from([3.0, 10.0, 1000.0])),
+)
+def test_the_studies_read_the_same_from_the_narrowed_slice(betas, beta):
+    """The stage receives the narrowed slice: its settings and its reuse of the experiment's run are those of
+    the whole config."""
+    with open(TEST_CONFIG) as fh:
+        exp = validated(yaml.safe_load(fh))["experiments"]["tiny"]
+    exp = _with_betas(exp, sorted(betas), beta)
+    exp["replicas"] = 4  # enough for the study to reuse the run of its β
+    exp["convergence"]["particles"] = {"tokens": [8, 16, 32, 64], "replicas": 4}
+    narrowed = params.stage_slice(exp, "convergence")
+    full, cut = studies.study_settings("tiny", exp), studies.study_settings("tiny", narrowed)
+    assert full == cut
+    assert studies.reusable_run(exp, full) == studies.reusable_run(narrowed, cut)
 
 
 def test_every_path_of_the_table_is_a_config_key():

@@ -50,7 +50,8 @@ def stage_slice(experiment: Mapping, stage: str) -> dict:
     """The canonical part of one experiment's config that ``stage`` reads (``STAGE_KEYS[stage]``).
 
     A path whose block is present but whose key is not (a default the stage resolves
-    itself) keeps the empty block, so the stage reads it as it would the whole config."""
+    itself) keeps the empty block, so the stage reads it as it would the whole config. A stage whose
+    registry entry narrows its slice (``registry.Stage.narrow``) gets the narrowed one."""
     try:
         paths = STAGE_KEYS[stage]
     except KeyError:
@@ -67,7 +68,8 @@ def stage_slice(experiment: Mapping, stage: str) -> dict:
         else:
             if isinstance(src, Mapping) and leaf in src:
                 dst[leaf] = src[leaf]
-    return canonical(out)
+    spec = registry.STAGES.get(stage)
+    return canonical(spec.narrow(out) if spec is not None and spec.narrow is not None else out)
 
 
 def stage_params(name: str, experiment: Mapping, stage: str, root_seed: int) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from . import costs
+from . import costs, studies
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class Stage:
     plotting: bool = False
     #: the rule ``figure`` only: the keys of each figure, one config slice per figure name
     figure_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: slice -> slice: where a key matters only through a value derived from it, the slice cut down to that
+    #: value (the rule then reruns when, and only when, the value changes); the stage receives the cut slice
+    narrow: Callable[[dict], dict] | None = None
 
 
 STAGES: dict[str, Stage] = {
@@ -82,6 +85,7 @@ STAGES: dict[str, Stage] = {
     "convergence": Stage(
         keys=("betas", "convergence", "dim", "initial_measure", "integrator", "kernel", "replicas", "time", "tokens"),
         cost=costs.convergence_cost,
+        narrow=studies.narrowed_slice,  # betas: only the study's β matters
         threads=2,
         evaluates_field=True,
         default_target=False,

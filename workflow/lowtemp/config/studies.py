@@ -67,6 +67,20 @@ def default_particle_numbers(n: int) -> list[int]:
     return [n, 2 * n, 4 * n, 8 * n]
 
 
+def study_beta(experiment: dict) -> float:
+    """The β of the experiment's studies: ``convergence.beta``, else its largest β."""
+    cfg = experiment.get("convergence") or {}
+    return float(cfg["beta"]) if "beta" in cfg else max(float(b) for b in experiment["betas"])
+
+
+def narrowed_slice(experiment_slice: dict) -> dict:
+    """The convergence stage's config slice with ``betas`` cut to what the studies depend on: the study's β
+    where it is one of the experiment's (its run is then reused, ``reusable_run``), else nothing. So adding or
+    removing another β reruns neither study, and the stage, which reads the slice, computes the same."""
+    beta = study_beta(experiment_slice)
+    return {**experiment_slice, "betas": [b for b in experiment_slice["betas"] if float(b) == beta]}
+
+
 def study_settings(name: str, experiment: dict) -> Settings:
     """The experiment's ``convergence`` block with its defaults resolved; ConfigError names the key.
 
@@ -76,7 +90,7 @@ def study_settings(name: str, experiment: dict) -> Settings:
     cfg = experiment.get("convergence") or {}
     grid = time_grid(experiment)
     interval = grid.horizon / grid.snapshots
-    beta = float(cfg.get("beta", max(float(b) for b in experiment["betas"])))
+    beta = study_beta(experiment)
     if not (np.isfinite(beta) and beta > 0):
         raise ConfigError(f"{where}.beta must be positive and finite, got {beta}")
 
