@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+#: the experiment reported unless ``--experiment`` names another
 NAME = "paper_scale"
 #: the times at which the particle-number table shows W2 (those beyond the horizon are left out)
 TABLE_TIMES = (1.0, 5.0, 8.0, 10.0, 12.0, 15.0, 20.0)
@@ -51,8 +52,11 @@ def cpu_model() -> str:
 
 def commit_of(folder: Path) -> str:
     """The commit checked out in the repository holding ``folder``, with '+changes' if its tree is dirty."""
-    head = _run(["git", "rev-parse", "--short", "HEAD"], cwd=folder)
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder)
+    try:
+        head = _run(["git", "rev-parse", "--short", "HEAD"], cwd=folder)
+        dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return "unknown (the results folder is not in a git checkout)"
     return head + ("+changes" if dirty else "")
 
 
@@ -69,16 +73,22 @@ def run_span(logs: Path) -> tuple[datetime, datetime]:
     return min(stamps), max(stamps)
 
 
-def claims_rows(summary: Path) -> list[str]:
-    """The header and the paper-scale rows of results/claims_summary.md."""
+def claims_rows(summary: Path, name: str) -> list[str]:
+    """The experiment's table of results/claims_summary.md (the section headed by its name)."""
     lines = summary.read_text().splitlines()
-    table = [line for line in lines if line.startswith("|")]
-    if len(table) < 2:
-        raise SystemExit(f"{summary}: no table")
-    rows = [line for line in table[2:] if line.split("|")[1].strip() == NAME]
-    if not rows:
-        raise SystemExit(f"{summary}: no row of the experiment {NAME!r}")
-    return table[:2] + rows
+    try:
+        start = lines.index(f"## {name}")
+    except ValueError:
+        raise SystemExit(f"{summary}: no section for the experiment {name!r}") from None
+    table = []
+    for line in lines[start + 1 :]:
+        if line.startswith("## "):
+            break
+        if line.startswith("|"):
+            table.append(line)
+    if len(table) < 3:
+        raise SystemExit(f"{summary}: the section {name!r} holds no claims table")
+    return table
 
 
 def _num(x: float, fmt: str = ".3g") -> str:
@@ -135,8 +145,11 @@ def cost_table(config: list[Path], results: Path) -> list[str]:
     return ["    " + line for line in out.splitlines()]
 
 
-def report(results: Path, config: list[Path], images: Path, markdown: Path) -> str:
-    exp = results / NAME
+def report(results: Path, config: list[Path], images: Path, markdown: Path, name: str = NAME) -> str:
+    """The page's markdown; copies the figures into ``images`` (named paper_scale_<figure>.png)."""
+    exp = results / name
+    if not (exp / "convergence.nc").is_file() or not (exp / "fit.nc").is_file():
+        raise SystemExit(f"{exp}: no convergence.nc or fit.nc; run the experiment with its studies first")
     conv, fit = _open(exp / "convergence.nc"), _open(exp / "fit.nc")
     start, end = run_span(exp / "logs")
     images.mkdir(parents=True, exist_ok=True)
@@ -163,7 +176,7 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path) -> s
         "",
         "## Claims",
         "",
-        *claims_rows(results / "claims_summary.md"),
+        *claims_rows(results / "claims_summary.md", name),
         "",
         "## Particle-number study",
         "",
@@ -191,8 +204,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--markdown", type=Path, default=Path("docs/paper_scale_results.md"))
     ap.add_argument("--images", type=Path, default=Path("docs/img"))
+    ap.add_argument("--experiment", default=NAME, help=f"the experiment to report (default {NAME})")
     args = ap.parse_args(argv)
-    text = report(args.results, args.config, args.images, args.markdown)
+    text = report(args.results, args.config, args.images, args.markdown, args.experiment)
     args.markdown.write_text(text)
     print(f"wrote {args.markdown}")
     return 0

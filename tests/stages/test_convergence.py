@@ -6,6 +6,8 @@ against a naive reference, the settings' errors, and the rule through Snakemake.
 from __future__ import annotations
 
 import copy
+import importlib.util
+import re
 import subprocess
 
 import matplotlib.image
@@ -13,7 +15,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
+from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
@@ -326,7 +328,7 @@ def _snakemake(work, cfg, *args, timeout=600):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     work = tmp_path_factory.mktemp("convergence")
-    proc = _snakemake(work, _config(), "convergence_all")
+    proc = _snakemake(work, _config(), "all", "convergence_all")  # the studies, and the fit and claims on them
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return work
 
@@ -334,6 +336,37 @@ def run(tmp_path_factory):
 def _open(path):
     with xr.open_dataset(path, engine="h5netcdf") as ds:
         return ds.load()
+
+
+@pytest.mark.e2e
+def test_the_paper_scale_report_is_generated_from_a_finished_run(run, tmp_path):
+    """benchmarks/paper_scale_report.py on the module's run (experiment tiny): the claims table is the run's
+    claims_summary section, the particle-number table has one row per N with W2 at t = 1 as convergence.nc holds
+    it, the figures are copied, the cost table lists every job. A results folder without the studies is refused
+    by name."""
+    spec = importlib.util.spec_from_file_location("paper_scale_report", ROOT / "benchmarks" / "paper_scale_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    cfg_path = tmp_path / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(_config()))
+    page = tmp_path / "docs" / "results.md"
+    text = report.report(run / "results", [cfg_path], tmp_path / "docs" / "img", page, "tiny")
+    summary = (run / "results" / "claims_summary.md").read_text()
+    claims = [line for line in text.splitlines() if line.startswith("| `")]
+    assert len(claims) == 6 and all(line in summary for line in claims)
+    conv = _open(run / "results" / "tiny" / "convergence.nc")
+    rows = [line for line in text.splitlines() if re.match(r"\| (8|16|32|64) \|", line)]
+    assert [int(r.split("|")[1]) for r in rows] == [8, 16, 32, 64]
+    for row, n in zip(rows, (8, 16, 32, 64)):
+        assert f"{float(conv['w2_mean'].sel(tokens=n, time=1.0)):.4f} ±" in row.split("|")[2]
+    assert "(tiny/finite" not in text and "img/paper_scale_w2_projection.png" in text
+    assert (tmp_path / "docs" / "img" / "paper_scale_w2_projection.png").stat().st_size > 1000
+    assert "finite_temperature" in text and "convergence" in text.split("## Cost")[1]
+    assert "Wall time: " in text and "CPU: " in text
+    empty = tmp_path / "empty"
+    (empty / "tiny").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="no convergence.nc or fit.nc"):
+        report.report(empty, [cfg_path], tmp_path / "img", page, "tiny")
 
 
 @pytest.mark.e2e
