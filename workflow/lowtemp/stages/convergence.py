@@ -332,6 +332,108 @@ def _particle_study(
     return np.stack(w2), np.stack(dist_A), np.stack(ess), reused, grid, used
 
 
+def _step_study_values(label, experiment, S, M, X0) -> tuple[dict, str]:
+    """The step-halving (and tolerance) study's values of convergence.nc, logged per integrator, and the kernel
+    its finite-β runs used."""
+    methods = study_methods(experiment)
+    runs, reference, step_kernel = _step_study(label, experiment, S, M, X0)
+    diff = np.stack([successive_differences(r) for r in runs["finite"]])  # (integrator, pair, time)
+    zero_diff = np.stack([successive_differences(r) for r in runs["zero"]])
+    zero_err = np.stack([errors_against(r, reference) for r in runs["zero"]])  # (integrator, level, time)
+    w2_diff = np.max(np.abs(runs["w2"][:, :-1] - runs["w2"][:, 1:]), axis=2)  # over replicas
+    nominal = np.array([nominal_order(m) for m in methods], dtype=float)
+    for i, m in enumerate(methods):
+        log.info(
+            "%s: %s at beta = %g: |X_h - X_h/2| = %s, observed order %s (nominal %d); W2 order %s; field "
+            "evaluations %s",
+            label,
+            m,
+            S.beta,
+            np.array2string(diff[i, 0], precision=3),
+            np.array2string(observed_order(diff[i, 0], diff[i, 1]), precision=2),
+            nominal[i],
+            np.array2string(observed_order(w2_diff[i, 0], w2_diff[i, 1]), precision=2),
+            runs["evaluations"][i].tolist(),
+        )
+        log.info(
+            "%s: %s at zero temperature: error vs exact %s, observed orders %s",
+            label,
+            m,
+            np.array2string(zero_err[i], precision=3),
+            np.array2string(observed_order(zero_err[i, :-1], zero_err[i, 1:]), precision=2),
+        )
+    return {
+        "position_difference": diff,
+        "position_order": observed_order(diff[:, 0], diff[:, 1]),
+        "position_error_estimate": richardson_error(diff[:, 0], nominal[:, None]),
+        "w2_projection_steps": runs["w2"],
+        "w2_difference": w2_diff,
+        "w2_order": observed_order(w2_diff[:, 0], w2_diff[:, 1]),
+        "zero_position_difference": zero_diff,
+        "zero_position_order": observed_order(zero_diff[:, 0], zero_diff[:, 1]),
+        "zero_error_vs_exact": zero_err,
+        "zero_order_vs_exact": observed_order(zero_err[:, :-1], zero_err[:, 1:]),
+        "nominal_order": nominal,
+        "tolerance": runs["tolerance"],
+        "field_evaluations": np.asarray(runs["evaluations"], np.float64),
+        "zero_field_evaluations": np.asarray(runs["zero_evaluations"], np.float64),
+    }, step_kernel
+
+
+def _particle_study_values(name, label, experiment, root_seed, S, M, finite_path, checkpoint_dir, checkpoint_every):
+    """The particle-number study's values of convergence.nc and its budget at the experiment's N (logged, with a
+    warning where the remaining N error may exceed W2), its grid, budget exponents and the kernels of its runs."""
+    pa = S.particles
+    if finite_path is not None and not reusable_run(experiment, S):
+        finite_path = None
+    w2, dist_A, ess, reused, grid, particle_kernels = _particle_study(
+        name, label, experiment, root_seed, S, M, finite_path, checkpoint_dir, checkpoint_every
+    )
+    stats = replica_statistics(w2)
+    budget = particle_budget_of(pa.tokens, w2, dist_A, grid, int(experiment["tokens"]), M)
+    log.info(
+        "%s: W2(rho^beta_t, Pi_# rho0) at N = %d: remaining N error <= %.3g x W2 (95%% bound, p in [%g, %g], "
+        "t in (0, %g], before the earliest departure); departure time per doubling of N in [%.3g, %.3g] "
+        "(95%%)",
+        label,
+        int(experiment["tokens"]),
+        budget["w2_budget_ratio"],
+        *particle_budget.P_RANGE,
+        budget["budget_window_end"],
+        *budget["departure_slope_per_doubling"],
+    )
+    if not budget["w2_budget_ratio"] <= 1.0:
+        log.warning(
+            "%s: at beta = %g the remaining N error of W2 may exceed W2 itself at N = %d: the particle "
+            "system does not stand for the mean field there",
+            label,
+            S.beta,
+            int(experiment["tokens"]),
+        )
+
+    values = {
+        "w2_projection_particles": w2,
+        "ess_particles": ess,
+        "reused_run": np.asarray(reused, dtype=np.float64),
+        "w2_mean": stats["mean"],
+        "w2_sem": stats["sem"],
+        "w2_min": stats["min"],
+        "w2_max": stats["max"],
+        "dist_leading_A_particles": dist_A,
+        "departure_particles": budget["departure"],
+        "departure_censored_particles": budget["censored"].astype(np.float64),
+        "w2_remaining_bound": budget["w2_remaining_bound"],
+        "w2_budget_exponent": budget["w2_budget_exponent"],
+        "w2_remaining_bound_per_exponent": budget["w2_bound_per_exponent"],
+        "w2_at_tokens": budget["w2_at_tokens"],
+        "w2_budget_ratio": budget["w2_budget_ratio"],
+        "budget_window_end": budget["budget_window_end"],
+        "departure_slope_per_doubling": budget["departure_slope_per_doubling"],
+        "departure_slope_bound": budget["departure_slope_bound"],
+    }
+    return values, grid, budget["budget_exponents"], particle_kernels
+
+
 def stage_convergence(
     name,
     experiment,
@@ -368,33 +470,7 @@ def stage_convergence(
         st.replicas,
         list(st.times),
     )
-    runs, reference, step_kernel = _step_study(label, experiment, S, M, X0)
-    methods = study_methods(experiment)
-    diff = np.stack([successive_differences(r) for r in runs["finite"]])  # (integrator, pair, time)
-    zero_diff = np.stack([successive_differences(r) for r in runs["zero"]])
-    zero_err = np.stack([errors_against(r, reference) for r in runs["zero"]])  # (integrator, level, time)
-    w2_diff = np.max(np.abs(runs["w2"][:, :-1] - runs["w2"][:, 1:]), axis=2)  # over replicas
-    nominal = np.array([nominal_order(m) for m in methods], dtype=float)
-    for i, m in enumerate(methods):
-        log.info(
-            "%s: %s at beta = %g: |X_h - X_h/2| = %s, observed order %s (nominal %d); W2 order %s; field "
-            "evaluations %s",
-            label,
-            m,
-            S.beta,
-            np.array2string(diff[i, 0], precision=3),
-            np.array2string(observed_order(diff[i, 0], diff[i, 1]), precision=2),
-            nominal[i],
-            np.array2string(observed_order(w2_diff[i, 0], w2_diff[i, 1]), precision=2),
-            runs["evaluations"][i].tolist(),
-        )
-        log.info(
-            "%s: %s at zero temperature: error vs exact %s, observed orders %s",
-            label,
-            m,
-            np.array2string(zero_err[i], precision=3),
-            np.array2string(observed_order(zero_err[i, :-1], zero_err[i, 1:]), precision=2),
-        )
+    step_values, step_kernel = _step_study_values(label, experiment, S, M, X0)
     log.info("%s: step halving done, %.1f s elapsed", label, _time.perf_counter() - start)
 
     log.info(
@@ -405,77 +481,19 @@ def stage_convergence(
         pa.replicas,
         pa.horizon,
     )
-    if finite_path is not None and not reusable_run(experiment, S):
-        finite_path = None
-    w2, dist_A, ess, reused, grid, particle_kernels = _particle_study(
+    particle_values, grid, budget_exponents, particle_kernels = _particle_study_values(
         name, label, experiment, root_seed, S, M, finite_path, checkpoint_dir, checkpoint_every
     )
-    stats = replica_statistics(w2)
-    budget = particle_budget_of(pa.tokens, w2, dist_A, grid, int(experiment["tokens"]), M)
-    log.info(
-        "%s: W2(rho^beta_t, Pi_# rho0) at N = %d: remaining N error <= %.3g x W2 (95%% bound, p in [%g, %g], "
-        "t in (0, %g], before the earliest departure); departure time per doubling of N in [%.3g, %.3g] "
-        "(95%%)",
-        label,
-        int(experiment["tokens"]),
-        budget["w2_budget_ratio"],
-        *particle_budget.P_RANGE,
-        budget["budget_window_end"],
-        *budget["departure_slope_per_doubling"],
-    )
-    if not budget["w2_budget_ratio"] <= 1.0:
-        log.warning(
-            "%s: at beta = %g the remaining N error of W2 may exceed W2 itself at N = %d: the particle "
-            "system does not stand for the mean field there",
-            label,
-            S.beta,
-            int(experiment["tokens"]),
-        )
-
-    values = {
-        "position_difference": diff,
-        "position_order": observed_order(diff[:, 0], diff[:, 1]),
-        "position_error_estimate": richardson_error(diff[:, 0], nominal[:, None]),
-        "w2_projection_steps": runs["w2"],
-        "w2_difference": w2_diff,
-        "w2_order": observed_order(w2_diff[:, 0], w2_diff[:, 1]),
-        "zero_position_difference": zero_diff,
-        "zero_position_order": observed_order(zero_diff[:, 0], zero_diff[:, 1]),
-        "zero_error_vs_exact": zero_err,
-        "zero_order_vs_exact": observed_order(zero_err[:, :-1], zero_err[:, 1:]),
-        "nominal_order": nominal,
-        "tolerance": runs["tolerance"],
-        "field_evaluations": np.asarray(runs["evaluations"], np.float64),
-        "zero_field_evaluations": np.asarray(runs["zero_evaluations"], np.float64),
-        "w2_projection_particles": w2,
-        "ess_particles": ess,
-        "reused_run": np.asarray(reused, dtype=np.float64),
-        "w2_mean": stats["mean"],
-        "w2_sem": stats["sem"],
-        "w2_min": stats["min"],
-        "w2_max": stats["max"],
-        "dist_leading_A_particles": dist_A,
-        "departure_particles": budget["departure"],
-        "departure_censored_particles": budget["censored"].astype(np.float64),
-        "w2_remaining_bound": budget["w2_remaining_bound"],
-        "w2_budget_exponent": budget["w2_budget_exponent"],
-        "w2_remaining_bound_per_exponent": budget["w2_bound_per_exponent"],
-        "w2_at_tokens": budget["w2_at_tokens"],
-        "w2_budget_ratio": budget["w2_budget_ratio"],
-        "budget_window_end": budget["budget_window_end"],
-        "departure_slope_per_doubling": budget["departure_slope_per_doubling"],
-        "departure_slope_bound": budget["departure_slope_bound"],
-    }
     ds = datasets.convergence_dataset(
-        values,
-        methods=methods,
+        step_values | particle_values,
+        methods=study_methods(experiment),
         steps=halving_steps(st.dt),
         check_times=st.times,
         step_replicas=st.replicas,
         tokens=pa.tokens,
         replicas=pa.replicas,
         times=grid.times,
-        budget_exponents=budget["budget_exponents"],
+        budget_exponents=budget_exponents,
         attrs=dict(
             beta=S.beta,
             step_tokens=st.tokens,
