@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report cluster-expansion test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ paper-scale-beta1000: $(STAMP)
 PAPER_SCALE_CONFIG ?= config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml
 paper-scale-report: $(STAMP)
 	$(BIN)/python benchmarks/paper_scale_report.py results --config $(PAPER_SCALE_CONFIG)
+
+## cluster-expansion: docs/cluster_expansion.md, whether a per-cluster expansion of the softmax would pay off on the
+## finished paper-scale run's own snapshots (docs/kernels.md)
+cluster-expansion: $(STAMP)
+	$(BIN)/python benchmarks/cluster_expansion.py --finite $(wildcard results/paper_scale/finite_temperature/beta*.nc) \
+		--matrices results/paper_scale/matrices.nc --markdown docs/cluster_expansion.md
 
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)

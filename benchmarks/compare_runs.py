@@ -71,7 +71,8 @@ def main(argv=None):
         n = a.sizes["token"] * a.sizes["replica"]
         weight = n * n if "finite" in rel else n
         work_b, work_a = work_b + eb * weight, work_a + ea * weight
-        diff = float(np.abs(a["positions"].values - b["positions"].values).max())
+        # aligned by dimension name: a run written before the layout change stores (time, replica, token, dim)
+        diff = float(np.abs(a["positions"] - b["positions"].transpose(*a["positions"].dims)).max())
         out.append(f"| {rel} | {eb:.0f} | {ea:.0f} | {ea / eb:.3f} | {diff:.2e} |")
     out += ["", f"Evaluations weighted by their work: ratio {work_a / work_b:.3f} ({work_b / work_a:.2f}× fewer).", ""]
     for f in sorted(glob.glob(f"{after}/results/*/fit.nc")):

@@ -92,7 +92,9 @@ def claims_rows(summary: Path, name: str) -> list[str]:
 
 
 def _num(x: float, fmt: str = ".3g") -> str:
-    return "–" if not np.isfinite(x) else format(float(x), fmt)
+    """``x`` formatted; "inf" for an unbounded value, "–" for none."""
+    x = float(x)
+    return "–" if np.isnan(x) else ("inf" if np.isinf(x) else format(x, fmt))
 
 
 def particle_table(conv: xr.Dataset) -> list[str]:
