@@ -22,8 +22,6 @@ pipeline's numbers inherit.
 from __future__ import annotations
 
 import argparse
-import platform
-import subprocess
 import time
 
 import numpy as np
@@ -38,14 +36,6 @@ from lowtemp.store import io
 
 #: (integrator, tolerance relative to the default) of every run; None: fixed step
 RUNS = (("rk4", None), ("euler", None), ("dopri5", 1.0), ("dopri5", 10.0), ("bs3", 1.0), ("bs3", 10.0))
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration, subprocess.SubprocessError):
-        return platform.processor() or "unknown CPU"
 
 
 def run_one(field, X0, grid, method, tolerance):
@@ -82,7 +72,7 @@ def main(argv=None):
     lines = [
         f"# Integrators on `{args.experiment}` (N = {args.tokens}, {args.replicas} replicas, horizon "
         f"{grid.horizon:g}, {grid.snapshots} snapshots, dt = {grid.step:g}; reference rk4 at dt/{args.refine}; "
-        f"default tolerance 1e-3/sqrt(N) = {tol0:.3g}); {cpu_name()}",
+        f"default tolerance 1e-3/sqrt(N) = {tol0:.3g}); {io.cpu_name()}",
         "",
         "| beta | integrator | evaluations | vs rk4 | steps (rejected) | wall time vs rk4 | max W2 error | "
         "max rms position error |",
@@ -122,7 +112,7 @@ def main(argv=None):
         replicas=args.replicas,
         refine=args.refine,
         default_tolerance=tol0,
-        cpu=cpu_name(),
+        cpu=io.cpu_name(),
     )
     io.write_netcdf(ds, args.out, "bench", io.provenance(args.experiment, exp, cfg["root_seed"]))
     if args.markdown:

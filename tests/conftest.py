@@ -8,6 +8,7 @@ against an independent computation, not against itself.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import re
 import subprocess
 import sys
@@ -31,6 +32,15 @@ SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 #: Spectrum and conditioning used throughout (the tiny config's spectral family).
 EIGENVALUES_OF_A = [1.5, 0.5, 0.25]
 SIGMA_MIN, SIGMA_MAX = 0.8, 1.25
+
+
+def benchmark_module(name: str):
+    """A script of benchmarks/ imported as a module (registered, so its dataclasses resolve their annotations)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def spectral_matrices(seed: int = 0, d: int = 3, eigenvalues=None) -> matrices.AttentionMatrices:

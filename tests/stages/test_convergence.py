@@ -6,7 +6,6 @@ against a naive reference, the settings' errors, and the rule through Snakemake.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import re
 import subprocess
 
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, spectral_matrices, validated
+from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, benchmark_module, random_unit, spectral_matrices, validated
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
@@ -344,9 +343,7 @@ def test_the_paper_scale_report_is_generated_from_a_finished_run(run, tmp_path):
     claims_summary section, the particle-number table has one row per N with W2 at t = 1 as convergence.nc holds
     it, the figures are copied, the cost table lists every job. A results folder without the studies is refused
     by name."""
-    spec = importlib.util.spec_from_file_location("paper_scale_report", ROOT / "benchmarks" / "paper_scale_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = benchmark_module("paper_scale_report")
     cfg_path = tmp_path / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(_config()))
     page = tmp_path / "docs" / "results.md"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import benchmark_module
 
 from lowtemp.store import io
 
@@ -20,10 +21,7 @@ HAS_ORTOOLS = importlib.util.find_spec("ortools") is not None
 
 
 def _bench_w2_module():
-    spec = importlib.util.spec_from_file_location("bench_w2", ROOT / "benchmarks" / "bench_w2.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("bench_w2")
 
 
 def test_bench_quick_writes_table(tmp_path):
@@ -298,21 +296,13 @@ def test_integrator_bench_reports_every_scheme_against_the_reference(tmp_path):
     assert md.read_text().count("\n| 10 |") == len(runs)
 
 
-def _cluster_expansion_module():
-    spec = importlib.util.spec_from_file_location("cluster_expansion", ROOT / "benchmarks" / "cluster_expansion.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through the module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_cluster_expansion_equals_the_dense_field_where_its_order_suffices():
     """benchmarks/cluster_expansion.py on two antipodal clusters of radius 1e-4 at β = 1000 (r ≈ 0.1): the
     expansion's field equals kernels.dense_field to rounding; the same clouds spread to radius 0.05 (r ≈ 50, the
     input that must fail) have no finite order, and an expansion forced to a low order there is far off."""
     from lowtemp.dynamics import kernels
 
-    ce = _cluster_expansion_module()
+    ce = benchmark_module("cluster_expansion")
     rng = np.random.default_rng(3)
     u = np.array([0.6, 0.0, 0.8])
     B = np.diag([1.0, 0.8, 0.6])

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
+import subprocess
 import time
 from pathlib import Path
 
@@ -132,6 +134,31 @@ def read_netcdf(path: str | os.PathLike, kind: str | None = None) -> xr.Dataset:
     if kind is not None and ds.attrs.get("lowtemp_kind") != kind:
         raise NetCDFSchemaError(f"{path}: holds {ds.attrs.get('lowtemp_kind')!r}, expected {kind!r}")
     return ds
+
+
+def cpu_name() -> str:
+    """This machine's CPU model (``lscpu``), for benchmarks and generated reports: a time means little without
+    the machine it was measured on (provenance holds no host facts, so two runs compare equal anywhere)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def checkout_commit(folder: str | os.PathLike) -> str:
+    """The short commit of the git checkout holding ``folder``, '+changes' when its tracked files differ from
+    it, or a sentence saying there is none (for generated reports)."""
+    try:
+        run = dict(capture_output=True, text=True, timeout=10, check=True, cwd=folder)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], **run).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not in a git checkout)"
+    return head + ("+changes" if dirty else "")
 
 
 def read_provenance(ds: xr.Dataset) -> dict:
