@@ -95,8 +95,8 @@ test-slurm: $(STAMP)
 test-container: $(STAMP)
 	bash tests/container/run.sh
 
-## bench: kernel, integrator and W2 benchmarks (tables on stdout, results/bench/bench.nc, integrators.nc (its table also
-## in docs/integrators_bench.md) and w2.nc); the W2 solvers side by
+## bench: kernel, integrator, mean-field solver and W2 benchmarks (tables on stdout, results/bench/bench.nc,
+## integrators.nc (its table also in docs/integrators_bench.md), docs/mean_field_bench.md and w2.nc); the W2 solvers side by
 ## side at N = 2048 ... 65536 with per-solve peak memory, OR-tools' assignment (the `truth` extra of pyproject.toml,
 ## installed here) as the independent truth up to 16384 (about an hour on 2 cores, most of it POT and OR-tools)
 TRUTH := ortools==9.15.6755
@@ -104,6 +104,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-input '$(TRUTH)'
 	$(BIN)/python benchmarks/bench_kernels.py --out results/bench/bench.nc
 	$(BIN)/python benchmarks/bench_integrators.py --out results/bench/integrators.nc --markdown docs/integrators_bench.md
+	$(BIN)/python benchmarks/bench_meanfield.py --markdown docs/mean_field_bench.md
 	$(BIN)/python benchmarks/bench_w2.py --sizes 2048 4096 16384 65536 --memory --truth-max 16384 --job-share results --out results/bench/w2.nc
 
 clean:

@@ -195,6 +195,121 @@ def _tangential_softmax_errors(slopes: bool):
     return effect, np.sum((got - exact) * tangent, axis=1)
 
 
+def longdouble_circle_means(edges, masses, kappa, alpha, slopes):
+    """Reference in extended precision: every cell at the plain rule's rate κ + 1 with twice its pieces and 16
+    points each, the position in the cell from the node's offset, every cell scaled by the largest exponent."""
+    L = np.longdouble
+    x, w = np.polynomial.legendre.leggauss(16)
+    x, w = x.astype(L), w.astype(L)
+    log_density = np.log(masses) - np.log(np.diff(edges))
+    parts = []
+    for k in range(masses.size):
+        lo, width = L(edges[k]), L(edges[k + 1]) - L(edges[k])
+        pieces = int(np.ceil((kappa + 1) * float(width) / 4.0)) + 1
+        h = width / pieces
+        offset = ((np.arange(pieces, dtype=L)[:, None] + (1 + x[None, :]) / 2) * h).ravel()
+        weight = np.tile(h / 2 * w, pieces) * (1 + L(slopes[k]) * (2 * offset / width - 1))
+        parts.append((L(log_density[k]) + L(kappa) * np.cos(lo + offset - L(alpha)), weight, lo + offset))
+    peak = max(p[0].max() for p in parts)
+    total = np.zeros(3, dtype=L)
+    for exponent, weight, theta in parts:
+        f = weight * np.exp(exponent - peak)
+        total += [f.sum(), (f * np.cos(theta)).sum(), (f * np.sin(theta)).sum()]
+    return (total[1:] / total[0]).astype(float)
+
+
+def _clustered_circle(seed, tiny):
+    """Cells as a solve leaves them: two clusters of 20 cells `tiny` rad wide, 2.5 rad apart and far from angle 0,
+    each with a Gaussian profile (so its cells have slopes) and half the mass; 60 wide cells elsewhere with a
+    density falling by up to e^{−30}."""
+    rng = np.random.default_rng(seed)
+    centre = rng.uniform(2.5, 3.1)
+    first, second = centre + tiny * np.arange(21), centre + 2.5 + tiny * np.arange(21)
+    gap_a = np.sort(rng.uniform(first[-1] + 0.01, second[0] - 0.01, 30))
+    gap_b = np.sort(rng.uniform(second[-1] + 0.01, first[0] + 2 * np.pi - 0.01, 30))
+    edges = np.concatenate([first, gap_a, second, gap_b, [first[0] + 2 * np.pi]])
+    profile = np.exp(-0.5 * (np.arange(20) / 5.0 - 2.0) ** 2)
+    profile /= profile.sum() * tiny
+    tails = np.exp(-30 * rng.uniform(0, 1, (2, 31)))
+    density = np.concatenate([profile, tails[0], profile, tails[1]])
+    masses = density * np.diff(edges)
+    return edges, masses / masses.sum()
+
+
+@pytest.mark.parametrize("kappa", [10.0, 11437.0])
+def test_circle_softmax_is_exact_in_cells_far_thinner_than_their_angle(kappa):
+    """Two clusters of cells 1e-7 rad wide at ϑ ≈ 3 and 5.5 (contracted clusters reach that): the means agree with
+    an extended-precision reference to 1e-14. The input discriminates: the position in a cell taken as
+    (ϑ − lo)/width, as the solver once did, is off by 1e-9 relative there (asserted below), which shifted weight
+    between the clusters and moved the means by 5.3e-12 at κ = 10."""
+    edges, masses = _clustered_circle(3, 1e-7)
+    red = reduction.reduce(np.eye(2) * kappa, np.eye(2))
+    slopes = mf.density_slopes(red, edges, masses)
+    alphas = np.array([edges[10] + 0.3, edges[10] - 0.01, 1.0])
+    for fast in (True, False):
+        got = mf.softmax_means(red, edges, masses, 1.0, alphas, fast=fast)
+        want = np.array([longdouble_circle_means(edges, masses, kappa, a, slopes) for a in alphas])
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+    lo = edges[10]
+    offset = 1e-7 * (1 + np.polynomial.legendre.leggauss(2)[0]) / 2
+    assert np.max(np.abs(((lo + offset) - lo) / 1e-7 - offset / 1e-7)) > 1e-10
+
+
+def test_circle_softmax_counts_the_curvature_at_the_peak():
+    """A cell 2e-4 rad wide holding the kernel's peak at κ = 11 437: the slope there is zero, but e^{κ cos} is a
+    Gaussian of curvature κ, and the rule must count it (``CURVATURE_FACTOR``). Against the extended-precision
+    reference to 1e-14; the two-point rule that the slope alone would choose is off by more than 1e-11."""
+    kappa = 11437.0
+    edges, masses = _clustered_circle(5, 2e-4)
+    red = reduction.reduce(np.eye(2) * kappa, np.eye(2))
+    slopes = mf.density_slopes(red, edges, masses)
+    alpha = edges[10] + 0.4e-4
+    got = mf.softmax_means(red, edges, masses, 1.0, np.array([alpha]))[0]
+    np.testing.assert_allclose(got, longdouble_circle_means(edges, masses, kappa, alpha, slopes), rtol=0, atol=1e-14)
+    x, w = np.polynomial.legendre.leggauss(2)
+    lo, hi = edges[10], edges[11]
+    theta = lo + (hi - lo) * (1 + x) / 2
+    two_point = np.sum(w * np.exp(kappa * (np.cos(theta - alpha) - 1)))
+    exact, _ = integrate.quad(lambda t: np.exp(kappa * (np.cos(t - alpha) - 1)) / ((hi - lo) / 2), lo, hi, epsrel=1e-13)
+    assert abs(two_point / exact - 1) > 1e-11
+
+
+@HYP
+@given(
+    seed=st.integers(0, 2**31),
+    beta=st.one_of(st.floats(0.1, 50), st.floats(50, 3e4)),
+    tiny=st.sampled_from([1e-9, 1e-6, 1e-3]),
+    geometry=st.sampled_from(["circle", "sphere"]),
+)
+def test_the_fast_rule_equals_the_plain_rule(seed, beta, tiny, geometry):
+    """Windows, local rates and the node table (``fast``) change no mean by more than 1e-13 against the plain rule
+    (every kept cell whole at the rate κ + ζ + 1), on clustered cells at any β. The tolerance discriminates: masses
+    changed by 1e-9 relative move the means by more."""
+    rng = np.random.default_rng(seed)
+    if geometry == "circle":
+        edges, masses = _clustered_circle(seed, tiny)
+        red = reduction.reduce(rng.normal(size=(2, 2)) + 2 * np.eye(2), np.eye(2))
+        queries = edges[:-1]
+    else:
+        centre = rng.uniform(0.5, 2.5)
+        inner = centre + tiny * np.arange(-20, 21)
+        edges = np.concatenate(
+            [[0.0], np.sort(rng.uniform(0, inner[0], 20)), inner, np.sort(rng.uniform(inner[-1], np.pi, 20)), [np.pi]]
+        )
+        density = np.concatenate(
+            [np.exp(-30 * rng.uniform(0, 1, 21)), np.full(40, 1.0 / tiny), np.exp(-30 * rng.uniform(0, 1, 21))]
+        )
+        masses = density * mf.cell_measure(reduction.reduce(*axisymmetric(1.0, 1.0, 1.0, 1.0)), edges)
+        masses /= masses.sum()
+        red = reduction.reduce(*axisymmetric(rng.uniform(0.3, 2), rng.uniform(0.3, 2), 1.0, 0.5))
+        queries = edges[1:-1]
+    fast = mf.softmax_means(red, edges, masses, beta, queries, fast=True)
+    plain = mf.softmax_means(red, edges, masses, beta, queries, fast=False)
+    np.testing.assert_allclose(fast, plain, rtol=0, atol=1e-13)
+    moved = masses * (1 + 1e-9 * rng.uniform(-1, 1, masses.size))
+    assert np.abs(mf.softmax_means(red, edges, moved, beta, queries, fast=False) - plain).max() > 1e-13
+
+
 def test_softmax_mean_sees_the_density_gradient_inside_a_cell():
     """At large β the kernel is narrower than a cell, and the softmax mean moves along the circle by the density's
     gradient (order 1/κ): with the cells' linear reconstruction the error in that shift is at most 5 % of its

@@ -322,3 +322,31 @@ def test_cluster_expansion_equals_the_dense_field_where_its_order_suffices():
     wide = ce.analyse_clusters(spread, B, beta, 1.0, 1e-14)  # one link wide enough to take each whole cluster
     assert len(wide.clusters) == 2 and not ce.usable(wide, 12, 64) and np.isinf(wide.order_all).any()
     assert ce.expansion_order(50.0, 1e-14) == float("inf") and ce.expansion_order(0.1, 1e-14) <= 8
+
+
+def test_meanfield_bench_solves_both_rules_to_the_same_tokens(tmp_path):
+    """bench_meanfield on the tiny mean-field experiment: one row per β, the two rules' tokens within 1e-10 (the
+    fast rule changes no mean by more than 1e-13), and a time ratio that is a positive number."""
+    out = tmp_path / "mf.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_meanfield.py"),
+            "--config",
+            str(ROOT / "config" / "test.yaml"),
+            "--horizon",
+            "0.5",
+            "--markdown",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if line.startswith("| tiny")]
+    assert rows, out.read_text()
+    for row in rows:
+        ratio, distance = float(row[5]), float(row[6])
+        assert ratio > 0 and distance <= 1e-10, row
