@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     M = build_matrices(name, experiment, root_seed)  # what the matrices stage writes
     w2, dist_A, ess, _, grid, kernels = convergence._particle_study(
-        name, f"{name} ess scaling", experiment, root_seed, S, M
+        name, f"{name} ess scaling", experiment, root_seed, S, M, S.beta
     )
     seconds = time.perf_counter() - start
     worst = ess.min(axis=1)  # (N, time): the smaller replica's median ESS

@@ -83,6 +83,21 @@ def _num(x: float, fmt: str = ".3g") -> str:
     return "–" if np.isnan(x) else ("inf" if np.isinf(x) else format(x, fmt))
 
 
+def by_beta(conv: xr.Dataset) -> list[xr.Dataset]:
+    """convergence.nc's particle-number study at each of its β (a file of one study β has no beta dimension)."""
+    if "beta" not in conv.dims:
+        conv = conv.expand_dims(beta=[float(conv.attrs["beta"])])
+    return [conv.isel(beta=j) for j in range(conv.sizes["beta"])]
+
+
+def particle_sections(conv: xr.Dataset, fit: xr.Dataset) -> list[str]:
+    """Per β of the particle-number study: its table and its budget."""
+    out = []
+    for study in by_beta(conv):
+        out += [f"### β = {float(study['beta']):g}", "", *particle_table(study), "", *budget_lines(study, fit), ""]
+    return out[:-1]
+
+
 def particle_table(conv: xr.Dataset) -> list[str]:
     """Per N: W2(ρ^β_t, Π♯ρ0) mean ± standard error over replicas at TABLE_TIMES, the departure times per replica,
     the smallest median ESS, and whether the run is the experiment's own."""
@@ -105,7 +120,8 @@ def particle_table(conv: xr.Dataset) -> list[str]:
 
 
 def budget_lines(conv: xr.Dataset, fit: xr.Dataset) -> list[str]:
-    """The particle-number budget at the experiment's N and what the fit made of it, per β."""
+    """The particle-number budget at the experiment's N at one β of the study (``conv`` selected at it) and what
+    the fit made of it there."""
     lo, hi = (float(v) for v in conv["departure_slope_per_doubling"].values)
     out = [
         f"- W2 budget at N = {int(conv.tokens.values[-1])}: the 95 % upper bound of the remaining N error is "
@@ -115,7 +131,7 @@ def budget_lines(conv: xr.Dataset, fit: xr.Dataset) -> list[str]:
     ]
     for b in fit.beta.values:
         f = fit.sel(beta=b)
-        if not bool(f["particle_budget_measured"]):
+        if not bool(f["particle_budget_measured"]) or not np.isclose(float(b), float(conv["beta"])):
             continue
         out.append(
             f"- β = {float(b):g}: W2 budget {'met' if bool(f['particle_budget_w2_resolved']) else 'not met'} "
@@ -157,7 +173,7 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
         "",
         f"- Commit of the run: {io.checkout_commit(results)}; CPU: {io.cpu_name()} ({os.cpu_count()} CPUs).",
         f"- β = {betas}; N = {int(conv.tokens.values[-1])} tokens × {fit.sizes['replica']} replicas; "
-        f"particle-number study at β = {float(conv.attrs.get('beta', np.nan)):g} over N = "
+        f"particle-number study at β = {', '.join(f'{float(s.beta):g}' for s in by_beta(conv))} over N = "
         f"{', '.join(str(int(n)) for n in conv.tokens.values)}.",
         f"- Wall time: {(end - start).total_seconds() / 3600:.2f} h from the first to the last job log line "
         f"({start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC).",
@@ -168,9 +184,7 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
         "",
         "## Particle-number study",
         "",
-        *particle_table(conv),
-        "",
-        *budget_lines(conv, fit),
+        *particle_sections(conv, fit),
         "",
         "## Figures",
         "",

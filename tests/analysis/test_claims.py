@@ -448,30 +448,50 @@ def test_a_particle_budget_decides_for_its_beta_claim_by_claim():
     base = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N)
     w2_vars = ("resolved_early", "resolved_to_departure", "resolved_to_horizon", "temperature_beta_used")
     for w2_ratio in (0.26, np.inf, np.nan):  # above the fraction 0.25; no power law fits; nothing judged
-        fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=_budget(w2_ratio, 0.0))
+        fit = estimates.fit_experiment(
+            "synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(_budget(w2_ratio, 0.0),)
+        )
         assert fit["particle_budget_measured"].values.tolist() == [False, False, True, False]
         for var in w2_vars:
             assert fit[var].values.tolist()[2] is False, (w2_ratio, var)
         np.testing.assert_array_equal(fit["metastable_beta_used"].values, base["metastable_beta_used"].values)
-    slow = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=_budget(0.1, 0.051))
+    slow = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(_budget(0.1, 0.051),))
     assert slow["metastable_beta_used"].values.tolist()[2] is False  # 0.051 > 0.25 × 0.2
     for var in w2_vars:
         np.testing.assert_array_equal(slow[var].values, base[var].values)
-    within = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=_budget(0.25, 0.05))
+    within = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(_budget(0.25, 0.05),))
     for var in (*w2_vars, "metastable_beta_used"):
         np.testing.assert_array_equal(within[var].values, base[var].values)
     # within the budget at an ESS of 1: the budget decides at β = 1000, the ESS rule at the others
     low = synthetic(ess=1.0)
-    fit = estimates.fit_experiment("synthetic", low, M, FIT, THRESHOLD, N, particle_budget=_budget(0.1, 0.0))
+    fit = estimates.fit_experiment("synthetic", low, M, FIT, THRESHOLD, N, particle_budgets=(_budget(0.1, 0.0),))
     assert fit["resolved_to_departure"].values.tolist() == [False, False, True, False]
     assert fit["metastable_beta_used"].values.tolist() == [False, False, True, False]
     # every β outside the budget: nothing stands for the mean field
     every = dist.isel(beta=[2])
-    fit = estimates.fit_experiment("synthetic", every, M, FIT, THRESHOLD, N, particle_budget=_budget(3.7, 0.9))
+    fit = estimates.fit_experiment("synthetic", every, M, FIT, THRESHOLD, N, particle_budgets=(_budget(3.7, 0.9),))
     found = {c.name: c for c in claims.evaluate(every, fit, CFG)}
     assert found["conjecture_1"].status == claims.Status.UNDER_RESOLVED
     assert "particle-number budget exceeded" in found["conjecture_1"].numbers
     assert found["metastable_log_beta"].status == claims.Status.UNDER_RESOLVED
+
+
+def test_budgets_at_several_beta_each_decide_for_their_own_beta():
+    """A study at two β: each budget decides for its own β only, whatever the other says, and fit.nc carries each
+    β's own numbers. Swapping the two budgets' β must swap the verdicts (a budget read at the wrong β fails this)."""
+    low = synthetic(ess=1.0)  # the ESS rule alone would resolve no β
+    betas = low.beta.values
+    met, exceeded = _budget(0.1, 0.0, beta=float(betas[1])), _budget(3.7, 0.0, beta=float(betas[2]))
+    fit = estimates.fit_experiment("synthetic", low, M, FIT, THRESHOLD, N, particle_budgets=(met, exceeded))
+    assert fit["particle_budget_measured"].values.tolist() == [False, True, True, False]
+    assert fit["resolved_to_departure"].values.tolist() == [False, True, False, False]
+    np.testing.assert_array_equal(fit["particle_budget_w2_ratio"].values[1:3], [0.1, 3.7])
+    swapped = (
+        dataclasses.replace(met, beta=float(betas[2])),
+        dataclasses.replace(exceeded, beta=float(betas[1])),
+    )
+    fit = estimates.fit_experiment("synthetic", low, M, FIT, THRESHOLD, N, particle_budgets=swapped)
+    assert fit["resolved_to_departure"].values.tolist() == [False, False, True, False]
 
 
 def test_claims_that_leave_out_a_budgeted_beta_say_what_n_it_would_need():
@@ -480,7 +500,7 @@ def test_claims_that_leave_out_a_budgeted_beta_say_what_n_it_would_need():
     dist = synthetic()
     interval = float(np.min(np.diff(dist.time.values)))
     over = dataclasses.replace(_budget(3.7, 0.9), tokens=N, tokens_needed=1.7e8, slope_interval=(0.5, 0.9))
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=over)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(over,))
     found = {c.name: c for c in claims.evaluate(dist, fit, CFG)}
     for name in ("bound_above_data", "temperature_scaling", "conjecture_1"):
         assert (
@@ -492,25 +512,25 @@ def test_claims_that_leave_out_a_budgeted_beta_say_what_n_it_would_need():
     assert "no N resolves it" in found["metastable_log_beta"].numbers
     assert not any("not judged" in found[f"rate_{r}"].numbers for r in ("early", "late"))
     wide = dataclasses.replace(over, slope_interval=(-0.4, 0.6), slope_bound=0.6)
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=wide)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(wide,))
     assert "more replicas of the study would narrow it" in claims.particles_needed(fit, interval, departure=True)
     no_law = dataclasses.replace(over, tokens_needed=np.inf)
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=no_law)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(no_law,))
     assert "no power law in N fits the study" in claims.particles_needed(fit, interval)
     censored = dataclasses.replace(over, slope_interval=(-0.64, np.inf), slope_bound=np.inf)  # every run arrived
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=censored)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(censored,))
     assert "a longer study horizon would bound it" in claims.particles_needed(fit, interval, departure=True)
     unknown = dataclasses.replace(over, w2_ratio=np.nan, tokens_needed=np.nan)
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=unknown)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(unknown,))
     assert "could not be computed" in claims.particles_needed(fit, interval)
     # at the limit exactly (0.25 of the budget's interval 0.2, which the snapshot spacing equals only to rounding):
     # the fit resolves the departure, and the words follow the fit's verdict
     edge = dataclasses.replace(over, slope_interval=(-0.05, 0.05), slope_bound=0.05)
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=edge)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(edge,))
     assert bool(fit["particle_budget_departure_resolved"].values[2])
     assert claims.particles_needed(fit, interval * (1 - 1e-12), departure=True) == ""
     met = dataclasses.replace(over, w2_ratio=0.1, slope_bound=0.01, tokens_needed=100.0)
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budget=met)
+    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(met,))
     assert claims.particles_needed(fit, interval) == "" == claims.particles_needed(fit, interval, departure=True)
     assert claims.particles_needed(estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N), interval) == ""
 

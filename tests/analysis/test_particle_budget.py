@@ -343,11 +343,13 @@ def test_arrival_that_depends_on_n_is_outside_the_departure_budget():
     )
     measured, _, dep_ok = estimates.particle_budget_verdicts(
         [1000.0],
-        estimates.ParticleBudget(
-            1000.0,
-            0.1,
-            particle_budget.departure_slope_bound(only_largest, cen, slope_interval(only_largest, cen)),
-            0.25,
+        (
+            estimates.ParticleBudget(
+                1000.0,
+                0.1,
+                particle_budget.departure_slope_bound(only_largest, cen, slope_interval(only_largest, cen)),
+                0.25,
+            ),
         ),
         0.25,
     )
@@ -387,14 +389,16 @@ def test_a_real_particle_study_on_the_circle_at_beta_1000_is_outside_the_departu
         experiment = validated(cfg)["experiments"][name]
         S = studies.study_settings(name, experiment)
         M = build_matrices(name, experiment, int(cfg["root_seed"]))
-        w2, dist_A, _, _, grid, _ = convergence._particle_study(name, "test", experiment, int(cfg["root_seed"]), S, M)
+        w2, dist_A, _, _, grid, _ = convergence._particle_study(
+            name, "test", experiment, int(cfg["root_seed"]), S, M, beta
+        )
         results[beta] = convergence.particle_budget_of(S.particles.tokens, w2, dist_A, grid, 1024, M)
     limited = results[1000.0]
     fraction = 0.25 * 0.25  # fit.particle_error_fraction × the snapshot interval
     assert limited["departure_slope_per_doubling"][0] > fraction, limited["departure_slope_per_doubling"]
     measured, w2_ok, dep_ok = estimates.particle_budget_verdicts(
         [10.0, 1000.0],
-        estimates.ParticleBudget(1000.0, limited["w2_budget_ratio"], limited["departure_slope_bound"], 0.25),
+        (estimates.ParticleBudget(1000.0, limited["w2_budget_ratio"], limited["departure_slope_bound"], 0.25),),
         0.25,
     )
     assert measured.tolist() == [False, True] and dep_ok.tolist() == [True, False]

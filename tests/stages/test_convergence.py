@@ -182,6 +182,22 @@ def test_bad_settings_name_the_key(block, match):
         validation.validate_experiment("tiny", exp, 7)
 
 
+def test_a_list_of_study_beta_runs_the_step_study_at_the_largest_and_refuses_repeats():
+    s = studies.study_settings("tiny", _experiment(beta=[50.0, 5.0, 20.0]))
+    assert s.particles.betas == (5.0, 20.0, 50.0) and s.beta == 50.0
+    assert studies.reused_betas(_experiment(beta=[50.0, 20.0]), s) == ()  # 2 replicas < the study's 4
+    for bad in ([], [5.0, 5.0], [5.0, -1.0]):
+        with pytest.raises(ConfigError, match=r"beta"):  # the schema
+            _experiment(beta=bad)
+    exp = _experiment()
+    exp["convergence"] = {"beta": [5.0, 5.0]}  # past the schema
+    with pytest.raises(ConfigError, match=r"experiments\.tiny\.convergence\.beta must be .* without repeats"):
+        studies.study_settings("tiny", exp)
+    exp["convergence"] = {"beta": ["hot"]}
+    with pytest.raises(ConfigError, match=r"experiments\.tiny\.convergence\.beta must be a positive number"):
+        studies.study_settings("tiny", exp)
+
+
 def test_fewer_than_four_particle_replicas_are_refused():
     with pytest.raises(ConfigError, match=r"replicas"):  # the schema: minimum 4
         _experiment(particles={"replicas": 3})
@@ -351,7 +367,8 @@ def test_the_paper_scale_report_is_generated_from_a_finished_run(run, tmp_path):
     summary = (run / "results" / "claims_summary.md").read_text()
     claims = [line for line in text.splitlines() if line.startswith("| `")]
     assert len(claims) == 6 and all(line in summary for line in claims)
-    conv = _open(run / "results" / "tiny" / "convergence.nc")
+    conv = _open(run / "results" / "tiny" / "convergence.nc").sel(beta=5.0)
+    assert "### β = 5" in text
     rows = [line for line in text.splitlines() if re.match(r"\| (8|16|32|64) \|", line)]
     assert [int(r.split("|")[1]) for r in rows] == [8, 16, 32, 64]
     for row, n in zip(rows, (8, 16, 32, 64)):
@@ -378,18 +395,20 @@ def test_convergence_file_contract(run):
     assert ds["tokens"].values.tolist() == [8, 16, 32, 64]
     assert ds["position_difference"].dims == ("integrator", "coarse_step", "check_time")
     assert ds["w2_projection_steps"].dims == ("integrator", "step", "step_replica", "check_time")
-    assert ds["w2_projection_particles"].dims == ("tokens", "replica", "time")
-    assert ds["w2_projection_particles"].shape == (4, 4, 11)
+    assert ds["w2_projection_particles"].dims == ("beta", "tokens", "replica", "time")
+    assert ds["w2_projection_particles"].shape == (1, 4, 4, 11) and ds["beta"].values.tolist() == [5.0]
     for v in ds.data_vars:
         assert ds[v].dtype == np.float64, v
-    assert ds["w2_remaining_bound"].dims == ("time",) and ds["departure_particles"].dims == ("tokens", "replica")
+    assert ds["w2_remaining_bound"].dims == ("beta", "time")
+    assert ds["departure_particles"].dims == ("beta", "tokens", "replica")
+    ds = ds.isel(beta=0)  # the one β of the particle study; the step study's variables have no β dimension
     # the bound is the largest of the per-exponent ones, and the N the fit projects from them is beyond the
     # experiment's N exactly when the budget is exceeded
     per = ds["w2_remaining_bound_per_exponent"].transpose("budget_exponent", "time").values
     finite = np.isfinite(ds["w2_remaining_bound"].values)
     np.testing.assert_array_equal(np.nanmax(per[:, finite], axis=0), ds["w2_remaining_bound"].values[finite])
     for fraction in (0.01, 0.25, 1.0, 100.0):
-        budget = estimates.study_budget(ds, fraction)
+        (budget,) = estimates.study_budgets(ds, fraction)
         assert (budget.tokens_needed > budget.tokens) == (budget.w2_ratio > fraction), (fraction, budget)
     # the orders: RK4 ≈ 4 and Euler ≈ 1 against the exact solution and by Richardson (β = 5, small steps)
     for method, p in (("rk4", 4), ("euler", 1)):
@@ -414,7 +433,7 @@ def test_convergence_file_contract(run):
 @pytest.mark.e2e
 def test_convergence_numbers_recomputed_from_stored_inputs(run):
     res = run / "results" / "tiny"
-    ds = _open(res / "convergence.nc")
+    ds = _open(res / "convergence.nc").sel(beta=5.0)
     mats = _open(res / "matrices.nc")
     M = matrices.check_assumption_1(mats["K"].values, mats["Q"].values, mats["V"].values)
     X0 = _open(res / "initial_tokens.nc")["tokens"].values[:2, :32]
@@ -509,7 +528,7 @@ def test_particle_study_reuses_the_experiments_own_run(tmp_path):
     proc = _snakemake(tmp_path, cfg, "convergence_all")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     res = tmp_path / "results" / "tiny"
-    ds = _open(res / "convergence.nc")
+    ds = _open(res / "convergence.nc").sel(beta=5.0)
     assert ds["reused_run"].values.tolist() == [0.0, 0.0, 0.0, 1.0]
     assert (res / "finite_temperature" / "beta5.nc").is_file()  # the study's input
     assert not (res / "distances.nc").exists()  # convergence_all alone: the default target's outputs were not made
@@ -538,3 +557,32 @@ def test_particle_study_reuses_the_experiments_own_run(tmp_path):
         ds["ess_particles"].sel(tokens=16).values[:, -1], np.median(1.0 / np.sum(w**2, axis=-1), axis=-1), rtol=1e-8
     )
     assert not list((res / "checkpoints").glob("convergence_*")) if (res / "checkpoints").exists() else True
+
+
+@pytest.mark.e2e
+def test_the_particle_study_runs_at_every_beta_of_its_list(tmp_path):
+    """convergence.beta = [5, 50]: one particle-number study per β (convergence.nc's beta dimension), each reusing
+    the experiment's run at its own β for N = tokens, each with its own budget; the step study at the largest.
+    The check can fail: the entries are recomputed from each β's own stored run, and the two β's ESS differ, so a
+    study filed under the wrong β (or one β's run reused for both) does not pass."""
+    cfg = _config({**BLOCK, "beta": [50.0, 5.0]})
+    cfg["experiments"]["tiny"]["replicas"] = 4
+    proc = _snakemake(tmp_path, cfg, "convergence_all")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    res = tmp_path / "results" / "tiny"
+    ds = _open(res / "convergence.nc")
+    assert ds["beta"].values.tolist() == [5.0, 50.0] and float(ds.attrs["beta"]) == 50.0
+    assert ds["reused_run"].values.tolist() == [[0.0, 0.0, 0.0, 1.0]] * 2
+    k = ds.sizes["time"]
+    ess = {}
+    for beta in (5.0, 50.0):
+        fin = _open(res / "finite_temperature" / f"beta{beta:g}.nc")
+        ess[beta] = ds["ess_particles"].sel(beta=beta, tokens=64).values
+        np.testing.assert_array_equal(ess[beta], fin["ess_median"].values[:4, :k])
+    assert not np.allclose(ess[5.0], ess[50.0])
+    budgets = estimates.study_budgets(ds, 0.25)
+    assert [b.beta for b in budgets] == [5.0, 50.0]
+    for b in budgets:
+        assert b.w2_ratio == pytest.approx(float(ds["w2_budget_ratio"].sel(beta=b.beta)))
+    assert "particle number at beta = 5," in (res / "logs" / "convergence.log").read_text()
+    assert "particle number at beta = 50," in (res / "logs" / "convergence.log").read_text()

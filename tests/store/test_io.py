@@ -198,6 +198,7 @@ def test_convergence_dataset_refuses_a_missing_or_unknown_variable():
         replicas=2,
         times=[0.0, 1.0],
         budget_exponents=[0.5],
+        betas=[100.0],
         attrs={},
     )
     with pytest.raises(ValueError, match=r"no value for \['w2_mean'\]"):

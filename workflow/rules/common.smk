@@ -67,13 +67,16 @@ def stage_params(stage):
 
 
 def convergence_reused_run(wildcards):
-    """{"finite": the experiment's run at the study's beta} when the particle-number study reuses it
-    for N = tokens (``lowtemp.config.studies.reusable_run``), else nothing."""
+    """{"finite": the experiment's runs at the particle study's beta} where the study reuses them for N = tokens
+    (``lowtemp.config.studies.reused_betas``), else nothing."""
     exp = EXPERIMENTS[wildcards.experiment]
     settings = lowtemp_studies.study_settings(wildcards.experiment, exp)
-    if not lowtemp_studies.reusable_run(exp, settings):
+    betas = lowtemp_studies.reused_betas(exp, settings)
+    if not betas:
         return {}
-    return {"finite": f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{beta_label(settings.beta)}.nc"}
+    return {
+        "finite": [f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{beta_label(b)}.nc" for b in betas]
+    }
 
 
 def finite_temperature_files(wildcards):
@@ -96,10 +99,10 @@ def figure_labels(wildcards):
 
 
 def convergence_labels(wildcards):
-    """Labels of a convergence figure in the report (β: the one both studies run at)."""
+    """Labels of a convergence figure in the report (β: those the particle-number study runs at)."""
     name = wildcards.experiment
-    beta = lowtemp_studies.study_settings(name, EXPERIMENTS[name]).beta
-    return {"experiment": name, "β": f"{beta:g}", "figure": "convergence"}
+    betas = lowtemp_studies.study_settings(name, EXPERIMENTS[name]).particles.betas
+    return {"experiment": name, "β": ", ".join(f"{b:g}" for b in betas), "figure": "convergence"}
 
 
 def fit_inputs(wildcards):

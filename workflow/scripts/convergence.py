@@ -14,7 +14,7 @@ with joblog.logged(sm.log[0]):
         matrices_path=sm.input.matrices,
         tokens_path=sm.input.tokens,
         output=sm.output[0],
-        finite_path=sm.input.get("finite"),
+        finite_paths=sm.input.get("finite", []),
         checkpoint_dir=sm.params.checkpoints,
         checkpoint_every=sm.config["checkpoint_every_seconds"],
     )

@@ -132,10 +132,17 @@ class ParticleBudget:
     slope_interval: tuple[float, float] = NAN_PAIR  # 95 % interval of the departure's slope per doubling
 
 
-def study_budget(conv: xr.Dataset, fraction: float) -> ParticleBudget:
-    """The ``ParticleBudget`` of convergence.nc's particle-number study, with the N its W2 bound would need to
-    reach ``fraction`` of W2 before the earliest departure (``particle_budget.tokens_needed``)."""
+def study_budgets(conv: xr.Dataset, fraction: float) -> tuple[ParticleBudget, ...]:
+    """The ``ParticleBudget`` of convergence.nc's particle-number study at each of its β, with the N its W2 bound
+    would need to reach ``fraction`` of W2 before the earliest departure (``particle_budget.tokens_needed``)."""
     layout.require_canonical(conv, "convergence")
+    if "beta" not in conv.dims:  # written when the study ran at one β (the attribute): the same numbers, one entry
+        conv = conv.expand_dims(beta=[float(conv.attrs["beta"])])
+    return tuple(_budget_at(conv.isel(beta=i), fraction) for i in range(conv.sizes["beta"]))
+
+
+def _budget_at(conv: xr.Dataset, fraction: float) -> ParticleBudget:
+    """The ``ParticleBudget`` of one β of convergence.nc (``conv`` selected at it)."""
     t = conv["time"].values
     window = (t > 0) & (t <= float(conv["budget_window_end"]))
     n_star = int(conv.attrs["budget_tokens"])
@@ -152,7 +159,7 @@ def study_budget(conv: xr.Dataset, fraction: float) -> ParticleBudget:
         needed = particle_budget.tokens_needed(w2, window, fraction)
     low, high = (float(v) for v in conv["departure_slope_per_doubling"].values)
     return ParticleBudget(
-        beta=float(conv.attrs["beta"]),
+        beta=float(conv["beta"]),
         w2_ratio=float(conv["w2_budget_ratio"]),
         slope_bound=float(conv["departure_slope_bound"]),
         interval=float(np.min(np.diff(t))),
@@ -162,23 +169,33 @@ def study_budget(conv: xr.Dataset, fraction: float) -> ParticleBudget:
     )
 
 
-def particle_budget_verdicts(beta, budget: ParticleBudget | None, fraction: float):
-    """Per β: (measured, W2 resolved, departure resolved) by the particle-number budget.
+def _budget_for(beta: float, budgets) -> ParticleBudget | None:
+    """The budget measured at ``beta``, or None."""
+    for b in budgets or ():
+        if np.isclose(beta, b.beta):
+            return b
+    return None
+
+
+def particle_budget_verdicts(beta, budgets, fraction: float):
+    """Per β: (measured, W2 resolved, departure resolved) by the particle-number budgets (a sequence of
+    ``ParticleBudget``, one per β the study ran at, or None).
 
     A β is resolved for the claims on W2 (``bound_above_data``, ``temperature_scaling``,
     ``conjecture_1``) when the remaining N error's bound is at most ``fraction`` of the W2 it would
     change, and for ``metastable_log_beta`` when the bound on the departure time's slope per doubling
     of N is at most ``fraction`` of the snapshot interval (a slope with no departure to measure, NaN,
-    does not block it). Where nothing was measured (no study, or another β) ``measured`` is False and
+    does not block it). Where nothing was measured (no study at that β) ``measured`` is False and
     the ESS rule decides alone.
     """
     beta = np.asarray(beta, float)
-    measured = np.zeros(beta.size, bool) if budget is None else np.isclose(beta, budget.beta)
-    if budget is None:
-        return measured, np.ones(beta.size, bool), np.ones(beta.size, bool)
-    w2_ok = bool(budget.w2_ratio <= fraction)
-    dep_ok = bool(np.isnan(budget.slope_bound) or budget.slope_bound <= fraction * budget.interval)
-    return measured, np.where(measured, w2_ok, True), np.where(measured, dep_ok, True)
+    found = [_budget_for(b, budgets) for b in beta]
+    measured = np.array([b is not None for b in found], bool)
+    w2_ok = np.array([b is None or bool(b.w2_ratio <= fraction) for b in found], bool)
+    dep_ok = np.array(
+        [b is None or bool(np.isnan(b.slope_bound) or b.slope_bound <= fraction * b.interval) for b in found], bool
+    )
+    return measured, w2_ok, dep_ok
 
 
 @dataclass(frozen=True)
@@ -302,14 +319,15 @@ class Resolution:
         return np.where(self.measured, self.w2_within, ess_min >= self.ess_threshold)
 
 
-def resolution_of(c: Curves, dist: xr.Dataset, M: AttentionMatrices, cfg: dict, ess_threshold: float, budget):
-    """The ``Resolution`` of an experiment's curves (``budget``: its particle-number budget, or None)."""
+def resolution_of(c: Curves, dist: xr.Dataset, M: AttentionMatrices, cfg: dict, ess_threshold: float, budgets):
+    """The ``Resolution`` of an experiment's curves (``budgets``: its particle-number budgets, one per β of the
+    study, or None)."""
     gap = fitting.subspace_gap(M.E1, M.E1_V_real)
     departure, censored = fitting.geometric_departure(c.t, c.dist_A, gap)
     until = fitting.judged_until(c.t, departure, censored, gap)
     judged = fitting.judged_mask(c.t, until)
     fraction = float(cfg["particle_error_fraction"])
-    measured, w2_within, departure_within = particle_budget_verdicts(c.beta, budget, fraction)
+    measured, w2_within, departure_within = particle_budget_verdicts(c.beta, budgets, fraction)
     k_early, _ = _early_snapshot(c.t, c.w2_zero, float(cfg["early_time"]))
     reference = reference_budget(dist, k_early, judged, departure, censored, gap) if "reference_error" in dist else None
     return Resolution(
@@ -472,20 +490,21 @@ def departure_slopes(c: Curves, res: Resolution, ess_to_departure, conf: float) 
     }
 
 
-def budget_values(res: Resolution, budget: ParticleBudget | None) -> dict:
-    """The particle-number budget's numbers at the β where it was measured (NaN elsewhere)."""
+def budget_values(res: Resolution, beta, budgets) -> dict:
+    """The particle-number budgets' numbers at each β where one was measured (NaN elsewhere)."""
     measured = res.measured
+    found = [_budget_for(b, budgets) for b in np.asarray(beta, float)]
 
     def at_measured(value):
-        return np.where(measured, np.nan if budget is None else value(budget), np.nan)
+        return np.array([np.nan if b is None else value(b) for b in found], float)
 
     return {
         "particle_budget_measured": measured,
         "particle_budget_w2_ratio": at_measured(lambda b: b.w2_ratio),
         "particle_budget_departure_slope": at_measured(lambda b: b.slope_bound),
-        "particle_budget_departure_slope_interval": np.where(
-            measured[:, None], np.array(NAN_PAIR if budget is None else budget.slope_interval), np.nan
-        ),
+        "particle_budget_departure_slope_interval": np.array(
+            [NAN_PAIR if b is None else b.slope_interval for b in found], float
+        ).reshape(len(found), 2),
         "particle_budget_w2_resolved": res.w2_within & measured,
         "particle_budget_departure_resolved": res.departure_within & measured,
         "particle_budget_tokens_needed": at_measured(lambda b: b.tokens_needed),
@@ -511,13 +530,13 @@ def fit_experiment(
     cfg: dict,
     ess_threshold: float,
     n_tokens: int,
-    particle_budget: ParticleBudget | None = None,
+    particle_budgets: tuple[ParticleBudget, ...] | None = None,
 ) -> xr.Dataset:
     """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied): the
     estimators' numbers in ``lowtemp.store.datasets.fit_dataset``'s layout.
 
     A β is *resolved* over a window when the particle-number budget measured at it
-    (``particle_budget``, see ``particle_budget_verdicts``) says its N error is within
+    (``particle_budgets``, see ``particle_budget_verdicts``) says its N error is within
     ``fit.particle_error_fraction`` of the claim's tolerance; at a β without a budget, when
     its median ESS stays at or above ``ess_threshold`` there.
     """
@@ -525,7 +544,7 @@ def fit_experiment(
     dist = dist.sortby("beta")
     c = Curves.of(dist)
     conf = float(cfg["confidence"])
-    res = resolution_of(c, dist, M, cfg, ess_threshold, particle_budget)
+    res = resolution_of(c, dist, M, cfg, ess_threshold, particle_budgets)
     ess_to_departure = min_median_ess(c.ess, np.any(res.judged, axis=1))
     resolved_to_departure = res.resolved(
         ess_to_departure, None if res.reference is None else res.reference.to_departure
@@ -538,7 +557,7 @@ def fit_experiment(
         **bound_constants(c, res, decay, resolved_to_departure, cfg, name),
         **temperature,
         **departure_slopes(c, res, ess_to_departure, conf),
-        **budget_values(res, particle_budget),
+        **budget_values(res, c.beta, particle_budgets),
         "resolved_to_departure": resolved_to_departure,
         "ess_min_to_departure": ess_to_departure,
         **reference_values(res.reference),

@@ -253,7 +253,7 @@ def figure_cost(experiment, *, beta=None, matrices=None, threads=1):
 
 def convergence_cost(experiment, *, beta=None, matrices=None, threads=1):
     """Both convergence studies: step halving at h, h/2, h/4 (and the tolerance levels), then the particle-number
-    runs."""
+    runs at each of its β."""
     s = studies.study_settings("experiment", experiment)
     d = int(experiment["dim"])
     interval = s.interval
@@ -287,17 +287,18 @@ def convergence_cost(experiment, *, beta=None, matrices=None, threads=1):
     grid = studies.particle_grid(experiment, s)
     snapshots = grid.snapshots
     evals = integrate.budgeted_evaluations(experiment["integrator"], grid)
-    reused = int(experiment["tokens"]) if studies.reusable_run(experiment, s) else None
-    for n in pa.tokens:
-        seconds += (snapshots + 1) * pa.replicas * w2_cost(n)
-        if n == reused:  # the experiment's own run stands in for this N: read, not simulated
-            continue
-        kernel = field_kernel({**experiment, "tokens": n})
-        speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
-        # evaluations of the run, and one per snapshot for the effective sample size
-        seconds += (evals + snapshots + 1) * pa.replicas * n * n * ns_per_pair(
-            kernel, d
-        ) * 1e-9 / speedup + evals * pa.replicas * n * LINEAR_NS * 1e-9
+    for beta_study in pa.betas:  # the same runs at every β of the particle study
+        reused = int(experiment["tokens"]) if studies.reusable_run(experiment, s, beta_study) else None
+        for n in pa.tokens:
+            seconds += (snapshots + 1) * pa.replicas * w2_cost(n)
+            if n == reused:  # the experiment's own run stands in for this N: read, not simulated
+                continue
+            kernel = field_kernel({**experiment, "tokens": n})
+            speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
+            # evaluations of the run, and one per snapshot for the effective sample size
+            seconds += (evals + snapshots + 1) * pa.replicas * n * n * ns_per_pair(
+                kernel, d
+            ) * 1e-9 / speedup + evals * pa.replicas * n * LINEAR_NS * 1e-9
     n = max(pa.tokens)
     particle_bytes = (snapshots + 1 + 12) * pa.replicas * n * d * _F + (w2_bytes(n) if exact_w2 else 0)
     return max(step_bytes, particle_bytes), seconds

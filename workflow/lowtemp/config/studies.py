@@ -38,18 +38,19 @@ class StepStudy:
 
 @dataclass(frozen=True)
 class ParticleStudy:
-    """The particle-number study: fresh tokens from ρ0 for each N, run on the experiment's step."""
+    """The particle-number study: fresh tokens from ρ0 for each N, run on the experiment's step, at each β."""
 
     tokens: tuple[int, ...]  # N values, increasing
     replicas: int
     horizon: float  # a snapshot time of the experiment
+    betas: tuple[float, ...] = ()  # increasing; the study runs at each (``study_betas``)
 
 
 @dataclass(frozen=True)
 class Settings:
     """Both studies of one experiment, with every default resolved (``study_settings``)."""
 
-    beta: float
+    beta: float  # the step study's: the largest of the particle study's
     interval: float  # the experiment's snapshot interval time.horizon / time.snapshots
     steps: StepStudy
     particles: ParticleStudy
@@ -67,18 +68,27 @@ def default_particle_numbers(n: int) -> list[int]:
     return [n, 2 * n, 4 * n, 8 * n]
 
 
-def study_beta(experiment: dict) -> float:
-    """The β of the experiment's studies: ``convergence.beta``, else its largest β."""
+def study_betas(experiment: dict) -> tuple[float, ...]:
+    """The β of the particle-number study, increasing: ``convergence.beta`` (a number or a list), else the
+    experiment's largest β."""
     cfg = experiment.get("convergence") or {}
-    return float(cfg["beta"]) if "beta" in cfg else max(float(b) for b in experiment["betas"])
+    if "beta" not in cfg:
+        return (max(float(b) for b in experiment["betas"]),)
+    raw = cfg["beta"]
+    return tuple(sorted(float(b) for b in (raw if isinstance(raw, list | tuple) else [raw])))
+
+
+def study_beta(experiment: dict) -> float:
+    """The β of the step study: the largest of ``study_betas`` (the largest β has the stiffest field)."""
+    return max(study_betas(experiment))
 
 
 def narrowed_slice(experiment_slice: dict) -> dict:
-    """The convergence stage's config slice with ``betas`` cut to what the studies depend on: the study's β
-    where it is one of the experiment's (its run is then reused, ``reusable_run``), else nothing. So adding or
+    """The convergence stage's config slice with ``betas`` cut to what the studies depend on: the studies' β
+    that are among the experiment's (their runs are then reused, ``reusable_run``), else nothing. So adding or
     removing another β reruns neither study, and the stage, which reads the slice, computes the same."""
-    beta = study_beta(experiment_slice)
-    return {**experiment_slice, "betas": [b for b in experiment_slice["betas"] if float(b) == beta]}
+    betas = study_betas(experiment_slice)
+    return {**experiment_slice, "betas": [b for b in experiment_slice["betas"] if float(b) in betas]}
 
 
 def study_settings(name: str, experiment: dict) -> Settings:
@@ -90,9 +100,15 @@ def study_settings(name: str, experiment: dict) -> Settings:
     cfg = experiment.get("convergence") or {}
     grid = time_grid(experiment)
     interval = grid.horizon / grid.snapshots
-    beta = study_beta(experiment)
-    if not (np.isfinite(beta) and beta > 0):
-        raise ConfigError(f"{where}.beta must be positive and finite, got {beta}")
+    try:
+        betas = study_betas(experiment)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{where}.beta must be a positive number or a list of them, got {cfg.get('beta')!r}"
+        ) from None
+    if not betas or not all(np.isfinite(b) and b > 0 for b in betas) or len(set(betas)) != len(betas):
+        raise ConfigError(f"{where}.beta must be positive finite numbers without repeats, got {list(betas)}")
+    beta = max(betas)
 
     st = cfg.get("steps") or {}
     h = float(st.get("dt", grid.step))
@@ -151,7 +167,7 @@ def study_settings(name: str, experiment: dict) -> Settings:
         beta=beta,
         interval=interval,
         steps=StepStudy(dt=h, times=times, tokens=n_steps, replicas=r_steps),
-        particles=ParticleStudy(tokens=tuple(numbers), replicas=r_particles, horizon=horizon),
+        particles=ParticleStudy(tokens=tuple(numbers), replicas=r_particles, horizon=horizon, betas=betas),
     )
 
 
@@ -209,11 +225,16 @@ def particle_grid(experiment: dict, S: Settings) -> integrate.TimeGrid:
     )
 
 
-def reusable_run(experiment: dict, S: Settings) -> bool:
-    """Whether the experiment's own run at the study's β can stand for the study's run at N = tokens."""
+def reusable_run(experiment: dict, S: Settings, beta: float) -> bool:
+    """Whether the experiment's own run at ``beta`` can stand for the particle study's run at N = tokens there."""
     pa = S.particles
     return (
         int(experiment["tokens"]) in pa.tokens
         and pa.replicas <= int(experiment["replicas"])
-        and any(float(b) == S.beta for b in experiment["betas"])
+        and any(float(b) == float(beta) for b in experiment["betas"])
     )
+
+
+def reused_betas(experiment: dict, S: Settings) -> tuple[float, ...]:
+    """The particle study's β whose run at N = tokens is the experiment's own (``reusable_run``)."""
+    return tuple(b for b in S.particles.betas if reusable_run(experiment, S, b))

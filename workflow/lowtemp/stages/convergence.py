@@ -275,14 +275,14 @@ def median_ess(positions: np.ndarray, field: kernels.AttentionField) -> np.ndarr
 
 
 def _particle_study(
-    name, label, experiment, root_seed, S, M, finite_path=None, checkpoint_dir=None, checkpoint_every=300.0
+    name, label, experiment, root_seed, S, M, beta, finite_path=None, checkpoint_dir=None, checkpoint_every=300.0
 ):
     pa = S.particles
     grid = particle_grid(experiment, S)
     method = experiment["integrator"]
     w2, dist_A, ess, used, reused = [], [], [], [], []
     for n in pa.tokens:
-        run = f"{label} beta = {S.beta:g}, N = {n}"
+        run = f"{label} beta = {beta:g}, N = {n}"
         if finite_path is not None and n == int(experiment["tokens"]):
             fin = io.read_netcdf(finite_path, "finite_temperature")
             k = grid.times.size
@@ -299,14 +299,14 @@ def _particle_study(
             )
         else:
             X0 = particle_tokens(name, experiment, root_seed, n, pa.replicas)
-            field = _finite_field(experiment, S.beta, M, n)
+            field = _finite_field(experiment, beta, M, n)
             tolerance = integration_tolerance(experiment, n)
             used.append(field.kernel)
             reused.append(False)
             log.info(
                 "%s: %s, %s, kernel %s", run, method, integrate.describe_steps(grid, method, tolerance), field.kernel
             )
-            path = None if checkpoint_dir is None else f"{checkpoint_dir}/convergence_particles_N{n}.nc"
+            path = None if checkpoint_dir is None else f"{checkpoint_dir}/convergence_particles_beta{beta:g}_N{n}.nc"
             positions, _, ckpt = checkpoint.simulate_resumable(
                 field,
                 X0,
@@ -380,22 +380,26 @@ def _step_study_values(label, experiment, S, M, X0) -> tuple[dict, str]:
     }, step_kernel
 
 
-def _particle_study_values(name, label, experiment, root_seed, S, M, finite_path, checkpoint_dir, checkpoint_every):
-    """The particle-number study's values of convergence.nc and its budget at the experiment's N (logged, with a
-    warning where the remaining N error may exceed W2), its grid, budget exponents and the kernels of its runs."""
+def _particle_study_values(
+    name, label, experiment, root_seed, S, M, beta, finite_path, checkpoint_dir, checkpoint_every
+):
+    """The particle-number study's values at one β (one entry of convergence.nc's beta dimension) and its budget at
+    the experiment's N (logged, with a warning where the remaining N error may exceed W2), its grid, budget
+    exponents and the kernels of its runs."""
     pa = S.particles
-    if finite_path is not None and not reusable_run(experiment, S):
+    if finite_path is not None and not reusable_run(experiment, S, beta):
         finite_path = None
     w2, dist_A, ess, reused, grid, particle_kernels = _particle_study(
-        name, label, experiment, root_seed, S, M, finite_path, checkpoint_dir, checkpoint_every
+        name, label, experiment, root_seed, S, M, beta, finite_path, checkpoint_dir, checkpoint_every
     )
     stats = replica_statistics(w2)
     budget = particle_budget_of(pa.tokens, w2, dist_A, grid, int(experiment["tokens"]), M)
     log.info(
-        "%s: W2(rho^beta_t, Pi_# rho0) at N = %d: remaining N error <= %.3g x W2 (95%% bound, p in [%g, %g], "
-        "t in (0, %g], before the earliest departure); departure time per doubling of N in [%.3g, %.3g] "
+        "%s: beta = %g: W2(rho^beta_t, Pi_# rho0) at N = %d: remaining N error <= %.3g x W2 (95%% bound, p in "
+        "[%g, %g], t in (0, %g], before the earliest departure); departure time per doubling of N in [%.3g, %.3g] "
         "(95%%)",
         label,
+        beta,
         int(experiment["tokens"]),
         budget["w2_budget_ratio"],
         *particle_budget.P_RANGE,
@@ -407,7 +411,7 @@ def _particle_study_values(name, label, experiment, root_seed, S, M, finite_path
             "%s: at beta = %g the remaining N error of W2 may exceed W2 itself at N = %d: the particle "
             "system does not stand for the mean field there",
             label,
-            S.beta,
+            beta,
             int(experiment["tokens"]),
         )
 
@@ -434,6 +438,15 @@ def _particle_study_values(name, label, experiment, root_seed, S, M, finite_path
     return values, grid, budget["budget_exponents"], particle_kernels
 
 
+def _finite_runs_by_beta(paths) -> dict[float, str]:
+    """{β: path} of finite-temperature files, each keyed by the β its provenance records."""
+    paths = [paths] if isinstance(paths, str) else list(paths or ())
+    out = {}
+    for path in paths:
+        out[float(io.read_netcdf(path, "finite_temperature")["beta"])] = path
+    return out
+
+
 def stage_convergence(
     name,
     experiment,
@@ -441,13 +454,15 @@ def stage_convergence(
     matrices_path,
     tokens_path,
     output,
-    finite_path=None,
+    finite_paths=(),
     checkpoint_dir=None,
     checkpoint_every=300.0,
 ):
-    """Both studies for one experiment, written to ``convergence.nc``. ``finite_path``: the experiment's
-    finite-temperature file at the study's β, reused for N = tokens (``reusable_run``); ``checkpoint_dir``:
-    where the fresh particle runs keep their checkpoints."""
+    """Both studies for one experiment, written to ``convergence.nc``: the step study at the largest of the
+    particle study's β (attribute ``beta``), the particle-number study at each of them (dimension ``beta``).
+    ``finite_paths``: the experiment's finite-temperature files at those β, reused for N = tokens
+    (``reusable_run``; each file says its β); ``checkpoint_dir``: where the fresh particle runs keep their
+    checkpoints."""
     S = study_settings(name, experiment)
     M = datasets.load_matrices(matrices_path)
     X0 = datasets.load_initial_tokens(tokens_path)
@@ -473,17 +488,25 @@ def stage_convergence(
     step_values, step_kernel = _step_study_values(label, experiment, S, M, X0)
     log.info("%s: step halving done, %.1f s elapsed", label, _time.perf_counter() - start)
 
-    log.info(
-        "%s: particle number at beta = %g, N = %s, %d replicas, horizon %g",
-        label,
-        S.beta,
-        list(pa.tokens),
-        pa.replicas,
-        pa.horizon,
-    )
-    particle_values, grid, budget_exponents, particle_kernels = _particle_study_values(
-        name, label, experiment, root_seed, S, M, finite_path, checkpoint_dir, checkpoint_every
-    )
+    by_beta = _finite_runs_by_beta(finite_paths)
+    per_beta = []
+    for beta in pa.betas:
+        log.info(
+            "%s: particle number at beta = %g, N = %s, %d replicas, horizon %g",
+            label,
+            beta,
+            list(pa.tokens),
+            pa.replicas,
+            pa.horizon,
+        )
+        per_beta.append(
+            _particle_study_values(
+                name, label, experiment, root_seed, S, M, beta, by_beta.get(beta), checkpoint_dir, checkpoint_every
+            )
+        )
+    particle_values = {key: np.stack([v[0][key] for v in per_beta]) for key in per_beta[0][0]}
+    grid, budget_exponents = per_beta[0][1], per_beta[0][2]
+    particle_kernels = sorted({k for v in per_beta for k in v[3]})
     ds = datasets.convergence_dataset(
         step_values | particle_values,
         methods=study_methods(experiment),
@@ -494,6 +517,7 @@ def stage_convergence(
         replicas=pa.replicas,
         times=grid.times,
         budget_exponents=budget_exponents,
+        betas=pa.betas,
         attrs=dict(
             beta=S.beta,
             step_tokens=st.tokens,

@@ -310,13 +310,27 @@ INTEGRATOR_STYLE = {"rk4": ("C0", "RK4"), "euler": ("C3", "Euler"), "dopri5": ("
 
 
 def plot_convergence(conv, experiment):
-    """Left: step halving and tolerance, errors against the step (max over the check times; an adaptive
-    integrator's level k at h/2^k) with the schemes' slopes.
-    Middle: W2(ρ^β_t, Π♯ρ0) against t per N, mean ± 2 sem over replicas (``lowtemp.stages.convergence``).
-    Right: the median effective sample size of the softmax against t per N (smallest over replicas),
-    with the experiment's ``ess_threshold``."""
+    """Top left: step halving and tolerance at the step study's β, errors against the step (max over the check
+    times; an adaptive integrator's level k at h/2^k) with the schemes' slopes.
+    Then one column per β of the particle-number study: on top W2(ρ^β_t, Π♯ρ0) against t per N, mean ± 2 sem over
+    replicas, with the remaining N error's bound (``lowtemp.stages.convergence``); below, the median effective
+    sample size of the softmax against t per N (smallest over replicas), with the experiment's ``ess_threshold``."""
+    if "beta" not in conv.dims:  # written when the particle study ran at one β (the attribute)
+        conv = conv.expand_dims(beta=[float(conv.attrs["beta"])])
+    columns = conv.sizes["beta"]
+    fig, axes = plt.subplots(2, 1 + columns, figsize=(5.5 * (1 + columns), 8.4), squeeze=False)
+    _step_panel(axes[0, 0], conv)
+    axes[1, 0].axis("off")
+    for j in range(columns):
+        _particle_panel(axes[0, 1 + j], conv.isel(beta=j))
+        _ess_panel(axes[1, 1 + j], conv.isel(beta=j), float(experiment["ess_threshold"]))
+    fig.tight_layout()
+    return fig
+
+
+def _step_panel(ax, conv):
+    """The step-halving study (``plot_convergence``)."""
     beta = float(conv.attrs["beta"])
-    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(16.5, 4.4))
     steps, coarse = conv["step"].values, conv["coarse_step"].values
     floor = float(conv.attrs["rounding_floor"])
     for method in conv["integrator"].values:
@@ -369,6 +383,11 @@ def plot_convergence(conv, experiment):
         fontsize=9,
     )
     ax.legend(fontsize=6, loc="lower right")
+
+
+def _particle_panel(bx, conv):
+    """W2 per N at one β of the particle-number study, with the budget's bound (``plot_convergence``)."""
+    beta = float(conv["beta"])
     t = conv["time"].values
     tokens = conv["tokens"].values
     n_budget = int(conv.attrs["budget_tokens"])
@@ -396,7 +415,13 @@ def plot_convergence(conv, experiment):
     )
     bx.set_title(f"Particle number, β = {beta:g}, {conv.sizes['replica']} replicas: {verdict}", fontsize=8)
     bx.legend(fontsize=7)
-    threshold = float(experiment["ess_threshold"])
+
+
+def _ess_panel(cx, conv, threshold):
+    """The median ESS per N at one β of the particle-number study (``plot_convergence``)."""
+    beta = float(conv["beta"])
+    t = conv["time"].values
+    tokens = conv["tokens"].values
     for color, n in zip(_palette(tokens.size), tokens):
         ess = conv["ess_particles"].sel(tokens=n).min("replica").values
         reused = bool(conv["reused_run"].sel(tokens=n)) if "reused_run" in conv else False
@@ -421,8 +446,6 @@ def plot_convergence(conv, experiment):
     cx.set_ylabel("median effective sample size (smallest replica)")
     cx.set_title(f"Softmax resolution per N, β = {beta:g}", fontsize=9)
     cx.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 def stage_convergence_figure(name, experiment, *, convergence_path, pdf, png):

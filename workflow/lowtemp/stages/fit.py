@@ -21,14 +21,14 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     """fit.nc: every constant and interval of the experiment, computed once (``estimates.fit_experiment``).
 
     With ``convergence_path`` (an experiment with a ``convergence`` block), its
-    particle-number budget decides for which claims the study's β is resolved.
+    particle-number budgets decide for which claims each of the study's β is resolved.
     """
     M = datasets.load_matrices(matrices_path)
     ds = io.read_netcdf(distances_path, "distances")
-    budget = None
+    budgets = None
     if convergence_path is not None:
         conv = io.read_netcdf(convergence_path, "convergence")
-        budget = estimates.study_budget(conv, float(experiment["fit"]["particle_error_fraction"]))
+        budgets = estimates.study_budgets(conv, float(experiment["fit"]["particle_error_fraction"]))
     out = estimates.fit_experiment(
         name,
         ds,
@@ -36,7 +36,7 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
         experiment["fit"],
         float(experiment["ess_threshold"]),
         int(experiment["tokens"]),
-        particle_budget=budget,
+        particle_budgets=budgets,
     )
     for line in estimates.describe(out, name):
         log.info("%s", line)
@@ -53,7 +53,8 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
                 ),
             )
             continue
-        if budget is not None and np.isclose(beta, budget.beta):  # the budget decides here, the ESS is a diagnostic
+        budget = next((b for b in budgets or () if np.isclose(beta, b.beta)), None)
+        if budget is not None:  # the budget decides here, the ESS is a diagnostic
             log.info(
                 "%s: beta = %g, N = %d: particle-number budget: remaining N error of W2 <= %.3g x W2 (95%%; "
                 "%.3g x W2 reached at N ~ %.3g), departure time per doubling of N in [%.3g, %.3g]; median ESS "

@@ -372,70 +372,74 @@ CONVERGENCE_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
         "1",
     ),
     "w2_projection_particles": (
-        ("tokens", "replica", "time"),
+        ("beta", "tokens", "replica", "time"),
         "W2(rho^beta_t, Pi_# rho0) for N tokens, fresh initial tokens per N (the experiment's own run where "
         "reused_run is 1), chordal cost",
         "1",
     ),
     "ess_particles": (
-        ("tokens", "replica", "time"),
+        ("beta", "tokens", "replica", "time"),
         "median over tokens of the effective sample size 1/sum_j w_ij^2 of the softmax, per N",
         "1",
     ),
     "reused_run": (
-        ("tokens",),
+        ("beta", "tokens"),
         "1: this N is the experiment's own finite-temperature run at the study's beta (its stored tokens and "
         "positions, the first replicas), not a fresh one",
         "1",
     ),
-    "w2_mean": (("tokens", "time"), "mean over replicas of W2(rho^beta_t, Pi_# rho0)", "1"),
-    "w2_sem": (("tokens", "time"), "standard error over replicas (ddof 1)", "1"),
-    "w2_min": (("tokens", "time"), "minimum over replicas", "1"),
-    "w2_max": (("tokens", "time"), "maximum over replicas", "1"),
+    "w2_mean": (("beta", "tokens", "time"), "mean over replicas of W2(rho^beta_t, Pi_# rho0)", "1"),
+    "w2_sem": (("beta", "tokens", "time"), "standard error over replicas (ddof 1)", "1"),
+    "w2_min": (("beta", "tokens", "time"), "minimum over replicas", "1"),
+    "w2_max": (("beta", "tokens", "time"), "maximum over replicas", "1"),
     "dist_leading_A_particles": (
-        ("tokens", "replica", "time"),
+        ("beta", "tokens", "replica", "time"),
         "distance to measures on E1(A) ∩ S, sqrt(mean(2 - 2|P1 x|)), per N",
         "1",
     ),
     "departure_particles": (
-        ("tokens", "replica"),
+        ("beta", "tokens", "replica"),
         "departure time per N: where the distance to E1(A) rises through end_phase_gap/2, interpolated "
         "between snapshots (NaN: never arrived, or censored)",
         "1",
     ),
-    "departure_censored_particles": (("tokens", "replica"), "1: still metastable at the horizon", "1"),
+    "departure_censored_particles": (("beta", "tokens", "replica"), "1: still metastable at the horizon", "1"),
     "w2_remaining_bound": (
-        ("time",),
+        ("beta", "time"),
         "95% upper bound of |E W2_N - W2_inf| at the experiment's N under E W2_N = W2_inf + a N^-p, p in "
         "budget_exponent_range (inf: no p in the range fits)",
         "1",
     ),
-    "w2_budget_exponent": (("time",), "the exponent p that gave the bound", "1"),
+    "w2_budget_exponent": (
+        ("beta", "time"),
+        "the exponent p that gave the bound",
+        "1",
+    ),
     "w2_remaining_bound_per_exponent": (
-        ("budget_exponent", "time"),
+        ("beta", "budget_exponent", "time"),
         "the bound for each exponent p of the grid (NaN: not kept: rejected, and no kept neighbour); "
         "w2_remaining_bound is the largest",
         "1",
     ),
     "w2_at_tokens": (
-        ("time",),
+        ("beta", "time"),
         "mean W2(rho^beta_t, Pi_# rho0) over replicas at the particle number nearest the experiment's N",
         "1",
     ),
-    "w2_budget_ratio": ((), "largest w2_remaining_bound / w2_at_tokens for 0 < t <= budget_window_end", "1"),
+    "w2_budget_ratio": (("beta",), "largest w2_remaining_bound / w2_at_tokens for 0 < t <= budget_window_end", "1"),
     "budget_window_end": (
-        (),
+        ("beta",),
         "the earliest departure of any N and replica (the horizon if none): the W2 budget's last time",
         "1",
     ),
     "departure_slope_per_doubling": (
-        ("bound",),
+        ("beta", "bound"),
         "95% confidence interval of the slope of the departure time against log2 N (censoring accounted for; "
         "NaN: too few departures)",
         "1",
     ),
     "departure_slope_bound": (
-        (),
+        ("beta",),
         "95% upper bound of |departure slope per doubling of N| (inf: arrival at the metastable phase depends"
         " on N or the draw, or too few departures to measure; NaN: no run arrived)",
         "1",
@@ -454,11 +458,13 @@ def convergence_dataset(
     replicas: int,
     times,
     budget_exponents,
+    betas,
     attrs: dict,
 ) -> xr.Dataset:
     """convergence.nc: the step-halving and tolerance study (dimensions integrator, step or coarse_step,
     check_time; an adaptive integrator's level k is the tolerance that halves its step k times) and the
-    particle-number study (tokens, replica, time); ``values`` holds one array per name of
+    particle-number study (beta, tokens, replica, time: one study per β of ``betas``, its budget's values per β
+    too); ``values`` holds one array per name of
     ``CONVERGENCE_VARIABLES`` (see ``lowtemp.stages.convergence`` for each quantity; a missing or unknown name
     raises ValueError), ``attrs`` the run's settings (β, sizes, kernels, rounding floor, the budget's exponent
     range and confidence)."""
@@ -487,6 +493,7 @@ def convergence_dataset(
             "coarse_step": ("coarse_step", steps[:-1], io.attrs("coarser step h of a pair (h, h/2)", "1")),
             "check_time": ("check_time", np.asarray(check_times), io.attrs("fixed time of the step study", "1")),
             "step_replica": np.arange(step_replicas),
+            "beta": ("beta", np.asarray(betas, dtype=float), io.attrs("inverse temperature of the particle study")),
             "tokens": ("tokens", np.asarray(tokens), io.attrs("number of tokens N")),
             "bound": ["lower", "upper"],
             "replica": np.arange(replicas),
