@@ -285,12 +285,14 @@ def _cell_sums(lo, hi, a, b, slope, kappa, alpha, cmax, zeta, sphere, local, lim
 _ORDERS_NB = _ORDERS.astype(np.int64)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _node_table(edges, slopes, kappa_eff, sphere, limits, nodes, weights, tab_c, tab_s, tab_w, tab_n):
     """Every cell's Gauss–Legendre nodes as one piece, for the largest κ_eff of all queries: (cos ϑ, sin ϑ,
     weight·r(ϑ)·(sin ϑ on S²)) in tab_c, tab_s, tab_w (cell, node) and the order in tab_n; 0 where one piece
-    would not do (κ_eff·width > 2·SUB_HALF_VARIATION). A query then pays one exponential per node there."""
-    for k in prange(slopes.size):
+    would not do (κ_eff·width > 2·SUB_HALF_VARIATION). A query then pays one exponential per node there.
+    Serial: M·12 nodes cost little, and a second parallel region per evaluation would add a second barrier,
+    which costs a scheduler slice whenever the job's threads share their cores with other jobs."""
+    for k in range(slopes.size):
         lo, hi = edges[k], edges[k + 1]
         width = hi - lo
         if kappa_eff * width > 2.0 * SUB_HALF_VARIATION:
