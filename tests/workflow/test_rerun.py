@@ -105,7 +105,7 @@ def test_the_studies_read_the_same_from_the_narrowed_slice(betas, beta):
     narrowed = params.stage_slice(exp, "convergence")
     full, cut = studies.study_settings("tiny", exp), studies.study_settings("tiny", narrowed)
     assert full == cut
-    assert studies.reusable_run(exp, full) == studies.reusable_run(narrowed, cut)
+    assert studies.reused_betas(exp, full) == studies.reused_betas(narrowed, cut)
 
 
 def test_every_path_of_the_table_is_a_config_key():

@@ -74,9 +74,7 @@ def convergence_reused_run(wildcards):
     betas = lowtemp_studies.reused_betas(exp, settings)
     if not betas:
         return {}
-    return {
-        "finite": [f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{beta_label(b)}.nc" for b in betas]
-    }
+    return {"finite": [f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{beta_label(b)}.nc" for b in betas]}
 
 
 def finite_temperature_files(wildcards):
