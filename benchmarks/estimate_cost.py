@@ -19,15 +19,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lowtemp.config import resources, validation
+from lowtemp.config import registry, resources, validation
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def jobs(config: dict, checked: dict, threads: int):
-    """(experiment, job, beta, Estimate) of every job of the config's default target and studies."""
+    """(experiment, job, beta, Estimate) of every job of the config's default target (with the optional stages an
+    experiment turns on, ``registry.target_stages``: the particle runs of ``mean_field.particles``) and studies."""
     for name, exp in config["experiments"].items():
         M = checked[name]
+        particles = "particle_error_beta" in registry.target_stages(exp)
         for beta in exp["betas"]:
             yield (
                 name,
@@ -36,7 +38,14 @@ def jobs(config: dict, checked: dict, threads: int):
                 resources.estimate("finite_temperature", exp, beta=beta, matrices=M, threads=threads),
             )
             yield name, "distances_beta", beta, resources.estimate("distances_beta", exp)
-        for stage in ("zero_temperature", "distances", "fit", "figure"):
+            if particles:
+                yield (
+                    name,
+                    "particle_error_beta",
+                    beta,
+                    resources.estimate("particle_error_beta", exp, beta=beta, matrices=M, threads=threads),
+                )
+        for stage in ("zero_temperature", "distances", "fit", "figure") + (("particle_error",) if particles else ()):
             yield name, stage, None, resources.estimate(stage, exp)
         if "convergence" in exp:
             yield name, "convergence", None, resources.estimate("convergence", exp, matrices=M, threads=threads)

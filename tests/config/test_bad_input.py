@@ -56,6 +56,11 @@ def vmf(**params):
     return tiny(initial_measure={"name": "vmf_mixture", **params})
 
 
+def mean_field_particles(experiment="tiny_mean_field", **block):
+    """The particle runs against the mean-field reference (``mean_field.particles``) set to ``block``."""
+    return lambda cfg: cfg["experiments"][experiment].setdefault("mean_field", {}).update(particles=block)
+
+
 # (id, mutation of the parsed test config, exception, exact message as a regular expression)
 BAD_CONFIGS = [
     (
@@ -321,6 +326,45 @@ BAD_CONFIGS = [
         tiny_in("figures", snapshot_times=[0, 9]),
         ConfigError,
         r"experiments\.tiny\.figures\.snapshot_times: 9 is outside \[0, time\.horizon = 6\.0\]",
+    ),
+    (
+        "particle-numbers-above-tokens",
+        mean_field_particles(tokens=[12, 96]),
+        ConfigError,
+        r"experiments\.tiny_mean_field\.mean_field\.particles\.tokens\.1: 96 is outside \[2, tokens = 48\]: every run "
+        r"starts from the first n of the experiment's 48 initial tokens per replica",
+    ),
+    (
+        "particle-number-not-an-integer",
+        mean_field_particles(tokens=[12, 24.5]),
+        ConfigError,
+        r"config key experiments\.tiny_mean_field\.mean_field\.particles\.tokens\.1: 24\.5 is not of type 'integer'",
+    ),
+    (
+        "particle-numbers-decreasing",
+        mean_field_particles(tokens=[24, 12]),
+        ConfigError,
+        r"experiments\.tiny_mean_field\.mean_field\.particles\.tokens must be increasing without repeats, got "
+        r"\[24, 12\]",
+    ),
+    (
+        "particle-numbers-repeated",
+        mean_field_particles(tokens=[12, 12]),
+        ConfigError,
+        r"config key experiments\.tiny_mean_field\.mean_field\.particles\.tokens: \[12, 12\] has non-unique elements",
+    ),
+    (
+        "particle-runs-without-numbers",
+        mean_field_particles(),
+        ConfigError,
+        r"config key experiments\.tiny_mean_field\.mean_field\.particles: 'tokens' is a required property",
+    ),
+    (
+        "particle-runs-of-a-particles-experiment",
+        mean_field_particles("tiny", tokens=[16, 32]),
+        ConfigError,
+        r"experiments\.tiny\.mean_field\.particles: particle runs are measured against the reference of a model: "
+        r"mean_field experiment, and this one is model: particles",
     ),
     (
         "too-many-tokens-for-memory",

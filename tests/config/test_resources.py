@@ -15,7 +15,7 @@ from conftest import ROOT, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 from conftest import experiment_matrices as matrices_of
 from conftest import resource_experiment as experiment
 
-from lowtemp.config import costs, registry, resources
+from lowtemp.config import costs, registry, resources, validation
 from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.transport import assignment
 
@@ -191,12 +191,34 @@ def test_short_jobs_are_grouped_long_ones_not():
     assert resources.group_of("figure", big) == "figures"
 
 
+def test_particle_runs_are_costed_as_finite_temperature_runs_of_their_size():
+    """particle_error_beta (mean_field.particles): per particle number n, a finite-temperature run of n tokens and R
+    exact W2 of n tokens per exact snapshot (and the coupling bound, linear in n); it holds the reference's
+    push-forward, one run and the largest W2 at once. Without the block it costs nothing; with it, its memory is in
+    the config check's largest job."""
+    exp = experiment(model="mean_field", mean_field={"particles": {"tokens": [1024, 4096]}})
+    data, seconds = costs.particle_error_beta_cost(exp, beta=100.0, threads=2)
+    runs = sum(
+        costs.finite_temperature_cost({**exp, "model": "particles", "tokens": n}, beta=100.0, threads=2)[1]
+        for n in (1024, 4096)
+    )
+    exact = costs.exact_w2_count(exp) * exp["replicas"] * (costs.w2_seconds(1024) + costs.w2_seconds(4096))
+    assert runs + exact <= seconds <= 1.01 * (runs + exact)
+    big = costs.finite_temperature_cost({**exp, "model": "particles"}, beta=100.0, threads=2)[0]
+    assert data >= positions_bytes(exp) + big + costs.w2_bytes(4096)
+    assert costs.particle_error_beta_cost(experiment(model="mean_field"), threads=2) == (0.0, 0.0)
+    assert "particle_error_beta" in registry.target_stages(exp)
+    assert "particle_error_beta" not in registry.target_stages(experiment(model="mean_field"))
+    need = resources.memory_mb("particle_error_beta", exp, threads=2)
+    assert validation.largest_job_memory_bytes(exp) >= need * MB
+
+
 def test_shipped_configs_ask_for_sane_amounts():
     for path in (ROOT / "config" / "config.yaml", TEST_CONFIG):
         cfg = validated(yaml.safe_load(path.read_text()))
         for name, exp in cfg["experiments"].items():
             M = lowtemp_experiment.build_matrices(name, exp, cfg["root_seed"])
-            for stage in registry.DEFAULT_TARGET:
+            for stage in registry.target_stages(exp):
                 for beta in exp["betas"] if stage == "finite_temperature" else [None]:
                     est = resources.estimate(stage, exp, beta=beta, matrices=M, threads=2)
                     assert 100 <= est.mem_mb <= 8000, (path.name, name, stage, est)

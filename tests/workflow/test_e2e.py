@@ -202,6 +202,11 @@ def test_every_rule_has_a_log(results, config):
             + [f"finite_temperature_beta{b}" for b in labels]
             + [f"distances_beta{b}" for b in labels]
             + [f"figure_{f}" for f in figs]
+            + (
+                [f"particle_error_beta{b}" for b in labels] + ["particle_error"]
+                if "particles" in exp["mean_field"]
+                else []
+            )
         )
         for stem in expected:
             assert (logs / f"{stem}.log").is_file(), stem
@@ -303,6 +308,39 @@ def test_mean_field_experiment_is_the_references_push_forward(results, config):
         assert key in fit and np.all(fit[key].values >= 0), key
     dist = _open(results / name / "distances.nc")
     assert "reference_error" in dist and "reference_error" not in _open(results / "tiny" / "distances.nc")
+
+
+def test_particle_error_recomputed_from_stored_inputs(results, config):
+    """tiny_mean_field's particle_error.nc (mean_field.particles): at every β and N, the particle system from the
+    first N stored initial tokens of each replica (integrated here with the numpy reference field and the
+    experiment's integrator) against the first N tokens of the stored reference (its push-forward of the same
+    tokens), W2 by linear_sum_assignment; the reference's own error estimate beside it, as stored with the reference.
+    Only that experiment has one."""
+    name = "tiny_mean_field"
+    exp = config["experiments"][name]
+    M, X0 = _stored_inputs(results, name)
+    ds = _open(results / name / "particle_error.nc")
+    assert ds["particle_error"].dims == ("beta", "tokens", "replica", "time")
+    assert ds["reference_error"].dims == ("beta", "replica", "time")
+    assert ds["tokens"].values.tolist() == exp["mean_field"]["particles"]["tokens"]
+    grid = integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"], exp["time"]["dt"])
+    for b in exp["betas"]:
+        fin = _open(results / name / "finite_temperature" / f"beta{_beta_label(b)}.nc")
+        row = ds.sel(beta=float(b))
+        np.testing.assert_array_equal(row["reference_error"].values, fin["reference_error"].values)
+        for n in row["tokens"].values:
+            X = integrate.simulate(
+                lambda Y, b=b: dynamics.attention_field(Y, M.B, M.V, float(b)),
+                np.ascontiguousarray(X0[:, :n]),
+                grid,
+                exp["integrator"],
+            )
+            P = fin["positions"].values[:, :, :n]
+            stored = row["particle_error"].sel(tokens=n).values
+            for r in range(exp["replicas"]):
+                for k in range(0, grid.times.size, 3):
+                    assert stored[r, k] == pytest.approx(_lsa_w2(X[r, k], P[r, k]), rel=1e-7, abs=1e-8), (b, n, r, k)
+    assert not [p for p in results.glob("*/particle_error.nc") if p.parent.name != name]
 
 
 @pytest.mark.parametrize("name", ["tiny", "tiny_circle", "tiny_mean_field"])

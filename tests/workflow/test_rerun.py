@@ -142,6 +142,8 @@ def test_every_rule_takes_its_slice_from_the_table():
             "figure",
             "convergence",
             "convergence_figure",
+            "particle_error_beta",
+            "particle_error",
         )
     }
     for name, body in rules.items():
@@ -265,6 +267,25 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
         output=out / "mf_beta10.nc",
     )
     check("finite_temperature", out / "mf_beta10.nc", mf_exp)
+    # and its particle runs against the reference (mean_field.particles), then their collection
+    distances_stage.stage_particle_error_beta(
+        "tiny_mean_field",
+        g("particle_error_beta", mf_exp),
+        seed,
+        matrices_path=mf_res / "matrices.nc",
+        tokens_path=mf_res / "initial_tokens.nc",
+        finite_path=mf_res / "finite_temperature" / "beta10.nc",
+        output=out / "particle_error_beta10.nc",
+    )
+    check("particle_error_beta", out / "particle_error_beta10.nc", mf_exp)
+    distances_stage.stage_particle_error(
+        "tiny_mean_field",
+        g("particle_error", mf_exp),
+        seed,
+        parts=[out / "particle_error_beta10.nc"],
+        output=out / "particle_error.nc",
+    )
+    check("particle_error", out / "particle_error.nc", mf_exp)
     simulate_stage.stage_zero_temperature(
         name, g("zero_temperature"), seed, matrices_path=mats, tokens_path=toks, output=out / "zero_temperature.nc"
     )
@@ -349,8 +370,12 @@ FIGURES = {
 SUMMARY = {"claims_summary"}
 
 
+#: the experiments of config/test.yaml with particle runs against their mean-field reference (mean_field.particles)
+PARTICLE_ERROR = {"tiny_mean_field"}
+
+
 def _jobs(e, rule, betas=None):
-    if rule in ("finite_temperature", "distances_beta"):
+    if rule in ("finite_temperature", "distances_beta", "particle_error_beta"):
         return {f"{rule}[{e},{b}]" for b in (BETAS[e] if betas is None else betas)}
     if rule == "figure":
         return {f"figure[{e},{f}]" for f in FIGURES[e]}
@@ -365,8 +390,14 @@ def from_distances(e, betas=None):
     return _jobs(e, "distances_beta", betas) | _jobs(e, "distances") | from_fit(e)
 
 
+def from_particle_error(e, betas=None):
+    if e not in PARTICLE_ERROR:
+        return set()
+    return _jobs(e, "particle_error_beta", betas) | _jobs(e, "particle_error")
+
+
 def from_finite(e, betas=None):
-    return _jobs(e, "finite_temperature", betas) | from_distances(e, betas)
+    return _jobs(e, "finite_temperature", betas) | from_distances(e, betas) | from_particle_error(e, betas)
 
 
 def from_simulations(e):
@@ -430,6 +461,21 @@ EDITS = [
         "the mean-field reference's cells",
         _set("experiments.tiny_mean_field.mean_field.width", 0.25),
         from_finite("tiny_mean_field", ["10", "100"]),
+    ),
+    (
+        "the particle numbers of the mean-field experiment's particle runs (not its reference)",
+        _set("experiments.tiny_mean_field.mean_field.particles.tokens", [24, 48]),
+        from_particle_error("tiny_mean_field"),
+    ),
+    (
+        "distances.exact_every of the mean-field experiment: its distances and its particle errors",
+        _set("experiments.tiny_mean_field.distances.exact_every", 2),
+        from_distances("tiny_mean_field") | from_particle_error("tiny_mean_field"),
+    ),
+    (
+        "the particle runs switched off: no other job reads the block",
+        lambda cfg: cfg["experiments"]["tiny_mean_field"]["mean_field"].pop("particles"),
+        set(),
     ),
     ("another experiment's fit option", _set("experiments.tiny_circle.fit.confidence", 0.9), from_fit("tiny_circle")),
     (

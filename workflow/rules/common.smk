@@ -87,6 +87,10 @@ def distance_parts(wildcards):
     return [f"{RESULTS}/{wildcards.experiment}/distances/beta{label}.nc" for label in BETAS[wildcards.experiment]]
 
 
+def particle_error_parts(wildcards):
+    return [f"{RESULTS}/{wildcards.experiment}/particle_error/beta{label}.nc" for label in BETAS[wildcards.experiment]]
+
+
 def figure_labels(wildcards):
     """Labels of a figure in the report: its experiment, the experiment's betas, the figure."""
     return {
@@ -125,4 +129,6 @@ def all_targets():
         targets += experiment_figures(name)
         if "convergence" in EXPERIMENTS[name]:  # its study decides the fit: its figure shows the budget
             targets += [f"{RESULTS}/{name}/figures/convergence.{ext}" for ext in ("pdf", "png")]
+        if lowtemp_experiment.particle_error_tokens(name, EXPERIMENTS[name]):  # mean_field.particles
+            targets.append(f"{RESULTS}/{name}/particle_error.nc")
     return targets + [f"{RESULTS}/claims_summary.md"]

@@ -64,6 +64,11 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
     t = 0…20), 0.4–12 s at 16384, 9 s (t = 1) and 79 s (t = 5, the slowest kind:
     clusters forming) at 65536; the closed-form W2 to Π♯ρ0, the coupling bound and
     the eigenspace distances are linear in N.
+  - particle error (``mean_field.particles`` of a mean-field experiment, one job per β): per particle number n one
+    run costed as a finite-temperature run of n tokens (its kernel the rule's for n), R exact W2 of n tokens per
+    exact snapshot and the coupling bound at every one; its memory is the reference's push-forward (read whole) and
+    one run's arrays and W2 at a time. Measured on ``mean_field_circle`` (N = 1024, R = 4, horizon 16, n = 256,
+    512, 1024, two threads): 23 CPU s at β = 10 against a budget of 30 s.
   - fit and figures: small arrays; startup dominates.
 
   ``resources.RUNTIME_SAFETY`` = 3: the same dense step was measured 2–3.6× slower with
@@ -94,7 +99,7 @@ from __future__ import annotations
 from ..dynamics import fields, integrate
 from ..transport import limits
 from . import studies
-from .experiment import exact_w2_snapshots, field_kernel, time_grid
+from .experiment import exact_w2_snapshots, field_kernel, particle_error_tokens, time_grid
 
 #: peak bytes of one exact W2 per token pair (POT network simplex on an N×N float64 cost)
 W2_BYTES_PER_PAIR = 5.5 * 8
@@ -187,8 +192,14 @@ def finite_temperature_cost(experiment, *, beta=None, matrices=None, threads=1):
         raise ValueError("finite_temperature: the estimate needs beta")
     if experiment["model"] == "mean_field":
         return _mean_field(experiment)
-    n, d, r, times = _sizes(experiment)
-    kernel = field_kernel(experiment)
+    return _particle_run(experiment, int(experiment["tokens"]), threads)
+
+
+def _particle_run(experiment, n, threads):
+    """One particle run of n tokens × R replicas on the experiment's grid with its integrator and the kernel its
+    rule picks for n, and the ESS at every snapshot: (peak bytes, seconds)."""
+    _, d, r, times = _sizes(experiment)
+    kernel = field_kernel({**experiment, "tokens": n})
     tokens = r * n * d * _F
     positions = times * tokens
     ess = times * r * n * _F
@@ -203,6 +214,32 @@ def finite_temperature_cost(experiment, *, beta=None, matrices=None, threads=1):
     speedup = 1.0 if kernel in ("numpy", "torch") else max(1, int(threads)) / KERNEL_THREADS
     seconds = evals * r * n * n * ns_per_pair(kernel, d) * 1e-9 / speedup + evals * r * n * LINEAR_NS * 1e-9
     return data, seconds
+
+
+def particle_error_beta_cost(experiment, *, beta=None, matrices=None, threads=1):
+    """The particle runs of one β measured against the mean-field reference (``mean_field.particles``): per particle
+    number n a run as a finite-temperature run of n tokens, the exact W2 to the reference at the exact snapshots
+    and the coupling bound at every one, one n at a time beside the reference's push-forward (read whole). Nothing
+    without the block."""
+    numbers = particle_error_tokens("experiment", experiment)
+    if not numbers:
+        return 0.0, 0.0
+    n_max, d, r, times = _sizes(experiment)
+    exact = exact_w2_count(experiment)
+    reference = 2 * times * r * n_max * d * _F  # the finite-temperature file and the slice of it compared
+    data, seconds = 0.0, 0.0
+    for n in numbers:
+        run_bytes, run_seconds = _particle_run(experiment, n, threads)
+        data = max(data, run_bytes + (w2_bytes(n) if exact else 0.0))
+        seconds += run_seconds + exact * r * w2_seconds(n) + times * r * n * DISTANCE_NS_PER_TOKEN_SNAPSHOT * 1e-9
+    return reference + data, seconds
+
+
+def particle_error_cost(experiment, *, beta=None, matrices=None, threads=1):
+    """The collection of every β's particle errors: about 5 curves of (beta, tokens, replica, time)."""
+    numbers = particle_error_tokens("experiment", experiment)
+    _, _, r, times = _sizes(experiment)
+    return 5 * len(experiment["betas"]) * len(numbers) * r * times * _F, 1.0
 
 
 def zero_temperature_cost(experiment, *, beta=None, matrices=None, threads=1):

@@ -66,6 +66,39 @@ def exact_w2_snapshots(experiment: dict, n_times: int) -> np.ndarray:
     return mask
 
 
+def particle_error_tokens(name: str, experiment: dict) -> tuple[int, ...]:
+    """The particle numbers n of the particle runs measured against a ``model: mean_field`` experiment's reference
+    (``mean_field.particles.tokens``), checked: integers, increasing, 2 ≤ n ≤ ``tokens`` (each run starts from the
+    first n initial tokens of every replica); () where the block is absent. ConfigError names the key.
+
+    Cheap: the config check calls it before any job, and the stage before any work (a notebook's slice is checked
+    as the config is)."""
+    block = experiment["mean_field"].get("particles") if "mean_field" in experiment else None
+    if block is None:
+        return ()
+    where = f"experiments.{name}.mean_field.particles"
+    if experiment["model"] != "mean_field":
+        raise ConfigError(
+            f"{where}: particle runs are measured against the reference of a model: mean_field experiment, and "
+            f"this one is model: {experiment['model']} (its particle-number study is convergence.particles)"
+        )
+    tokens = block.get("tokens") if isinstance(block, dict) else None
+    if not isinstance(tokens, (list, tuple)) or not tokens:
+        raise ConfigError(f"{where}.tokens must be a non-empty list of particle numbers, got {tokens!r}")
+    n_max = int(experiment["tokens"])
+    for i, n in enumerate(tokens):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise ConfigError(f"{where}.tokens.{i}: {n!r} is not an integer (a number of tokens)")
+        if not 2 <= n <= n_max:
+            raise ConfigError(
+                f"{where}.tokens.{i}: {n} is outside [2, tokens = {n_max}]: every run starts from the first n of "
+                f"the experiment's {n_max} initial tokens per replica, which the reference pushes forward"
+            )
+    if any(b <= a for a, b in zip(tokens, tokens[1:])):
+        raise ConfigError(f"{where}.tokens must be increasing without repeats, got {list(tokens)}")
+    return tuple(int(n) for n in tokens)
+
+
 def field_kernel(experiment: dict) -> str:
     """The kernel of the finite-temperature field: the config's ``kernel``, or for ``auto`` the automatic rule
     (``kernel_choice.choose_kernel``: ``auto`` itself, a choice per field evaluation, at N ≥ 16384 in

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from . import costs, studies
+from .experiment import particle_error_tokens
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class Stage:
     group: str | None = None
     #: part of the default target ``all`` (and so of the config check's memory test)
     default_target: bool = True
+    #: an optional stage (``default_target`` False) that an experiment's config block turns on: experiment -> whether
+    #: it does; its jobs then join that experiment's default target and memory test (``target_stages``)
+    enabled_by: Callable[[dict], bool] | None = None
     #: it draws with matplotlib (a larger base memory)
     plotting: bool = False
     #: the rule ``figure`` only: the keys of each figure, one config slice per figure name
@@ -49,9 +53,20 @@ STAGES: dict[str, Stage] = {
     # stages.simulate.stage_finite_temperature: experiment.time_grid, the integrator and its tolerance
     # (experiment.integration_tolerance: time.tolerance, else one from tokens), experiment.field_kernel
     # (``kernel``; the automatic rule reads tokens and dim); the ESS it records is judged by the fit.
-    # With model: mean_field, stage_mean_field reads the mean_field block and the initial measure (the reduction)
+    # With model: mean_field, stage_mean_field reads the reference's cells and the initial measure (the reduction);
+    # not mean_field.particles, which only the particle runs against it read
     "finite_temperature": Stage(
-        keys=("dim", "initial_measure", "integrator", "kernel", "mean_field", "model", "time", "tokens"),
+        keys=(
+            "dim",
+            "initial_measure",
+            "integrator",
+            "kernel",
+            "mean_field.depth",
+            "mean_field.width",
+            "model",
+            "time",
+            "tokens",
+        ),
         cost=costs.finite_temperature_cost,
         threads=2,
         evaluates_field=True,
@@ -62,6 +77,34 @@ STAGES: dict[str, Stage] = {
     "distances_beta": Stage(keys=("distances.exact_every",), cost=costs.distances_beta_cost, group="distances"),
     # stages.distances.stage_distances: nothing beyond its input files
     "distances": Stage(keys=(), cost=costs.distances_cost, group="distances"),
+    # stages.distances.stage_particle_error_beta (model: mean_field with mean_field.particles): the particle runs
+    # from the first n initial tokens (experiment.particle_error_tokens: mean_field.particles, model, tokens) with
+    # the finite-temperature stage's grid, integrator, tolerance and kernel (time, integrator, kernel; the
+    # automatic rule reads dim and tokens), their exact W2 to the reference at experiment.exact_w2_snapshots
+    "particle_error_beta": Stage(
+        keys=(
+            "dim",
+            "distances.exact_every",
+            "integrator",
+            "kernel",
+            "mean_field.particles",
+            "model",
+            "time",
+            "tokens",
+        ),
+        cost=costs.particle_error_beta_cost,
+        threads=2,
+        evaluates_field=True,
+        default_target=False,
+        enabled_by=lambda experiment: bool(particle_error_tokens("experiment", experiment)),
+    ),
+    # stages.distances.stage_particle_error: nothing beyond its input files
+    "particle_error": Stage(
+        keys=(),
+        cost=costs.particle_error_cost,
+        default_target=False,
+        enabled_by=lambda experiment: bool(particle_error_tokens("experiment", experiment)),
+    ),
     # stages.fit.stage_fit -> analysis.estimates.fit_experiment (the whole fit block)
     "fit": Stage(keys=("ess_threshold", "fit", "tokens"), cost=costs.fit_cost, group="figures"),
     # stages.fit.stage_claims -> analysis.claims.evaluate (the claims block; the confidence level comes from fit.nc)
@@ -96,6 +139,16 @@ STAGES: dict[str, Stage] = {
 
 #: the stages of the default target, in the order the pipeline runs them
 DEFAULT_TARGET = tuple(name for name, stage in STAGES.items() if stage.default_target)
+
+
+def target_stages(experiment: dict) -> tuple[str, ...]:
+    """The stages of ``experiment``'s default target: ``DEFAULT_TARGET`` and the optional stages its config turns
+    on (``Stage.enabled_by``)."""
+    return tuple(
+        name
+        for name, spec in STAGES.items()
+        if spec.default_target or (spec.enabled_by is not None and spec.enabled_by(experiment))
+    )
 
 
 def stage(name: str) -> Stage:

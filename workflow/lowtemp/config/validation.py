@@ -14,7 +14,7 @@ Order (the first failure stops with one error naming the key or file):
    schema's bounds let NaN through);
 4. per experiment, what the schema cannot express (``validate_experiment``:
    β grid, time grid, shapes, Assumptions 1–3 on the matrices and ρ0, the
-   samplers' parameters, the convergence block);
+   samplers' parameters, the convergence block, the particle runs of a mean-field experiment);
 5. the memory of the largest job against ``memory_limit_gb``;
 6. the results folder, or the real target of a link to it, can be written.
 
@@ -38,7 +38,7 @@ import yaml
 from ..dynamics import reduction
 from ..model import matrices, measures
 from . import registry, resources, studies
-from .experiment import ConfigError, build_matrices, snapshot_times, time_grid
+from .experiment import ConfigError, build_matrices, particle_error_tokens, snapshot_times, time_grid
 
 #: most YAML nodes (keys and values) a config file may stand for once its aliases are expanded. The
 #: largest shipped config has a few hundred; nine lines of aliases can stand for 9⁹ ≈ 4·10⁸, which
@@ -269,6 +269,7 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     _check_initial_measure_assumptions(where, experiment["initial_measure"], M)
     if experiment["model"] == "mean_field":
         _check_mean_field(where, experiment, M)
+    particle_error_tokens(name, experiment)  # the particle runs against the reference: n ≤ tokens, increasing
     if "convergence" in experiment:  # the optional studies' block: steps dividing the grid, N list, …
         studies.study_settings(name, experiment)
     return M
@@ -402,9 +403,10 @@ def _refuse_dangling_link(results: Path) -> None:
 
 
 def largest_job_memory_bytes(experiment: dict, M: matrices.AttentionMatrices | None = None) -> int:
-    """Peak memory of the experiment's largest job (``lowtemp.config.resources``, the SLURM requests' model)."""
+    """Peak memory of the experiment's largest job of the default target (``registry.target_stages``: with the
+    optional stages its config turns on; ``lowtemp.config.resources``, the SLURM requests' model)."""
     need = 0
-    for stage in registry.DEFAULT_TARGET:
+    for stage in registry.target_stages(experiment):
         betas = experiment["betas"] if stage == "finite_temperature" else [None]
         for beta in betas:
             need = max(need, resources.memory_mb(stage, experiment, beta=beta, matrices=M, threads=2))

@@ -1,5 +1,7 @@
 """Stages ``distances_beta`` and ``distances``: W2 to Π♯ρ0 and to the zero-temperature flow, and the distances
-to the eigenspaces, per replica and time.
+to the eigenspaces, per replica and time; and, for a ``model: mean_field`` experiment with ``mean_field.particles``,
+``particle_error_beta`` and ``particle_error``: W2 between the particle system and the mean-field reference's
+push-forward of the same initial tokens (docs/particle_error.md).
 
 Called by ``workflow/scripts/`` (thin Snakemake adapters) or from a notebook; ``experiment`` is one
 validated entry of the config's ``experiments`` (or its ``lowtemp.config.params`` slice).
@@ -12,10 +14,19 @@ import time as _time
 
 import numpy as np
 
-from ..config.experiment import exact_w2_snapshots
+from ..config.experiment import (
+    ConfigError,
+    exact_w2_snapshots,
+    field_kernel,
+    integration_tolerance,
+    particle_error_tokens,
+    time_grid,
+)
+from ..dynamics import integrate, kernels
 from ..model import projection
 from ..store import checkpoint, datasets, io
 from ..transport import w2
+from .joblog import progress_logger
 
 log = logging.getLogger("lowtemp")
 
@@ -111,3 +122,166 @@ def stage_distances(name, experiment, root_seed, matrices_path, tokens_path, zer
     )
     log.info("%s: distances collected for beta = %s", name, ds.beta.values.tolist())
     io.write_netcdf(ds, output, "distances", io.provenance(name, experiment, root_seed))
+
+
+# ------------------------------------------------------------------ particles against the mean-field reference
+#: largest distance between the reference's push-forward at t = 0 and the initial tokens it is said to move: the
+#: push-forward is the identity at t = 0 to rounding (about 1e-15), so a larger one means it moved other tokens
+PUSH_FORWARD_IDENTITY_TOLERANCE = 1e-9
+
+
+def reference_positions(finite, X0: np.ndarray, times: np.ndarray, path) -> np.ndarray:
+    """The mean-field reference's push-forward (replica, time, token, dim) stored in the finite-temperature file
+    ``finite`` (read from ``path``), checked to be the push-forward of the initial tokens X0 (replica, token, dim)
+    on the snapshot times ``times``: a mean-field file, the same times in the same order, the same replicas and
+    tokens, finite, and X0 itself at t = 0. ValueError naming the file and what differs."""
+    if finite.attrs.get("model") != "mean_field":
+        raise ValueError(
+            f"{path}: not a mean-field reference (model {finite.attrs.get('model', 'particles')!r}); the particle "
+            f"error is measured against the finite-temperature file of a model: mean_field experiment"
+        )
+    stored = finite["time"].values
+    if stored.shape != times.shape or not np.allclose(stored, times, rtol=0.0, atol=1e-12 * max(1.0, times[-1])):
+        raise ValueError(
+            f"{path}: its times {np.round(stored, 6).tolist()} are not the experiment's snapshot times "
+            f"{np.round(times, 6).tolist()} (time.horizon, time.snapshots)"
+        )
+    P = finite["positions"].values
+    if P.shape[0] != X0.shape[0] or P.shape[2:] != X0.shape[1:]:
+        raise ValueError(
+            f"{path}: its push-forward holds {P.shape[0]} replicas of {P.shape[2]} tokens in dim {P.shape[3]}, the "
+            f"initial tokens {X0.shape[0]} of {X0.shape[1]} in dim {X0.shape[2]}"
+        )
+    if not np.all(np.isfinite(P)):
+        raise ValueError(f"{path}: the reference's push-forward has non-finite positions")
+    moved = float(np.max(np.linalg.norm(P[:, 0] - X0, axis=-1)))
+    if not moved <= PUSH_FORWARD_IDENTITY_TOLERANCE:
+        raise ValueError(
+            f"{path}: at t = {times[0]:g} the reference's push-forward is up to {moved:.3g} away from the initial "
+            f"tokens (at most {PUSH_FORWARD_IDENTITY_TOLERANCE:g}: the identity there): it moved other tokens"
+        )
+    return P
+
+
+def particle_error_curves(name, beta, X, P, exact_at, checkpoint_path=None):
+    """W2 between the particle clouds X and the reference's push-forward P of the same initial tokens, both
+    (replica, time, token, dim): the exact W2 and the certified bound on its square at the snapshots ``exact_at``
+    (NaN elsewhere; one ``w2.w2_certified`` solve at a time, checkpointed at ``checkpoint_path``), and the
+    synchronous coupling of each token with its own image at every snapshot, an upper bound of W2. Returns
+    {"particle_error", "particle_error_sq_bound", "particle_coupling"} of (replica, time) arrays and the checkpoint
+    (None without a path), to discard once the output is written."""
+    if X.shape != P.shape:
+        raise ValueError(f"particle clouds {X.shape} and reference {P.shape} differ in shape")
+    exact, ckpt = _exact_w2_loop(name, beta, X, P, exact_at, checkpoint_path)
+    coupling = np.array([[w2.synchronous_coupling(X[r, k], P[r, k]) for k in range(X.shape[1])] for r in range(len(X))])
+    return {
+        "particle_error": exact["w2"],
+        "particle_error_sq_bound": exact["w2_sq_bound"],
+        "particle_coupling": coupling,
+    }, ckpt
+
+
+def stage_particle_error_beta(
+    name,
+    experiment,
+    root_seed,
+    matrices_path,
+    tokens_path,
+    finite_path,
+    output,
+    checkpoint_prefix=None,
+    checkpoint_every=300.0,
+):
+    """The particle system against the mean-field reference at one β: particle_error/beta<β>.nc.
+
+    For every n of ``mean_field.particles.tokens`` (checked first, before any work: ConfigError names the key) the
+    particle system (Eq. 1) runs from the first n initial tokens of every replica, with the finite-temperature
+    stage's integrator, tolerance (of n) and kernel (the rule's for n) on the experiment's grid; its exact W2 to
+    the reference's push-forward of the same n tokens (the first n of the finite-temperature file, which
+    ``reference_positions`` checks is the push-forward of these tokens) is solved at the snapshots of
+    ``distances.exact_every``. The first n of N i.i.d. draws from ρ0 are n i.i.d. draws from ρ0: every n samples
+    the same measure. Beside it: the coupling bound, the particles' median ESS (a diagnostic) and the reference's
+    own error estimate. With ``checkpoint_prefix`` every run and every solve is checkpointed
+    (``<prefix>_N<n>.nc``, ``<prefix>_N<n>_w2.nc``), so a killed job resumes."""
+    numbers = particle_error_tokens(name, experiment)
+    if not numbers:
+        raise ConfigError(f"experiments.{name}.mean_field.particles is absent: there are no particle runs to measure")
+    grid = time_grid(experiment)
+    method = experiment["integrator"]
+    exact_at = exact_w2_snapshots(experiment, grid.times.size)
+    M, X0 = datasets.load_inputs(matrices_path, tokens_path)
+    fin = io.read_netcdf(finite_path, "finite_temperature")
+    P = reference_positions(fin, X0, grid.times, finite_path)
+    beta = float(fin.beta)
+    rows = {key: [] for key in (*datasets.PARTICLE_ERROR_VARIABLES,) if key != "reference_error"}
+    used, tolerances, ckpts = [], [], []
+    for n in numbers:
+        label = f"{name} beta = {beta:g}, particles N = {n}"
+        field = kernels.AttentionField(M.B, M.V, beta, field_kernel({**experiment, "tokens": n}))
+        tolerance = integration_tolerance(experiment, n)
+        log.info(
+            "%s: the first %d initial tokens of each replica, %s, %s, kernel %s",
+            label,
+            n,
+            method,
+            integrate.describe_steps(grid, method, tolerance),
+            field.kernel,
+        )
+        prefix = None if checkpoint_prefix is None else f"{checkpoint_prefix}_N{n}"
+        X, _, run_ckpt = checkpoint.simulate_resumable(
+            field,
+            np.ascontiguousarray(X0[:, :n]),
+            grid,
+            method,
+            label,
+            None if prefix is None else f"{prefix}.nc",
+            checkpoint_every,
+            progress_logger(label, grid, n, X0.shape[0]),
+            tolerance=tolerance,
+        )
+        curves, w2_ckpt = particle_error_curves(
+            f"{name} particles N = {n}", beta, X, P[:, :, :n], exact_at, None if prefix is None else f"{prefix}_w2.nc"
+        )
+        for key, value in curves.items():
+            rows[key].append(value)
+        rows["ess_median"].append(np.median(field.trajectory_ess(X), axis=-1))
+        used.append(field.kernel)
+        tolerances.append(tolerance)
+        ckpts += [run_ckpt, w2_ckpt]
+        _log_particle_error(label, grid.times, curves["particle_error"], fin["reference_error"].values)
+    values = {key: np.stack(value) for key, value in rows.items()}
+    values["reference_error"] = fin["reference_error"].values
+    attrs = dict(integrator=method, step=grid.step, kernels=used, tolerances=tolerances)  # datasets.PARTICLE_RUN_ATTRS
+    io.write_netcdf(
+        datasets.particle_error_beta_dataset(values, numbers, fin, attrs),
+        output,
+        "particle_error_beta",
+        io.provenance(name, experiment, root_seed, beta=beta),
+    )
+    for ckpt in ckpts:
+        checkpoint.discard(ckpt)
+
+
+def _log_particle_error(label, times, error, reference_error):
+    """One line per run: the particle error at the last exact snapshot and the reference's error there."""
+    k = int(np.flatnonzero(np.isfinite(error[0]))[-1])
+    e, r = error[:, k], reference_error[:, k]
+    log.info(
+        "%s: particle error at t = %g %.3g (replicas %.3g–%.3g), the reference's own error there %.3g (%.2g of it)",
+        label,
+        times[k],
+        float(np.mean(e)),
+        float(np.min(e)),
+        float(np.max(e)),
+        float(np.max(r)),
+        float(np.max(r) / np.mean(e)) if np.mean(e) > 0 else float("nan"),
+    )
+
+
+def stage_particle_error(name, experiment, root_seed, parts, output):
+    """Stack the per-β particle errors along ``beta``; write particle_error.nc."""
+    ds = datasets.particle_error_dataset([io.read_netcdf(p, "particle_error_beta") for p in parts])
+    log.info(
+        "%s: particle errors collected for beta = %s, N = %s", name, ds.beta.values.tolist(), ds.tokens.values.tolist()
+    )
+    io.write_netcdf(ds, output, "particle_error", io.provenance(name, experiment, root_seed))

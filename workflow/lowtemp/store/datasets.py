@@ -15,6 +15,8 @@ finite_temperature/*.nc      ``finite_temperature_dataset``              ``simul
 zero_temperature.nc          ``zero_temperature_dataset``                ``simulate.stage_zero_temperature``
 distances/beta*.nc           ``distances_beta_dataset``                  ``distances.stage_distances_beta``
 distances.nc                 ``distances_dataset``                       ``distances.stage_distances``
+particle_error/beta*.nc      ``particle_error_beta_dataset``             ``distances.stage_particle_error_beta``
+particle_error.nc            ``particle_error_dataset``                  ``distances.stage_particle_error``
 convergence.nc               ``convergence_dataset``                     ``convergence.stage_convergence``
 fit.nc                       ``fit_dataset``                             ``fit.stage_fit``
 ===========================  ==========================================  ==============================================
@@ -310,6 +312,90 @@ def distances_dataset(
     ds["time"].attrs = io.attrs("time t", "1")
     for v in ds.data_vars:
         ds[v] = ds[v].astype("float64")
+    return ds
+
+
+# ------------------------------------------------------------------ particle_error/beta*.nc, particle_error.nc
+#: the particle runs against a mean-field reference: dimensions in one β's file, long name and units (the numbers:
+#: ``lowtemp.stages.distances.stage_particle_error_beta``); particle_error.nc stacks them along ``beta``
+PARTICLE_ERROR_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "particle_error": (
+        ("tokens", "replica", "time"),
+        "W2 between the particle cloud of the first n initial tokens at t and the mean-field reference's "
+        "push-forward of the same n tokens at t, chordal cost, exact (certified sparse network simplex); NaN at "
+        "snapshots skipped by distances.exact_every",
+        "1",
+    ),
+    "particle_error_sq_bound": (
+        ("tokens", "replica", "time"),
+        "certified bound on |particle_error^2 - W2^2_opt| (duality gap and rounding, absolute); NaN where "
+        "particle_error is",
+        "1",
+    ),
+    "particle_coupling": (
+        ("tokens", "replica", "time"),
+        "sqrt(mean_i |x_i(t) - y_i(t)|^2) between every particle and the reference's push-forward of its own "
+        "initial token: an upper bound on particle_error, at every snapshot",
+        "1",
+    ),
+    "ess_median": (
+        ("tokens", "replica", "time"),
+        "median over tokens of the particle system's effective sample size 1/sum_j w_ij^2 of the softmax (a "
+        "diagnostic; the error itself is particle_error)",
+        "1",
+    ),
+    "reference_error": (
+        ("replica", "time"),
+        "the mean-field reference's error estimate (finite_temperature/beta<beta>.nc, over all its tokens): "
+        "particle_error differs from W2 to the exact mean field's push-forward by at most the reference's own "
+        "W2 error, which this bounds where the cells converge",
+        "1",
+    ),
+}
+
+
+#: the particle runs' settings, attributes of both files: integrator, its step, and per particle number the kernel
+#: and the tolerance (null for a fixed step)
+PARTICLE_RUN_ATTRS = ("integrator", "step", "kernels", "tolerances")
+
+
+def particle_error_beta_dataset(values: dict, tokens, finite: xr.Dataset, attrs: dict) -> xr.Dataset:
+    """particle_error/beta<β>.nc: one array per name of ``PARTICLE_ERROR_VARIABLES`` (the particle runs' curves
+    (tokens, replica, time), a row per particle number of ``tokens``; the reference's ``reference_error``
+    (replica, time)), on the replica, time and beta coordinates of the reference's finite-temperature file
+    ``finite``; ``attrs`` the runs' settings (``PARTICLE_RUN_ATTRS``). A missing or unknown name raises
+    ValueError."""
+    if set(values) != set(PARTICLE_ERROR_VARIABLES):
+        raise ValueError(
+            f"particle_error: no value for {sorted(set(PARTICLE_ERROR_VARIABLES) - set(values))}, "
+            f"no layout for {sorted(set(values) - set(PARTICLE_ERROR_VARIABLES))}"
+        )
+    ds = xr.Dataset(
+        {
+            name: (dims, np.asarray(values[name], dtype=float), io.attrs(long_name, units))
+            for name, (dims, long_name, units) in PARTICLE_ERROR_VARIABLES.items()
+        },
+        coords={
+            "tokens": (
+                "tokens",
+                np.asarray(tokens, dtype=np.int64),
+                io.attrs("number of tokens n of a particle run: the first n initial tokens of every replica"),
+            ),
+            "replica": finite["replica"],
+            "time": finite["time"],
+            "beta": finite["beta"],
+        },
+    )
+    ds.attrs.update({key: attrs[key] for key in PARTICLE_RUN_ATTRS})
+    return ds
+
+
+def particle_error_dataset(parts: list[xr.Dataset]) -> xr.Dataset:
+    """particle_error.nc: the per-β ``parts`` (``particle_error_beta_dataset``) stacked along ``beta`` (sorted),
+    with the runs' settings of the first (every β runs the same particle numbers with the same settings)."""
+    ds = xr.concat(parts, dim="beta").sortby("beta")
+    ds.attrs = {key: parts[0].attrs[key] for key in PARTICLE_RUN_ATTRS}
+    ds["beta"].attrs = io.attrs("inverse temperature beta")
     return ds
 
 
