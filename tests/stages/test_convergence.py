@@ -10,6 +10,7 @@ import re
 import subprocess
 
 import matplotlib.image
+import matplotlib.pyplot
 import numpy as np
 import pytest
 import xarray as xr
@@ -24,7 +25,7 @@ from lowtemp.config import studies, validation
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import integrate
 from lowtemp.model import exact, matrices, measures, projection, seeding
-from lowtemp.stages import convergence
+from lowtemp.stages import convergence, figures
 from lowtemp.store import io
 from lowtemp.transport import w2 as transport
 
@@ -496,6 +497,20 @@ def test_convergence_figure_and_log(run):
     assert "observed order" in text and "particle number at beta = 5" in text
     assert "remaining N error <=" in text and "per doubling of N" in text
     assert (res / "benchmarks" / "convergence.tsv").is_file()
+
+
+@pytest.mark.e2e
+def test_the_figure_draws_a_convergence_file_of_one_study_beta(run):
+    """A convergence.nc written before the study ran at several β (no beta dimension, β in the attribute) is
+    drawn as one column; the step study's panel must not receive a β axis (it would fail formatting its orders)."""
+    conv = _open(run / "results" / "tiny" / "convergence.nc")
+    old = conv.isel(beta=0).drop_vars("beta")
+    assert "beta" not in old.dims and float(old.attrs["beta"]) == 5.0
+    exp = _config()["experiments"]["tiny"]
+    exp["ess_threshold"] = 30.0
+    fig = figures.plot_convergence(old, exp)
+    assert len(fig.axes) == 4
+    matplotlib.pyplot.close(fig)
 
 
 @pytest.mark.e2e

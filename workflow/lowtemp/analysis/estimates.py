@@ -170,9 +170,10 @@ def _budget_at(conv: xr.Dataset, fraction: float) -> ParticleBudget:
 
 
 def _budget_for(beta: float, budgets) -> ParticleBudget | None:
-    """The budget measured at ``beta``, or None."""
+    """The budget measured at ``beta``, or None. Matched to rounding only (as the study's reuse of runs is): a budget
+    at 1000 says nothing about β = 999.99."""
     for b in budgets or ():
-        if np.isclose(beta, b.beta):
+        if np.isclose(beta, b.beta, rtol=1e-12, atol=0.0):
             return b
     return None
 

@@ -199,6 +199,15 @@ TABLE_MAX_KAPPA = 1000.0
 #: 12-point rule; 1.86 at 2 points), so a piece's rate is κ·max|sin| + CURVATURE_FACTOR·√κ, never above κ (the slope
 #: bound everywhere). Without it a cell of 2e-4 rad at κ = 11 437 holding its peak got 2 points and 1.2e-10 error.
 CURVATURE_FACTOR = 4.0
+#: no piece is wider than this (radians): over a piece of about π the curvature of cos and sin themselves defeats the
+#: e^{cu} model at small κ (3e-11 on cells 2.8 rad wide at κ = 1.65); the solver's cells are narrower anyway
+#: (split beyond twice the initial width, below 1)
+MAX_PIECE = 0.5
+#: on S² every piece gets at least the 4-point rule (row 1 of _ORDERS): next to a pole the factors sinθ'·(1 + s(2v − 1))
+#: (v ∝ θ'²) and sin²θ'·I₁ are polynomials of degree 3 and 5 whose coefficients do not shrink with the piece, so the
+#: 2-point rule's error there was first order in the piece (1.3e-10 on cells 3e-4 rad wide at the poles); 4 points
+#: integrate degree 7 exactly
+SPHERE_MIN_ROW = 1
 #: a cell is windowed only when narrower than this (radians): the window then is one piece of it or none
 WINDOW_MAX_WIDTH = 0.5 * np.pi
 
@@ -250,10 +259,12 @@ def _cell_sums(lo, hi, a, b, slope, kappa, alpha, cmax, zeta, sphere, local, lim
     rate = kappa
     if local and kappa > CURVATURE_FACTOR * CURVATURE_FACTOR:  # below, the curvature term alone reaches κ
         rate = min(kappa, kappa * _sin_max(a, b, alpha) + CURVATURE_FACTOR * math.sqrt(kappa))
-    kappa_eff = rate + zeta + 1.0
-    n_sub = max(1, int(math.ceil(kappa_eff * length / (2.0 * SUB_HALF_VARIATION))))
+    kappa_eff = rate + zeta + (2.0 if sphere else 1.0)  # S²'s factors sinθ' cosθ', sin²θ' vary at frequency 2
+    n_sub = max(1, int(math.ceil(kappa_eff * length / (2.0 * SUB_HALF_VARIATION))), int(math.ceil(length / MAX_PIECE)))
     h = length / n_sub
     row = _pick_order(0.5 * kappa_eff * h, limits)
+    if sphere and row < SPHERE_MIN_ROW:
+        row = SPHERE_MIN_ROW
     n = _ORDERS_NB[row]
     span = math.sin(0.5 * (lo + hi)) * math.sin(0.5 * width)
     start = a - lo
@@ -289,13 +300,14 @@ _ORDERS_NB = _ORDERS.astype(np.int64)
 def _node_table(edges, slopes, kappa_eff, sphere, limits, nodes, weights, tab_c, tab_s, tab_w, tab_n):
     """Every cell's Gauss–Legendre nodes as one piece, for the largest κ_eff of all queries: (cos ϑ, sin ϑ,
     weight·r(ϑ)·(sin ϑ on S²)) in tab_c, tab_s, tab_w (cell, node) and the order in tab_n; 0 where one piece
-    would not do (κ_eff·width > 2·SUB_HALF_VARIATION). A query then pays one exponential per node there.
+    would not do (κ_eff·width > 2·SUB_HALF_VARIATION, or width > MAX_PIECE). A query then pays one exponential per
+    node there.
     Serial: M·12 nodes cost little, and a second parallel region per evaluation would add a second barrier,
     which costs a scheduler slice whenever the job's threads share their cores with other jobs."""
     for k in range(slopes.size):
         lo, hi = edges[k], edges[k + 1]
         width = hi - lo
-        if kappa_eff * width > 2.0 * SUB_HALF_VARIATION:
+        if kappa_eff * width > 2.0 * SUB_HALF_VARIATION or width > MAX_PIECE:
             tab_n[k] = 0
             continue
         row = _pick_order(0.5 * kappa_eff * width, limits)

@@ -306,7 +306,7 @@ def _particle_study(
             log.info(
                 "%s: %s, %s, kernel %s", run, method, integrate.describe_steps(grid, method, tolerance), field.kernel
             )
-            path = None if checkpoint_dir is None else f"{checkpoint_dir}/convergence_particles_beta{beta:g}_N{n}.nc"
+            path = None if checkpoint_dir is None else f"{checkpoint_dir}/convergence_particles_beta{beta!r}_N{n}.nc"
             positions, _, ckpt = checkpoint.simulate_resumable(
                 field,
                 X0,

@@ -315,15 +315,14 @@ def plot_convergence(conv, experiment):
     Then one column per β of the particle-number study: on top W2(ρ^β_t, Π♯ρ0) against t per N, mean ± 2 sem over
     replicas, with the remaining N error's bound (``lowtemp.stages.convergence``); below, the median effective
     sample size of the softmax against t per N (smallest over replicas), with the experiment's ``ess_threshold``."""
-    if "beta" not in conv.dims:  # written when the particle study ran at one β (the attribute)
-        conv = conv.expand_dims(beta=[float(conv.attrs["beta"])])
-    columns = conv.sizes["beta"]
+    studies = conv if "beta" in conv.dims else conv.expand_dims(beta=[float(conv.attrs["beta"])])  # one study β, old
+    columns = studies.sizes["beta"]
     fig, axes = plt.subplots(2, 1 + columns, figsize=(5.5 * (1 + columns), 8.4), squeeze=False)
-    _step_panel(axes[0, 0], conv)
+    _step_panel(axes[0, 0], conv)  # the step study's variables have no β dimension
     axes[1, 0].axis("off")
     for j in range(columns):
-        _particle_panel(axes[0, 1 + j], conv.isel(beta=j))
-        _ess_panel(axes[1, 1 + j], conv.isel(beta=j), float(experiment["ess_threshold"]))
+        _particle_panel(axes[0, 1 + j], studies.isel(beta=j))
+        _ess_panel(axes[1, 1 + j], studies.isel(beta=j), float(experiment["ess_threshold"]))
     fig.tight_layout()
     return fig
 

@@ -29,6 +29,15 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     if convergence_path is not None:
         conv = io.read_netcdf(convergence_path, "convergence")
         budgets = estimates.study_budgets(conv, float(experiment["fit"]["particle_error_fraction"]))
+        betas = [float(b) for b in ds["beta"].values]  # the betas of the runs (the slice holds no betas key)
+        for b in budgets:
+            if not np.any(np.isclose(b.beta, betas, rtol=1e-12, atol=0.0)):
+                log.warning(
+                    "%s: the particle-number study at beta = %r decides nothing: it is not one of betas %s",
+                    name,
+                    b.beta,
+                    betas,
+                )
     out = estimates.fit_experiment(
         name,
         ds,
