@@ -203,11 +203,14 @@ CURVATURE_FACTOR = 4.0
 #: e^{cu} model at small κ (3e-11 on cells 2.8 rad wide at κ = 1.65); the solver's cells are narrower anyway
 #: (split beyond twice the initial width, below 1)
 MAX_PIECE = 0.5
-#: on S² every piece gets at least the 4-point rule (row 1 of _ORDERS): next to a pole the factors sinθ'·(1 + s(2v − 1))
-#: (v ∝ θ'²) and sin²θ'·I₁ are polynomials of degree 3 and 5 whose coefficients do not shrink with the piece, so the
-#: 2-point rule's error there was first order in the piece (1.3e-10 on cells 3e-4 rad wide at the poles); 4 points
-#: integrate degree 7 exactly
+#: on S² every piece near a pole gets at least the 4-point rule (row 1 of _ORDERS): next to a pole the factors
+#: sinθ'·(1 + s(2v − 1)) (v ∝ θ'²) and sin²θ'·I₁ are polynomials of degree 3 and 5 whose coefficients do not
+#: shrink with the piece, so the 2-point rule's error there was first order in the piece (1.3e-10 on cells 3e-4 rad
+#: wide at the poles); 4 points integrate degree 7 exactly
 SPHERE_MIN_ROW = 1
+#: ... within this angle of a pole (radians), where sinθ' is that small; elsewhere sinθ' is smooth on the scale of a
+#: cell and the rule's 1e-4 margin covers it
+POLAR_CAP = 0.1
 #: a cell is windowed only when narrower than this (radians): the window then is one piece of it or none
 WINDOW_MAX_WIDTH = 0.5 * np.pi
 
@@ -263,7 +266,7 @@ def _cell_sums(lo, hi, a, b, slope, kappa, alpha, cmax, zeta, sphere, local, lim
     n_sub = max(1, int(math.ceil(kappa_eff * length / (2.0 * SUB_HALF_VARIATION))), int(math.ceil(length / MAX_PIECE)))
     h = length / n_sub
     row = _pick_order(0.5 * kappa_eff * h, limits)
-    if sphere and row < SPHERE_MIN_ROW:
+    if sphere and row < SPHERE_MIN_ROW and (a < POLAR_CAP or b > np.pi - POLAR_CAP):
         row = SPHERE_MIN_ROW
     n = _ORDERS_NB[row]
     span = math.sin(0.5 * (lo + hi)) * math.sin(0.5 * width)
