@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import numba
 import numpy as np
 
 from lowtemp.config import experiment, validation
@@ -61,7 +62,8 @@ def main(argv=None):
     names = args.experiments or [n for n, e in cfg["experiments"].items() if e.get("model") == "mean_field"]
     lines = [
         f"Mean-field solver, fast rule against the plain rule in the same process ({io.cpu_name()}, "
-        f"commit {io.checkout_commit('.')}, `python benchmarks/bench_meanfield.py`).",
+        f"{numba.get_num_threads()} numba threads, commit {io.checkout_commit('.')}, "
+        "`python benchmarks/bench_meanfield.py`).",
         "",
         "| experiment | β | cells at the horizon | field evaluations (fast / plain) | seconds (fast / plain) | "
         "plain ÷ fast | largest token distance |",
