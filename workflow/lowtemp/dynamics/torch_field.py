@@ -55,7 +55,7 @@ def torch_field(X, B, V, beta, with_ess: bool = False, on: str | None = None):
     Bt = torch.as_tensor(np.asarray(B, dtype=float), dtype=torch.float64, device=dev)
     Vt = torch.as_tensor(np.asarray(V, dtype=float), dtype=torch.float64, device=dev)
     r, n, _ = Xt.shape
-    XB = Xt @ Bt  # row i: x_iᵀ B
+    XB = (Xt @ Bt).mul_(float(beta))  # row i: β x_iᵀ B (β folded in once, as the dense kernel does)
     VX = Xt @ Vt.T  # row j: (V x_j)ᵀ
     keys = Xt.transpose(-1, -2)
     F = torch.empty_like(Xt)
@@ -64,7 +64,6 @@ def torch_field(X, B, V, beta, with_ess: bool = False, on: str | None = None):
     for start in range(0, n, block):
         rows = slice(start, min(start + block, n))
         W = XB[:, rows] @ keys
-        W.mul_(float(beta))
         W.sub_(W.amax(dim=-1, keepdim=True))
         W.exp_()
         Z = W.sum(dim=-1)

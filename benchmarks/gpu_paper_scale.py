@@ -1,0 +1,365 @@
+"""The paper-scale simulation with the field on a GPU (kernel ``torch``), timed against the CPU kernels.
+
+Two commands. On a machine with a CUDA device and PyTorch::
+
+    python benchmarks/gpu_paper_scale.py run config/paper_scale.yaml --beta 1000 --out DIR
+
+builds the experiment's matrices and initial tokens exactly as the pipeline does (same stages, same root seed),
+runs the pipeline's own ``finite_temperature`` stage at one β with ``kernel: torch`` (float64 on the device) and
+writes, into DIR: ``summary.json`` (the machine, the versions, the integrator's record, the wall time of the stage,
+the effective sample sizes, and per cloud the time of one field evaluation with ``torch`` on the device and with
+the CPU kernels ``dense`` and ``cap`` on that machine's cores, best of ``--repeats`` after a warm-up call, with
+the largest relative difference between the torch and the dense field) and ``replica0.npz`` (replica 0's
+positions at the run's exact-W2 snapshots, to compare with a CPU run of the same config). The clouds are the
+initial tokens (spread) and the run's own snapshots at ``--times`` (clustered after the departure).
+``summary.json`` is rewritten after each part, so a run cut short keeps what it measured.
+
+Here, once the CPU run of the same config has finished (``make paper-scale`` or ``make paper-scale-beta1000``)::
+
+    python benchmarks/gpu_paper_scale.py report DIR --results results --markdown docs/gpu_paper_scale.md
+
+writes the page: the time per field evaluation and per step on the GPU against the CPU kernels (on the GPU
+machine's cores and, for the whole job, on the machine of the CPU run), and whether the two runs are the same
+dynamics: the initial tokens equal, and per exact snapshot W2 between the GPU run's replica 0 and the CPU run's
+replica 0, beside W2 between two CPU replicas (the sampling scale) and each run's W2 to the zero-temperature
+measure. Without the npz or the CPU run that section says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lowtemp.config import experiment as experiment_config
+from lowtemp.config import validation
+from lowtemp.dynamics import integrate, kernels, torch_field
+from lowtemp.stages import initial_tokens, matrices, simulate
+from lowtemp.store import datasets, io
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from estimate_cost import SCHEMA, merged  # noqa: E402  (this folder's cost script: one config merge)
+
+#: the CPU kernels timed beside the torch field: (kernel, numba threads; None = all the machine's cores)
+CPU_KERNELS = (("dense", None), ("dense", 2), ("cap", None))
+
+
+def _tokens_digest(X0: np.ndarray) -> str:
+    """sha256 of the initial tokens' float64 bytes: equal digests, equal inputs."""
+    return hashlib.sha256(np.ascontiguousarray(X0, dtype=np.float64).tobytes()).hexdigest()
+
+
+def best_seconds(fn, repeats: int) -> float:
+    """Best wall time of ``repeats`` calls after one warm-up call (compilation and device start-up untimed)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def time_cloud(label: str, X: np.ndarray, M, beta: float, repeats: int) -> dict:
+    """One field evaluation on the cloud X (replica, token, dim) with torch on the device and each CPU kernel:
+    seconds, nanoseconds per token pair, and the torch field's largest difference from the dense one."""
+    r, n, _ = X.shape
+    pairs = r * n * n
+    row = {"cloud": label, "replicas": r, "tokens": n, "pairs": pairs, "kernels": []}
+    F_torch = torch_field.torch_field(X, M.B, M.V, beta)
+    seconds = best_seconds(lambda: torch_field.torch_field(X, M.B, M.V, beta), repeats)
+    row["kernels"].append(
+        {"kernel": "torch", "device": torch_field.device(), "threads": None, "asked": None, "seconds": seconds}
+    )
+    all_threads = kernels.numba.config.NUMBA_NUM_THREADS
+    for kernel, threads in CPU_KERNELS:
+        kernels.set_threads(threads or all_threads)
+
+        def fn(k=kernel):
+            return kernels.attention_field(X, M.B, M.V, beta, k)
+
+        try:
+            seconds = best_seconds(fn, repeats)
+        except Exception as exc:  # a CPU kernel that fails there must not cost the GPU run
+            logging.getLogger("lowtemp").exception("kernel %s failed", kernel)
+            seconds = float("nan")
+            row.setdefault("errors", []).append(f"{kernel}: {type(exc).__name__}: {exc}")
+        row["kernels"].append(
+            {"kernel": kernel, "device": "cpu", "threads": threads or all_threads, "asked": threads, "seconds": seconds}
+        )
+    kernels.set_threads(all_threads)
+    try:
+        F_dense = kernels.attention_field(X, M.B, M.V, beta, "dense")
+        row["torch_vs_dense_relative"] = float(np.max(np.abs(F_torch - F_dense)) / np.max(np.abs(F_dense)))
+    except Exception:
+        row["torch_vs_dense_relative"] = float("nan")
+    for k in row["kernels"]:
+        k["ns_per_pair"] = k["seconds"] / pairs * 1e9
+    logging.getLogger("lowtemp").info("cloud %s: %s", label, json.dumps(row))
+    return row
+
+
+def _machine() -> dict:
+    import numba
+    import torch
+
+    out = {
+        "cpu": io.cpu_name(),
+        "cpu_threads": int(numba.config.NUMBA_NUM_THREADS),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "torch": torch.__version__,
+    }
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(0)
+        out["cuda"] = torch.version.cuda
+    return out
+
+
+def run(args) -> dict:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
+    if not torch_field.available():
+        raise SystemExit("PyTorch is not installed: this command runs the torch field")
+    config = {}
+    for path in args.config:
+        config = merged(config, validation.load_config_file(path))
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    validation.validate_config(config, SCHEMA, configfiles=args.config, results=str(work / "results"))
+    name = args.experiment or next(iter(config["experiments"]))
+    exp = dict(config["experiments"][name], kernel="torch")
+    beta = float(args.beta)
+    if beta not in [float(b) for b in exp["betas"]]:
+        raise SystemExit(f"--beta {beta:g} is not among experiments.{name}.betas {exp['betas']}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"experiment": name, "beta": beta, "commit": args.commit, "machine": _machine(), "clouds": []}
+
+    def save():
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+    root_seed = config["root_seed"]
+    matrices.stage_matrices(name, exp, root_seed, work / "matrices.nc")
+    initial_tokens.stage_initial_tokens(name, exp, root_seed, work / "matrices.nc", work / "tokens.nc")
+    M, X0 = datasets.load_inputs(work / "matrices.nc", work / "tokens.nc")
+    summary["initial_tokens_sha256"] = _tokens_digest(X0)
+    summary["clouds"].append(time_cloud("t = 0", X0, M, beta, args.repeats))
+    save()
+
+    output = work / f"beta{beta:g}.nc"
+    start = time.perf_counter()
+    simulate.stage_finite_temperature(
+        name, exp, root_seed, beta, work / "matrices.nc", work / "tokens.nc", output, work / "checkpoint.npz", 120.0
+    )
+    stage_seconds = time.perf_counter() - start
+    ds = io.read_netcdf(output, "finite_temperature")
+    evaluations = int(ds["field_evaluations"].sum())
+    accepted = int(ds["accepted_steps"].sum())
+    summary["run"] = {
+        "kernel": ds.attrs["kernel"],
+        "integrator": ds.attrs["integrator"],
+        "tolerance": ds.attrs.get("tolerance"),
+        "stage_seconds": stage_seconds,
+        "field_evaluations": evaluations,
+        "accepted_steps": accepted,
+        "rejected_steps": int(ds["rejected_steps"].sum()),
+        "seconds_per_evaluation": stage_seconds / (evaluations + ds.sizes["time"]),  # + one ESS pass per snapshot
+        "times": ds["time"].values.tolist(),
+        "ess_median": ds["ess_median"].values.tolist(),
+    }
+    save()
+    positions = ds["positions"].values  # (replica, time, token, dim)
+    exact = experiment_config.exact_w2_snapshots(exp, ds.sizes["time"])
+    np.savez(out / "replica0.npz", times=ds["time"].values[exact], positions=positions[0, exact])
+    for t in args.times:
+        k = int(np.argmin(np.abs(ds["time"].values - t)))
+        X = np.ascontiguousarray(integrate.snapshot(positions, k))
+        summary["clouds"].append(time_cloud(f"t = {ds['time'].values[k]:g}", X, M, beta, args.repeats))
+        save()
+    return summary
+
+
+# ------------------------------------------------------------------ report (here, after the CPU run)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}"
+
+
+def kernel_table(summary: dict) -> list[str]:
+    """Per cloud: milliseconds and ns per token pair of one field evaluation, each kernel, and torch's speed-up."""
+    clouds = summary["clouds"]
+    heads = [
+        f"{k['kernel']} ({k['device']}{'' if k['threads'] is None else ', ' + str(k['threads']) + ' threads'})"
+        for k in clouds[0]["kernels"]
+    ]
+    lines = [
+        "| cloud | " + " | ".join(f"{h}: ms (ns/pair)" for h in heads) + " | torch faster than dense (all cores), "
+        "dense (2 threads) | torch against dense, largest relative difference |",
+        "|---" * (len(heads) + 3) + "|",
+    ]
+    for c in clouds:
+        ks = c["kernels"]
+        by = {(k["kernel"], k["asked"]): k["seconds"] for k in ks}  # asked: the threads asked for (None: all)
+        torch_s = by["torch", None]
+        dense_all, dense_2 = by["dense", None], by["dense", 2]
+        cells = [f"{_ms(k['seconds'])} ({k['ns_per_pair']:.3f})" for k in ks]
+        lines.append(
+            f"| {c['cloud']} | " + " | ".join(cells) + f" | {dense_all / torch_s:.1f}x, {dense_2 / torch_s:.1f}x "
+            f"| {c['torch_vs_dense_relative']:.1e} |"
+        )
+    return lines
+
+
+def cpu_job(results: Path, name: str, beta: float) -> dict | None:
+    """The CPU run's finite-temperature job at β: its record and wall seconds (Snakemake's benchmark file)."""
+    nc = results / name / "finite_temperature" / f"beta{beta:g}.nc"
+    tsv = results / name / "benchmarks" / f"finite_temperature_beta{beta:g}.tsv"
+    if not nc.exists():
+        return None
+    ds = io.read_netcdf(nc, "finite_temperature")
+    job = {
+        "kernel": ds.attrs["kernel"],
+        "field_evaluations": int(ds["field_evaluations"].sum()),
+        "accepted_steps": int(ds["accepted_steps"].sum()),
+        "rejected_steps": int(ds["rejected_steps"].sum()),
+        "dataset": ds,
+    }
+    if tsv.exists():
+        header, *rows = tsv.read_text().splitlines()
+        job["seconds"] = float(dict(zip(header.split("\t"), rows[-1].split("\t")))["s"])
+    return job
+
+
+def agreement_table(npz: Path, cpu: dict, results: Path, name: str) -> list[str]:
+    """Per exact snapshot: W2 between the GPU and the CPU run's replica 0, between the CPU's replicas 0 and 1, and
+    each run's replica 0 to the zero-temperature measure (the pipeline's W2(ρ^β_t, ρ^∞_t))."""
+    from lowtemp.transport import w2 as transport
+
+    gpu = np.load(npz)
+    ds = cpu["dataset"]
+    zero = io.read_netcdf(results / name / "zero_temperature.nc", "zero_temperature")
+    lines = [
+        "| t | W2(GPU replica 0, CPU replica 0) | W2(CPU replica 0, CPU replica 1) | W2 to ρ^∞_t: GPU "
+        "| W2 to ρ^∞_t: CPU |",
+        "|---|---|---|---|---|",
+    ]
+    for t, G in zip(gpu["times"], gpu["positions"]):
+        k = int(np.argmin(np.abs(ds["time"].values - t)))
+        if abs(ds["time"].values[k] - t) > 1e-9:
+            raise SystemExit(f"the CPU run has no snapshot at t = {t:g}: not the same time grid")
+        C0 = ds["positions"].values[0, k]
+        C1 = ds["positions"].values[1, k]
+        Z0 = zero["positions"].values[0, k]
+        values = [transport.w2(G, C0), transport.w2(C0, C1), transport.w2(G, Z0), transport.w2(C0, Z0)]
+        lines.append(f"| {t:g} | " + " | ".join(f"{v:.3e}" for v in values) + " |")
+    return lines
+
+
+def report(args) -> str:
+    folder = Path(args.device)
+    summary = json.loads((folder / "summary.json").read_text())
+    name, beta = summary["experiment"], summary["beta"]
+    m = summary["machine"]
+    lines = [
+        "# The paper-scale simulation on a GPU",
+        "",
+        "Generated by `benchmarks/gpu_paper_scale.py report` from the files that `benchmarks/gpu_paper_scale.py run`",
+        "wrote on the GPU machine and from the CPU run of the same config; do not edit by hand. What the torch",
+        "kernel is: docs/kernels.md.",
+        "",
+        f"- Commit of the GPU run: {summary['commit']}; GPU: {m.get('gpu', 'none')} (CUDA {m.get('cuda')}), "
+        f"PyTorch {m['torch']}; its CPU: {m['cpu']}, {m['cpu_threads']} threads; numba {m['numba']}, "
+        f"numpy {m['numpy']}, Python {m['python']}.",
+        f"- Experiment `{name}` at β = {beta:g}.",
+        "",
+        "## One field evaluation, per cloud",
+        "",
+        "Best of several calls after a warm-up; the torch time includes moving the positions to the device and the "
+        "field back. `t = 0` is the initial cloud; the later clouds are the GPU run's own snapshots.",
+        "",
+        *kernel_table(summary),
+        "",
+    ]
+    run_ = summary.get("run")
+    if run_ is None:
+        lines += ["The GPU run did not finish (no record in summary.json).", ""]
+    else:
+        per_step = run_["stage_seconds"] / max(run_["accepted_steps"], 1)
+        lines += [
+            "## The whole run",
+            "",
+            "| run | kernel | integrator | field evaluations | accepted steps | rejected steps | wall s | s per "
+            "accepted step |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| GPU machine | {run_['kernel']} | {run_['integrator']} (tolerance {run_['tolerance']:.3g}) | "
+            f"{run_['field_evaluations']} | {run_['accepted_steps']} | {run_['rejected_steps']} | "
+            f"{run_['stage_seconds']:.1f} | {per_step:.3f} |",
+        ]
+        cpu = cpu_job(Path(args.results), name, beta) if args.results else None
+        if cpu is not None and "seconds" in cpu:
+            lines.append(
+                f"| CPU run ({io.cpu_name()}, {args.cpu_cores} cores) | {cpu['kernel']} | | {cpu['field_evaluations']}"
+                f" | {cpu['accepted_steps']} | {cpu['rejected_steps']} | {cpu['seconds']:.1f} | "
+                f"{cpu['seconds'] / max(cpu['accepted_steps'], 1):.3f} |"
+            )
+        lines += [
+            "",
+            "Both wall times are whole jobs (the stage: integration, effective sample sizes, the NetCDF file); the "
+            "CPU one is Snakemake's benchmark file of the pipeline's own job, on the machine named in its row.",
+            "",
+            "## The same dynamics?",
+            "",
+        ]
+        npz = folder / "replica0.npz"
+        if cpu is None or not npz.exists():
+            lines.append("Not compared: the CPU run's results or the GPU run's replica0.npz are not here.")
+        else:
+            X0 = datasets.load_initial_tokens(Path(args.results) / name / "initial_tokens.nc")
+            same = _tokens_digest(X0) == summary["initial_tokens_sha256"]
+            lines += [
+                f"Initial tokens identical (sha256 of their float64 bytes): {'yes' if same else 'NO'}. Two float64 "
+                "evaluations of the field differ by rounding (the table above), and the dynamics amplifies such "
+                "differences where the tokens depart from the metastable state, so the runs are compared as "
+                "measures: the first column is to be read against the second (two independent samples of the "
+                "same measure) and the last two against each other.",
+                "",
+                *agreement_table(npz, cpu, Path(args.results), name),
+            ]
+    lines.append("")
+    text = "\n".join(lines)
+    Path(args.markdown).write_text(text)
+    return text
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="on the GPU machine: the run and the timings")
+    r.add_argument("config", nargs="+")
+    r.add_argument("--beta", type=float, required=True)
+    r.add_argument("--experiment", help="default: the config's first experiment")
+    r.add_argument("--out", required=True, help="folder for summary.json and replica0.npz")
+    r.add_argument("--work", default="/tmp/gpu_paper_scale", help="folder for the run's NetCDF files")
+    r.add_argument("--times", type=float, nargs="*", default=[5.0, 10.0, 15.0, 20.0], help="clouds timed after the run")
+    r.add_argument("--repeats", type=int, default=3)
+    r.add_argument("--commit", default="unknown", help="the commit of the checkout (the device copy has no .git)")
+    p = sub.add_parser("report", help="here: the page, from the GPU run's folder and the CPU run's results")
+    p.add_argument("device", help="the folder the run command wrote")
+    p.add_argument("--results", help="the CPU run's results folder")
+    p.add_argument("--cpu-cores", type=int, default=2, help="cores of the CPU run's machine (default 2)")
+    p.add_argument("--markdown", default="docs/gpu_paper_scale.md")
+    args = ap.parse_args(argv)
+    return run(args) if args.command == "run" else print(report(args))
+
+
+if __name__ == "__main__":
+    main()
