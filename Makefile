@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report cluster-expansion test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,18 @@ paper-scale-beta1000: $(STAMP)
 PAPER_SCALE_CONFIG ?= config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml
 paper-scale-report: $(STAMP)
 	$(BIN)/python benchmarks/paper_scale_report.py results --config $(PAPER_SCALE_CONFIG)
+
+## gpu-paper-scale: on a machine with a CUDA device and PyTorch, the paper-scale simulation at GPU_BETA with the field on
+## the GPU (kernel torch), timed against the CPU kernels; writes docs/data/gpu_paper_scale/beta<GPU_BETA>/
+GPU_BETA ?= 1000
+gpu-paper-scale:
+	$(BIN)/python benchmarks/gpu_paper_scale.py run config/paper_scale.yaml --beta $(GPU_BETA) \
+		--out docs/data/gpu_paper_scale/beta$(GPU_BETA) --commit $$(git rev-parse --short HEAD)
+
+## gpu-paper-scale-report: docs/gpu_paper_scale.md from the GPU runs' files and the CPU paper-scale run in results/
+gpu-paper-scale-report: $(STAMP)
+	$(BIN)/python benchmarks/gpu_paper_scale.py report $(wildcard docs/data/gpu_paper_scale/beta*) --results results \
+		--markdown docs/gpu_paper_scale.md
 
 ## cluster-expansion: docs/cluster_expansion.md, whether a per-cluster expansion of the softmax would pay off on the
 ## finished paper-scale run's own snapshots (docs/kernels.md)
