@@ -68,7 +68,7 @@ gpu-paper-scale:
 ## gpu-paper-scale-report: docs/gpu_paper_scale.md from the GPU runs' files and the CPU paper-scale run in results/
 gpu-paper-scale-report: $(STAMP)
 	$(BIN)/python benchmarks/gpu_paper_scale.py report $(wildcard docs/data/gpu_paper_scale/beta*) --results results \
-		--markdown docs/gpu_paper_scale.md
+		--backends docs/data/gpu_paper_scale/backends.json --markdown docs/gpu_paper_scale.md
 
 ## cluster-expansion: docs/cluster_expansion.md, whether a per-cluster expansion of the softmax would pay off on the
 ## finished paper-scale run's own snapshots (docs/kernels.md)

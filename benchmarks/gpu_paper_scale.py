@@ -295,6 +295,28 @@ def run_rows(summary: dict, cpu: dict | None, cpu_label: str) -> list[str]:
     return rows
 
 
+def backends_section(b: dict) -> list[str]:
+    """The torch field against the same computation in JAX (``benchmarks/gpu_backends.py``), per cloud."""
+    labels = [k for k in b["rows"][0] if isinstance(b["rows"][0][k], dict)]
+    lines = [
+        "## PyTorch or JAX",
+        "",
+        f"`benchmarks/gpu_backends.py` on {b['gpu']} (PyTorch {b['torch']}, JAX {b['jax']}), β = {b['beta']:g}, "
+        "the β = 1000 run's own snapshots as R = 4 copies: one field evaluation, ms (best of several after a "
+        "warm-up; JAX's compilation untimed), and its largest relative difference from the dense kernel. "
+        "`torch_blocks4x`: the torch kernel with blocks 4 times larger; `jax`: the same blocked computation "
+        "compiled by XLA (2048 and 8192 query rows per block).",
+        "",
+        "| t | " + " | ".join(labels) + " | torch / jax |",
+        "|---" * (len(labels) + 2) + "|",
+    ]
+    for row in b["rows"]:
+        cells = [f"{row[k]['seconds'] * 1e3:.2f} ({row[k]['relative_to_dense']:.0e})" for k in labels]
+        ratio = row["torch"]["seconds"] / row["jax"]["seconds"]
+        lines.append(f"| {row['time']:g} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+    return lines
+
+
 def report(args) -> str:
     summaries = [(Path(f), json.loads((Path(f) / "summary.json").read_text())) for f in args.device]
     summaries.sort(key=lambda fs: fs[1]["beta"])
@@ -338,6 +360,8 @@ def report(args) -> str:
     ]
     for _, summary in summaries:
         lines += run_rows(summary, cpus[summary["beta"]], cpu_label)
+    if args.backends and Path(args.backends).exists():
+        lines += ["", *backends_section(json.loads(Path(args.backends).read_text()))]
     lines += ["", "## The same dynamics?", ""]
     compared = [(f, s) for f, s in summaries if (f / "replica0.npz").exists() and cpus[s["beta"]] is not None]
     if not compared:
@@ -377,6 +401,7 @@ def main(argv=None):
     p.add_argument("--results", help="the CPU run's results folder")
     p.add_argument("--cpu-cores", type=int, default=2, help="cores of the CPU run's machine (default 2)")
     p.add_argument("--markdown", default="docs/gpu_paper_scale.md")
+    p.add_argument("--backends", help="benchmarks/gpu_backends.py's backends.json, rendered where given")
     args = ap.parse_args(argv)
     return run(args) if args.command == "run" else print(report(args))
 
