@@ -97,7 +97,8 @@ test-faults: $(STAMP)
 TORCH := torch==2.13.0
 test-torch: $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-input '$(TORCH)'
-	LOWTEMP_REQUIRE_TORCH=1 $(BIN)/python -m pytest tests/dynamics/test_torch_field.py tests/dynamics/test_kernel_contract.py -p no:cacheprovider
+	LOWTEMP_REQUIRE_TORCH=1 $(BIN)/python -m pytest tests/dynamics/test_torch_field.py tests/dynamics/test_kernel_contract.py \
+		tests/workflow/test_gpu_paper_scale.py -p no:cacheprovider
 
 ## test-slurm: a real single-node SLURM cluster (started here, as root) runs config/test.yaml; numbers equal a local run
 test-slurm: $(STAMP)
