@@ -57,7 +57,7 @@ def make_jax_field():
 
     def call(X, B, V, beta, block=JAX_BLOCK):
         n = X.shape[1]
-        block = block if n % block == 0 else n
+        block = max(b for b in range(1, min(block, n) + 1) if n % b == 0)  # blocks must tile the rows
         return np.asarray(field(jnp.asarray(X), jnp.asarray(B), jnp.asarray(V), float(beta), block))
 
     return call, jax.__version__, str(jax.devices()[0])
@@ -70,6 +70,7 @@ def main(argv=None):
     ap.add_argument("--beta", type=float, default=1000.0)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--commit", default="unknown", help="the commit of the checkout (a device copy has no .git)")
     args = ap.parse_args(argv)
     config = {}
     for path in args.config:
@@ -110,6 +111,8 @@ def main(argv=None):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = {
+        "commit": args.commit,
+        "blocks": {"torch": f"{torch_field.BLOCK_SCORES} scores", "jax": JAX_BLOCK, "jax_block8192": 8192},
         "torch": torch.__version__,
         "jax": jax_version,
         "device": jax_device,

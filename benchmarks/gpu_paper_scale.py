@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 
 from lowtemp.config import experiment as experiment_config
 from lowtemp.config import validation
@@ -141,6 +142,8 @@ def run(args) -> dict:
         raise SystemExit(f"--beta {beta:g} is not among experiments.{name}.betas {exp['betas']}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    for stale in ("summary.json", "replica0.npz"):  # a folder never mixes this run with an earlier one
+        (out / stale).unlink(missing_ok=True)
     summary = {"experiment": name, "beta": beta, "commit": args.commit, "machine": _machine(), "clouds": []}
 
     def save():
@@ -178,7 +181,15 @@ def run(args) -> dict:
     save()
     positions = ds["positions"].values  # (replica, time, token, dim)
     exact = experiment_config.exact_w2_snapshots(exp, ds.sizes["time"])
-    np.savez(out / "replica0.npz", times=ds["time"].values[exact], positions=positions[0, exact])
+    np.savez(
+        out / "replica0.npz",
+        times=ds["time"].values[exact],
+        positions=positions[0, exact],
+        beta=beta,
+        integrator=ds.attrs["integrator"],
+        tolerance=float(ds.attrs.get("tolerance", np.nan)),
+        initial_tokens_sha256=summary["initial_tokens_sha256"],
+    )
     for t in args.times:
         k = int(np.argmin(np.abs(ds["time"].values - t)))
         X = np.ascontiguousarray(integrate.snapshot(positions, k))
@@ -239,14 +250,40 @@ def cpu_job(results: Path, name: str, beta: float) -> dict | None:
     return job
 
 
-def agreement_table(npz: Path, cpu: dict, results: Path, name: str) -> list[str]:
-    """Per exact snapshot: W2 between the GPU and the CPU run's replica 0, between the CPU's replicas 0 and 1, and
-    each run's replica 0 to the zero-temperature measure (the pipeline's W2(ρ^β_t, ρ^∞_t))."""
+def comparable(npz: Path, summary: dict, cpu: dict) -> list[str]:
+    """Why the GPU run's replica 0 (``npz``) cannot be set against the CPU run's, or [] where it can: the same β,
+    integrator and tolerance, the same snapshot times, and the same cloud at t = 0, bit for bit (the npz's t = 0
+    snapshot against the CPU run's, both the initial tokens as the integrator normalised them, so a stale or foreign
+    file cannot pass on its summary's word)."""
+    gpu = np.load(npz)
+    ds = cpu["dataset"]
+    why = []
+    if "beta" not in gpu.files:
+        return [f"{npz} records no beta, integrator or tolerance (written by an older version of this script)"]
+    for key, theirs in (("beta", float(ds["beta"])), ("integrator", ds.attrs["integrator"])):
+        if gpu[key].item() != theirs:
+            why.append(f"{key} {gpu[key].item()} against the CPU run's {theirs}")
+    tol = float(ds.attrs.get("tolerance", np.nan))
+    if not (gpu["tolerance"].item() == tol or (np.isnan(tol) and np.isnan(gpu["tolerance"].item()))):
+        why.append(f"tolerance {gpu['tolerance'].item():.3g} against the CPU run's {tol:.3g}")
+    if float(gpu["beta"]) != summary["beta"]:
+        why.append(f"the npz holds beta {float(gpu['beta']):g}, its summary.json {summary['beta']:g}")
+    times = ds["time"].values
+    if not all(np.any(np.abs(times - t) <= 1e-9) for t in gpu["times"]):
+        why.append("the CPU run has not every snapshot time of the GPU run: not the same time grid")
+    elif gpu["times"][0] != 0.0 or not np.array_equal(gpu["positions"][0], ds["positions"].values[0, 0]):
+        why.append("the GPU run's replica 0 at t = 0 is not the CPU run's initial cloud (other tokens)")
+    return why
+
+
+def agreement_table(npz: Path, cpu: dict, zero: xr.Dataset | None) -> list[str]:
+    """Per exact snapshot: W2 between the GPU and the CPU run's replica 0, between the CPU's replicas 0 and 1 (where
+    it has two), and each run's replica 0 to the zero-temperature measure (the pipeline's W2(ρ^β_t, ρ^∞_t), where the
+    CPU run's zero_temperature.nc is here)."""
     from lowtemp.transport import w2 as transport
 
     gpu = np.load(npz)
     ds = cpu["dataset"]
-    zero = io.read_netcdf(results / name / "zero_temperature.nc", "zero_temperature")
     lines = [
         "| t | W2(GPU replica 0, CPU replica 0) | W2(CPU replica 0, CPU replica 1) | W2 to ρ^∞_t: GPU "
         "| W2 to ρ^∞_t: CPU |",
@@ -254,23 +291,31 @@ def agreement_table(npz: Path, cpu: dict, results: Path, name: str) -> list[str]
     ]
     for t, G in zip(gpu["times"], gpu["positions"]):
         k = int(np.argmin(np.abs(ds["time"].values - t)))
-        if abs(ds["time"].values[k] - t) > 1e-9:
-            raise SystemExit(f"the CPU run has no snapshot at t = {t:g}: not the same time grid")
-        C0 = ds["positions"].values[0, k]
-        C1 = ds["positions"].values[1, k]
-        Z0 = zero["positions"].values[0, k]
-        values = [transport.w2(G, C0), transport.w2(C0, C1), transport.w2(G, Z0), transport.w2(C0, Z0)]
-        lines.append(f"| {t:g} | " + " | ".join(f"{v:.3e}" for v in values) + " |")
+        C = ds["positions"].values[:, k]
+        values = [transport.w2(G, C[0]), transport.w2(C[0], C[1]) if len(C) > 1 else None]
+        if zero is not None:
+            Z0 = zero["positions"].values[0, k]
+            values += [transport.w2(G, Z0), transport.w2(C[0], Z0)]
+        else:
+            values += [None, None]
+        lines.append(f"| {t:g} | " + " | ".join("n/a" if v is None else f"{v:.3e}" for v in values) + " |")
     return lines
 
 
-def _header(summary: dict) -> list[str]:
-    m = summary["machine"]
+def _header(summaries: list[dict]) -> list[str]:
+    """One line per distinct commit and machine of the GPU runs, naming the β each covers."""
+    groups: dict[str, list[float]] = {}
+    for summary in summaries:
+        m = summary["machine"]
+        line = (
+            f"commit {summary['commit']}; GPU: {m.get('gpu', 'none')} (CUDA {m.get('cuda')}), PyTorch {m['torch']}; "
+            f"that machine's CPU: {m['cpu']}, {m['cpu_threads']} threads; numba {m['numba']}, numpy {m['numpy']}, "
+            f"Python {m['python']}"
+        )
+        groups.setdefault(line, []).append(summary["beta"])
     return [
-        f"- Commit of the GPU runs: {summary['commit']}; GPU: {m.get('gpu', 'none')} (CUDA {m.get('cuda')}), "
-        f"PyTorch {m['torch']}; that machine's CPU: {m['cpu']}, {m['cpu_threads']} threads; numba {m['numba']}, "
-        f"numpy {m['numpy']}, Python {m['python']}.",
-        f"- Experiment `{summary['experiment']}`.",
+        *(f"- GPU runs at β = {', '.join(f'{b:g}' for b in betas)}: {line}." for line, betas in groups.items()),
+        f"- Experiment `{summaries[0]['experiment']}`.",
     ]
 
 
@@ -285,12 +330,17 @@ def run_rows(summary: dict, cpu: dict | None, cpu_label: str) -> list[str]:
         f"{run_['stage_seconds'] / max(run_['accepted_steps'], 1):.3f} | "
         f"{run_['seconds_per_evaluation'] * 1e3:.1f} |"
     ]
-    if cpu is not None and "seconds" in cpu:
+    if cpu is not None:
         evaluations = cpu["field_evaluations"] + cpu["dataset"].sizes["time"]
+        seconds = cpu.get("seconds")
+        timing = (
+            "(no benchmark file) | | "
+            if seconds is None
+            else f"{seconds:.1f} | {seconds / max(cpu['accepted_steps'], 1):.3f} | {seconds / evaluations * 1e3:.1f} |"
+        )
         rows.append(
             f"| {beta:g} | {cpu_label} | {cpu['kernel']} | {cpu['field_evaluations']} | {cpu['accepted_steps']} | "
-            f"{cpu['rejected_steps']} | {cpu['seconds']:.1f} | {cpu['seconds'] / max(cpu['accepted_steps'], 1):.3f} "
-            f"| {cpu['seconds'] / evaluations * 1e3:.1f} |"
+            f"{cpu['rejected_steps']} | {timing}"
         )
     return rows
 
@@ -301,11 +351,11 @@ def backends_section(b: dict) -> list[str]:
     lines = [
         "## PyTorch or JAX",
         "",
-        f"`benchmarks/gpu_backends.py` on {b['gpu']} (PyTorch {b['torch']}, JAX {b['jax']}), β = {b['beta']:g}, "
-        "the β = 1000 run's own snapshots as R = 4 copies: one field evaluation, ms (best of several after a "
-        "warm-up; JAX's compilation untimed), and its largest relative difference from the dense kernel. "
-        "`torch_blocks4x`: the torch kernel with blocks 4 times larger; `jax`: the same blocked computation "
-        "compiled by XLA (2048 and 8192 query rows per block).",
+        f"`benchmarks/gpu_backends.py` at commit {b.get('commit', 'unknown')} on {b['gpu']} (PyTorch {b['torch']}, "
+        f"JAX {b['jax']}), β = {b['beta']:g}, a GPU run's own snapshots as R = 4 copies: one field evaluation, ms "
+        "(best of several after a warm-up; JAX's compilation untimed), and its largest relative difference from the "
+        "dense kernel. `torch_blocks4x`: the torch kernel with blocks 4 times larger; `jax`, `jax_block8192`: the "
+        f"same blocked computation compiled by XLA (blocks: {b.get('blocks', 'not recorded')}).",
         "",
         "| t | " + " | ".join(labels) + " | torch / jax |",
         "|---" * (len(labels) + 2) + "|",
@@ -326,7 +376,7 @@ def report(args) -> str:
     name = names.pop()
     results = Path(args.results) if args.results else None
     cpus = {s["beta"]: (cpu_job(results, name, s["beta"]) if results else None) for _, s in summaries}
-    cpu_label = f"this machine ({io.cpu_name()}, {args.cpu_cores} cores)"
+    cpu_label = args.cpu_label or f"CPU run ({io.cpu_name()}, {args.cpu_cores} cores)"
     lines = [
         "# The paper-scale simulation on a GPU",
         "",
@@ -335,7 +385,7 @@ def report(args) -> str:
         "and from the CPU run of the same config in results/; do not edit by hand. What the torch kernel is:",
         "docs/kernels.md.",
         "",
-        *_header(summaries[0][1]),
+        *_header([summary for _, summary in summaries]),
         "",
         "## One field evaluation, per cloud",
         "",
@@ -350,9 +400,12 @@ def report(args) -> str:
         "## The whole runs",
         "",
         "The pipeline's `finite_temperature` stage (integration, the effective sample size at every snapshot, the "
-        "NetCDF file); the CPU rows are the pipeline's own jobs (Snakemake's benchmark files of the run in "
-        "results/), with the kernel of the config. The last column divides the wall time by the field evaluations "
-        "plus one per snapshot (the effective sample sizes).",
+        "NetCDF file). The GPU rows time the stage alone, in a process where the timings above had already started "
+        "CUDA; the CPU rows are the pipeline's own jobs as Snakemake's benchmark files of the run in results/ time "
+        "them (the whole job: start-up and loading of the compiled kernels included), with the kernel of the "
+        "config, on the machine their label names (by default the one that renders this page; `--cpu-label`). "
+        "The last column divides the wall time by the field evaluations plus one per snapshot (the effective "
+        "sample sizes).",
         "",
         "| β | run | kernel | field evaluations | accepted steps | rejected steps | wall s | s per accepted step "
         "| ms per evaluation |",
@@ -363,20 +416,30 @@ def report(args) -> str:
     if args.backends and Path(args.backends).exists():
         lines += ["", *backends_section(json.loads(Path(args.backends).read_text()))]
     lines += ["", "## The same dynamics?", ""]
-    compared = [(f, s) for f, s in summaries if (f / "replica0.npz").exists() and cpus[s["beta"]] is not None]
-    if not compared:
-        lines.append("Not compared: no GPU run's replica0.npz with a CPU run of the same β is here.")
-    for folder, summary in compared:
-        X0 = datasets.load_initial_tokens(results / name / "initial_tokens.nc")
-        same = _tokens_digest(X0) == summary["initial_tokens_sha256"]
+    zero_path = results / name / "zero_temperature.nc" if results else None
+    zero = io.read_netcdf(zero_path, "zero_temperature") if zero_path and zero_path.exists() else None
+    for folder, summary in summaries:
+        beta, cpu, npz = summary["beta"], cpus[summary["beta"]], folder / "replica0.npz"
+        if summary.get("run") is None or not npz.exists() or cpu is None:
+            missing = "its record" if summary.get("run") is None else "replica0.npz" if not npz.exists() else None
+            lines += [
+                f"β = {beta:g}: not compared ({f'the GPU run has no {missing}' if missing else 'no CPU run'}).",
+                "",
+            ]
+            continue
+        why = comparable(npz, summary, cpu)
+        if why:
+            lines += [f"β = {beta:g}: not compared: {'; '.join(why)}.", ""]
+            continue
         lines += [
-            f"β = {summary['beta']:g}. Initial tokens identical (sha256 of their float64 bytes): "
-            f"{'yes' if same else 'NO'}. Two float64 evaluations of the field differ by rounding (the tables "
-            "above), and the dynamics amplifies such differences where the tokens depart from the metastable "
-            "state, so the runs are compared as measures: the first column is to be read against the second (two "
-            "independent samples of the same measure) and the last two against each other.",
+            f"β = {beta:g}: the same β, integrator, tolerance, snapshot times and initial cloud (bit for bit) as the "
+            "CPU run. Two float64 evaluations of the field differ by rounding (the tables above), and the dynamics "
+            "amplifies such differences where the tokens depart from the metastable state, so the runs are compared "
+            "as measures: the first column is to be read against the second (two independent samples of the same "
+            "measure) and the last two against each other."
+            + ("" if zero is not None else " (No zero_temperature.nc in the CPU results: the last two are n/a.)"),
             "",
-            *agreement_table(folder / "replica0.npz", cpus[summary["beta"]], results, name),
+            *agreement_table(npz, cpu, zero),
             "",
         ]
     text = "\n".join(lines) + "\n"
@@ -400,6 +463,7 @@ def main(argv=None):
     p.add_argument("device", nargs="+", help="the folders the run command wrote (one per beta)")
     p.add_argument("--results", help="the CPU run's results folder")
     p.add_argument("--cpu-cores", type=int, default=2, help="cores of the CPU run's machine (default 2)")
+    p.add_argument("--cpu-label", help="the CPU rows' label (default: this machine's CPU and --cpu-cores)")
     p.add_argument("--markdown", default="docs/gpu_paper_scale.md")
     p.add_argument("--backends", help="benchmarks/gpu_backends.py's backends.json, rendered where given")
     args = ap.parse_args(argv)

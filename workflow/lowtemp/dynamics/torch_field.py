@@ -55,7 +55,7 @@ def torch_field(X, B, V, beta, with_ess: bool = False, on: str | None = None):
     Bt = torch.as_tensor(np.asarray(B, dtype=float), dtype=torch.float64, device=dev)
     Vt = torch.as_tensor(np.asarray(V, dtype=float), dtype=torch.float64, device=dev)
     r, n, _ = Xt.shape
-    XB = (Xt @ Bt).mul_(float(beta))  # row i: β x_iᵀ B (β folded in once, as the dense kernel does)
+    XB = (Xt @ Bt).mul_(float(beta))  # row i: β x_iᵀ B (β multiplies N·d numbers here, not the N² scores)
     VX = Xt @ Vt.T  # row j: (V x_j)ᵀ
     keys = Xt.transpose(-1, -2)
     F = torch.empty_like(Xt)
