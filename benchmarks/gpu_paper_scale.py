@@ -405,7 +405,8 @@ def report(args) -> str:
         "them (the whole job: start-up and loading of the compiled kernels included), with the kernel of the "
         "config, on the machine their label names (by default the one that renders this page; `--cpu-label`). "
         "The last column divides the wall time by the field evaluations plus one per snapshot (the effective "
-        "sample sizes).",
+        "sample sizes). A job resumed from a checkpoint times only its resumed part while counting every "
+        "evaluation, so its times per step and evaluation read low.",
         "",
         "| β | run | kernel | field evaluations | accepted steps | rejected steps | wall s | s per accepted step "
         "| ms per evaluation |",
