@@ -434,9 +434,9 @@ def report(args) -> str:
             continue
         lines += [
             f"β = {beta:g}: the same β, integrator, tolerance, snapshot times and initial cloud (bit for bit) as the "
-            "CPU run. Two float64 evaluations of the field differ by rounding (the tables above), and the dynamics "
-            "amplifies such differences where the tokens depart from the metastable state, so the runs are compared "
-            "as measures: the first column is to be read against the second (two independent samples of the same "
+            "CPU run. Two float64 evaluations of the field differ by rounding (the tables above), which the dynamics "
+            "may amplify (most where the tokens depart from the metastable state), so the runs are compared as "
+            "measures: the first column is to be read against the second (two independent samples of the same "
             "measure) and the last two against each other."
             + ("" if zero is not None else " (No zero_temperature.nc in the CPU results: the last two are n/a.)"),
             "",

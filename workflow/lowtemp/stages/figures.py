@@ -8,6 +8,7 @@ legend: there the particle system does not stand for the mean field.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +21,9 @@ import seaborn as sns  # noqa: E402
 from ..analysis import claims, fitting  # noqa: E402
 from ..config import experiment as experiment_config  # noqa: E402
 from ..store import io  # noqa: E402
+
+#: characters per line of a panel title in the multi-panel figures (they sit side by side)
+TITLE_WIDTH = 60
 
 
 def _palette(n):
@@ -376,9 +380,12 @@ def _step_panel(ax, conv):
     ax.set_xlabel("step h")
     ax.set_ylabel("difference (max over replicas, tokens, check times)")
     ax.set_title(
-        "Step halving (h, h/2, h/4; adaptive: τ/2^((q+1)k)), "
-        f"t ∈ {{{', '.join(f'{t:g}' for t in conv['check_time'].values)}}}; "
-        f"{conv.attrs['step_tokens']} tokens",
+        textwrap.fill(
+            "Step halving (h, h/2, h/4; adaptive: τ/2^((q+1)k)), "
+            f"t ∈ {{{', '.join(f'{t:g}' for t in conv['check_time'].values)}}}; "
+            f"{conv.attrs['step_tokens']} tokens",
+            TITLE_WIDTH,
+        ),
         fontsize=9,
     )
     ax.legend(fontsize=6, loc="lower right")
@@ -412,7 +419,8 @@ def _particle_panel(bx, conv):
         f"remaining error ≤ {float(conv['w2_budget_ratio']):.2g}·W2 before departure; departure "
         f"{slope[0]:+.2g}…{slope[1]:+.2g} per doubling"
     )
-    bx.set_title(f"Particle number, β = {beta:g}, {conv.sizes['replica']} replicas: {verdict}", fontsize=8)
+    title = f"Particle number, β = {beta:g}, {conv.sizes['replica']} replicas: {verdict}"
+    bx.set_title(textwrap.fill(title, TITLE_WIDTH), fontsize=8)  # panels sit side by side: wrap, never overlap
     bx.legend(fontsize=7)
 
 
