@@ -59,9 +59,10 @@ paper-scale-report: $(STAMP)
 	$(BIN)/python benchmarks/paper_scale_report.py results --config $(PAPER_SCALE_CONFIG)
 
 ## gpu-paper-scale: on a machine with a CUDA device and PyTorch, the paper-scale simulation at GPU_BETA with the field on
-## the GPU (kernel torch), timed against the CPU kernels; writes docs/data/gpu_paper_scale/beta<GPU_BETA>/
+## the GPU (kernel torch), timed against the CPU kernels; writes docs/data/gpu_paper_scale/beta<GPU_BETA>/ (install
+## PyTorch into .venv first: `.venv/bin/pip install torch`)
 GPU_BETA ?= 1000
-gpu-paper-scale:
+gpu-paper-scale: $(STAMP)
 	$(BIN)/python benchmarks/gpu_paper_scale.py run config/paper_scale.yaml --beta $(GPU_BETA) \
 		--out docs/data/gpu_paper_scale/beta$(GPU_BETA) --commit $$(git rev-parse --short HEAD)
 
