@@ -343,7 +343,8 @@ def test_sphere_cells_at_the_poles_get_four_points():
 def test_the_fast_rule_equals_the_plain_rule(seed, beta, tiny, geometry):
     """Windows, local rates and the node table (``fast``) change no mean by more than 1e-13 against the plain rule
     (every kept cell whole at the rate κ + ζ + 1), on clustered cells at any β. The tolerance discriminates: masses
-    changed by 1e-9 relative move the means by more."""
+    changed by 1e-7 relative move the means by more (by 1e-9 they did not always: at β = 25 593, where a query's
+    softmax sits in a few cells, by 9.998e-14 at most)."""
     rng = np.random.default_rng(seed)
     if geometry == "circle":
         edges, masses = _clustered_circle(seed, tiny)
@@ -365,7 +366,7 @@ def test_the_fast_rule_equals_the_plain_rule(seed, beta, tiny, geometry):
     fast = mf.softmax_means(red, edges, masses, beta, queries, fast=True)
     plain = mf.softmax_means(red, edges, masses, beta, queries, fast=False)
     np.testing.assert_allclose(fast, plain, rtol=0, atol=1e-13)
-    moved = masses * (1 + 1e-9 * rng.uniform(-1, 1, masses.size))
+    moved = masses * (1 + 1e-7 * rng.uniform(-1, 1, masses.size))
     assert np.abs(mf.softmax_means(red, edges, moved, beta, queries, fast=False) - plain).max() > 1e-13
 
 
