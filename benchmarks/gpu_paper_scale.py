@@ -16,11 +16,12 @@ initial tokens (spread) and the run's own snapshots at ``--times`` (clustered af
 
 Here, once the CPU run of the same config has finished (``make paper-scale`` or ``make paper-scale-beta1000``)::
 
-    python benchmarks/gpu_paper_scale.py report DIR --results results --markdown docs/gpu_paper_scale.md
+    python benchmarks/gpu_paper_scale.py report DIR [DIR ...] --results results --markdown docs/gpu_paper_scale.md
 
 writes the page: the time per field evaluation and per step on the GPU against the CPU kernels (on the GPU
 machine's cores and, for the whole job, on the machine of the CPU run), and whether the two runs are the same
-dynamics: the initial tokens equal, and per exact snapshot W2 between the GPU run's replica 0 and the CPU run's
+dynamics: compared only where both runs have the same β, integrator, tolerance, snapshot times and cloud at t = 0
+(bit for bit; ``comparable``), then per exact snapshot W2 between the GPU run's replica 0 and the CPU run's
 replica 0, beside W2 between two CPU replicas (the sampling scale) and each run's W2 to the zero-temperature
 measure. Without the npz or the CPU run that section says so.
 """
