@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -120,6 +120,16 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_integrators.py --out results/bench/integrators.nc --markdown docs/integrators_bench.md
 	$(BIN)/python benchmarks/bench_meanfield.py --markdown docs/mean_field_bench.md
 	$(BIN)/python benchmarks/bench_w2.py --sizes 2048 4096 16384 65536 --memory --truth-max 16384 --job-share results --out results/bench/w2.nc
+
+## w2-snapshots: the default run's exact-W2 snapshots (concentration, beta = 100, replica 0, every 4th of 80) simulated
+## at N = 4096 and 16384, each solved by w2_exact and by ot.emd2; the table in docs/w2_snapshots.md (about 35 min on
+## 2 cores, most of it ot.emd2 at 16384; needs about 6 GB for its dense matrices)
+w2-snapshots: $(STAMP)
+	$(BIN)/python benchmarks/w2_snapshot_clouds.py --tokens 4096 16384 --out results/bench/w2_snapshots
+	$(BIN)/python benchmarks/bench_w2.py --lazy-max 0 --truth-max 0 --repeats 2 --out results/bench/w2_snapshots.nc \
+		--snapshots results/bench/w2_snapshots/N4096/beta100.nc results/bench/w2_snapshots/N4096/zero_temperature.nc \
+		--snapshots results/bench/w2_snapshots/N16384/beta100.nc results/bench/w2_snapshots/N16384/zero_temperature.nc \
+		--markdown docs/w2_snapshots.md
 
 clean:
 	rm -rf results .snakemake

@@ -55,16 +55,18 @@ def _assert_optimal_by_duals(S, rows, cols, costs, tol=1e-12):
     degree=st.integers(0, 6),
     integer_costs=st.booleans(),
     random_root=st.booleans(),
+    block=st.sampled_from([None, 1, 2, 5]),
 )
-def test_optimal_like_scipy_from_any_start(seed, n, degree, integer_costs, random_root):
+def test_optimal_like_scipy_from_any_start(seed, n, degree, integer_costs, random_root, block):
     """Any starting assignment among the arcs and any root costs (the starting potentials) end at the
-    optimum; integer costs make many ties (degenerate pivots, several optima)."""
+    optimum; integer costs make many ties (degenerate pivots, several optima). Blocks of 1–5 arcs make
+    most searches scan past ``SWEEP_BLOCKS`` blocks, so the listed arcs choose most entering arcs."""
     rows, cols, costs = _graph(seed, n, degree, integer_costs)
     rng = np.random.default_rng(seed + 1)
     start = np.arange(n)
     root = rng.normal(0, 10, n) if random_root else None
     S = SparseAssignment.start(rows, cols, costs, start, root)
-    assert S.solve(0.0)
+    assert S.solve(0.0, block=block)
     perm = S.assignment()
     assert np.array_equal(np.sort(perm), np.arange(n))
     assert _cost_of(perm, rows, cols, costs, n) == pytest.approx(_reference(n, rows, cols, costs), abs=1e-9)
@@ -116,3 +118,11 @@ def test_start_must_use_the_arcs():
     rows, cols, costs = np.array([0, 1]), np.array([1, 0]), np.array([1.0, 1.0])
     with pytest.raises(ValueError, match="not all among the arcs"):
         SparseAssignment.start(rows, cols, costs, np.array([0, 1]))
+
+
+def test_a_block_below_one_arc_is_refused():
+    rows, cols, costs = _graph(1, 10, 2, False)
+    S = SparseAssignment.start(rows, cols, costs, np.arange(10))
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="block must be an integer"):
+            S.solve(0.0, block=bad)

@@ -350,3 +350,57 @@ def test_meanfield_bench_solves_both_rules_to_the_same_tokens(tmp_path):
     for row in rows:
         ratio, distance = float(row[5]), float(row[6])
         assert ratio > 0 and distance <= 1e-10, row
+
+
+def test_w2_snapshot_page_states_each_speed_up_against_its_definition(tmp_path):
+    """`make w2-snapshots` end to end at N = 200 (two runs, one snapshot in four): the clouds come from the pipeline's
+    stages, and every number on the page is what the benchmark's own file says: speed-up = emd2 seconds / w2_exact
+    seconds per snapshot, the smallest of them, the count below 10×, |ΔW2²| between the two values."""
+    clouds = tmp_path / "clouds"
+    gen = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "w2_snapshot_clouds.py"), "--tokens", "200", "--out", str(clouds)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    pair = [str(clouds / "N200" / "beta100.nc"), str(clouds / "N200" / "zero_temperature.nc")]
+    page, out = tmp_path / "w2_snapshots.md", tmp_path / "w2.nc"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_w2.py"), "--lazy-max", "0", "--truth-max", "0"]
+        + ["--repeats", "1", "--every", "20", "--snapshots", *pair, "--snapshots", *pair]
+        + ["--markdown", str(page), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ds = io.read_netcdf(out, "bench")
+    text = page.read_text()
+    assert text.count("## N = 200") == 2
+    sections = text.split("## N = 200")[1:]
+    speeds = []
+    for run in (0, 1):
+        rows = ds.where(ds["run"] == run, drop=True)
+        new = rows.where(rows["solver"] == "w2_exact", drop=True)
+        emd = rows.where(rows["solver"] == "emd2", drop=True)
+        assert new["case"].values.tolist() == ["t=0", "t=5", "t=10", "t=15", "t=20"]
+        speeds += (emd["seconds"].values / new["seconds"].values).tolist()
+        for case, a, b, s in zip(new["case"].values, new["value"].values, emd["value"].values, speeds[-5:]):
+            line = next(x for x in sections[run].splitlines() if x.startswith(f"| {case} |"))
+            assert f"| {s:.1f}× |" in line and f"| {abs(a * a - b * b):.1e}" in line, line
+    smallest = [x for x in text.splitlines() if x.startswith("Smallest speed-up")]
+    assert len(smallest) == 2
+    for run, line in enumerate(smallest):
+        mine = speeds[5 * run : 5 * run + 5]
+        assert line.startswith(f"Smallest speed-up {min(mine):.1f}×")
+        assert f"{sum(s < 10 for s in mine)} of 5 below 10×" in line
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_w2.py"), "--markdown", str(tmp_path / "x.md")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0 and "--markdown needs --snapshots" in bad.stderr
+    assert not (tmp_path / "x.md").exists()
