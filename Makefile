@@ -121,12 +121,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_meanfield.py --markdown docs/mean_field_bench.md
 	$(BIN)/python benchmarks/bench_w2.py --sizes 2048 4096 16384 65536 --memory --truth-max 16384 --job-share results --out results/bench/w2.nc
 
-## w2-snapshots: the default run's exact-W2 snapshots (concentration, beta = 100, replica 0, every 4th of 80) simulated
-## at N = 4096 and 16384, each solved by w2_exact and by ot.emd2; the table in docs/w2_snapshots.md (about 35 min on
-## 2 cores, most of it ot.emd2 at 16384; needs about 6 GB for its dense matrices)
+## w2-snapshots: the default run's exact-W2 snapshots (concentration, beta = 100, replica 0, every 4th of 80: t = 0, 1,
+## ..., 20) simulated at N = 4096, and every 8th at 16384 (t = 0, 2, ..., 20), each solved by w2_exact and by ot.emd2;
+## the table in docs/w2_snapshots.md (about 25 min on 2 cores, most of it ot.emd2 at 16384, whose dense matrices
+## need about 6 GB)
 w2-snapshots: $(STAMP)
 	$(BIN)/python benchmarks/w2_snapshot_clouds.py --tokens 4096 16384 --out results/bench/w2_snapshots
-	$(BIN)/python benchmarks/bench_w2.py --lazy-max 0 --truth-max 0 --repeats 2 --out results/bench/w2_snapshots.nc \
+	$(BIN)/python benchmarks/bench_w2.py --lazy-max 0 --truth-max 0 --repeats 2 --every 4 8 \
+		--out results/bench/w2_snapshots.nc \
 		--snapshots results/bench/w2_snapshots/N4096/beta100.nc results/bench/w2_snapshots/N4096/zero_temperature.nc \
 		--snapshots results/bench/w2_snapshots/N16384/beta100.nc results/bench/w2_snapshots/N16384/zero_temperature.nc \
 		--markdown docs/w2_snapshots.md

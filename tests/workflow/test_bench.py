@@ -369,7 +369,7 @@ def test_w2_snapshot_page_states_each_speed_up_against_its_definition(tmp_path):
     page, out = tmp_path / "w2_snapshots.md", tmp_path / "w2.nc"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_w2.py"), "--lazy-max", "0", "--truth-max", "0"]
-        + ["--repeats", "1", "--every", "20", "--snapshots", *pair, "--snapshots", *pair]
+        + ["--repeats", "1", "--every", "20", "20", "--snapshots", *pair, "--snapshots", *pair]
         + ["--markdown", str(page), "--out", str(out)],
         capture_output=True,
         text=True,
