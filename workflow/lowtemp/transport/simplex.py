@@ -154,6 +154,7 @@ def _pivots(
     max_pivots,
     next_arc,
     path,
+    path_b,
     stack,
     sweep_after,
     listed,
@@ -225,87 +226,91 @@ def _pivots(
                     e += 1
                     if e >= m:
                         e = n_root_arcs
-        # the cycle: e_in = first → second, then second ↑ apex ↓ first
+        # the cycle: e_in = first → second, then second ↑ apex ↓ first. The climb records both sides (one
+        # chain of dependent parent loads); the walks below read the recorded nodes instead of climbing again
         first = src[e_in]
         second = tgt[e_in]
         a = first
         b = second
+        na = 0
+        nb = 0
         while a != b:
             if size[a] < size[b]:
+                path[na] = a
+                na += 1
                 a = parent[a]
             else:
+                path_b[nb] = b
+                nb += 1
                 b = parent[b]
-        apex = a
+        # a == b is the apex, which neither side records
         # leaving arc: the blocking arcs are those the cycle runs against; Cunningham's tie rule
         delta = np.int64(1) << 60
         u_out = -1
+        at = -1
         side = 0
-        w = first
-        while w != apex:
+        for t in range(na):
+            w = path[t]
             if pred_dir[w] == UP:
                 f = flow[pred[w]]
                 if f < delta:
                     delta = f
                     u_out = w
+                    at = t
                     side = 1
-            w = parent[w]
-        w = second
-        while w != apex:
+        for t in range(nb):
+            w = path_b[t]
             if pred_dir[w] == DOWN:
                 f = flow[pred[w]]
                 if f <= delta:
                     delta = f
                     u_out = w
+                    at = t
                     side = 2
-            w = parent[w]
         if u_out < 0:  # a cycle of forward arcs only: impossible on a bipartite row → column graph
             return -1, degenerate, e
         if delta > 0:
             flow[e_in] += delta
-            w = first
-            while w != apex:
+            for t in range(na):
+                w = path[t]
                 flow[pred[w]] -= pred_dir[w] * delta
-                w = parent[w]
-            w = second
-            while w != apex:
+            for t in range(nb):
+                w = path_b[t]
                 flow[pred[w]] += pred_dir[w] * delta
-                w = parent[w]
         else:
             degenerate += 1
+        # the subtree of u_out is re-hung below v_in, rooted at u_in: u_in … u_out is the first at + 1 nodes
+        # of u_in's side, the nodes above u_out on that side lose the subtree, v_in's whole side gains it
         if side == 1:
             u_in = first
             v_in = second
+            up = path
+            n_up = na
+            down = path_b
+            n_down = nb
         else:
             u_in = second
             v_in = first
-        # the subtree of u_out is re-hung below v_in, rooted at u_in: reverse the path u_in … u_out
-        k = 0
-        w = u_in
-        while True:
-            path[k] = w
-            k += 1
-            if w == u_out:
-                break
-            w = parent[w]
+            up = path_b
+            n_up = nb
+            down = path
+            n_down = na
+        k = at + 1
         s = size[u_out]
-        w = parent[u_out]
-        while w != apex:
-            size[w] -= s
-            w = parent[w]
-        w = v_in
-        while w != apex:
-            size[w] += s
-            w = parent[w]
+        for t in range(k, n_up):
+            size[up[t]] -= s
+        for t in range(n_down):
+            size[down[t]] += s
         for t in range(k - 1, 0, -1):
-            size[path[t]] = s - size[path[t - 1]]
+            size[up[t]] = s - size[up[t - 1]]
         size[u_in] = s
         state[e_in] = TREE
         state[pred[u_out]] = LOWER
         for t in range(k):
-            _detach(path[t], parent, first_child, next_sib, prev_sib)
+            _detach(up[t], parent, first_child, next_sib, prev_sib)
         for t in range(k - 1, 0, -1):
-            below = path[t - 1]
-            node = path[t]
+            below = up[t - 1]
+            node = up[t]
             pred[node] = pred[below]
             pred_dir[node] = -pred_dir[below]
             _attach(node, below, parent, first_child, next_sib, prev_sib)
@@ -498,6 +503,7 @@ class SparseAssignment:
             int(max_pivots),
             self.next_arc,
             path,
+            np.empty(2 * self.n + 1, np.int64),
             stack,
             int(SWEEP_BLOCKS * block),
             np.empty(block, np.int64),
