@@ -123,8 +123,8 @@ bench: $(STAMP)
 
 ## w2-snapshots: the default run's exact-W2 snapshots (concentration, beta = 100, replica 0, every 4th of 80: t = 0, 1,
 ## ..., 20) simulated at N = 4096, and every 8th at 16384 (t = 0, 2, ..., 20), each solved by w2_exact and by ot.emd2;
-## the table in docs/w2_snapshots.md (about 25 min on 2 cores, most of it ot.emd2 at 16384, whose dense matrices
-## need about 6 GB)
+## the table in docs/w2_snapshots.md (about 25 min on 2 cores, most of it ot.emd2 at 16384; peak memory 11 GB, POT's
+## dense problem at 16384)
 w2-snapshots: $(STAMP)
 	$(BIN)/python benchmarks/w2_snapshot_clouds.py --tokens 4096 16384 --out results/bench/w2_snapshots
 	$(BIN)/python benchmarks/bench_w2.py --lazy-max 0 --truth-max 0 --repeats 2 --every 4 8 \

@@ -268,7 +268,8 @@ def _price_row(i, X, YT, v, g, e, uf, sq, red, low):
     underflowed: those pairs' bounds get the subnormal term ``uf`` (``_rounding_of``)."""
     n = YT.shape[1]
     d = X.shape[1]
-    if d == 3:
+    tiny = 0
+    if d == 3:  # the pipeline's sphere: one fused loop
         x0 = X[i, 0]
         x1 = X[i, 1]
         x2 = X[i, 2]
@@ -279,7 +280,12 @@ def _price_row(i, X, YT, v, g, e, uf, sq, red, low):
             t0 = x0 - Y0[j]
             t1 = x1 - Y1[j]
             t2 = x2 - Y2[j]
-            sq[j] = t0 * t0 + t1 * t1 + t2 * t2
+            s = t0 * t0 + t1 * t1 + t2 * t2
+            sq[j] = s
+            r = s - v[j]
+            red[j] = r
+            low[j] = r - (g * s + e * abs(r))
+            tiny += s < _TINY
     else:
         xa = X[i, 0]
         Ya = YT[0]
@@ -292,13 +298,12 @@ def _price_row(i, X, YT, v, g, e, uf, sq, red, low):
             for j in range(n):
                 t = xa - Ya[j]
                 sq[j] += t * t
-    tiny = 0
-    for j in range(n):
-        s = sq[j]
-        r = s - v[j]
-        red[j] = r
-        low[j] = r - (g * s + e * abs(r))
-        tiny += s < _TINY
+        for j in range(n):
+            s = sq[j]
+            r = s - v[j]
+            red[j] = r
+            low[j] = r - (g * s + e * abs(r))
+            tiny += s < _TINY
     if tiny > 0:  # rare: a pair with ĉ below _TINY may have lost a subnormal square
         for j in range(n):
             s = sq[j]

@@ -388,7 +388,8 @@ class SparseAssignment:
         rows = np.asarray(rows, dtype=np.int64)
         cols = np.asarray(cols, dtype=np.int64)
         key = rows * n + cols
-        order = np.argsort(key, kind="stable")
+        # arcs from a CSR (rows increasing, columns increasing within a row) need no sort
+        order = np.arange(key.size) if np.all(key[1:] > key[:-1]) else np.argsort(key, kind="stable")
         want = np.arange(n, dtype=np.int64) * n + perm
         pos = np.searchsorted(key[order], want)
         if np.any(pos >= key.size) or np.any(key[order][np.minimum(pos, key.size - 1)] != want):
