@@ -359,8 +359,6 @@ def job_share(results: str) -> str:
     )
 
 
-
-
 def _machine() -> str:
     """The CPU model and the cores this process may use (lscpu's model name where there is one)."""
     model = ""
