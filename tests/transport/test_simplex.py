@@ -37,6 +37,15 @@ def _cost_of(perm, rows, cols, costs, n):
     return sum(lookup[i * n + int(j)] for i, j in enumerate(perm))
 
 
+def _rounding_tol(n, costs, root):
+    """A pivoting threshold above the rounding of any potential, as the pipeline's solves use: a potential is a
+    root cost plus at most 2n arc costs, and below 64·u·(that bound) a reduced cost can be rounding alone. At a
+    threshold of 0 a solve may pivot for ever on reduced costs of −2e-15 (integer costs, root costs of size 10:
+    seed 756722449, n = 10, degree 6, over 10⁷ degenerate pivots)."""
+    bound = (0.0 if root is None else float(np.max(np.abs(root)))) + 2 * n * float(np.max(costs, initial=0.0))
+    return 64 * 2.0**-53 * bound
+
+
 def _assert_optimal_by_duals(S, rows, cols, costs, tol=1e-12):
     """Dual feasibility on every arc and tightness on the assignment: the assignment is optimal."""
     perm = S.assignment()
@@ -66,11 +75,11 @@ def test_optimal_like_scipy_from_any_start(seed, n, degree, integer_costs, rando
     start = np.arange(n)
     root = rng.normal(0, 10, n) if random_root else None
     S = SparseAssignment.start(rows, cols, costs, start, root)
-    assert S.solve(0.0, block=block)
+    assert S.solve(_rounding_tol(n, costs, root), block=block, max_pivots=10**6)
     perm = S.assignment()
     assert np.array_equal(np.sort(perm), np.arange(n))
     assert _cost_of(perm, rows, cols, costs, n) == pytest.approx(_reference(n, rows, cols, costs), abs=1e-9)
-    _assert_optimal_by_duals(S, rows, cols, costs)
+    _assert_optimal_by_duals(S, rows, cols, costs, tol=max(1e-12, 2 * _rounding_tol(n, costs, root)))
 
 
 def test_the_duals_catch_a_suboptimal_assignment():
@@ -126,3 +135,16 @@ def test_a_block_below_one_arc_is_refused():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="block must be an integer"):
             S.solve(0.0, block=bad)
+
+
+def test_a_threshold_below_the_rounding_of_the_potentials_can_pivot_for_ever():
+    """Why the threshold above: at 0 this input pivots on reduced costs that are rounding alone (−1.8e-15, every
+    pivot degenerate) and meets any pivot budget; at the rounding threshold it ends at the optimum."""
+    seed, n = 756722449, 10
+    rows, cols, costs = _graph(seed, n, 6, True)
+    root = np.random.default_rng(seed + 1).normal(0, 10, n)
+    S = SparseAssignment.start(rows, cols, costs, np.arange(n), root)
+    assert not S.solve(0.0, max_pivots=10**5)
+    T = SparseAssignment.start(rows, cols, costs, np.arange(n), root)
+    assert T.solve(_rounding_tol(n, costs, root), max_pivots=10**5)
+    assert _cost_of(T.assignment(), rows, cols, costs, n) == pytest.approx(_reference(n, rows, cols, costs), abs=1e-9)
