@@ -476,7 +476,9 @@ class SparseAssignment:
     def solve(self, tol: float, block: int | None = None, max_pivots: int = 1 << 62) -> bool:
         """Pivot until every arc has reduced cost ≥ −tol; potentials are then recomputed from the root.
 
-        Returns False if ``max_pivots`` ran out first."""
+        ``tol`` should be at or above the rounding of the potentials (a few ulps of the largest): below it a
+        reduced cost can be rounding alone, and degenerate pivots on such arcs may not end (the callers in
+        ``assignment`` use ``_reduced_cost_tol``). Returns False if ``max_pivots`` ran out first."""
         if block is None:
             block = max(16, int(BLOCK_FACTOR * np.sqrt(self.n_arcs)))
         if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
