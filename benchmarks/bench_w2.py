@@ -393,7 +393,8 @@ def snapshot_page(records, args) -> str:
         "every n-th snapshot, n given per run below), `w2_exact` the best of "
         f"{args.repeats} cold solves after a warm-up, `ot.emd2` on the dense cost matrix (building it "
         f"included) the best of {args.repeats} up to N = {POT_REPEAT_MAX} and once above, in the same process one "
-        "after the other. Speed-up = emd2 seconds / w2_exact seconds; "
+        "after the other; `w2_exact` prices on all the process's cores, `ot.emd2` runs on one (its default). "
+        "Speed-up = emd2 seconds / w2_exact seconds; "
         "|ΔW2²| between the two solvers' values (and relative to W2²). Read the ratios; absolute times depend on "
         "the machine and its load.",
         "",

@@ -135,6 +135,9 @@ def test_a_block_below_one_arc_is_refused():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="block must be an integer"):
             S.solve(0.0, block=bad)
+    # a block far beyond the arcs is one block of all arcs (its list sized by the arcs, not by the block)
+    assert S.solve(_rounding_tol(10, costs, None), block=2**62)
+    _assert_optimal_by_duals(S, rows, cols, costs)
 
 
 def test_a_threshold_below_the_rounding_of_the_potentials_can_pivot_for_ever():

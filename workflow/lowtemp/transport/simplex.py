@@ -508,8 +508,8 @@ class SparseAssignment:
             path,
             np.empty(2 * self.n + 1, np.int64),
             stack,
-            int(SWEEP_BLOCKS * block),
-            np.empty(block, np.int64),
+            int(min(SWEEP_BLOCKS * block, self.n_arcs + 1)),  # no search scans more than all arcs
+            np.empty(min(block, max(1, self.n_arcs)), np.int64),  # a list never holds more than the arcs
         )
         if piv < 0:
             raise RuntimeError("network simplex met a cycle of forward arcs (not a bipartite assignment graph)")
