@@ -1,0 +1,269 @@
+"""The softmax integrals of Eq. 2 over a ``SphereMesh``, in log space, and the mean-field velocity they give.
+
+For a query x with b = Bᵀx, κ = β|b|, b̂ = b/|b| the softmax of ρ is the measure e^{κ⟨b̂, y⟩} ρ(dy)/Z(x). One pass
+over the triangles gives log Z, the mean m(x) and the covariance C(x) (moments about b̂, so a kernel of width
+κ^{−1/2} ≪ 1 loses nothing to cancellation), hence the velocity v = P_x V m and its surface divergence
+div_S v = tr D − xᵀDx − 2 x·Vm with D = β V C Bᵀ (docs/sphere_mean_field.md).
+
+Per query:
+
+* every triangle's bounding cap (centre g_T, radius r_T) bounds its exponent: with θ = ∠(b̂, g_T),
+  log m_T + κ cos(max(θ − r_T, 0)) ≥ log ∫_T e^{κ⟨b̂,y⟩} ρ ≥ log m_T + κ cos(min(θ + r_T, π));
+* L, the largest lower bound, is a proven lower bound of log Z; a triangle whose upper bound lies below L − depth
+  is skipped (all skipped triangles together hold less than (triangles)·e^{−depth} of Z);
+* every kept triangle is integrated with the 7-point rule on n × n sub-triangles, n chosen so that the exponent
+  (κ⟨b̂, y⟩ + ℓ) varies by at most ``variation`` on each, loosened by e^{(L − U_T)/6} (up to ``LOOSEN_CAP``) for a
+  triangle whose share of Z is at most e^{U_T − L}: the rule's relative error grows like the sixth power of the
+  variation, so its absolute error stays below that of a dominant triangle;
+* sums are kept relative to a running maximum of the triangles' upper bounds, so no exponent overflows or
+  underflows whatever β and however deep the density lies.
+
+A triangle that would need more than ``MAX_SUBDIVISION`` sub-triangles per edge is too coarse for the kernel:
+``MeshTooCoarse`` names the query and the triangle's size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from .sphere_mesh import (
+    MAX_SUBDIVISION,
+    SUB_BARY,
+    SUB_COUNT,
+    SUB_WEIGHTS,
+    MeshTooCoarse,
+    SphereMesh,
+    log_normalisers,
+    subdivision,
+)
+
+#: default log-variation of the exponent per sub-triangle (the rule's relative error on e^{linear} at 1 is about
+#: 1e-6, tests/dynamics/test_sphere_softmax.py)
+DEFAULT_VARIATION = 1.0
+#: default pruning depth: skipped triangles hold less than (triangles)·e^{−40} ≈ 4e-18·(triangles) of Z
+DEFAULT_DEPTH = 40.0
+#: largest factor by which a minor triangle's variation is loosened
+LOOSEN_CAP = 4.0
+
+
+@dataclass(frozen=True)
+class Softmax:
+    """The softmax of every query: ``log_z`` (query,), ``mean`` (query, 3), ``cov`` (query, 3, 3); ``nodes``
+    (query,) how many quadrature nodes it took, ``kept`` (query,) how many triangles it integrated."""
+
+    log_z: np.ndarray
+    mean: np.ndarray
+    cov: np.ndarray
+    nodes: np.ndarray
+    kept: np.ndarray
+
+
+@njit(cache=True, parallel=True)
+def _caps(points, triangles, centre, cos_r, sin_r, log_range, log_density):
+    for t in prange(triangles.shape[0]):
+        i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
+        gx = points[i, 0] + points[j, 0] + points[k, 0]
+        gy = points[i, 1] + points[j, 1] + points[k, 1]
+        gz = points[i, 2] + points[j, 2] + points[k, 2]
+        gn = math.sqrt(gx * gx + gy * gy + gz * gz)
+        gx, gy, gz = gx / gn, gy / gn, gz / gn
+        centre[t, 0], centre[t, 1], centre[t, 2] = gx, gy, gz
+        c = 1.0
+        for v in (i, j, k):
+            c = min(c, gx * points[v, 0] + gy * points[v, 1] + gz * points[v, 2])
+        # a hair outwards: the bounds must hold for the rounded cap too
+        c = min(c, 1.0) - 4e-16
+        cos_r[t] = c
+        sin_r[t] = math.sqrt(max(0.0, 1.0 - c * c))
+        la, lb, lc = log_density[i], log_density[j], log_density[k]
+        log_range[t] = max(la, lb, lc) - min(la, lb, lc)
+
+
+@njit(cache=True, inline="always")
+def _cap_cosines(bx, by, bz, gx, gy, gz, cos_r, sin_r):
+    """Largest and smallest ⟨b̂, y⟩ over the cap (centre g, radius r)."""
+    c = bx * gx + by * gy + bz * gz
+    c = min(1.0, max(-1.0, c))
+    s = math.sqrt(max(0.0, 1.0 - c * c))
+    hi = 1.0 if c >= cos_r else c * cos_r + s * sin_r
+    lo = -1.0 if -c >= cos_r else c * cos_r - s * sin_r
+    return hi, lo
+
+
+@njit(cache=True)
+def _query(
+    bx, by, bz, kappa, points, log_density, triangles, log_mass, log_c, centre, cos_r, sin_r, log_range,
+    variation, depth, sub_bary, sub_weights, sub_count, upper, acc,
+):  # fmt: skip
+    """Softmax sums of one query into acc = (S0, S1[3], S2[6], shift, nodes, kept, too_coarse); the exponent is
+    κ(⟨b̂, y⟩ − 1) so that it is never positive."""
+    m = triangles.shape[0]
+    lower = -np.inf
+    for t in range(m):
+        hi, lo = _cap_cosines(bx, by, bz, centre[t, 0], centre[t, 1], centre[t, 2], cos_r[t], sin_r[t])
+        upper[t] = log_mass[t] + kappa * (hi - 1.0)
+        lower = max(lower, log_mass[t] + kappa * (lo - 1.0))
+    for r in range(acc.size):
+        acc[r] = 0.0
+    shift = lower
+    nodes = 0
+    kept = 0
+    coarse = -1
+    for t in range(m):
+        if upper[t] < lower - depth:
+            continue
+        kept += 1
+        hi, lo = _cap_cosines(bx, by, bz, centre[t, 0], centre[t, 1], centre[t, 2], cos_r[t], sin_r[t])
+        loosen = min(LOOSEN_CAP, max(1.0, math.exp((lower - upper[t]) / 6.0)))
+        n = subdivision(kappa * (hi - lo) + log_range[t], variation * loosen)
+        if n > MAX_SUBDIVISION:
+            coarse = t
+            n = MAX_SUBDIVISION
+        if upper[t] > shift:  # rescale what was summed so far to the new shift
+            scale = math.exp(shift - upper[t])
+            for r in range(10):
+                acc[r] *= scale
+            shift = upper[t]
+        i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
+        ax, ay, az = points[i, 0], points[i, 1], points[i, 2]
+        qx, qy, qz = points[j, 0], points[j, 1], points[j, 2]
+        cx, cy, cz = points[k, 0], points[k, 1], points[k, 2]
+        e1x, e1y, e1z = qx - ax, qy - ay, qz - az
+        e2x, e2y, e2z = cx - ax, cy - ay, cz - az
+        nx = e1y * e2z - e1z * e2y
+        ny = e1z * e2x - e1x * e2z
+        nz = e1x * e2y - e1y * e2x
+        # flat area × plane distance = |n|/2 · |n·a|/|n|
+        log_geom = math.log(0.5 * abs(nx * ax + ny * ay + nz * az)) + log_c[t] - shift
+        la, lb, lc = log_density[i], log_density[j], log_density[k]
+        for q in range(sub_count[n]):
+            l0, l1, l2 = sub_bary[n, q, 0], sub_bary[n, q, 1], sub_bary[n, q, 2]
+            px = l0 * ax + l1 * qx + l2 * cx
+            py = l0 * ay + l1 * qy + l2 * cy
+            pz = l0 * az + l1 * qz + l2 * cz
+            r2 = px * px + py * py + pz * pz
+            rinv = 1.0 / math.sqrt(r2)
+            yx, yy, yz = px * rinv, py * rinv, pz * rinv
+            # ⟨b̂, y⟩ − 1 = −|y − b̂|²/2: no cancellation near the kernel's centre
+            dx, dy, dz = yx - bx, yy - by, yz - bz
+            expo = -0.5 * kappa * (dx * dx + dy * dy + dz * dz) + l0 * la + l1 * lb + l2 * lc + log_geom
+            w = sub_weights[n, q] * math.exp(expo) * rinv * rinv * rinv
+            acc[0] += w
+            acc[1] += w * dx
+            acc[2] += w * dy
+            acc[3] += w * dz
+            acc[4] += w * dx * dx
+            acc[5] += w * dx * dy
+            acc[6] += w * dx * dz
+            acc[7] += w * dy * dy
+            acc[8] += w * dy * dz
+            acc[9] += w * dz * dz
+        nodes += sub_count[n]
+    acc[10] = shift
+    acc[11] = nodes
+    acc[12] = kept
+    acc[13] = coarse
+
+
+@njit(cache=True, parallel=True)
+def _softmax_pass(
+    queries, B, beta, points, log_density, triangles, log_mass, log_c, centre, cos_r, sin_r, log_range,
+    variation, depth, sub_bary, sub_weights, sub_count, out,
+):  # fmt: skip
+    nq, m = queries.shape[0], triangles.shape[0]
+    for s in prange(nq):
+        bx = B[0, 0] * queries[s, 0] + B[1, 0] * queries[s, 1] + B[2, 0] * queries[s, 2]
+        by = B[0, 1] * queries[s, 0] + B[1, 1] * queries[s, 1] + B[2, 1] * queries[s, 2]
+        bz = B[0, 2] * queries[s, 0] + B[1, 2] * queries[s, 1] + B[2, 2] * queries[s, 2]
+        norm = math.sqrt(bx * bx + by * by + bz * bz)
+        upper = np.empty(m)
+        acc = np.empty(14)
+        _query(
+            bx / norm, by / norm, bz / norm, beta * norm, points, log_density, triangles, log_mass, log_c, centre,
+            cos_r, sin_r, log_range, variation, depth, sub_bary, sub_weights, sub_count, upper, acc,
+        )  # fmt: skip
+        out[s, 0] = beta * norm  # κ, the exponent's shift
+        out[s, 1] = bx / norm
+        out[s, 2] = by / norm
+        out[s, 3] = bz / norm
+        for r in range(14):
+            out[s, 4 + r] = acc[r]
+
+
+def _check_settings(B, beta, variation, depth):
+    B = np.asarray(B, dtype=float)
+    if B.shape != (3, 3) or not np.all(np.isfinite(B)):
+        raise ValueError(f"sphere softmax: B must be a finite 3×3 matrix, got shape {B.shape}")
+    if not (math.isfinite(beta) and beta > 0):
+        raise ValueError(f"sphere softmax: beta must be positive and finite, got {beta!r}")
+    if not (math.isfinite(variation) and variation > 0):
+        raise ValueError(f"sphere softmax: variation must be positive, got {variation!r}")
+    if not (math.isfinite(depth) and depth >= 5):
+        raise ValueError(f"sphere softmax: depth must be at least 5 (e-folds), got {depth!r}")
+    return B
+
+
+def softmax(
+    mesh: SphereMesh,
+    B: np.ndarray,
+    beta: float,
+    queries: np.ndarray,
+    variation: float = DEFAULT_VARIATION,
+    depth: float = DEFAULT_DEPTH,
+    log_c: np.ndarray | None = None,
+) -> Softmax:
+    """The softmax of ρ (the mesh's density) seen from every query (query, 3): log Z, mean and covariance.
+
+    ``log_c`` are the triangles' normalisers (``sphere_mesh.log_normalisers``), computed when not given.
+    MeshTooCoarse when a kept triangle needs more than MAX_SUBDIVISION sub-triangles per edge."""
+    B = _check_settings(B, float(beta), float(variation), float(depth))
+    queries = np.ascontiguousarray(queries, dtype=float)
+    if queries.ndim != 2 or queries.shape[1] != 3:
+        raise ValueError(f"sphere softmax: queries must be (query, 3), got {queries.shape}")
+    if log_c is None:
+        log_c = log_normalisers(mesh)
+    m = mesh.triangles.shape[0]
+    centre, cos_r, sin_r, log_range = np.empty((m, 3)), np.empty(m), np.empty(m), np.empty(m)
+    _caps(mesh.points, mesh.triangles, centre, cos_r, sin_r, log_range, mesh.log_density)
+    out = np.empty((queries.shape[0], 18))
+    _softmax_pass(
+        queries, B, float(beta), mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass, log_c, centre,
+        cos_r, sin_r, log_range, float(variation), float(depth), SUB_BARY, SUB_WEIGHTS, SUB_COUNT, out,
+    )  # fmt: skip
+    coarse = out[:, 17]
+    if np.any(coarse >= 0):
+        s = int(np.argmax(coarse >= 0))
+        t = int(coarse[s])
+        raise MeshTooCoarse(
+            f"sphere softmax: at beta = {beta:g} triangle {t} (cap radius {math.acos(min(1.0, cos_r[t])):.3g} rad) "
+            f"needs more than {MAX_SUBDIVISION} sub-triangles per edge for query {s} (kernel width "
+            f"{out[s, 0] ** -0.5:.3g} rad): refine the mesh"
+        )
+    return _moments(out)
+
+
+def _moments(out: np.ndarray) -> Softmax:
+    """log Z, mean and covariance from the pass's sums (moments about b̂)."""
+    kappa, bhat, s0 = out[:, 0], out[:, 1:4], out[:, 4]
+    first = out[:, 5:8] / s0[:, None]
+    second = np.empty((out.shape[0], 3, 3))
+    for (i, j), col in zip(((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)), range(8, 14)):
+        second[:, i, j] = second[:, j, i] = out[:, col] / s0
+    cov = second - first[:, :, None] * first[:, None, :]
+    log_z = kappa + out[:, 14] + np.log(s0)
+    return Softmax(log_z, bhat + first, cov, out[:, 15].astype(np.int64), out[:, 16].astype(np.int64))
+
+
+def velocity_divergence(x: np.ndarray, sm: Softmax, B: np.ndarray, V: np.ndarray, beta: float):
+    """Mean-field velocity v = P_x V m (query, 3) and its surface divergence div_S v (query,) at points x.
+
+    div_S v = tr D − xᵀDx − 2 x·Vm with D = β V C Bᵀ the Jacobian of Vm(x) (docs/sphere_mean_field.md)."""
+    vm = sm.mean @ V.T
+    v = vm - np.einsum("qi,qi->q", x, vm)[:, None] * x
+    D = beta * np.einsum("ij,qjk,lk->qil", V, sm.cov, B)
+    div = np.einsum("qii->q", D) - np.einsum("qi,qij,qj->q", x, D, x) - 2.0 * np.einsum("qi,qi->q", x, vm)
+    return v, div
