@@ -31,11 +31,24 @@ def two_atom_masses(X: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def distance_to_eigenspace(X: np.ndarray, E: np.ndarray) -> np.ndarray:
-    """sqrt(mean_i (2 − 2|P x_i|)): the root-mean-square chordal distance of tokens to E ∩ S.
+    """sqrt(mean_i |x_i − Px_i/|Px_i||²): the root-mean-square chordal distance of tokens to E ∩ S.
 
-    |x − Px/|Px||² = 2 − 2|Px| for a unit token x, so this is the distance of
-    the empirical measure to the set of measures supported on E ∩ S^{d-1}
-    (each token moved to its nearest point there). Reduces over the token axis.
+    Each token moves to its nearest point Px/|Px| of E ∩ S^{d-1}, so this is the distance of the empirical
+    measure to the set of measures supported there; for a unit token the square is 2 − 2|Px|. Reduces over
+    the token axis. Computed as ``squared_distance_to_great_sphere``, without the cancellation of 2 − 2|Px|.
     """
-    pn = np.linalg.norm(X @ E, axis=-1)
-    return np.sqrt(np.clip(np.mean(2.0 - 2.0 * pn, axis=-1), 0.0, None))
+    return np.sqrt(np.mean(squared_distance_to_great_sphere(X, E), axis=-1))
+
+
+def squared_distance_to_great_sphere(X: np.ndarray, E: np.ndarray) -> np.ndarray:
+    """|x − Px/|Px||² per token, E a (dim, k) orthonormal basis: |r|² + (1 − |p|)², p = Eᵀx, r = x − Ep.
+
+    x − Px ⊥ E and Px − Px/|Px| ∈ E, so the square splits into these two non-negative terms (Pythagoras).
+    2 − 2|Px| is the same number for a unit token, but it subtracts two numbers near 2 and keeps only
+    their rounding once the distance is below about 1e-8. Here |r|² is accurate to a few roundings of
+    itself, and (1 − |p|)² = O(|r|⁴ + (1 − |x|)²) is a correction whose own rounding is O(u²): the distance
+    is accurate to a few roundings of itself plus a few u, the size by which rounding x moves it anyway.
+    """
+    p = X @ E
+    r = X - p @ E.T
+    return np.sum(r * r, axis=-1) + (1.0 - np.linalg.norm(p, axis=-1)) ** 2
