@@ -38,6 +38,10 @@ _U = 2.0**-53
 NETWORK_SIMPLEX_REL_TOL = assignment.FALLBACK_REL_TOL
 
 
+#: rows of the cost matrix per block of the dual bound's c-transform
+_ROW_BLOCK = 256
+
+
 class TransportNotConverged(RuntimeError):
     """The exact transport solver stopped before reaching an optimal plan."""
 
@@ -259,8 +263,10 @@ def _may_underflow(X, Y) -> bool:
 def _dual_value_lo(C, a, b, v, ratio: Fraction) -> float:
     """A lower bound on Σ a_i u*_i + Σ b̂_j v_j, u*_i = min_j (c_ij − v_j) over the columns j with b_j > 0."""
     live = b > 0
-    R = C[:, live] - v[None, live]  # each entry within u·|R| of the exact c_ij − v_j
-    u_lo = np.min(R, axis=1) - 2.0 * _U * np.max(np.abs(R), axis=1)
+    u_lo = np.empty(C.shape[0])
+    for start in range(0, C.shape[0], _ROW_BLOCK):  # blocks of rows: no second dense matrix
+        R = C[start : start + _ROW_BLOCK, live] - v[None, live]  # each entry within u·|R| of c_ij − v_j
+        u_lo[start : start + _ROW_BLOCK] = np.min(R, axis=1) - 2.0 * _U * np.max(np.abs(R), axis=1)
     ratio_f = float(ratio)
     terms = np.concatenate([a * u_lo, ratio_f * (b[live] * v[live])])
     # products: u each; the ratio's rounding: u on the b terms; fsum: u on the total
