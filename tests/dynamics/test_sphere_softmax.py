@@ -1,0 +1,244 @@
+"""The S² softmax over a log-density mesh against closed forms: von Mises–Fisher mixtures (log Z, mean and
+covariance at β = 10 … 10⁴, tails 50 e-folds deep), its convergence order in the mesh width, the surface divergence
+against central differences of the velocity, and the refusals (a mesh too coarse for β, bad settings)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lowtemp.dynamics import sphere_mesh, sphere_softmax
+
+# a generic B (the `concentration` experiment's, rounded): |Bᵀx| varies by a factor ~2 over the sphere
+B = np.array([[0.92, -0.09, 0.22], [-0.14, 0.72, -0.20], [0.48, -0.29, 1.36]])
+V = np.array([[0.65, -0.01, -0.16], [-0.01, 0.81, 0.06], [-0.16, 0.06, 1.14]])
+
+
+def unit(v) -> np.ndarray:
+    v = np.asarray(v, dtype=float)
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# closed forms of a vMF mixture on S²: density C(κ) e^{κ⟨μ,y⟩}, C(κ) = κ/(4π sinh κ). Tilting a component by
+# e^{κq⟨b̂,y⟩} gives the vMF of η = κμ + κq b̂, with mass C(κ)/C(|η|), mean A(|η|) η̂ (A(s) = coth s − 1/s) and
+# second moment (A/s) I + (1 − 3A/s) η̂η̂ᵀ.
+
+
+def log_vmf_constant(s: float) -> float:
+    if s < 1e-8:
+        return -math.log(4 * math.pi)
+    return math.log(s) - math.log(2 * math.pi) - s - math.log(-math.expm1(-2 * s))
+
+
+def langevin(s: float) -> float:
+    return s / 3 - s**3 / 45 if s < 1e-3 else 1 / math.tanh(s) - 1 / s
+
+
+def vmf_log_density(y, weights, means, kappas):
+    parts = [
+        math.log(w) + log_vmf_constant(k) + k * (np.asarray(y) @ unit(mu)) for w, mu, k in zip(weights, means, kappas)
+    ]
+    return np.logaddexp.reduce(np.stack(parts), axis=0)
+
+
+def vmf_softmax(bhat, kappa_q, weights, means, kappas):
+    """log Z, mean and covariance of e^{κq⟨b̂,y⟩} ρ(dy)/Z for the mixture ρ, in closed form."""
+    logs, firsts, seconds = [], [], []
+    for w, mu, k in zip(weights, means, kappas):
+        eta = k * unit(mu) + kappa_q * bhat
+        s = float(np.linalg.norm(eta))
+        e, a = eta / s, langevin(s)
+        logs.append(math.log(w) + log_vmf_constant(k) - log_vmf_constant(s))
+        firsts.append(a * e)
+        seconds.append((a / s) * np.eye(3) + (1 - 3 * a / s) * np.outer(e, e))
+    logs = np.array(logs)
+    log_z = float(np.logaddexp.reduce(logs))
+    p = np.exp(logs - log_z)
+    mean = sum(pi * m for pi, m in zip(p, firsts))
+    second = sum(pi * s for pi, s in zip(p, seconds))
+    return log_z, mean, second - np.outer(mean, mean)
+
+
+QUERIES = unit(np.random.default_rng(3).standard_normal((6, 3)))
+BHAT = unit(QUERIES @ B)
+SMOOTH = ([0.6, 0.4], [[1, 0.2, 0.1], [-0.3, 1, 0.5]], [2.0, 5.0])
+# one component of κ = 25 centred at −b̂ of the first query: its Laplace point lies 50 e-folds below the peak
+DEEP = ([1.0], [-BHAT[0]], [25.0])
+
+
+def softmax_errors(level, beta, mixture, queries=QUERIES, **kw):
+    """Largest errors over the queries: mean (relative to the β-effect |m − b̂|), covariance (relative to its
+    largest entry) and log Z (absolute)."""
+    weights, means, kappas = mixture
+    # the masses' rule: 8 × 8 sub-triangles, fewer on fine meshes (level 7: 2 × 2 on triangles of 0.009 rad)
+    n = 8 if level < 7 else 2
+    mesh = sphere_mesh.mesh_from_density(level, lambda y: vmf_log_density(y, weights, means, kappas), n=n)
+    sm = sphere_softmax.softmax(mesh, B, beta, queries, **kw)
+    errors = np.zeros((queries.shape[0], 3))
+    for s, x in enumerate(queries):
+        b = B.T @ x
+        log_z, mean, cov = vmf_softmax(unit(b), beta * np.linalg.norm(b), weights, means, kappas)
+        errors[s] = (
+            np.linalg.norm(sm.mean[s] - mean) / np.linalg.norm(mean - unit(b)),
+            np.abs(sm.cov[s] - cov).max() / np.abs(cov).max(),
+            abs(sm.log_z[s] - log_z),
+        )
+    return errors.max(axis=0), sm
+
+
+def test_closed_form_density_is_normalised():
+    """The test's own closed forms: the mixture integrates to 1 and its softmax at κq → 0 is ρ's own mean."""
+    weights, means, kappas = SMOOTH
+    mesh = sphere_mesh.mesh_from_density(5, lambda y: vmf_log_density(y, weights, means, kappas), n=8)
+    assert abs(np.exp(mesh.log_mass).sum() - 1.0) < 1e-10
+    log_z, mean, _ = vmf_softmax(BHAT[0], 1e-12, weights, means, kappas)
+    assert abs(log_z) < 1e-10
+    assert np.allclose(mean, sum(w * langevin(k) * unit(mu) for w, mu, k in zip(weights, means, kappas)))
+
+
+@pytest.mark.parametrize(
+    ("level", "beta", "mixture", "bound"),
+    [
+        (5, 10.0, SMOOTH, 1e-6),
+        (5, 100.0, SMOOTH, 3e-6),
+        (5, 1000.0, SMOOTH, 4e-4),
+        (7, 10000.0, SMOOTH, 2e-4),
+        (5, 100.0, DEEP, 5e-5),
+        (5, 1000.0, DEEP, 5e-4),
+        (7, 10000.0, DEEP, 2e-4),
+    ],
+)
+def test_softmax_against_vmf_mixtures(level, beta, mixture, bound):
+    """Mean (against the β-effect), covariance and log Z within the bound (about 3× the largest of the three
+    measured at the default settings; the mesh width at each β is that of the kernel or finer)."""
+    errors, _ = softmax_errors(level, beta, mixture)
+    assert errors[0] < bound, errors
+    assert errors[1] < bound, errors
+    assert errors[2] < bound, errors
+
+
+def test_deep_tail_is_fifty_efolds_down():
+    """The DEEP case does what it says: at the first query's b̂ the density is e^{−50} of its peak."""
+    weights, means, kappas = DEEP
+    drop = vmf_log_density(-BHAT[0], weights, means, kappas) - vmf_log_density(BHAT[0], weights, means, kappas)
+    assert drop == pytest.approx(50.0)
+
+
+def test_softmax_converges_at_order_four():
+    """Halving the mesh width divides the mean's error by about 2⁴ (between 8 and 32) at β = 1000."""
+    coarse, _ = softmax_errors(4, 1000.0, SMOOTH)
+    fine, _ = softmax_errors(5, 1000.0, SMOOTH)
+    assert 8 < coarse[0] / fine[0] < 64
+
+
+def test_too_coarse_mesh_is_refused_at_large_beta():
+    """Level 5 (edges 0.035 rad) at β = 10⁴ (kernel width 0.01 rad) needs more sub-triangles than allowed: refused,
+    naming β and the kernel width; a kernel of the same β on a fine mesh is accepted (previous test)."""
+    with pytest.raises(sphere_mesh.MeshTooCoarse, match=r"beta = 10000.*kernel width"):
+        softmax_errors(5, 10000.0, SMOOTH)
+
+
+def test_pruning_depth_matters():
+    """A pruning depth of 5 e-folds drops triangles that hold a visible share of Z: log Z is then off by more than
+    the quadrature's error; at the default depth it is not."""
+    good, _ = softmax_errors(5, 100.0, SMOOTH)
+    shallow, _ = softmax_errors(5, 100.0, SMOOTH, depth=5.0)
+    assert shallow[2] > 100 * good[2]
+
+
+def test_variation_sets_the_quadrature_error():
+    """The sub-division tolerance is what sets the quadrature error: 4× tighter than the default is measurably
+    better (the error is not monotone beyond the default: the kernel's symmetry cancels part of a coarse rule's
+    error in the mean, so only the tight side is asserted)."""
+    default, sm_default = softmax_errors(5, 1000.0, SMOOTH)
+    tight, sm_tight = softmax_errors(5, 1000.0, SMOOTH, variation=0.25)
+    assert default[0] > 5 * tight[0]
+    assert default[1] > 5 * tight[1]
+    assert sm_tight.nodes.sum() > 4 * sm_default.nodes.sum()
+
+
+def divergence_by_differences(mesh, x, h=1e-5, beta=100.0):
+    """Σ_i e_i·(v(x + h e_i) − v(x − h e_i))/2h over an orthonormal tangent basis, points normalised."""
+    out = np.zeros(x.shape[0])
+    for s, p in enumerate(x):
+        basis = np.linalg.svd(np.eye(3) - np.outer(p, p))[0][:, :2].T
+        plus = unit(p[None, :] + h * basis)
+        minus = unit(p[None, :] - h * basis)
+        v_plus, _ = sphere_softmax.velocity_divergence(plus, sphere_softmax.softmax(mesh, B, beta, plus), B, V, beta)
+        v_minus, _ = sphere_softmax.velocity_divergence(minus, sphere_softmax.softmax(mesh, B, beta, minus), B, V, beta)
+        out[s] = np.einsum("ij,ij->", basis, v_plus - v_minus) / (2 * h)
+    return out
+
+
+def test_divergence_against_central_differences():
+    """div_S v = tr D − xᵀDx − 2 x·Vm against central differences of v (to 1e-5 relative to its scale); the
+    formula without the −2 x·Vm term (the sphere's curvature) is off by far more."""
+    weights, means, kappas = SMOOTH
+    mesh = sphere_mesh.mesh_from_density(5, lambda y: vmf_log_density(y, weights, means, kappas))
+    x = QUERIES[:4]
+    sm = sphere_softmax.softmax(mesh, B, 100.0, x)
+    v, div = sphere_softmax.velocity_divergence(x, sm, B, V, 100.0)
+    reference = divergence_by_differences(mesh, x)
+    scale = np.abs(reference).max()
+    assert np.abs(div - reference).max() < 1e-5 * scale
+    without_curvature = div + 2.0 * np.einsum("qi,qi->q", x, sm.mean @ V.T)
+    assert np.abs(without_curvature - reference).max() > 1e-2 * scale
+    assert np.abs(np.einsum("qi,qi->q", x, v)).max() < 1e-14  # v is tangent
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    beta=st.floats(1.0, 100.0),
+    rotation_seed=st.integers(0, 2**31 - 1),
+)
+def test_softmax_is_rotation_equivariant(beta, rotation_seed):
+    """Rotating the density and B together rotates the softmax mean: the mesh's orientation does not leak into the
+    answer beyond the quadrature's error (a property over β and rotations)."""
+    q, r = np.linalg.qr(np.random.default_rng(rotation_seed).standard_normal((3, 3)))
+    R = q * np.sign(np.diag(r))
+    weights, means, kappas = SMOOTH
+    mesh = sphere_mesh.mesh_from_density(4, lambda y: vmf_log_density(y, weights, means, kappas))
+    rotated = sphere_mesh.mesh_from_density(4, lambda y: vmf_log_density(y @ R, weights, means, kappas))
+    x = QUERIES[:3]
+    sm = sphere_softmax.softmax(mesh, B, beta, x)
+    # ρ_R(y) = ρ(Rᵀy) and B_R = R B Rᵀ: the softmax of R x under (ρ_R, B_R) is R times that of x under (ρ, B)
+    smr = sphere_softmax.softmax(rotated, R @ B @ R.T, beta, x @ R.T)
+    # both are level-4 discretisations, each within ~1e-5 of the truth at β ≤ 100 (log Z; the mean far closer)
+    assert np.abs(smr.mean - sm.mean @ R.T).max() < 1e-5
+    assert np.abs(smr.log_z - sm.log_z).max() < 5e-5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"beta": 0.0}, "beta must be positive"),
+        ({"beta": float("nan")}, "beta must be positive"),
+        ({"depth": 1.0}, "depth must be at least 5"),
+        ({"variation": -1.0}, "variation must be positive"),
+        ({"B": np.eye(2)}, "B must be a finite 3×3"),
+        ({"queries": np.ones((3, 2))}, r"queries must be \(query, 3\)"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs, message):
+    mesh = sphere_mesh.mesh_from_density(1, lambda y: np.full(y.shape[:-1], -math.log(4 * math.pi)))
+    args = {"B": B, "beta": 10.0, "queries": QUERIES, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        sphere_softmax.softmax(mesh, args.pop("B"), args.pop("beta"), args.pop("queries"), **args)
+
+
+def test_uniform_masses_are_exact_and_mesh_checks():
+    """A uniform density's triangle masses are the exact solid angles over 4π; check() refuses a flipped triangle."""
+    mesh = sphere_mesh.mesh_from_density(3, lambda y: np.full(y.shape[:-1], -math.log(4 * math.pi)))
+    a, b, c = (mesh.points[mesh.triangles[:, k]] for k in range(3))
+    assert np.allclose(mesh.masses, sphere_mesh.spherical_area(a, b, c) / (4 * math.pi), rtol=1e-14, atol=0)
+    assert abs(mesh.masses.sum() - 1.0) < 1e-14
+    assert np.abs(sphere_mesh.log_normalisers(mesh) - 0.0).max() < 1e-9 + 2e-4  # exp-linear with ℓ constant
+    broken = mesh.copy()
+    broken.triangles[0] = broken.triangles[0, [0, 2, 1]]
+    with pytest.raises(ValueError, match="counter-clockwise"):
+        broken.check()
