@@ -38,6 +38,7 @@ from lowtemp.dynamics.sphere_mesh import (
     SUB_WEIGHTS,
     SphereMesh,
     _chord_frame,
+    _log_integral,
     log_normalisers,
     subdivision,
 )
@@ -76,7 +77,7 @@ def _ray_barycentric(y, a, b, c):
 
 
 @njit(cache=True)
-def _patch_log_density(y, points, log_density, triangles, log_c, patch, npatch):
+def _patch_log_density(y, points, log_density, triangles, patch_c, patch, npatch):
     """log ρ of the reconstruction at unit y, from the patch triangle that holds y (the one y is deepest inside:
     a node on a shared edge gets either side's value, which the rule weighs with measure zero)."""
     best, bl0, bl1, bl2, depth = -1, 0.0, 0.0, 0.0, -np.inf
@@ -85,26 +86,27 @@ def _patch_log_density(y, points, log_density, triangles, log_c, patch, npatch):
         l0, l1, l2 = _ray_barycentric(y, points[triangles[t, 0]], points[triangles[t, 1]], points[triangles[t, 2]])
         inside = min(l0, l1, l2)
         if inside > depth:
-            best, bl0, bl1, bl2, depth = t, l0, l1, l2, inside
-    i, j, k = triangles[best, 0], triangles[best, 1], triangles[best, 2]
-    return log_c[best] + bl0 * log_density[i] + bl1 * log_density[j] + bl2 * log_density[k]
+            best, bl0, bl1, bl2, depth = k, l0, l1, l2, inside
+    t = patch[best]
+    i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
+    return patch_c[best] + bl0 * log_density[i] + bl1 * log_density[j] + bl2 * log_density[k]
 
 
 @njit(cache=True)
-def _patch_variation(log_density, triangles, log_c, patch, npatch):
+def _patch_variation(log_density, triangles, patch_c, patch, npatch):
     """Range of the old log-density over the patch's vertices (both sides of every edge): sets the rule."""
     lo, hi = np.inf, -np.inf
     for k in range(npatch):
         t = patch[k]
         for j in range(3):
-            v = log_c[t] + log_density[triangles[t, j]]
+            v = patch_c[k] + log_density[triangles[t, j]]
             lo, hi = min(lo, v), max(hi, v)
     return hi - lo
 
 
 @njit(cache=True)
 def _log_integral_on(
-    a, b, c, n, points, log_density, triangles, log_c, patch, npatch, sub_bary, sub_weights, sub_count
+    a, b, c, n, points, log_density, triangles, patch_c, patch, npatch, sub_bary, sub_weights, sub_count
 ):
     """log I_T': the old reconstruction of the patch integrated over the new chord triangle (a, b, c) (module
     docstring), 7-point rule on n × n sub-triangles, summed with a running maximum (log-sum-exp)."""
@@ -117,7 +119,7 @@ def _log_integral_on(
             y[j] = l0 * a[j] + l1 * b[j] + l2 * c[j]
         r2 = y[0] * y[0] + y[1] * y[1] + y[2] * y[2]
         y /= math.sqrt(r2)
-        term = _patch_log_density(y, points, log_density, triangles, log_c, patch, npatch)
+        term = _patch_log_density(y, points, log_density, triangles, patch_c, patch, npatch)
         term += math.log(sub_weights[n, q]) - 1.5 * math.log(r2)
         if term > top:
             total = total * math.exp(top - term) + 1.0
@@ -128,11 +130,24 @@ def _log_integral_on(
 
 
 @njit(cache=True)
-def _remap(corners, count, points, log_density, triangles, log_mass, log_c, patch, npatch, tolerance, out, tables):
+def _log_normaliser(t, points, log_density, triangles, log_mass, tolerance, tables):
+    """log c_T of one triangle (``sphere_mesh.log_normalisers``), computed where an operation needs it."""
+    sub_bary, sub_weights, sub_count = tables
+    i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
+    la, lb, lc = log_density[i], log_density[j], log_density[k]
+    n = min(subdivision(max(la, lb, lc) - min(la, lb, lc), tolerance), MAX_SUBDIVISION)
+    return log_mass[t] - _log_integral(points[i], points[j], points[k], la, lb, lc, n, sub_bary, sub_weights, sub_count)
+
+
+@njit(cache=True)
+def _remap(corners, count, points, log_density, triangles, log_mass, patch, npatch, tolerance, out, tables):
     """log m of the ``count`` new triangles ``corners`` (new, vertex, 3) that replace the patch: the patch's mass
     in proportion to each one's integral of the old reconstruction (module docstring); written to ``out``."""
     sub_bary, sub_weights, sub_count = tables
-    n = min(subdivision(_patch_variation(log_density, triangles, log_c, patch, npatch), tolerance), MAX_SUBDIVISION)
+    patch_c = np.empty(npatch)
+    for k in range(npatch):
+        patch_c[k] = _log_normaliser(patch[k], points, log_density, triangles, log_mass, tolerance, tables)
+    n = min(subdivision(_patch_variation(log_density, triangles, patch_c, patch, npatch), tolerance), MAX_SUBDIVISION)
     if npatch > 1:
         n = max(n, 2)  # the old reconstruction has kinks across the new triangles
     top = -np.inf
@@ -144,7 +159,7 @@ def _remap(corners, count, points, log_density, triangles, log_mass, log_c, patc
     log_patch_mass = top + math.log(mass)
     for i in range(count):
         out[i] = _log_integral_on(
-            corners[i, 0], corners[i, 1], corners[i, 2], n, points, log_density, triangles, log_c, patch, npatch,
+            corners[i, 0], corners[i, 1], corners[i, 2], n, points, log_density, triangles, patch_c, patch, npatch,
             sub_bary, sub_weights, sub_count,
         )  # fmt: skip
     top = -np.inf
@@ -204,7 +219,7 @@ def _independent(order, t1, t2, ntri):
 
 
 @njit(cache=True)
-def _split(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, log_c, nv, nt, tolerance, tables):
+def _split(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, nv, nt, tolerance, tables):
     """Split every chosen edge at its great-circle midpoint; each of its two triangles becomes two halves sharing
     that triangle's mass. Arrays have room for the new vertices (from nv) and triangles (from nt)."""
     corners = np.empty((2, 3, 3))
@@ -215,14 +230,16 @@ def _split(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, log
         mid = points[a] + points[b]
         points[nv] = mid / math.sqrt(np.sum(mid * mid))
         # the chord midpoint has λ = (½, ½, 0) on either side; average the two sides' log ρ there
-        log_density[nv] = 0.5 * (log_density[a] + log_density[b]) + 0.5 * (log_c[t1[e]] + log_c[t2[e]])
+        c1 = _log_normaliser(t1[e], points, log_density, triangles, log_mass, tolerance, tables)
+        c2 = _log_normaliser(t2[e], points, log_density, triangles, log_mass, tolerance, tables)
+        log_density[nv] = 0.5 * (log_density[a] + log_density[b]) + 0.5 * (c1 + c2)
         for side in range(2):
             t, j = (t1[e], j1[e]) if side == 0 else (t2[e], j2[e])
             p, q, r = triangles[t, j], triangles[t, (j + 1) % 3], triangles[t, (j + 2) % 3]
             corners[0, 0], corners[0, 1], corners[0, 2] = points[p], points[nv], points[r]
             corners[1, 0], corners[1, 1], corners[1, 2] = points[nv], points[q], points[r]
             patch[0] = t
-            _remap(corners, 2, points, log_density, triangles, log_mass, log_c, patch, 1, tolerance, out, tables)
+            _remap(corners, 2, points, log_density, triangles, log_mass, patch, 1, tolerance, out, tables)
             triangles[t, 0], triangles[t, 1], triangles[t, 2] = p, nv, r
             triangles[nt, 0], triangles[nt, 1], triangles[nt, 2] = nv, q, r
             log_mass[t], log_mass[nt] = out[0], out[1]
@@ -232,7 +249,7 @@ def _split(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, log
 
 
 @njit(cache=True)
-def _flip(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, log_c, tolerance, tables):
+def _flip(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, tolerance, tables):
     """Flip every chosen edge: (a, b, c), (b, a, d) → (a, d, c), (d, b, c), the pair's mass remapped."""
     corners = np.empty((2, 3, 3))
     out = np.empty(2)
@@ -244,7 +261,7 @@ def _flip(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, log_
         corners[0, 0], corners[0, 1], corners[0, 2] = points[a], points[d], points[c]
         corners[1, 0], corners[1, 1], corners[1, 2] = points[d], points[b], points[c]
         patch[0], patch[1] = s, u
-        _remap(corners, 2, points, log_density, triangles, log_mass, log_c, patch, 2, tolerance, out, tables)
+        _remap(corners, 2, points, log_density, triangles, log_mass, patch, 2, tolerance, out, tables)
         triangles[s, 0], triangles[s, 1], triangles[s, 2] = a, d, c
         triangles[u, 0], triangles[u, 1], triangles[u, 2] = d, b, c
         log_mass[s], log_mass[u] = out[0], out[1]
@@ -270,7 +287,7 @@ def _adjacent(v, w, star_start, star, triangles):
 
 @njit(cache=True)
 def _collapse(cand_a, cand_b, star_start, star, size_at, split_ratio, sliver_aspect, points, log_density, triangles,
-              log_mass, log_c, alive_t, alive_v, tolerance, tables):  # fmt: skip
+              log_mass, alive_t, alive_v, tolerance, tables):  # fmt: skip
     """Collapse the candidate edges (va, vb) in order, each into one vertex (at the midpoint, else at va, else at
     vb: the first position that passes), rebuilding the star of the edge as the fan of the new vertex. Refused:
     a patch touched earlier in this pass (so every star read is still current), the link condition broken (a
@@ -338,7 +355,9 @@ def _collapse(cand_a, cand_b, star_start, star, size_at, split_ratio, sliver_asp
             if option == 0:
                 x = points[va] + points[vb]
                 x = x / math.sqrt(np.sum(x * x))
-                l_new = 0.5 * (log_density[va] + log_density[vb]) + 0.5 * (log_c[both[0]] + log_c[both[1]])
+                c1 = _log_normaliser(both[0], points, log_density, triangles, log_mass, tolerance, tables)
+                c2 = _log_normaliser(both[1], points, log_density, triangles, log_mass, tolerance, tables)
+                l_new = 0.5 * (log_density[va] + log_density[vb]) + 0.5 * (c1 + c2)
             elif option == 1:
                 x, l_new = points[va].copy(), log_density[va]
             else:
@@ -362,7 +381,7 @@ def _collapse(cand_a, cand_b, star_start, star, size_at, split_ratio, sliver_asp
                 break
         if not accepted:
             continue
-        _remap(corners, nrest, points, log_density, triangles, log_mass, log_c, patch, npatch, tolerance, out, tables)
+        _remap(corners, nrest, points, log_density, triangles, log_mass, patch, npatch, tolerance, out, tables)
         points[va] = x
         log_density[va] = l_new
         for i in range(nrest):
@@ -391,7 +410,7 @@ def _edges(triangles: np.ndarray, n_vertices: int):
     b = triangles[:, [1, 2, 0]].ravel()
     key = np.minimum(a, b) * np.int64(n_vertices) + np.maximum(a, b)
     order = np.argsort(key, kind="stable")
-    if m == 0 or np.any(key[order[0::2]] != key[order[1::2]]):
+    if m == 0 or key.size % 2 or np.any(key[order[0::2]] != key[order[1::2]]):
         raise ValueError("sphere remesh: the triangles do not form a closed 2-manifold")
     first, second = order[0::2], order[1::2]
     return a[first], b[first], first // 3, first % 3, second // 3, second % 3
@@ -416,14 +435,13 @@ def _split_pass(mesh: SphereMesh, size, ratio: float, tolerance: float) -> int:
     chosen = _independent(long[np.argsort(-length[long], kind="stable")], t1, t2, F.shape[0])
     if chosen.size == 0:
         return 0
-    log_c = log_normalisers(mesh, tolerance)
     nv, nt, k = P.shape[0], F.shape[0], chosen.size
     mesh.points = np.concatenate([P, np.empty((k, 3))])
     mesh.log_density = np.concatenate([mesh.log_density, np.empty(k)])
     mesh.triangles = np.concatenate([F, np.empty((2 * k, 3), dtype=np.int64)])
     mesh.log_mass = np.concatenate([mesh.log_mass, np.empty(2 * k)])
-    _split(chosen, t1, j1, t2, j2, mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass, log_c, nv, nt,
-           tolerance, _TABLES)  # fmt: skip
+    _split(chosen, t1, j1, t2, j2, mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass, nv, nt, tolerance,
+           _TABLES)  # fmt: skip
     return k
 
 
@@ -444,8 +462,7 @@ def _flip_pass(mesh: SphereMesh, tolerance: float) -> int:
     cand = np.flatnonzero(ok)
     chosen = _independent(cand[np.argsort(-inside[cand], kind="stable")], t1, t2, F.shape[0])
     if chosen.size:
-        log_c = log_normalisers(mesh, tolerance)
-        _flip(chosen, t1, j1, t2, j2, P, mesh.log_density, F, mesh.log_mass, log_c, tolerance, _TABLES)
+        _flip(chosen, t1, j1, t2, j2, P, mesh.log_density, F, mesh.log_mass, tolerance, _TABLES)
     return chosen.size
 
 
@@ -477,10 +494,9 @@ def _collapse_pass(mesh: SphereMesh, size, collapse_ratio, split_ratio, sliver_a
     by_vertex = np.argsort(flat, kind="stable")
     star = by_vertex // 3
     star_start = np.searchsorted(flat[by_vertex], np.arange(nv + 1))
-    log_c = log_normalisers(mesh, tolerance)
     alive_t, alive_v = np.ones(nt, dtype=bool), np.ones(nv, dtype=bool)
     done = _collapse(ca, cb, star_start, star, np.asarray(size(P), dtype=float), split_ratio, sliver_aspect, P,
-                     mesh.log_density, F, mesh.log_mass, log_c, alive_t, alive_v, tolerance, _TABLES)  # fmt: skip
+                     mesh.log_density, F, mesh.log_mass, alive_t, alive_v, tolerance, _TABLES)  # fmt: skip
     if done:
         renumber = np.cumsum(alive_v) - 1
         mesh.points, mesh.log_density = P[alive_v], mesh.log_density[alive_v]
@@ -610,8 +626,9 @@ def reconstruction_log_integrals(
     if log_c is None:
         log_c = log_normalisers(mesh)
     patch = np.asarray(patch, dtype=np.int64)
+    patch_c = np.ascontiguousarray(log_c[patch])
     out = np.empty(corners.shape[0])
     for i in range(corners.shape[0]):
         out[i] = _log_integral_on(corners[i, 0], corners[i, 1], corners[i, 2], n, mesh.points, mesh.log_density,
-                                  mesh.triangles, log_c, patch, patch.size, *_TABLES)  # fmt: skip
+                                  mesh.triangles, patch_c, patch, patch.size, *_TABLES)  # fmt: skip
     return out
