@@ -11,6 +11,7 @@ so no copy of the config is needed there.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -147,6 +148,9 @@ def test_every_netcdf_has_schema_and_provenance(results, config):
         experiment = path.relative_to(results).parts[0]
         assert prov["experiment"] == experiment
         assert prov["root_seed"] == config["root_seed"]
+        # which code wrote it (lowtemp.store.version): the version from git and the full commit
+        assert re.fullmatch(r"\d+\.\d+\.\d+(\+(\d+|untagged)\.g[0-9a-f]+(\.dirty)?)?", prov["version"]), prov
+        assert re.fullmatch(r"[0-9a-f]{40}", prov["commit"]) and isinstance(prov["dirty"], bool), prov
         # each file records the slice of the config its stage reads (lowtemp.config.params)
         assert prov["config"] == params.stage_slice(config["experiments"][experiment], ds.attrs["lowtemp_kind"])
         io.read_netcdf(path)  # the package's own reader accepts it

@@ -15,8 +15,10 @@ Both use the session's one run of config/test.yaml (``completed_test_run``).
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -512,8 +514,8 @@ def scheduled_jobs(stdout: str) -> set[str]:
     return jobs
 
 
-def dry_run(workdir: Path, config: dict, folder: Path, sort_keys=False) -> tuple[set[str], str]:
-    """The jobs a dry run on ``workdir`` schedules for ``config``, and its output."""
+def dry_run(workdir: Path, config: dict, folder: Path, sort_keys=False, env=None) -> tuple[set[str], str]:
+    """The jobs a dry run on ``workdir`` schedules for ``config`` (Snakemake run with ``env``), and its output."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=sort_keys))
@@ -531,6 +533,7 @@ def dry_run(workdir: Path, config: dict, folder: Path, sort_keys=False) -> tuple
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return scheduled_jobs(proc.stdout), proc.stdout
@@ -567,6 +570,22 @@ def test_an_edit_reruns_exactly_the_jobs_that_read_it(dry_runs, what, expected):
     assert jobs == expected, (
         f"{what}: unexpected {sorted(jobs - expected)}, missing {sorted(expected - jobs)}\n{reasons}"
     )
+
+
+@pytest.mark.e2e
+def test_another_code_version_reruns_nothing(run_dir, tmp_path):
+    """The code version is provenance, not a param: with git unable to read the checkout (GIT_DIR elsewhere), the
+    version the Snakemake process would compute is ``unknown``, not the one the finished run recorded, and a dry
+    run schedules nothing. A rule whose params held ``lowtemp.__version__`` would rerun here."""
+    env = dict(os.environ, GIT_DIR=str(tmp_path / "no-repository"))
+    probe = subprocess.run(
+        [sys.executable, "-c", "import lowtemp; print(lowtemp.__version__)"], capture_output=True, text=True, env=env
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    recorded = _prov(run_dir / "results" / "tiny" / "fit.nc")["version"]
+    assert probe.stdout.strip() == "unknown" != recorded
+    jobs, out = dry_run(run_dir, yaml.safe_load(TEST_CONFIG.read_text()), tmp_path / "cfg", env=env)
+    assert jobs == set(), out[-3000:]
 
 
 def test_a_dry_run_lists_grouped_jobs():

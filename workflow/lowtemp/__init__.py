@@ -7,6 +7,16 @@ Arrays of tokens always have the layout (replica, token, dim).
 
 The package never imports snakemake: every function takes arrays and plain
 parameters, so scripts, tests and notebooks share one implementation.
+
+``lowtemp.__version__`` is read from git when first asked for (``lowtemp.store.version``: the
+release tag, the commits since, whether the tree is dirty; ``unknown`` outside a checkout).
 """
 
-__version__ = "0.1.0"
+import importlib
+
+
+def __getattr__(name: str):
+    """``lowtemp.__version__``: the version from git (``lowtemp.store.version``), read on first use."""
+    if name == "__version__":
+        return importlib.import_module("lowtemp.store.version").code_version().version
+    raise AttributeError(f"module 'lowtemp' has no attribute {name!r}")

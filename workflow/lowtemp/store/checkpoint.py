@@ -37,9 +37,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import __version__
 from ..dynamics import integrate
-from . import datasets, io
+from . import datasets, io, version
 
 log = logging.getLogger("lowtemp")
 
@@ -47,9 +46,10 @@ KIND = "checkpoint"
 
 
 def fingerprint(*arrays: np.ndarray, **values) -> str:
-    """SHA-256 over the bytes of ``arrays`` (with shape and dtype) and the sorted ``values``."""
+    """SHA-256 over the bytes of ``arrays`` (with shape and dtype) and the sorted ``values``, after the declared
+    release and the schema (not the commit: a commit or an edit in the tree keeps a running job's checkpoints)."""
     h = hashlib.sha256()
-    h.update(f"lowtemp {__version__} schema {io.SCHEMA_VERSION}".encode())
+    h.update(f"lowtemp {version.distribution_version()} schema {io.SCHEMA_VERSION}".encode())
     for a in arrays:
         a = np.ascontiguousarray(a)
         h.update(f"{a.dtype.str}{a.shape}".encode())

@@ -3,8 +3,10 @@
 Used by the tests that check a run is reproducible: a second run from scratch,
 a run resumed after a kill, a run on SLURM and a run in the container must all
 give the NetCDF values of a plain local run. Provenance is compared too, except
-for the keys listed in ``VOLATILE_PROVENANCE`` (none today: provenance holds no
-host names or clocks).
+for the keys listed in ``VOLATILE_PROVENANCE``: which code wrote the file (version,
+commit, dirty tree, how the version was found; ``store.version``), so runs at two
+commits, or in a container without ``.git``, compare equal when their values and
+config slices are. Provenance holds no host names or clocks.
 
 Command line: ``python -m lowtemp.store.compare RESULTS_A RESULTS_B [--rtol R]``
 prints every difference and exits 1 if there is any.
@@ -20,9 +22,11 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from . import version
 from .io import ENGINE
 
-VOLATILE_PROVENANCE: frozenset[str] = frozenset()
+#: provenance keys that say which code wrote a file, not what it holds (``store.version.CodeVersion``)
+VOLATILE_PROVENANCE: frozenset[str] = frozenset(version.PROVENANCE_KEYS)
 
 
 def netcdf_files(root: Path) -> list[Path]:

@@ -3,7 +3,8 @@
 
 Every file carries ``lowtemp_schema`` (the schema version, checked on read),
 ``lowtemp_kind`` (which stage wrote it) and ``provenance`` (one JSON string:
-package version, experiment, its config slice, root seed). Writes go to a
+the code's version, commit and whether its tree was dirty (``store.version``), experiment, its config
+slice, root seed). Writes go to a
 temporary name in the destination folder and are renamed when complete, so a
 killed job never leaves a file that looks complete. Engine: h5netcdf.
 """
@@ -21,8 +22,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import __version__
-from . import layout
+from . import layout, version
 
 #: 2: trajectories are stored (replica, time, token, dim), every file in ``layout.ORDER``
 SCHEMA_VERSION = 2
@@ -38,10 +38,11 @@ class NetCDFSchemaError(ValueError):
 
 
 def provenance(experiment: str, config: dict, root_seed: int, **extra) -> dict:
-    """The provenance record stored in every file (JSON-serialisable)."""
+    """The provenance record stored in every file (JSON-serialisable): the code (``version``, ``commit``,
+    ``dirty``, ``version_source``: ``store.version``), the schema, the experiment, its config slice, the seed."""
     return {
         "package": "lowtemp",
-        "version": __version__,
+        **version.code_version().as_provenance(),
         "schema": SCHEMA_VERSION,
         "experiment": experiment,
         "root_seed": int(root_seed),
