@@ -23,6 +23,12 @@ reproduce: $(STAMP)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --report results/report.html
 
+## report: the Snakemake report (every figure with its caption) of a finished run, results/report.html;
+## CONFIGFILE names the run's config (default config/config.yaml: the run `make reproduce` makes)
+CONFIGFILE ?= config/config.yaml
+report: $(STAMP)
+	$(BIN)/snakemake --workflow-profile workflow/profiles/default --configfile $(CONFIGFILE) --report results/report.html
+
 ## circle: the d = 2 experiment over four decades of beta (config/circle.yaml, ~20 min); results/circle/
 circle: $(STAMP)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES) --configfile config/circle.yaml

@@ -14,7 +14,10 @@
 # (tests/container/host_pip_config.py), as build secrets.
 #
 # Environment: LOWTEMP_CONTAINER_CACHE (default /var/cache/lowtemp-container),
-# LOWTEMP_CONTAINER_KEEP=1 keeps the work folder for inspection.
+# LOWTEMP_CONTAINER_KEEP=1 keeps the work folder for inspection;
+# LOWTEMP_CONTAINER_SUITE and LOWTEMP_CONTAINER_MIRROR: the Debian release and mirror of the base
+# (default: this machine's release and apt's mirror for it). .github/workflows/container.yml pins the
+# base by date with them: bookworm from snapshot.debian.org at one timestamp.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -54,7 +57,7 @@ for tool in podman runc debootstrap; do command -v "$tool" >/dev/null || missing
 if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]} (Debian packages)"
     apt-get update -q >"$WORK/apt.log" 2>&1 || { tail -20 "$WORK/apt.log"; fail "apt-get update"; }
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends podman runc debootstrap \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" \
         >>"$WORK/apt.log" 2>&1 || { tail -20 "$WORK/apt.log"; fail "apt-get install"; }
 fi
 log "$(podman --version), $(runc --version | head -n1)"
@@ -76,15 +79,18 @@ log "linters clean: hadolint (envs/Containerfile), actionlint + shellcheck (.git
 
 # ------------------------------------------------------------------ base image: debootstrap, cached
 # shellcheck source=/dev/null
-codename=$(. /etc/os-release && echo "${VERSION_CODENAME:?}")
-BASE=localhost/lowtemp-base:$codename-v$BASE_VERSION
-tarball=$CACHE/base-$codename-v$BASE_VERSION.tar
+codename=${LOWTEMP_CONTAINER_SUITE:-$(. /etc/os-release && echo "${VERSION_CODENAME:?}")}
+mirror=${LOWTEMP_CONTAINER_MIRROR:-}
+# a given mirror names the base too (another snapshot date is another base)
+tag=$codename-v$BASE_VERSION${mirror:+-$(printf '%s' "$mirror" | sha256sum | cut -c1-8)}
+BASE=localhost/lowtemp-base:$tag
+tarball=$CACHE/base-$tag.tar
 if podman image exists "$BASE"; then
     log "base image $BASE cached"
 else
     if [ ! -s "$tarball" ]; then
         # the mirror apt already uses for this release (deb822 or one-line sources), else Debian's
-        mirror=$(awk -v s="$codename" '
+        [ -n "$mirror" ] || mirror=$(awk -v s="$codename" '
             /^URIs:/ { uri = $2 } /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == s) { print uri; exit } }
             /^deb / && $3 == s { print $2; exit }' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null)
         mirror=${mirror:-http://deb.debian.org/debian}
