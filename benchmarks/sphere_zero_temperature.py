@@ -165,6 +165,7 @@ def dry_run(
     record: tuple[float, ...] = (1, 5, 10, 15, 20, 25, 30),
     problem=None,
     report=None,
+    collapse_ratio: float = sphere_remesh.COLLAPSE_RATIO,
 ) -> list[dict]:
     """Integrate the uniform law on the icosphere of ``level`` to ``horizon``, remeshing every ``every`` with
     ``mode`` "ale" (split, flip, collapse), "split" (split only) or "none"; a row per ``record`` time: triangles,
@@ -178,7 +179,8 @@ def dry_run(
     def remesh(m):
         if mode == "none":
             return m
-        return sphere_remesh.adapt(m, size, flip=mode == "ale", collapse=mode == "ale")[0]
+        ale = mode == "ale"
+        return sphere_remesh.adapt(m, size, flip=ale, collapse=ale, collapse_ratio=collapse_ratio)[0]
 
     mesh = remesh(mesh)
     steps, per_remesh = int(round(horizon / dt)), int(round(every / dt))
@@ -247,11 +249,12 @@ def main() -> None:
     parser.add_argument("--dt", type=float, default=0.05)
     parser.add_argument("--every", type=float, default=0.25)
     parser.add_argument("--mode", choices=("ale", "split", "none"), default="ale")
+    parser.add_argument("--collapse-ratio", type=float, default=sphere_remesh.COLLAPSE_RATIO)
     args = parser.parse_args()
     problem = concentration_problem()
     record = tuple(t for t in (1, 5, 10, 15, 20, 25, 30) if t <= args.horizon)
     rows = dry_run(args.level, args.fine, args.coarse, args.radius, args.horizon, args.dt, args.every, args.mode,
-                   record, problem, report=lambda r: print(r, flush=True))  # fmt: skip
+                   record, problem, lambda r: print(r, flush=True), args.collapse_ratio)  # fmt: skip
     print(markdown(with_exact(rows, problem)))
 
 

@@ -168,7 +168,7 @@ def test_refinement_converges_to_the_density():
     error_finer = np.abs(sphere_remesh.log_density_at(finer, x) - log_vmf(x)).max()
     assert error_finer < 0.5 * error
     # coarsening (collapses only) must not pass the same check
-    coarser, stats = sphere_remesh.adapt(mesh, 0.9)
+    coarser, stats = sphere_remesh.adapt(mesh, 0.9, collapse_ratio=0.5)
     assert stats["collapses"] > 0
     assert np.abs(sphere_remesh.log_density_at(coarser, x) - log_vmf(x)).max() > error
 
@@ -261,22 +261,22 @@ def test_exact_references(problem, ale):
 
 def test_ale_dry_run_against_the_exact_solution(ale):
     """Measured (level 3, edge 0.06 near ±y*, 0.14 elsewhere, RK4 at 0.1, remesh every 0.25): W2 relative error
-    3.3e-4, 6.5e-4, 3.0e-3 and log ρ(y*) error ≤ 0.010 at t = 1, 3, 5; 2.5 k triangles, aspect ≤ 4.9. Tolerances
-    twice to three times the measured errors."""
+    3.3e-4, 9.0e-4 at t = 1, 5 and log ρ(y*) error ≤ 0.006; 2.9 k → 7.0 k triangles, aspect ≤ 5.9. Tolerances
+    about three times the measured errors."""
     for r in ale:
         assert r["inverted"] == 0
         assert r["worst_aspect"] <= sphere_remesh.SLIVER_ASPECT
-        assert r["triangles"] < 4000
-    assert [abs(r["w2_error"]) for r in ale] < [1e-3, 2e-3, 6e-3]
+        assert r["triangles"] < 10000
+    assert [abs(r["w2_error"]) for r in ale] < [1e-3, 2e-3, 3e-3]
     assert max(abs(r["log_rho_error"]) for r in ale) < 0.03
 
 
 def test_split_only_refinement_degenerates(ale, split_only):
     """Split-only (the 1-D solver's refinement): slivers and exponential growth. Measured at t = 5: worst aspect
-    768 and 20.8 k triangles (ALE: 3.4 and 2.5 k), some triangles turned over."""
+    768 and 20.8 k triangles (ALE: 5.9 and 7.0 k), some triangles turned over."""
     last, ale_last = split_only[-1], ale[-1]
     assert last["worst_aspect"] > 20 * sphere_remesh.SLIVER_ASPECT
-    assert last["triangles"] > 5 * ale_last["triangles"]
+    assert last["triangles"] > 2.5 * ale_last["triangles"]
     growth = [r["triangles"] for r in split_only]
     assert growth[2] / growth[1] > 2 and growth[1] / growth[0] > 2
 
@@ -290,7 +290,7 @@ def test_no_remeshing_loses_the_solution(problem):
 
 
 def test_mass_normalisation_matters(ale, split_only):
-    """exp(ℓ linear) alone, without c_T: measured W2 error at t = 5 of −7.9e-3 (ALE) and 9.2e-3 (split only)
-    against 3.0e-3 and 1.8e-3 with it (at t = 3 on the ALE mesh the two are comparable, 3.8e-4 and 6.5e-4)."""
-    assert abs(ale[-1]["w2_error_without_masses"]) > 1.5 * abs(ale[-1]["w2_error"])
+    """exp(ℓ linear) alone, without c_T: measured W2 error at t = 5 of 4.4e-3 (ALE) and 9.2e-3 (split only)
+    against 9.0e-4 and 1.8e-3 with it."""
+    assert abs(ale[-1]["w2_error_without_masses"]) > 2.5 * abs(ale[-1]["w2_error"])
     assert abs(split_only[-1]["w2_error_without_masses"]) > 3 * abs(split_only[-1]["w2_error"])

@@ -45,8 +45,10 @@ from lowtemp.dynamics.sphere_mesh import (
 
 #: split edges longer than this many target lengths
 SPLIT_RATIO = 1.5
-#: collapse edges shorter than this many target lengths
-COLLAPSE_RATIO = 0.5
+#: collapse edges shorter than this many target lengths (0: only slivers). Off by default: a contracting cluster
+#: must keep its Lagrangian triangles; coarsening it moved W2 to the cluster centres by 75 % at t = 10 in the
+#: zero-temperature dry run (benchmarks/sphere_zero_temperature.py --collapse-ratio 0.5), against 5e-4 without
+COLLAPSE_RATIO = 0.0
 #: a triangle whose aspect ratio (longest edge over the height on it; 2/√3 when equilateral) exceeds this is a
 #: sliver: its shortest edge is collapsed
 SLIVER_ASPECT = 6.0
