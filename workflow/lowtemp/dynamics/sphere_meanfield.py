@@ -1,0 +1,307 @@
+"""The mean field of Eq. 2 on S² for general B, V and ρ0 (d = 3, no symmetry): a Lagrangian log-density mesh.
+
+The vertices of a ``SphereMesh`` move with the mean-field velocity v = P_x V m(x) and carry ℓ = log ρ along
+characteristics, dℓ/dt = −div_S v (the continuity equation written along a trajectory); every triangle keeps its
+mass. The softmax mean m(x) and the divergence come from one pass over the triangles in log space
+(``sphere_softmax``), so the density where a clustered token's softmax is decided (its Laplace point, e^{−30} of
+uniform late in the metastable window) is known relative to itself, whatever its depth. The pipeline's tokens are
+tracers advected in the same field, so the same-token coupling of W2(ρ^β_t, ρ^∞_t) holds for the mean field too.
+Derivation, accuracy and limits: docs/sphere_mean_field.md.
+
+Time stepping: DOP853 on (vertices, ℓ, tracers) with its step carried across stops (snapshots and remeshings);
+positions are put back on the sphere at every stop. A remeshing callable (``sphere_remesh.adapt``) may replace
+the mesh at the stops: it must keep every patch's mass, and the tracers are untouched by it.
+
+Arrays: tracers (…, token, 3) in, (…, time, token, 3) out, as everywhere in the package.
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import measures
+from .meanfield import _advance_edges
+from .sphere_mesh import (
+    MAX_SUBDIVISION,
+    SUB_BARY,
+    SUB_COUNT,
+    MeshTooCoarse,
+    SphereMesh,
+    edge_lengths,
+    log_normalisers,
+    mesh_from_density,
+    triangle_nodes,
+)
+from .sphere_remesh import adapt
+from .sphere_softmax import DEFAULT_DEPTH, DEFAULT_VARIATION, softmax, velocity_divergence
+
+#: smallest singular value of B, relative to its largest, that the solver accepts: below it |Bᵀx| nearly vanishes
+#: somewhere, where the softmax's centre b̂ = Bᵀx/|Bᵀx| is undefined (Assumption 1 asks for B invertible)
+B_CONDITION = 1e-8
+#: initial measures the solver takes: those with a positive, smooth density on the whole sphere
+DENSITY_MEASURES = ("uniform", "vmf_mixture")
+
+
+@dataclass(frozen=True)
+class SphereSettings:
+    """How the mean field is discretised: the initial icosphere ``level``; the softmax's sub-division tolerance
+    ``variation`` and pruning ``depth``; DOP853's ``rtol`` and ``atol`` (positions in radians, ℓ in e-folds);
+    stops for remeshing every ``remesh_every`` to the target edge ``edge`` (radians; None: no remeshing)."""
+
+    level: int = 4
+    edge: float | None = None
+    variation: float = DEFAULT_VARIATION
+    depth: float = DEFAULT_DEPTH
+    rtol: float = 1e-7
+    atol: float = 1e-9
+    remesh_every: float = 0.25
+
+
+@dataclass
+class SphereMeanFieldSolution:
+    """The mesh at every snapshot and the tracers' trajectories (…, time, token, 3); ``info`` counts."""
+
+    beta: float
+    times: np.ndarray
+    meshes: list[SphereMesh]
+    tracers: np.ndarray | None
+    info: dict = field(default_factory=dict)
+    diagnostics: dict = field(default_factory=dict)
+
+    def integrate(self, k: int, f: Callable[[np.ndarray], np.ndarray], n: int = 2) -> float:
+        """∫ f dρ_t at snapshot k (f of unit vectors (…, 3)), by the n × n rule on every triangle."""
+        nodes, weights = snapshot_nodes(self.meshes[k], n)
+        return float(np.sum(weights * f(nodes)))
+
+    def distance_to_eigenspace(self, E: np.ndarray, n: int = 2) -> np.ndarray:
+        """sqrt(∫ (2 − 2|Eᵀx|) dρ_t) per snapshot (E (3, k) orthonormal): the mean-field counterpart of
+        ``projection.distance_to_eigenspace``, 1 − |p| written as (1 − |p|²)/(1 + |p|) against cancellation."""
+        E = np.asarray(E, dtype=float).reshape(3, -1)
+
+        def f(y):
+            p = y @ E
+            p2 = np.sum(p * p, axis=-1)
+            return 2.0 * np.clip(np.sum(y * y, axis=-1) - p2, 0.0, None) / (1.0 + np.sqrt(p2))
+
+        return np.sqrt([self.integrate(k, f, n) for k in range(self.times.size)])
+
+
+def snapshot_nodes(mesh: SphereMesh, n: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Quadrature nodes (triangle·node, 3) and masses of the mesh's density: the n × n rule on every triangle,
+    each triangle's node masses summing exactly to its mass."""
+    nodes, weights = triangle_nodes(mesh.points, mesh.triangles, n)
+    a, b, c = (mesh.log_density[mesh.triangles[:, k]] for k in range(3))
+    # ℓ at the nodes is barycentric-linear in the rule's own barycentric coordinates
+    bary = SUB_BARY[n, : SUB_COUNT[n]]
+    ell = bary[None, :, 0] * a[:, None] + bary[None, :, 1] * b[:, None] + bary[None, :, 2] * c[:, None]
+    log_w = np.log(weights) + ell
+    top = log_w.max(axis=1, keepdims=True)
+    share = np.exp(log_w - top)
+    share /= share.sum(axis=1, keepdims=True)
+    return nodes.reshape(-1, 3), (share * np.exp(mesh.log_mass)[:, None]).reshape(-1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the initial measure and the checks made before any work
+
+
+def log_density0(measure: str, params: dict) -> Callable[[np.ndarray], np.ndarray]:
+    """log ρ0 per steradian as a function of unit vectors (…, 3): uniform, or a von Mises–Fisher mixture
+    (κ e^{κ(⟨μ,y⟩ − 1)}/(2π(1 − e^{−2κ})) per component, written so that no exponent overflows)."""
+    if measure == "uniform":
+        return lambda y: np.full(np.shape(y)[:-1], -math.log(4 * math.pi))
+    if measure != "vmf_mixture":
+        raise ValueError(
+            f"S² mean field: initial measure {measure!r} has no positive smooth density; "
+            f"the solver takes {', '.join(DENSITY_MEASURES)}"
+        )
+    kappas = measures.check_kappas(params["kappas"])
+    weights = measures.check_weights(params.get("weights"), kappas.size)
+    means = np.asarray(params["means"], dtype=float).reshape(kappas.size, 3)
+    norms = np.linalg.norm(means, axis=1)
+    if not np.all(np.isfinite(norms)) or np.any(norms < 1e-150):
+        raise ValueError("S² mean field: every vMF mean must be a finite non-zero vector")
+    means = means / norms[:, None]
+
+    def log_norm(kappa: float) -> float:
+        if kappa == 0:
+            return math.log(4 * math.pi)
+        return math.log(2 * math.pi) + math.log(-math.expm1(-2 * kappa)) - math.log(kappa)
+
+    def f(y):
+        parts = [math.log(w) + k * (np.asarray(y) @ mu - 1.0) - log_norm(k) for k, w, mu in zip(kappas, weights, means)]
+        return np.logaddexp.reduce(np.stack(parts), axis=0)
+
+    return f
+
+
+def initial_mesh(measure: str, params: dict, level: int) -> SphereMesh:
+    """The icosphere of ``level`` carrying ρ0 (masses by the 8 × 8 rule on every triangle)."""
+    return mesh_from_density(level, log_density0(measure, params))
+
+
+def kernel_width(B: np.ndarray, beta: float) -> float:
+    """The narrowest softmax kernel over the sphere, (β σ_max(B))^{−1/2} radians."""
+    return (beta * float(np.linalg.svd(B, compute_uv=False)[0])) ** -0.5
+
+
+def check_resolution(mesh: SphereMesh, B: np.ndarray, beta: float, variation: float) -> None:
+    """MeshTooCoarse unless the longest edge h satisfies κ_max h² ≤ MAX_SUBDIVISION·variation: a triangle at the
+    centre of the narrowest kernel (κ_max = β σ_max(B)) then needs at most MAX_SUBDIVISION sub-triangles per
+    edge (its exponent varies by about κ h² over it), as the softmax asks of every triangle it keeps."""
+    longest = float(edge_lengths(mesh.points, mesh.triangles).max())
+    width = kernel_width(B, beta)
+    limit = math.sqrt(MAX_SUBDIVISION * variation) * width
+    if longest > limit:
+        raise MeshTooCoarse(
+            f"S² mean field: at beta = {beta:g} the kernel is {width:.3g} rad wide and the mesh's longest edge "
+            f"{longest:.3g} rad exceeds {limit:.3g} rad; raise the mesh level (each level halves the edges)"
+        )
+
+
+def check_inputs(B, V, beta: float, times, settings: SphereSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """B, V, times checked (ValueError naming the problem) before any work."""
+    B, V = np.asarray(B, dtype=float), np.asarray(V, dtype=float)
+    for name, M in (("B", B), ("V", V)):
+        if M.shape != (3, 3) or not np.all(np.isfinite(M)):
+            raise ValueError(f"S² mean field: {name} must be a finite 3×3 matrix, got shape {M.shape}")
+    singular = np.linalg.svd(B, compute_uv=False)
+    if singular[-1] <= B_CONDITION * singular[0]:
+        raise ValueError(
+            f"S² mean field: B is not invertible (singular values {singular.tolist()}): the softmax's centre "
+            "Bᵀx/|Bᵀx| is undefined where Bᵀx = 0 (Assumption 1)"
+        )
+    if not (math.isfinite(beta) and beta > 0):
+        raise ValueError(f"S² mean field: beta must be finite and > 0, got {beta!r}")
+    times = np.asarray(times, dtype=float)
+    if times.ndim != 1 or times.size == 0 or not np.all(np.isfinite(times)) or times[0] < 0:
+        raise ValueError("S² mean field: times must be a non-empty 1-D array of finite times ≥ 0")
+    if np.any(np.diff(times) < 0):
+        raise ValueError("S² mean field: times must be non-decreasing")
+    if not (math.isfinite(settings.remesh_every) and settings.remesh_every > 0):
+        raise ValueError(f"S² mean field: remesh_every must be finite and > 0, got {settings.remesh_every!r}")
+    if not (settings.rtol > 0 and settings.atol > 0):
+        raise ValueError("S² mean field: rtol and atol must be > 0")
+    return B, V, times
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the dynamics
+
+
+def _field(mesh: SphereMesh, B, V, beta, settings: SphereSettings, tracer_count: int, counter: list):
+    """The right-hand side of (vertices, ℓ, tracers) on the fixed triangles of ``mesh``."""
+    n = mesh.points.shape[0]
+
+    def rhs(_t, y):
+        counter[0] += 1
+        points = y[: 3 * n].reshape(n, 3)
+        points = points / np.linalg.norm(points, axis=1, keepdims=True)
+        tracers = y[4 * n :].reshape(tracer_count, 3)
+        tracers = tracers / np.linalg.norm(tracers, axis=1, keepdims=True)
+        current = SphereMesh(points, y[3 * n : 4 * n], mesh.triangles, mesh.log_mass)
+        queries = np.concatenate([points, tracers])
+        sm = softmax(current, B, beta, queries, settings.variation, settings.depth)
+        v, div = velocity_divergence(queries, sm, B, V, beta)
+        return np.concatenate([v[:n].ravel(), -div[:n], v[n:].ravel()])
+
+    return rhs
+
+
+def _pack(mesh: SphereMesh, tracers: np.ndarray) -> np.ndarray:
+    return np.concatenate([mesh.points.ravel(), mesh.log_density, tracers.ravel()])
+
+
+def _unpack(y: np.ndarray, mesh: SphereMesh, tracer_count: int) -> tuple[SphereMesh, np.ndarray]:
+    n = mesh.points.shape[0]
+    points = y[: 3 * n].reshape(n, 3)
+    tracers = y[4 * n :].reshape(tracer_count, 3)
+    moved = SphereMesh(
+        points / np.linalg.norm(points, axis=1, keepdims=True), y[3 * n : 4 * n].copy(), mesh.triangles, mesh.log_mass
+    )
+    return moved, tracers / np.linalg.norm(tracers, axis=1, keepdims=True)
+
+
+def _mesh_diagnostics(mesh: SphereMesh) -> dict:
+    log_c = log_normalisers(mesh)
+    return {
+        "triangles": int(mesh.triangles.shape[0]),
+        "max_abs_log_c": float(np.abs(log_c).max()),
+        "longest_edge": float(edge_lengths(mesh.points, mesh.triangles).max()),
+        "total_mass": float(np.exp(mesh.log_mass).sum()),
+    }
+
+
+def solve(
+    B,
+    V,
+    beta: float,
+    times,
+    mesh0: SphereMesh,
+    tracers0: np.ndarray | None = None,
+    settings: SphereSettings = SphereSettings(),
+    remesh: Callable[[SphereMesh, float], tuple[SphereMesh, dict]] | None = None,
+    progress: Callable[[float, dict], None] | None = None,
+) -> SphereMeanFieldSolution:
+    """Move ``mesh0`` (ρ0) and the tracers (…, token, 3) with the mean-field velocity to every time in ``times``.
+
+    Every input is checked before any work (``check_inputs``, ``check_resolution``, ``SphereMesh.check``).
+    ``remesh(mesh, t)`` is called at every stop (snapshots and every ``settings.remesh_every``) and returns the new
+    mesh and its counts (default: ``sphere_remesh.adapt`` to ``settings.edge`` when it is set);
+    ``progress(t, info)`` at every snapshot."""
+    B, V, times = check_inputs(B, V, float(beta), times, settings)
+    mesh0.check()
+    check_resolution(mesh0, B, float(beta), settings.variation)
+    tracers0 = np.zeros((0, 3)) if tracers0 is None else np.asarray(tracers0, dtype=float)
+    if tracers0.shape[-1] != 3 or not np.all(np.isfinite(tracers0)):
+        raise ValueError(f"S² mean field: tracers must be finite (…, token, 3), got shape {tracers0.shape}")
+    lead = tracers0.shape[:-1]
+    tracers = tracers0.reshape(-1, 3) / np.linalg.norm(tracers0.reshape(-1, 3), axis=1, keepdims=True)
+    if remesh is None and settings.edge is not None:
+        remesh = lambda m, _t: adapt(m, settings.edge)  # noqa: E731
+    mesh, counter = mesh0.copy(), [0]
+    stops = np.union1d(times, np.arange(0.0, times[-1], settings.remesh_every))
+    meshes, paths, diagnostics, remesh_counts = [], [], [], []
+    t_now, steps, step, start = 0.0, 0, None, _time.perf_counter()
+    for stop in stops:
+        if stop > t_now:
+            rhs = _field(mesh, B, V, float(beta), settings, tracers.shape[0], counter)
+            try:
+                y, taken, step = _advance_edges(
+                    rhs, t_now, float(stop), _pack(mesh, tracers), settings.rtol, settings.atol, step
+                )
+            except MeshTooCoarse as err:
+                raise MeshTooCoarse(f"{err} (between t = {t_now:g} and {stop:g})") from None
+            mesh, tracers = _unpack(y, mesh, tracers.shape[0])
+            steps += taken
+            t_now = float(stop)
+        if remesh is not None:
+            mesh, counts = remesh(mesh, t_now)
+            remesh_counts.append(counts)
+        for _ in range(int(np.sum(times == stop))):
+            meshes.append(mesh.copy())
+            paths.append(tracers.copy())
+            diagnostics.append(_mesh_diagnostics(mesh))
+        if np.any(times == stop) and progress is not None:
+            progress(float(stop), {**diagnostics[-1], "nfev": counter[0], "steps": steps})
+    trajectory = np.stack(paths, axis=0).reshape((times.size, *lead, 3))
+    # (time, …, token, 3) → (…, time, token, 3), the package's layout
+    trajectory = np.moveaxis(trajectory, 0, -3)
+    return SphereMeanFieldSolution(
+        float(beta),
+        times,
+        meshes,
+        trajectory if tracers0.size else None,
+        info={
+            "nfev": counter[0],
+            "steps": steps,
+            "seconds": _time.perf_counter() - start,
+            "remeshings": len(remesh_counts),
+        },
+        diagnostics={key: np.array([d[key] for d in diagnostics]) for key in diagnostics[0]},
+    )
