@@ -95,21 +95,70 @@ def _cap_cosines(bx, by, bz, gx, gy, gz, cos_r, sin_r):
     return hi, lo
 
 
+@njit(cache=True, parallel=True)
+def _static_nodes(points, log_density, triangles, log_c, bary, weights, node_y, node_lw):
+    """The 7 nodes of the one-piece rule on every triangle, shared by all queries of an evaluation: positions on
+    the sphere (triangle·7, 3) and log-weights (triangle·7,) = log(rule weight · solid-angle Jacobian) + ℓ + log c_T."""
+    for t in prange(triangles.shape[0]):
+        i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
+        ax, ay, az = points[i, 0], points[i, 1], points[i, 2]
+        qx, qy, qz = points[j, 0], points[j, 1], points[j, 2]
+        cx, cy, cz = points[k, 0], points[k, 1], points[k, 2]
+        log_geom = _log_area_distance(ax, ay, az, qx, qy, qz, cx, cy, cz) + log_c[t]
+        la, lb, lc = log_density[i], log_density[j], log_density[k]
+        for q in range(7):
+            l0, l1, l2 = bary[q, 0], bary[q, 1], bary[q, 2]
+            px = l0 * ax + l1 * qx + l2 * cx
+            py = l0 * ay + l1 * qy + l2 * cy
+            pz = l0 * az + l1 * qz + l2 * cz
+            r2 = px * px + py * py + pz * pz
+            rinv = 1.0 / math.sqrt(r2)
+            node_y[7 * t + q, 0], node_y[7 * t + q, 1], node_y[7 * t + q, 2] = px * rinv, py * rinv, pz * rinv
+            node_lw[7 * t + q] = math.log(weights[q] * rinv * rinv * rinv) + l0 * la + l1 * lb + l2 * lc + log_geom
+
+
+@njit(cache=True, inline="always")
+def _log_area_distance(ax, ay, az, qx, qy, qz, cx, cy, cz):
+    """log(flat area × distance of the chord plane from the origin) = log(|n·a|/2), n = (q − a) × (c − a)."""
+    e1x, e1y, e1z = qx - ax, qy - ay, qz - az
+    e2x, e2y, e2z = cx - ax, cy - ay, cz - az
+    nx = e1y * e2z - e1z * e2y
+    ny = e1z * e2x - e1x * e2z
+    nz = e1x * e2y - e1y * e2x
+    return math.log(0.5 * abs(nx * ax + ny * ay + nz * az))
+
+
+@njit(cache=True, inline="always")
+def _add(s, w, dx, dy, dz):
+    """The ten running sums (S0, S1, S2 about b̂) plus one node of weight w at y − b̂ = (dx, dy, dz)."""
+    return (
+        s[0] + w, s[1] + w * dx, s[2] + w * dy, s[3] + w * dz, s[4] + w * dx * dx, s[5] + w * dx * dy,
+        s[6] + w * dx * dz, s[7] + w * dy * dy, s[8] + w * dy * dz, s[9] + w * dz * dz,
+    )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def _scaled(s, c):
+    return (c * s[0], c * s[1], c * s[2], c * s[3], c * s[4], c * s[5], c * s[6], c * s[7], c * s[8], c * s[9])
+
+
 @njit(cache=True)
 def _query(
     bx, by, bz, kappa, points, log_density, triangles, log_mass, log_c, centre, cos_r, sin_r, log_range,
-    variation, depth, sub_bary, sub_weights, sub_count, upper, acc,
+    node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, upper, spread, acc,
 ):  # fmt: skip
     """Softmax sums of one query into acc = (S0, S1[3], S2[6], shift, nodes, kept, too_coarse); the exponent is
-    κ(⟨b̂, y⟩ − 1) so that it is never positive."""
+    κ(⟨b̂, y⟩ − 1) = −κ|y − b̂|²/2, never positive and free of cancellation at the kernel's centre. A triangle that
+    needs one piece takes the evaluation's static nodes; finer ones are sub-divided here."""
     m = triangles.shape[0]
     lower = -np.inf
     for t in range(m):
         hi, lo = _cap_cosines(bx, by, bz, centre[t, 0], centre[t, 1], centre[t, 2], cos_r[t], sin_r[t])
         upper[t] = log_mass[t] + kappa * (hi - 1.0)
-        lower = max(lower, log_mass[t] + kappa * (lo - 1.0))
-    for r in range(acc.size):
-        acc[r] = 0.0
+        spread[t] = kappa * (hi - lo)
+        lower = max(lower, upper[t] - spread[t])
+    s = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    half = 0.5 * kappa
     shift = lower
     nodes = 0
     kept = 0
@@ -118,28 +167,26 @@ def _query(
         if upper[t] < lower - depth:
             continue
         kept += 1
-        hi, lo = _cap_cosines(bx, by, bz, centre[t, 0], centre[t, 1], centre[t, 2], cos_r[t], sin_r[t])
-        loosen = min(LOOSEN_CAP, max(1.0, math.exp((lower - upper[t]) / 6.0)))
-        n = subdivision(kappa * (hi - lo) + log_range[t], variation * loosen)
+        loosen = 1.0 if upper[t] >= lower else min(LOOSEN_CAP, math.exp((lower - upper[t]) / 6.0))
+        n = subdivision(spread[t] + log_range[t], variation * loosen)
         if n > MAX_SUBDIVISION:
             coarse = t
             n = MAX_SUBDIVISION
         if upper[t] > shift:  # rescale what was summed so far to the new shift
-            scale = math.exp(shift - upper[t])
-            for r in range(10):
-                acc[r] *= scale
+            s = _scaled(s, math.exp(shift - upper[t]))
             shift = upper[t]
+        if n == 1:
+            for q in range(7 * t, 7 * t + 7):
+                dx, dy, dz = node_y[q, 0] - bx, node_y[q, 1] - by, node_y[q, 2] - bz
+                w = math.exp(node_lw[q] - half * (dx * dx + dy * dy + dz * dz) - shift)
+                s = _add(s, w, dx, dy, dz)
+            nodes += 7
+            continue
         i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
         ax, ay, az = points[i, 0], points[i, 1], points[i, 2]
         qx, qy, qz = points[j, 0], points[j, 1], points[j, 2]
         cx, cy, cz = points[k, 0], points[k, 1], points[k, 2]
-        e1x, e1y, e1z = qx - ax, qy - ay, qz - az
-        e2x, e2y, e2z = cx - ax, cy - ay, cz - az
-        nx = e1y * e2z - e1z * e2y
-        ny = e1z * e2x - e1x * e2z
-        nz = e1x * e2y - e1y * e2x
-        # flat area × plane distance = |n|/2 · |n·a|/|n|
-        log_geom = math.log(0.5 * abs(nx * ax + ny * ay + nz * az)) + log_c[t] - shift
+        log_geom = _log_area_distance(ax, ay, az, qx, qy, qz, cx, cy, cz) + log_c[t] - shift
         la, lb, lc = log_density[i], log_density[j], log_density[k]
         for q in range(sub_count[n]):
             l0, l1, l2 = sub_bary[n, q, 0], sub_bary[n, q, 1], sub_bary[n, q, 2]
@@ -148,22 +195,12 @@ def _query(
             pz = l0 * az + l1 * qz + l2 * cz
             r2 = px * px + py * py + pz * pz
             rinv = 1.0 / math.sqrt(r2)
-            yx, yy, yz = px * rinv, py * rinv, pz * rinv
-            # ⟨b̂, y⟩ − 1 = −|y − b̂|²/2: no cancellation near the kernel's centre
-            dx, dy, dz = yx - bx, yy - by, yz - bz
-            expo = -0.5 * kappa * (dx * dx + dy * dy + dz * dz) + l0 * la + l1 * lb + l2 * lc + log_geom
-            w = sub_weights[n, q] * math.exp(expo) * rinv * rinv * rinv
-            acc[0] += w
-            acc[1] += w * dx
-            acc[2] += w * dy
-            acc[3] += w * dz
-            acc[4] += w * dx * dx
-            acc[5] += w * dx * dy
-            acc[6] += w * dx * dz
-            acc[7] += w * dy * dy
-            acc[8] += w * dy * dz
-            acc[9] += w * dz * dz
+            dx, dy, dz = px * rinv - bx, py * rinv - by, pz * rinv - bz
+            expo = -half * (dx * dx + dy * dy + dz * dz) + l0 * la + l1 * lb + l2 * lc + log_geom
+            s = _add(s, sub_weights[n, q] * math.exp(expo) * rinv * rinv * rinv, dx, dy, dz)
         nodes += sub_count[n]
+    for r in range(10):
+        acc[r] = s[r]
     acc[10] = shift
     acc[11] = nodes
     acc[12] = kept
@@ -173,7 +210,7 @@ def _query(
 @njit(cache=True, parallel=True)
 def _softmax_pass(
     queries, B, beta, points, log_density, triangles, log_mass, log_c, centre, cos_r, sin_r, log_range,
-    variation, depth, sub_bary, sub_weights, sub_count, out,
+    node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, out,
 ):  # fmt: skip
     nq, m = queries.shape[0], triangles.shape[0]
     for s in prange(nq):
@@ -181,11 +218,12 @@ def _softmax_pass(
         by = B[0, 1] * queries[s, 0] + B[1, 1] * queries[s, 1] + B[2, 1] * queries[s, 2]
         bz = B[0, 2] * queries[s, 0] + B[1, 2] * queries[s, 1] + B[2, 2] * queries[s, 2]
         norm = math.sqrt(bx * bx + by * by + bz * bz)
-        upper = np.empty(m)
+        upper, spread = np.empty(m), np.empty(m)
         acc = np.empty(14)
         _query(
             bx / norm, by / norm, bz / norm, beta * norm, points, log_density, triangles, log_mass, log_c, centre,
-            cos_r, sin_r, log_range, variation, depth, sub_bary, sub_weights, sub_count, upper, acc,
+            cos_r, sin_r, log_range, node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, upper, spread,
+            acc,
         )  # fmt: skip
         out[s, 0] = beta * norm  # κ, the exponent's shift
         out[s, 1] = bx / norm
@@ -230,10 +268,13 @@ def softmax(
     m = mesh.triangles.shape[0]
     centre, cos_r, sin_r, log_range = np.empty((m, 3)), np.empty(m), np.empty(m), np.empty(m)
     _caps(mesh.points, mesh.triangles, centre, cos_r, sin_r, log_range, mesh.log_density)
+    node_y, node_lw = np.empty((7 * m, 3)), np.empty(7 * m)
+    _static_nodes(mesh.points, mesh.log_density, mesh.triangles, log_c, SUB_BARY[1], SUB_WEIGHTS[1], node_y, node_lw)
     out = np.empty((queries.shape[0], 18))
     _softmax_pass(
         queries, B, float(beta), mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass, log_c, centre,
-        cos_r, sin_r, log_range, float(variation), float(depth), SUB_BARY, SUB_WEIGHTS, SUB_COUNT, out,
+        cos_r, sin_r, log_range, node_y, node_lw, float(variation), float(depth), SUB_BARY, SUB_WEIGHTS, SUB_COUNT,
+        out,
     )  # fmt: skip
     coarse = out[:, 17]
     if np.any(coarse >= 0):
