@@ -125,6 +125,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_kernels.py --out results/bench/bench.nc
 	$(BIN)/python benchmarks/bench_integrators.py --out results/bench/integrators.nc --markdown docs/integrators_bench.md
 	$(BIN)/python benchmarks/bench_meanfield.py --markdown docs/mean_field_bench.md
+	$(BIN)/python benchmarks/bench_sphere_meanfield.py --markdown docs/sphere_mean_field_bench.md
 	$(BIN)/python benchmarks/bench_w2.py --sizes 2048 4096 16384 65536 --memory --truth-max 16384 --job-share results --out results/bench/w2.nc
 
 ## w2-snapshots: the default run's exact-W2 snapshots (concentration, beta = 100, replica 0, every 4th of 80: t = 0, 1,
