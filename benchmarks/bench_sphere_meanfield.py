@@ -71,7 +71,9 @@ def main(argv=None):
         for beta in args.betas:
             width = sphere_meanfield.kernel_width(M.B, beta)
             try:
-                sphere_meanfield.check_resolution(mesh, M.B, beta, sphere_softmax.DEFAULT_VARIATION)
+                sphere_meanfield.check_resolution(
+                    mesh, M.B, beta, sphere_softmax.DEFAULT_VARIATION, sphere_softmax.DEFAULT_DEPTH
+                )
             except sphere_mesh.MeshTooCoarse:
                 lines.append(f"| {level} | {mesh.triangles.shape[0]} | {queries.shape[0]} | {beta:g} | "
                              f"{width:.3f} | too coarse | | | | |")  # fmt: skip

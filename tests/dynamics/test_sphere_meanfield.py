@@ -48,7 +48,7 @@ UNIFORM = sphere_meanfield.initial_mesh("uniform", {}, 2)
         ({"beta": -1.0}, ValueError, "beta must be finite and > 0"),
         ({"times": [0.0, 2.0, 1.0]}, ValueError, "non-decreasing"),
         ({"times": []}, ValueError, "non-empty"),
-        ({"beta": 1e4}, sphere_mesh.MeshTooCoarse, r"beta = 10000 the kernel is .* raise the mesh level"),
+        ({"beta": 1e4}, sphere_mesh.MeshTooCoarse, r"beta = 10000 the kernel is .* more than 24; raise the mesh level"),
         ({"tracers0": np.ones((4, 2))}, ValueError, "tracers must be finite"),
         ({"settings": sphere_meanfield.SphereSettings(remesh_every=0.0)}, ValueError, "remesh_every"),
     ],

@@ -150,17 +150,28 @@ def kernel_width(B: np.ndarray, beta: float) -> float:
     return (beta * float(np.linalg.svd(B, compute_uv=False)[0])) ** -0.5
 
 
-def check_resolution(mesh: SphereMesh, B: np.ndarray, beta: float, variation: float) -> None:
-    """MeshTooCoarse unless the longest edge h satisfies κ_max h² ≤ MAX_SUBDIVISION·variation: a triangle at the
-    centre of the narrowest kernel (κ_max = β σ_max(B)) then needs at most MAX_SUBDIVISION sub-triangles per
-    edge (its exponent varies by about κ h² over it), as the softmax asks of every triangle it keeps."""
-    longest = float(edge_lengths(mesh.points, mesh.triangles).max())
-    width = kernel_width(B, beta)
-    limit = math.sqrt(MAX_SUBDIVISION * variation) * width
-    if longest > limit:
+def cap_radii(mesh: SphereMesh) -> np.ndarray:
+    """Radius (rad) of every triangle's bounding cap: the largest angle from its normalised centroid to a vertex."""
+    corners = mesh.points[mesh.triangles]  # (triangle, 3, 3)
+    centre = corners.sum(axis=1)
+    centre /= np.linalg.norm(centre, axis=1, keepdims=True)
+    cross = np.linalg.norm(np.cross(centre[:, None, :], corners), axis=-1)
+    return np.arctan2(cross, np.einsum("tj,tkj->tk", centre, corners)).max(axis=1)
+
+
+def check_resolution(mesh: SphereMesh, B: np.ndarray, beta: float, variation: float, depth: float) -> None:
+    """MeshTooCoarse unless every triangle can be integrated by the softmax wherever it is kept: a triangle of cap
+    radius r within the pruning window (angle up to sqrt(2·depth/κ) from the kernel's centre) sees the exponent
+    vary by at most 2r·sqrt(2·depth·κ) + κr², which must stay below MAX_SUBDIVISION·variation at the largest
+    κ = β σ_max(B)."""
+    radius = float(cap_radii(mesh).max())
+    kappa = beta * float(np.linalg.svd(B, compute_uv=False)[0])
+    needed = 2.0 * radius * math.sqrt(2.0 * depth * kappa) + kappa * radius**2
+    if needed > MAX_SUBDIVISION * variation:
         raise MeshTooCoarse(
-            f"S² mean field: at beta = {beta:g} the kernel is {width:.3g} rad wide and the mesh's longest edge "
-            f"{longest:.3g} rad exceeds {limit:.3g} rad; raise the mesh level (each level halves the edges)"
+            f"S² mean field: at beta = {beta:g} the kernel is {kernel_width(B, beta):.3g} rad wide and the mesh's "
+            f"largest triangle (cap radius {radius:.3g} rad) would need {needed / variation:.0f} sub-triangles per "
+            f"edge, more than {MAX_SUBDIVISION}; raise the mesh level (each level halves the edges)"
         )
 
 
@@ -256,7 +267,7 @@ def solve(
     ``progress(t, info)`` at every snapshot."""
     B, V, times = check_inputs(B, V, float(beta), times, settings)
     mesh0.check()
-    check_resolution(mesh0, B, float(beta), settings.variation)
+    check_resolution(mesh0, B, float(beta), settings.variation, settings.depth)
     tracers0 = np.zeros((0, 3)) if tracers0 is None else np.asarray(tracers0, dtype=float)
     if tracers0.shape[-1] != 3 or not np.all(np.isfinite(tracers0)):
         raise ValueError(f"S² mean field: tracers must be finite (…, token, 3), got shape {tracers0.shape}")

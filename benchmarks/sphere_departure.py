@@ -1,0 +1,178 @@
+"""The mean field of a d = 3 experiment without symmetry against its particles: distance to E1(A), departure.
+
+For each β: the general S² mean-field solver (``lowtemp.dynamics.sphere_meanfield``) on the experiment's own
+matrices and initial measure, at two mesh levels (the finer one is the reference, the difference between the two
+its error estimate), and the particle system from the experiment's own initial tokens at each ``--tokens`` N
+(the package's dense kernel, RK4 at the experiment's dt). Reported per snapshot: the distance to E1(A)
+(sqrt(∫ 2 − 2|P1 x| dρ), the `dist_leading_A` of distances.nc), and per run the departure by the pipeline's
+geometric rule (``analysis.fitting.geometric_departure``: the first time after the metastable phase that the
+distance exceeds half the distance between E1(A) and V's leading eigenspace).
+
+Writes a Markdown page (``--markdown``) and the curves (``--out``, npz) stamped with the command, commit, CPU and
+wall time. Method and its checks: docs/sphere_mean_field.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+
+import numpy as np
+
+from lowtemp.analysis import fitting
+from lowtemp.config import experiment, validation
+from lowtemp.dynamics import integrate, kernels, sphere_meanfield, sphere_mesh
+from lowtemp.model import measures, projection
+from lowtemp.model.seeding import generator
+from lowtemp.store import io
+
+
+def mesh_run(M, beta, times, name, params, level, rtol, log):
+    """(distance to E1(A) per snapshot, solution) of the mesh solver at ``level``, remeshed to 1.5 times its
+    initial longest edge."""
+    mesh = sphere_meanfield.initial_mesh(name, params, level)
+    edge = 1.5 * float(sphere_mesh.edge_lengths(mesh.points, mesh.triangles).max())
+    settings = sphere_meanfield.SphereSettings(level=level, edge=edge, rtol=rtol, atol=rtol * 1e-2)
+    start = time.perf_counter()
+
+    def progress(t, info):
+        log(
+            f"  beta {beta:g} level {level}: t = {t:g}, {info['triangles']} triangles, {info['nfev']} evaluations, "
+            f"max |log c_T| {info['max_abs_log_c']:.2f}, {time.perf_counter() - start:.0f} s"
+        )
+
+    sol = sphere_meanfield.solve(M.B, M.V, beta, times, mesh, settings=settings, progress=progress)
+    return sol.distance_to_eigenspace(M.E1), sol
+
+
+def particle_run(M, beta, X0, grid, log):
+    """Distance to E1(A) per snapshot of the particle system from X0 (replica, token, 3), RK4 at the grid's dt."""
+    start = time.perf_counter()
+    X = integrate.simulate(lambda Y: kernels.dense_field(Y, M.B, M.V, beta), X0, grid, "rk4")
+    log(f"  beta {beta:g} particles N = {X0.shape[-2]}: {time.perf_counter() - start:.0f} s")
+    return projection.distance_to_eigenspace(X, M.E1)  # (replica, time)
+
+
+def describe_departure(times, dist, gap) -> str:
+    departure, censored = fitting.geometric_departure(times, dist, gap)
+    if bool(np.all(censored)):
+        return f"> {times[-1]:g}"
+    if bool(np.all(np.isnan(departure))):
+        return "no metastable phase"
+    return ", ".join(
+        f"> {times[-1]:g}" if c else f"{d:g}" for d, c in zip(np.ravel(departure), np.ravel(censored))
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="config/config.yaml")
+    ap.add_argument("--experiment", default="concentration")
+    ap.add_argument("--betas", type=float, nargs="+", default=[10.0, 100.0])
+    ap.add_argument("--levels", type=int, nargs=2, default=[3, 4], help="coarse and fine mesh level")
+    ap.add_argument("--horizon", type=float, default=None, help="default: the experiment's")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 4096])
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--rtol", type=float, default=1e-6)
+    ap.add_argument("--markdown", default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    wall = time.perf_counter()
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    cfg = validation.load_config_file(args.config)
+    exp = cfg["experiments"][args.experiment]
+    if exp["dim"] != 3:
+        raise SystemExit(f"sphere_departure: experiment {args.experiment} has d = {exp['dim']}, the solver needs 3")
+    M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
+    params = dict(exp["initial_measure"])
+    name = params.pop("name")
+    grid = experiment.time_grid(exp)
+    if args.horizon is not None:
+        interval = grid.horizon / grid.snapshots
+        snapshots = max(1, int(round(args.horizon / interval)))
+        grid = integrate.TimeGrid(snapshots * interval, snapshots, grid.dt)
+    times = grid.times
+    rng = generator(cfg["root_seed"], args.experiment, "initial_tokens")
+    X0 = measures.sample_initial_tokens(name, rng, args.replicas, max(args.tokens), 3, **params)
+    gap = float(projection.distance_to_eigenspace(M.E1_V_real[:, :1].T[None], M.E1)[0])
+    curves, rows = {"times": times}, []
+    for beta in args.betas:
+        coarse, _ = mesh_run(M, beta, times, name, params, args.levels[0], args.rtol, log)
+        fine, sol = mesh_run(M, beta, times, name, params, args.levels[1], args.rtol, log)
+        curves[f"mesh_coarse_beta{beta:g}"], curves[f"mesh_fine_beta{beta:g}"] = coarse, fine
+        row = {
+            "beta": beta,
+            "mesh": describe_departure(times, fine, gap),
+            "mesh_coarse": describe_departure(times, coarse, gap),
+            "error": float(np.max(np.abs(fine - coarse))),
+            "triangles": int(sol.diagnostics["triangles"][-1]),
+            "nfev": sol.info["nfev"],
+            "seconds": sol.info["seconds"],
+        }
+        for n in args.tokens:
+            dist = particle_run(M, beta, X0[:, :n], grid, log)
+            curves[f"particles_N{n}_beta{beta:g}"] = dist
+            row[f"N{n}"] = describe_departure(times, dist, gap)
+            row[f"N{n}_gap"] = float(np.max(np.abs(dist - fine[None])))
+        rows.append(row)
+        log(f"beta {beta:g}: {row}")
+    command = "python benchmarks/sphere_departure.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    stamp = (
+        f"Generated by `{command}` at commit {io.checkout_commit('.')} on {io.cpu_name()}, "
+        f"{(time.perf_counter() - wall) / 60:.1f} min of wall time. Do not edit: regenerate."
+    )
+    if args.out:
+        np.savez(args.out, **curves, stamp=stamp)
+    if args.markdown:
+        write_markdown(args, exp, M, gap, times, curves, rows, stamp)
+    return 0
+
+
+def write_markdown(args, exp, M, gap, times, curves, rows, stamp) -> None:
+    lo, hi = args.levels
+    lines = [
+        f"# The d = 3 mean field of `{args.experiment}` against its particles (generated)",
+        "",
+        stamp,
+        "",
+        f"Experiment `{args.experiment}` of `{args.config}` (d = 3, its matrices and initial measure, no symmetry), "
+        f"horizon {times[-1]:g}. Mean field: the S² mesh solver (docs/sphere_mean_field.md) from icosphere levels "
+        f"{lo} and {hi}, remeshed to 1.5 times the initial edge, DOP853 at rtol {args.rtol:g}; the finer level is the "
+        f"reference and the largest difference between the two its error estimate. Particles: the dense kernel, "
+        f"RK4 at dt = {exp['time']['dt']:g}, from the experiment's own initial tokens ({args.replicas} replicas). "
+        f"Departure: the first time after the metastable phase that the distance to E1(A) exceeds half the "
+        f"distance between E1(A) and V's leading eigenspace ({gap / 2:.3f}); '> T': still metastable at T.",
+        "",
+        "| β | mean-field departure (level "
+        + f"{hi} / {lo})"
+        + " | reference error (largest, distance to E1(A)) | "
+        + " | ".join(
+            f"particles N = {n}: departure per replica | largest distance to the reference" for n in args.tokens
+        )
+        + " | triangles at the horizon | field evaluations | seconds |",
+        "|---" * (6 + 2 * len(args.tokens)) + "|",
+    ]
+    for r in rows:
+        cells = [f"{r['beta']:g}", f"{r['mesh']} / {r['mesh_coarse']}", f"{r['error']:.2e}"]
+        for n in args.tokens:
+            cells += [r[f"N{n}"], f"{r[f'N{n}_gap']:.3f}"]
+        cells += [str(r["triangles"]), str(r["nfev"]), f"{r['seconds']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Distance to E1(A) at every 4th snapshot:", ""]
+    keys = [k for k in curves if k != "times"]
+    lines.append("| t | " + " | ".join(k.replace("_", " ") for k in keys) + " |")
+    lines.append("|---" * (len(keys) + 1) + "|")
+    for k in range(0, times.size, 4):
+        vals = [np.atleast_2d(curves[key])[:, k] for key in keys]
+        lines.append(f"| {times[k]:g} | " + " | ".join(" / ".join(f"{v:.4f}" for v in val) for val in vals) + " |")
+    with open(args.markdown, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
