@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,18 @@ gpu-paper-scale-report: $(STAMP)
 cluster-expansion: $(STAMP)
 	$(BIN)/python benchmarks/cluster_expansion.py --finite $(wildcard results/paper_scale/finite_temperature/beta*.nc) \
 		--matrices results/paper_scale/matrices.nc --markdown docs/cluster_expansion.md
+
+## sphere-zero-temperature: docs/sphere_zero_temperature.md, the ALE sphere mesh moved by the zero-temperature field to
+## t = 30 against the exact solution (W2 to the projection, log-density at the Laplace point; about 10 min on 2 cores)
+sphere-zero-temperature: $(STAMP)
+	$(BIN)/python benchmarks/sphere_zero_temperature.py --markdown docs/sphere_zero_temperature.md
+
+## sphere-departure: docs/sphere_departure.md, the d = 3 mean field of `concentration` (the S² mesh solver at levels 3
+## and 4) against its particles at N = 1024 and 4096, beta = 10 and 100, to the experiment's horizon (about 45 min on
+## 2 cores)
+sphere-departure: $(STAMP)
+	$(BIN)/python benchmarks/sphere_departure.py --betas 10 100 --levels 3 4 --tokens 1024 4096 --replicas 2 \
+		--markdown docs/sphere_departure.md --out docs/data/sphere_departure.npz
 
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)
