@@ -51,7 +51,9 @@ DENSITY_MEASURES = ("uniform", "vmf_mixture")
 class SphereSettings:
     """How the mean field is discretised: the initial icosphere ``level``; the softmax's sub-division tolerance
     ``variation`` and pruning ``depth``; DOP853's ``rtol`` and ``atol`` (positions in radians, ℓ in e-folds);
-    stops for remeshing every ``remesh_every`` to the target edge ``edge`` (radians; None: no remeshing)."""
+    stops for remeshing every ``remesh_every`` to the target edge ``edge`` (radians; None: no remeshing); the solve
+    stops at the first snapshot whose mesh holds more than ``max_triangles`` (None: no limit), the later snapshots
+    left out (``info["resolved_until"]``), so a run whose mesh outgrows the machine ends with what it has."""
 
     level: int = 4
     edge: float | None = None
@@ -60,6 +62,7 @@ class SphereSettings:
     rtol: float = 1e-7
     atol: float = 1e-9
     remesh_every: float = 0.25
+    max_triangles: int | None = None
 
 
 @dataclass
@@ -80,7 +83,8 @@ class SphereMeanFieldSolution:
 
     def distance_to_eigenspace(self, E: np.ndarray, n: int = 2) -> np.ndarray:
         """sqrt(∫ (2 − 2|Eᵀx|) dρ_t) per snapshot (E (3, k) orthonormal): the mean-field counterpart of
-        ``projection.distance_to_eigenspace``, 1 − |p| written as (1 − |p|²)/(1 + |p|) against cancellation."""
+        ``projection.distance_to_eigenspace``, 1 − |p| written as (1 − |p|²)/(1 + |p|) against cancellation; NaN at
+        the snapshots the solve did not reach (``SphereSettings.max_triangles``)."""
         E = np.asarray(E, dtype=float).reshape(3, -1)
 
         def f(y):
@@ -88,7 +92,8 @@ class SphereMeanFieldSolution:
             p2 = np.sum(p * p, axis=-1)
             return 2.0 * np.clip(np.sum(y * y, axis=-1) - p2, 0.0, None) / (1.0 + np.sqrt(p2))
 
-        return np.sqrt([self.integrate(k, f, n) for k in range(self.times.size)])
+        reached = [self.integrate(k, f, n) for k in range(len(self.meshes))]
+        return np.sqrt(np.concatenate([reached, np.full(self.times.size - len(reached), np.nan)]))
 
 
 def snapshot_nodes(mesh: SphereMesh, n: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -300,6 +305,10 @@ def solve(
             diagnostics.append(_mesh_diagnostics(mesh))
         if np.any(times == stop) and progress is not None:
             progress(float(stop), {**diagnostics[-1], "nfev": counter[0], "steps": steps})
+        if np.any(times == stop) and settings.max_triangles and mesh.triangles.shape[0] > settings.max_triangles:
+            break
+    resolved_until = float(times[len(meshes) - 1])
+    paths += [np.full_like(tracers, np.nan)] * (times.size - len(paths))
     trajectory = np.stack(paths, axis=0).reshape((times.size, *lead, 3))
     # (time, …, token, 3) → (…, time, token, 3), the package's layout
     trajectory = np.moveaxis(trajectory, 0, -3)
@@ -313,6 +322,7 @@ def solve(
             "steps": steps,
             "seconds": _time.perf_counter() - start,
             "remeshings": len(remesh_counts),
+            "resolved_until": resolved_until,
         },
         diagnostics={key: np.array([d[key] for d in diagnostics]) for key in diagnostics[0]},
     )
