@@ -153,3 +153,25 @@ def test_axisymmetric_input_reproduces_the_one_dimensional_solver():
     assert np.abs(mesh - reference).max() < 1e-4, mesh - reference
     other_beta = meanfield.solve(red, 90.0, TIMES, width=0.02).distance_to_eigenspace(e)
     assert np.abs(mesh - other_beta).max() > 1e-4
+
+
+def test_a_mesh_that_outgrows_max_triangles_stops_with_what_it_has():
+    """With max_triangles below what remeshing makes by t = 1 the solve stops at the first snapshot above it: the
+    later snapshots are NaN (distances and tracers) and info says how far it got; without the limit it runs on."""
+    mesh = sphere_meanfield.initial_mesh("uniform", {}, 2)
+    times = np.linspace(0.0, 1.0, 5)
+    settings = sphere_meanfield.SphereSettings(edge=0.3, rtol=1e-4, atol=1e-6, max_triangles=330)
+    tracers = fibonacci_lattice(16)
+    sol = sphere_meanfield.solve(B, V, 10.0, times, mesh, tracers, settings=settings)
+    reached = len(sol.meshes)
+    assert 1 <= reached < times.size
+    assert sol.meshes[-1].triangles.shape[0] > 330
+    assert all(m.triangles.shape[0] <= 330 for m in sol.meshes[:-1])
+    assert sol.info["resolved_until"] == times[reached - 1]
+    d = sol.distance_to_eigenspace(leading_axis())
+    assert np.all(np.isfinite(d[:reached])) and np.all(np.isnan(d[reached:]))
+    assert sol.tracers.shape == (times.size, 16, 3)
+    assert np.all(np.isfinite(sol.tracers[:reached])) and np.all(np.isnan(sol.tracers[reached:]))
+    assert np.abs(sol.tracers[0] - tracers).max() < 1e-15  # the flow map is the identity at t = 0
+    unlimited = sphere_meanfield.solve(B, V, 10.0, times, mesh, settings=sphere_meanfield.SphereSettings(edge=0.3))
+    assert len(unlimited.meshes) == times.size
