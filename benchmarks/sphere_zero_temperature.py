@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -242,19 +241,6 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _without_outputs(argv: list[str]) -> list[str]:
-    """The command line without its output paths (they change no number, and a page names no machine's path)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in ("--markdown", "--out"):
-            skip = True
-        elif not arg.startswith(("--markdown=", "--out=")):
-            out.append(arg)
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--level", type=int, default=4)
@@ -276,9 +262,7 @@ def main() -> None:
     table = markdown(with_exact(rows, problem))
     print(table)
     if args.markdown:
-        command = " ".join(
-            ["python benchmarks/sphere_zero_temperature.py", shlex.join(_without_outputs(sys.argv[1:]))]
-        ).strip()
+        command = io.report_command("benchmarks/sphere_zero_temperature.py", sys.argv[1:])
         page = [
             "# Zero-temperature dry run of the ALE sphere mesh (generated)",
             "",

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import platform
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -148,6 +149,20 @@ def cpu_name() -> str:
     except (OSError, subprocess.SubprocessError):
         pass
     return platform.processor() or "unknown CPU"
+
+
+def report_command(script: str, argv: list[str]) -> str:
+    """``python <script> <args>`` for a generated page's stamp, without the output paths (``--markdown``, ``--out``:
+    they change no number, and a page names no machine's path)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--markdown", "--out"):
+            skip = True
+        elif not arg.startswith(("--markdown=", "--out=")):
+            kept.append(arg)
+    return " ".join(["python", script, *(shlex.quote(a) for a in kept)])
 
 
 def checkout_commit(folder: str | os.PathLike) -> str:
