@@ -89,9 +89,10 @@ sphere-zero-temperature: $(STAMP)
 	$(BIN)/python benchmarks/sphere_zero_temperature.py --markdown docs/sphere_zero_temperature.md
 
 ## sphere-departure: docs/sphere_departure.md, the d = 3 mean field of `concentration` (the S² mesh solver at levels 2
-## and 3) against its particles at N = 1024 and 4096, beta = 10 and 100, to the experiment's horizon
+## and 3, at most 12 000 triangles) against its particles at N = 1024 and 4096: beta = 10 to t = 8, beta = 100 to 20
 sphere-departure: $(STAMP)
-	$(BIN)/python benchmarks/sphere_departure.py --betas 10 100 --levels 2 3 --tokens 1024 4096 --replicas 2 \
+	$(BIN)/python benchmarks/sphere_departure.py --betas 10 100 --horizons 8 20 --levels 2 3 --tokens 1024 4096 \
+		--replicas 2 --max-triangles 12000 \
 		--markdown docs/sphere_departure.md --out docs/data/sphere_departure.npz
 
 ## test: the whole test suite (unit, property, end to end through Snakemake)

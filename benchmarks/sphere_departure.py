@@ -56,6 +56,14 @@ def particle_run(M, beta, X0, grid, log):
     return projection.distance_to_eigenspace(X, M.E1)  # (replica, time)
 
 
+def horizon_grid(exp: dict, horizon: float) -> integrate.TimeGrid:
+    """The experiment's snapshot interval and dt, up to ``horizon`` (rounded to a whole number of snapshots)."""
+    grid = experiment.time_grid(exp)
+    interval = grid.horizon / grid.snapshots
+    snapshots = max(1, int(round(horizon / interval)))
+    return integrate.TimeGrid(snapshots * interval, snapshots, grid.dt)
+
+
 def describe_departure(times, dist, gap) -> str:
     """Departure per curve of dist (…, time) by the pipeline's rule, on the snapshots the curve reached (a mesh run
     stopped by --max-triangles has NaN after): '> T' where it was still metastable at its last snapshot T."""
@@ -78,7 +86,13 @@ def main(argv=None) -> int:
     ap.add_argument("--experiment", default="concentration")
     ap.add_argument("--betas", type=float, nargs="+", default=[10.0, 100.0])
     ap.add_argument("--levels", type=int, nargs=2, default=[3, 4], help="coarse and fine mesh level")
-    ap.add_argument("--horizon", type=float, default=None, help="default: the experiment's")
+    ap.add_argument(
+        "--horizons",
+        type=float,
+        nargs="+",
+        default=None,
+        help="one per beta, or one for all (default: the experiment's)",
+    )
     ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 4096])
     ap.add_argument("--replicas", type=int, default=2)
     # the softmax's adaptive quadrature makes the field piecewise smooth at the 1e-5 level: a tighter ODE tolerance
@@ -102,17 +116,17 @@ def main(argv=None) -> int:
     M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
     params = dict(exp["initial_measure"])
     name = params.pop("name")
-    grid = experiment.time_grid(exp)
-    if args.horizon is not None:
-        interval = grid.horizon / grid.snapshots
-        snapshots = max(1, int(round(args.horizon / interval)))
-        grid = integrate.TimeGrid(snapshots * interval, snapshots, grid.dt)
-    times = grid.times
+    horizons = args.horizons or [experiment.time_grid(exp).horizon]
+    if len(horizons) not in (1, len(args.betas)):
+        raise SystemExit("sphere_departure: --horizons takes one value, or one per beta")
+    horizons = horizons * len(args.betas) if len(horizons) == 1 else horizons
     rng = generator(cfg["root_seed"], args.experiment, "initial_tokens")
     X0 = measures.sample_initial_tokens(name, rng, args.replicas, max(args.tokens), 3, **params)
     gap = float(projection.distance_to_eigenspace(M.E1_V_real[:, :1].T[None], M.E1)[0])
-    curves, rows = {"times": times}, []
-    for beta in args.betas:
+    curves, rows = {}, []
+    for beta, horizon in zip(args.betas, horizons):
+        grid = horizon_grid(exp, horizon)
+        times = curves[f"times_beta{beta:g}"] = grid.times
         coarse, _ = mesh_run(
             M, beta, times, name, params, args.levels[0], args.rtol, args.remesh_every, args.max_triangles, log
         )
@@ -122,6 +136,7 @@ def main(argv=None) -> int:
         curves[f"mesh_coarse_beta{beta:g}"], curves[f"mesh_fine_beta{beta:g}"] = coarse, fine
         row = {
             "beta": beta,
+            "horizon": float(times[-1]),
             "mesh": describe_departure(times, fine, gap),
             "mesh_coarse": describe_departure(times, coarse, gap),
             "error": float(np.nanmax(np.abs(fine - coarse))),
@@ -145,50 +160,57 @@ def main(argv=None) -> int:
     if args.out:
         np.savez(args.out, **curves, stamp=stamp)
     if args.markdown:
-        write_markdown(args, exp, M, gap, times, curves, rows, stamp)
+        write_markdown(args, exp, gap, curves, rows, stamp)
     return 0
 
 
-def write_markdown(args, exp, M, gap, times, curves, rows, stamp) -> None:
+def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
+    """The page: one row per β (departures, the reference's error, the particles' distance to it, cost), then per β
+    the distance to E1(A) at every 4th snapshot."""
     lo, hi = args.levels
     lines = [
         f"# The d = 3 mean field of `{args.experiment}` against its particles (generated)",
         "",
         stamp,
         "",
-        f"Experiment `{args.experiment}` of `{args.config}` (d = 3, its matrices and initial measure, no symmetry), "
-        f"horizon {times[-1]:g}; a mesh run stops at the first snapshot with more than {args.max_triangles} "
-        "triangles (its error and its distance to the particles are taken up to there). Mean field: the S² mesh "
-        "solver (docs/sphere_mean_field.md) from icosphere levels "
+        f"Experiment `{args.experiment}` of `{args.config}` (d = 3, its matrices and initial measure, no symmetry). "
+        "Mean field: the S² mesh solver (docs/sphere_mean_field.md) from icosphere levels "
         f"{lo} and {hi}, remeshed every {args.remesh_every:g} to 1.5 times the initial edge, DOP853 at rtol "
         f"{args.rtol:g}; the finer level is the reference and the largest difference between the two its error "
-        "estimate. Particles: the dense kernel, "
+        f"estimate; a mesh run stops at the first snapshot with more than {args.max_triangles} triangles (its error "
+        "and its distance to the particles are taken up to there). Particles: the dense kernel, "
         f"RK4 at dt = {exp['time']['dt']:g}, from the experiment's own initial tokens ({args.replicas} replicas). "
         f"Departure: the first time after the metastable phase that the distance to E1(A) exceeds half the "
         f"distance between E1(A) and V's leading eigenspace ({gap / 2:.3f}); '> T': still metastable at T.",
         "",
-        "| β | mean-field departure (level "
-        + f"{hi} / {lo})"
-        + " | reference error (largest, distance to E1(A)) | "
+        f"| β | horizon | mean-field departure (level {hi} / {lo}) | reference error (largest, distance to E1(A)) | "
         + " | ".join(
             f"particles N = {n}: departure per replica | largest distance to the reference" for n in args.tokens
         )
-        + " | triangles at the horizon | field evaluations | seconds |",
-        "|---" * (6 + 2 * len(args.tokens)) + "|",
+        + " | triangles at the last snapshot | field evaluations | seconds |",
+        "|---" * (7 + 2 * len(args.tokens)) + "|",
     ]
     for r in rows:
-        cells = [f"{r['beta']:g}", f"{r['mesh']} / {r['mesh_coarse']}", f"{r['error']:.2e} (to t = {r['resolved']:g})"]
+        cells = [f"{r['beta']:g}", f"{r['horizon']:g}", f"{r['mesh']} / {r['mesh_coarse']}"]
+        cells.append(f"{r['error']:.2e} (to t = {r['resolved']:g})")
         for n in args.tokens:
             cells += [r[f"N{n}"], f"{r[f'N{n}_gap']:.3f}"]
         cells += [str(r["triangles"]), str(r["nfev"]), f"{r['seconds']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Distance to E1(A) at every 4th snapshot:", ""]
-    keys = [k for k in curves if k != "times"]
-    lines.append("| t | " + " | ".join(k.replace("_", " ") for k in keys) + " |")
-    lines.append("|---" * (len(keys) + 1) + "|")
-    for k in range(0, times.size, 4):
-        vals = [np.atleast_2d(curves[key])[:, k] for key in keys]
-        lines.append(f"| {times[k]:g} | " + " | ".join(" / ".join(f"{v:.4f}" for v in val) for val in vals) + " |")
+    for r in rows:
+        tag = f"beta{r['beta']:g}"
+        times = curves[f"times_{tag}"]
+        keys = [k for k in curves if k.endswith(tag) and not k.startswith("times")]
+        lines += [
+            "",
+            f"Distance to E1(A) at β = {r['beta']:g}, every 4th snapshot (particles: one value per replica):",
+            "",
+        ]
+        lines.append("| t | " + " | ".join(k.removesuffix("_" + tag).replace("_", " ") for k in keys) + " |")
+        lines.append("|---" * (len(keys) + 1) + "|")
+        for k in range(0, times.size, 4):
+            vals = [np.atleast_2d(curves[key])[:, k] for key in keys]
+            lines.append(f"| {times[k]:g} | " + " | ".join(" / ".join(f"{v:.4f}" for v in val) for val in vals) + " |")
     with open(args.markdown, "w") as fh:
         fh.write("\n".join(lines) + "\n")
 
