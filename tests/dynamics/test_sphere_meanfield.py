@@ -50,7 +50,16 @@ UNIFORM = sphere_meanfield.initial_mesh("uniform", {}, 2)
         ({"times": []}, ValueError, "non-empty"),
         ({"beta": 1e4}, sphere_mesh.MeshTooCoarse, r"beta = 10000 the kernel is .* more than 24; raise the mesh level"),
         ({"tracers0": np.ones((4, 2))}, ValueError, "tracers must be finite"),
+        ({"tracers0": np.ones(3)}, ValueError, "tracers must be finite"),
+        ({"tracers0": np.array([[1.0, 0, 0], [0, 0, 0]])}, ValueError, "a tracer is the zero vector"),
         ({"settings": sphere_meanfield.SphereSettings(remesh_every=0.0)}, ValueError, "remesh_every"),
+        ({"settings": sphere_meanfield.SphereSettings(remesh_every=1e-7)}, ValueError, "stops"),
+        ({"settings": sphere_meanfield.SphereSettings(depth=-1.0)}, ValueError, "depth must be at least 5"),
+        ({"settings": sphere_meanfield.SphereSettings(variation=0.0)}, ValueError, "variation must be positive"),
+        ({"settings": sphere_meanfield.SphereSettings(rtol=1e300, atol=1e300)}, ValueError, "rtol and atol"),
+        ({"settings": sphere_meanfield.SphereSettings(rtol=float("inf"))}, ValueError, "rtol and atol"),
+        ({"settings": sphere_meanfield.SphereSettings(edge=-0.1)}, ValueError, "edge must lie"),
+        ({"settings": sphere_meanfield.SphereSettings(max_triangles=0)}, ValueError, "max_triangles"),
     ],
 )
 def test_bad_input_is_refused_before_any_work(kwargs, error, message):
@@ -73,6 +82,49 @@ def test_bad_input_is_refused_before_any_work(kwargs, error, message):
 def test_measures_without_a_positive_density_are_refused(measure, params, message):
     with pytest.raises(ValueError, match=message):
         sphere_meanfield.initial_mesh(measure, params, 2)
+
+
+def doubled(mesh):
+    """Two copies of the sphere on the same vertices: every edge four times."""
+    out = mesh.copy()
+    out.triangles = np.concatenate([mesh.triangles, mesh.triangles])
+    out.log_mass = np.concatenate([mesh.log_mass, mesh.log_mass]) - math.log(2)
+    return out
+
+
+def holed(mesh):
+    """One triangle removed, the others' masses scaled back to 1."""
+    out = mesh.copy()
+    out.triangles, out.log_mass = mesh.triangles[1:], mesh.log_mass[1:] - np.logaddexp.reduce(mesh.log_mass[1:])
+    return out
+
+
+def cracked(mesh):
+    """A vertex duplicated and one triangle moved onto the copy: the surface opens along two edges."""
+    out = mesh.copy()
+    out.points = np.concatenate([mesh.points, mesh.points[mesh.triangles[0, :1]]])
+    out.log_density = np.concatenate([mesh.log_density, mesh.log_density[mesh.triangles[0, :1]]])
+    out.triangles = mesh.triangles.copy()
+    out.triangles[0, 0] = mesh.points.shape[0]
+    return out
+
+
+def heavy(mesh):
+    out = mesh.copy()
+    out.log_mass = mesh.log_mass + 3.0
+    return out
+
+
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [(doubled, "not a closed surface"), (holed, "not a closed surface"), (cracked, "not a closed surface"),
+     (heavy, "masses sum to")],
+)  # fmt: skip
+def test_a_mesh_that_does_not_cover_the_sphere_once_is_refused(broken, message):
+    """A doubled sheet, a hole, a crack, a total mass of e³: each refused before any work; the mesh they were made
+    from is accepted (the other tests)."""
+    with pytest.raises(ValueError, match=message):
+        sphere_meanfield.solve(B, V, 10.0, [0.0, 0.1], broken(UNIFORM))
 
 
 def test_flipped_mesh_is_refused():
@@ -175,3 +227,32 @@ def test_a_mesh_that_outgrows_max_triangles_stops_with_what_it_has():
     assert np.abs(sol.tracers[0] - tracers).max() < 1e-15  # the flow map is the identity at t = 0
     unlimited = sphere_meanfield.solve(B, V, 10.0, times, mesh, settings=sphere_meanfield.SphereSettings(edge=0.3))
     assert len(unlimited.meshes) == times.size
+
+
+def test_tracers_move_with_the_mesh_and_keep_the_layout():
+    """Tracers (replica, token, 3) come back as (replica, time, token, 3); a tracer started on a vertex moves with
+    it (the same field, the same integrator) while the mesh is not remeshed; a tracer given off the unit sphere is
+    its direction. A solver that froze the tracers or left the time axis first fails this."""
+    mesh = sphere_meanfield.initial_mesh("uniform", {}, 2)
+    vertices = [17, 5, 40, 99]
+    tracers = np.stack([mesh.points[vertices[:2]], 3.0 * mesh.points[vertices[2:]]])  # (2, 2, 3)
+    times = np.array([0.0, 0.2, 0.4])
+    sol = sphere_meanfield.solve(B, V, 10.0, times, mesh, tracers, settings=sphere_meanfield.SphereSettings())
+    assert sol.tracers.shape == (2, 3, 2, 3)
+    for k in range(times.size):
+        moved = sol.meshes[k].points[vertices].reshape(2, 2, 3)
+        assert np.abs(sol.tracers[:, k] - moved).max() < 1e-12
+    assert np.abs(sol.tracers[:, -1] - sol.tracers[:, 0]).max() > 1e-2  # they did move
+
+
+def test_distance_keeps_its_digits_for_a_narrow_cluster():
+    """The distance to E = span(e₁) of a mesh squeezed into a cap of radius 1e-12 at angle ε = 1e-9 from e₁: ε to
+    within 1e-3 relative; 2 − 2|⟨x, e₁⟩| written as it reads is 0 there (it keeps only rounding below 1e-8)."""
+    eps = 1e-9
+    target = np.array([math.cos(eps), math.sin(eps), 0.0])
+    mesh = sphere_meanfield.initial_mesh("uniform", {}, 1).copy()
+    squeezed = target + 1e-12 * mesh.points
+    mesh.points = squeezed / np.linalg.norm(squeezed, axis=1, keepdims=True)
+    sol = sphere_meanfield.SphereMeanFieldSolution(10.0, np.zeros(1), [mesh], None)
+    assert sol.distance_to_eigenspace(np.eye(3)[:, :1])[0] == pytest.approx(eps, rel=1e-3)
+    assert 2.0 - 2.0 * abs(target[0]) == 0.0  # what the cancelling form reads at this width

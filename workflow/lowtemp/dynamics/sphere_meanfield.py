@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import measures
+from ..model import measures, projection
 from .meanfield import _advance_edges
 from .sphere_mesh import (
     MAX_SUBDIVISION,
@@ -35,10 +35,12 @@ from .sphere_mesh import (
     edge_lengths,
     log_normalisers,
     mesh_from_density,
+    spherical_area,
     triangle_nodes,
 )
 from .sphere_remesh import adapt
 from .sphere_softmax import DEFAULT_DEPTH, DEFAULT_VARIATION, softmax, velocity_divergence
+from .sphere_softmax import check_settings as _check_softmax_settings
 
 #: smallest singular value of B, relative to its largest, that the solver accepts: below it |Bᵀx| nearly vanishes
 #: somewhere, where the softmax's centre b̂ = Bᵀx/|Bᵀx| is undefined (Assumption 1 asks for B invertible)
@@ -49,13 +51,13 @@ DENSITY_MEASURES = ("uniform", "vmf_mixture")
 
 @dataclass(frozen=True)
 class SphereSettings:
-    """How the mean field is discretised: the initial icosphere ``level``; the softmax's sub-division tolerance
+    """How the mean field is discretised (the initial mesh is the caller's, ``initial_mesh``): the softmax's
+    sub-division tolerance
     ``variation`` and pruning ``depth``; DOP853's ``rtol`` and ``atol`` (positions in radians, ℓ in e-folds);
     stops for remeshing every ``remesh_every`` to the target edge ``edge`` (radians; None: no remeshing); the solve
     stops at the first snapshot whose mesh holds more than ``max_triangles`` (None: no limit), the later snapshots
     left out (``info["resolved_until"]``), so a run whose mesh outgrows the machine ends with what it has."""
 
-    level: int = 4
     edge: float | None = None
     variation: float = DEFAULT_VARIATION
     depth: float = DEFAULT_DEPTH
@@ -83,14 +85,14 @@ class SphereMeanFieldSolution:
 
     def distance_to_eigenspace(self, E: np.ndarray, n: int = 2) -> np.ndarray:
         """sqrt(∫ (2 − 2|Eᵀx|) dρ_t) per snapshot (E (3, k) orthonormal): the mean-field counterpart of
-        ``projection.distance_to_eigenspace``, 1 − |p| written as (1 − |p|²)/(1 + |p|) against cancellation; NaN at
+        ``projection.distance_to_eigenspace`` (the same per-point distance, without cancellation); NaN at
         the snapshots the solve did not reach (``SphereSettings.max_triangles``)."""
         E = np.asarray(E, dtype=float).reshape(3, -1)
 
         def f(y):
-            p = y @ E
-            p2 = np.sum(p * p, axis=-1)
-            return 2.0 * np.clip(np.sum(y * y, axis=-1) - p2, 0.0, None) / (1.0 + np.sqrt(p2))
+            # the particles' own per-token distance, free of the cancellation in 2 − 2|Px|: a cluster of width 1e-9
+            # keeps its digits
+            return projection.squared_distance_to_great_sphere(y, E)
 
         reached = [self.integrate(k, f, n) for k in range(len(self.meshes))]
         return np.sqrt(np.concatenate([reached, np.full(self.times.size - len(reached), np.nan)]))
@@ -146,8 +148,12 @@ def log_density0(measure: str, params: dict) -> Callable[[np.ndarray], np.ndarra
 
 
 def initial_mesh(measure: str, params: dict, level: int) -> SphereMesh:
-    """The icosphere of ``level`` carrying ρ0 (masses by the 8 × 8 rule on every triangle)."""
-    return mesh_from_density(level, log_density0(measure, params))
+    """The icosphere of ``level`` carrying ρ0 (masses by the 8 × 8 rule on every triangle, scaled by the common factor
+    that makes them sum to 1, which ρ0 does: the rule's error, below 1e-10 on the tests' densities, is not left to
+    pass for mass)."""
+    mesh = mesh_from_density(level, log_density0(measure, params))
+    mesh.log_mass -= np.logaddexp.reduce(mesh.log_mass)
+    return mesh
 
 
 def kernel_width(B: np.ndarray, beta: float) -> float:
@@ -164,19 +170,25 @@ def cap_radii(mesh: SphereMesh) -> np.ndarray:
     return np.arctan2(cross, np.einsum("tj,tkj->tk", centre, corners)).max(axis=1)
 
 
-def check_resolution(mesh: SphereMesh, B: np.ndarray, beta: float, variation: float, depth: float) -> None:
-    """MeshTooCoarse unless every triangle can be integrated by the softmax wherever it is kept: a triangle of cap
-    radius r within the pruning window (angle up to sqrt(2·depth/κ) from the kernel's centre) sees the exponent
-    vary by at most 2r·sqrt(2·depth·κ) + κr², which must stay below MAX_SUBDIVISION·variation at the largest
-    κ = β σ_max(B)."""
-    radius = float(cap_radii(mesh).max())
+def check_resolution(
+    mesh: SphereMesh, B: np.ndarray, beta: float, variation: float, depth: float, edge: float | None = None
+) -> None:
+    """MeshTooCoarse unless the triangles can be integrated by the softmax where they are kept: a triangle of cap
+    radius r at an angle up to sqrt(2·depth/κ) from the kernel's centre sees κ⟨b̂, y⟩ vary by at most
+    2r·sqrt(2·depth·κ) + κr², which must stay below MAX_SUBDIVISION·variation at the largest κ = β σ_max(B). With
+    a remeshing target ``edge`` the triangles may grow to edges of 1.5·edge (split ratio), caps of radius up to
+    edge (two thirds of the longest median): that is checked too. A screening test, not a proof: the triangles'
+    ℓ-range and kept triangles beyond that angle (when the proven lower bound comes from far away) can still
+    make the softmax refuse a triangle mid-run, naming it and the time."""
+    radius = max(float(cap_radii(mesh).max()), edge or 0.0)
     kappa = beta * float(np.linalg.svd(B, compute_uv=False)[0])
     needed = 2.0 * radius * math.sqrt(2.0 * depth * kappa) + kappa * radius**2
     if needed > MAX_SUBDIVISION * variation:
         raise MeshTooCoarse(
             f"S² mean field: at beta = {beta:g} the kernel is {kernel_width(B, beta):.3g} rad wide and the mesh's "
             f"largest triangle (cap radius {radius:.3g} rad) would need {needed / variation:.0f} sub-triangles per "
-            f"edge, more than {MAX_SUBDIVISION}; raise the mesh level (each level halves the edges)"
+            f"edge, more than {MAX_SUBDIVISION}; raise the mesh level (each level halves the edges) or lower the "
+            "remeshing target edge"
         )
 
 
@@ -199,11 +211,56 @@ def check_inputs(B, V, beta: float, times, settings: SphereSettings) -> tuple[np
         raise ValueError("S² mean field: times must be a non-empty 1-D array of finite times ≥ 0")
     if np.any(np.diff(times) < 0):
         raise ValueError("S² mean field: times must be non-decreasing")
+    check_settings(settings, times)
+    return B, V, times
+
+
+#: most stops (snapshots and remeshings) one solve may make: a remesh_every out of scale with the horizon is refused
+MAX_STOPS = 100_000
+
+
+def check_settings(settings: SphereSettings, times: np.ndarray) -> None:
+    """ValueError naming the first setting out of range (the softmax's own checks included), before any work."""
+    _check_softmax_settings(np.eye(3), 1.0, float(settings.variation), float(settings.depth))
     if not (math.isfinite(settings.remesh_every) and settings.remesh_every > 0):
         raise ValueError(f"S² mean field: remesh_every must be finite and > 0, got {settings.remesh_every!r}")
-    if not (settings.rtol > 0 and settings.atol > 0):
-        raise ValueError("S² mean field: rtol and atol must be > 0")
-    return B, V, times
+    if times[-1] / settings.remesh_every > MAX_STOPS:
+        raise ValueError(
+            f"S² mean field: horizon {times[-1]:g} over remesh_every {settings.remesh_every:g} makes more than "
+            f"{MAX_STOPS} stops"
+        )
+    if not (0 < settings.rtol < 1 and 0 < settings.atol < 1):
+        raise ValueError(f"S² mean field: rtol and atol must lie in (0, 1), got {settings.rtol!r}, {settings.atol!r}")
+    if settings.edge is not None and not (math.isfinite(settings.edge) and 0 < settings.edge < 1):
+        raise ValueError(f"S² mean field: edge must lie in (0, 1) rad, got {settings.edge!r}")
+    if settings.max_triangles is not None and not (
+        isinstance(settings.max_triangles, (int, np.integer)) and settings.max_triangles > 0
+    ):
+        raise ValueError(f"S² mean field: max_triangles must be a positive integer, got {settings.max_triangles!r}")
+
+
+def check_covers_sphere(mesh: SphereMesh) -> None:
+    """ValueError unless the mesh is a closed surface covering S² once with mass 1: every edge in exactly two
+    triangles, once in each direction (a closed, consistently oriented surface), Euler characteristic 2, solid
+    angles summing to 4π, total mass 1 (a hole, a doubled sheet, a crack or an unnormalised ρ0 fail)."""
+    tri = mesh.triangles
+    directed = np.concatenate([tri[:, [0, 1]], tri[:, [1, 2]], tri[:, [2, 0]]])
+    keys = directed[:, 0].astype(np.int64) * (mesh.points.shape[0] + 1) + directed[:, 1]
+    reverse = directed[:, 1].astype(np.int64) * (mesh.points.shape[0] + 1) + directed[:, 0]
+    if np.unique(keys).size != keys.size or not np.all(np.isin(reverse, keys)):
+        raise ValueError(
+            "S² mean field: the mesh is not a closed surface (an edge is not shared by exactly two triangles)"
+        )
+    used = np.unique(tri).size
+    if used - keys.size // 2 + tri.shape[0] != 2:
+        raise ValueError("S² mean field: the mesh's Euler characteristic is not 2 (it is not one sphere)")
+    a, b, c = (mesh.points[tri[:, k]] for k in range(3))
+    solid = float(spherical_area(a, b, c).sum())
+    if abs(solid - 4 * math.pi) > 1e-9:
+        raise ValueError(f"S² mean field: the triangles' solid angles sum to {solid:.12g}, not 4π: the mesh overlaps")
+    total = float(np.exp(mesh.log_mass).sum())
+    if abs(total - 1.0) > 1e-9:
+        raise ValueError(f"S² mean field: the triangles' masses sum to {total:.12g}, not 1")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -272,10 +329,13 @@ def solve(
     ``progress(t, info)`` at every snapshot."""
     B, V, times = check_inputs(B, V, float(beta), times, settings)
     mesh0.check()
-    check_resolution(mesh0, B, float(beta), settings.variation, settings.depth)
+    check_covers_sphere(mesh0)
+    check_resolution(mesh0, B, float(beta), settings.variation, settings.depth, settings.edge)
     tracers0 = np.zeros((0, 3)) if tracers0 is None else np.asarray(tracers0, dtype=float)
-    if tracers0.shape[-1] != 3 or not np.all(np.isfinite(tracers0)):
+    if tracers0.ndim < 2 or tracers0.shape[-1] != 3 or not np.all(np.isfinite(tracers0)):
         raise ValueError(f"S² mean field: tracers must be finite (…, token, 3), got shape {tracers0.shape}")
+    if tracers0.size and not np.all(np.linalg.norm(tracers0, axis=-1) > 0):
+        raise ValueError("S² mean field: a tracer is the zero vector (tracers are points of the sphere)")
     lead = tracers0.shape[:-1]
     tracers = tracers0.reshape(-1, 3) / np.linalg.norm(tracers0.reshape(-1, 3), axis=1, keepdims=True)
     if remesh is None and settings.edge is not None:

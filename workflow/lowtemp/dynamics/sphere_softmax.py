@@ -233,7 +233,8 @@ def _softmax_pass(
             out[s, 4 + r] = acc[r]
 
 
-def _check_settings(B, beta, variation, depth):
+def check_settings(B, beta, variation, depth):
+    """B as a float array; ValueError naming the first of B, β, variation, depth out of range."""
     B = np.asarray(B, dtype=float)
     if B.shape != (3, 3) or not np.all(np.isfinite(B)):
         raise ValueError(f"sphere softmax: B must be a finite 3×3 matrix, got shape {B.shape}")
@@ -259,7 +260,7 @@ def softmax(
 
     ``log_c`` are the triangles' normalisers (``sphere_mesh.log_normalisers``), computed when not given.
     MeshTooCoarse when a kept triangle needs more than MAX_SUBDIVISION sub-triangles per edge."""
-    B = _check_settings(B, float(beta), float(variation), float(depth))
+    B = check_settings(B, float(beta), float(variation), float(depth))
     queries = np.ascontiguousarray(queries, dtype=float)
     if queries.ndim != 2 or queries.shape[1] != 3:
         raise ValueError(f"sphere softmax: queries must be (query, 3), got {queries.shape}")
