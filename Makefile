@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: sphere sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,15 @@ gpu-paper-scale-report: $(STAMP)
 cluster-expansion: $(STAMP)
 	$(BIN)/python benchmarks/cluster_expansion.py --finite $(wildcard results/paper_scale/finite_temperature/beta*.nc) \
 		--matrices results/paper_scale/matrices.nc --markdown docs/cluster_expansion.md
+
+## sphere: the paper's setting on the mean field itself (config/sphere.yaml: d = 3, `concentration`'s matrices, the
+## S² mesh reference at beta = 10, 31.6, 100 with particles measured against it; under an hour on 2 cores), then
+## docs/sphere_results.md and its figures (docs/img/sphere_*.png) generated from its outputs
+sphere: $(STAMP)
+	$(BIN)/python benchmarks/estimate_cost.py config/sphere.yaml --cores $(or $(filter-out all,$(CORES)),2)
+	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES) --configfile config/sphere.yaml
+	$(BIN)/python benchmarks/sphere_report.py results --config config/sphere.yaml --markdown docs/sphere_results.md \
+		--images docs/img
 
 ## sphere-zero-temperature: docs/sphere_zero_temperature.md, the ALE sphere mesh moved by the zero-temperature field to
 ## t = 30 against the exact solution (W2 to the projection, log-density at the Laplace point; about 10 min on 2 cores)

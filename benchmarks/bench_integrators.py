@@ -60,7 +60,7 @@ def main(argv=None):
     validation.check_schema(cfg, "workflow/schemas/config.schema.yaml")
     exp = cfg["experiments"][args.experiment]
     M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
-    measure, params = convergence.initial_measure(args.experiment, exp, cfg["root_seed"])
+    measure, params = experiment.initial_measure(args.experiment, exp, cfg["root_seed"])
     rng = generator(cfg["root_seed"], args.experiment, "bench_integrators", str(args.tokens))
     X0 = measures.sample_initial_tokens(measure, rng, args.replicas, args.tokens, int(exp["dim"]), **params)
     grid = experiment.time_grid(exp)

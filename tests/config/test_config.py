@@ -3,16 +3,26 @@ and the Snakemake CLI refusing a bad config before any job runs."""
 
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 import yaml
 from conftest import ROOT, SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
 from lowtemp.config import validation
 from lowtemp.model import matrices
+
+
+def _both(*mutations):
+    def mutate(cfg):
+        for m in mutations:
+            m(cfg)
+
+    return mutate
 
 
 def _set(path, value):
@@ -180,11 +190,26 @@ def test_test_config_is_valid_and_consistent(test_config):
             ),
             r"experiments\.tiny\.matrices: need 0 < sigma_min",
         ),
-        # tiny's random d = 3 matrices have no axis of symmetry: no one-dimensional mean field to solve
+        # tiny's random d = 3 matrices have no axis of symmetry: the S² mesh solves it, with a density to carry
         (
-            _set(["model"], "mean_field"),
-            r"experiments\.tiny\.model: mean_field needs a one-dimensional reduction.*B has "
-            r"three distinct eigenvalues",
+            _both(
+                _set(["model"], "mean_field"),
+                _set(["initial_measure"], {"name": "cap", "center": [1, 0, 0], "angle": 30, "positive_density": False}),
+            ),
+            r"experiments\.tiny\.mean_field: S² mean field: initial measure 'cap' has no positive smooth density",
+        ),
+        # ... and icosphere levels that resolve every β: level 3's error estimate (level 2) cannot at β = 5000
+        (
+            _both(_set(["model"], "mean_field"), _set(["mean_field"], {"level": 3}), _set(["betas"], [5, 5000])),
+            r"experiments\.tiny\.mean_field: .*beta = 5000 the error estimate's level 2 \(one below level 3\) is too",
+        ),
+        (
+            _both(_set(["model"], "mean_field"), _set(["mean_field"], {"max_triangles": 1000})),
+            r"experiments\.tiny\.mean_field: at beta = 5 the reference starts on icosphere level 3 \(1280 triangles\)",
+        ),
+        (
+            _both(_set(["model"], "mean_field"), _set(["betas"], [5, 1e6])),
+            r"experiments\.tiny\.mean_field: .*no icosphere level up to 6 resolves beta = 1e\+06",
         ),
     ],
 )
@@ -194,6 +219,55 @@ def test_validate_experiment_raises_config_error(test_config, mutate, match):
     validated(test_config)  # the schema accepts it; only the pipeline's checks can catch it
     with pytest.raises(validation.ConfigError, match=match):
         validation.validate_experiment("tiny", exp, test_config["root_seed"])
+
+
+def test_sphere_mean_field_is_accepted_and_level_belongs_to_it(test_config):
+    """d = 3 without symmetry is the S² mesh's (vMF means drawn as the initial tokens draw them); mean_field.level
+    is the mesh's key, refused on the circle; d = 4 has no mean-field solver."""
+    exp = test_config["experiments"]["tiny"]
+    exp.update(model="mean_field", initial_measure={"name": "vmf_mixture", "kappas": [2.0, 1.0]})
+    validated(test_config)
+    validation.validate_experiment("tiny", exp, test_config["root_seed"])
+    circle = test_config["experiments"]["tiny_mean_field"]
+    circle["mean_field"]["level"] = 3
+    validated(test_config)
+    with pytest.raises(validation.ConfigError, match=r"tiny_mean_field\.mean_field\.level: the S² mesh's level"):
+        validation.validate_experiment("tiny_mean_field", circle, test_config["root_seed"])
+    four = {
+        "dim": 4,
+        "model": "mean_field",
+        "tokens": 8,
+        "replicas": 1,
+        "betas": [5],
+        "matrices": {"family": "spectral", "eigenvalues": [1.5, 0.5, 0.3, 0.2], "sigma_min": 0.8, "sigma_max": 1.2},
+        "time": {"horizon": 1.0, "dt": 0.1, "snapshots": 2},
+    }
+    cfg = validated({"root_seed": 1, "experiments": {"four": four}})
+    with pytest.raises(
+        validation.ConfigError, match=r"four\.model: mean_field needs .* no one-dimensional reduction in d = 4"
+    ):
+        validation.validate_experiment("four", cfg["experiments"]["four"], 1)
+
+
+def test_streams_share_matrices_and_initial_tokens(test_config, tmp_path):
+    """Two experiments with the same streams, matrices block, measure, replicas and tokens hold the same K, Q, V and
+    initial tokens; without it (other names) they differ."""
+    from lowtemp.stages import initial_tokens
+    from lowtemp.stages import matrices as matrices_stage
+    from lowtemp.store import datasets
+
+    base = validated(test_config)["experiments"]["tiny"]
+    out = {}
+    for name, streams in (("tiny", None), ("twin", "tiny"), ("other", None)):
+        exp = copy.deepcopy(base)
+        if streams:
+            exp["streams"] = streams
+        matrices_stage.stage_matrices(name, exp, 7, output=tmp_path / f"{name}_m.nc")
+        initial_tokens.stage_initial_tokens(name, exp, 7, tmp_path / f"{name}_m.nc", output=tmp_path / f"{name}_x.nc")
+        out[name] = datasets.load_inputs(tmp_path / f"{name}_m.nc", tmp_path / f"{name}_x.nc")
+    (M, X), (M2, X2), (M3, X3) = out["tiny"], out["twin"], out["other"]
+    assert np.array_equal(M.B, M2.B) and np.array_equal(M.V, M2.V) and np.array_equal(X, X2)
+    assert not np.allclose(M.B, M3.B) and not np.allclose(X, X3)
 
 
 @pytest.mark.parametrize("weights", [[0.5, 0.3, 0.2], [0.9, 0.9]], ids=["wrong-length", "not-summing-to-1"])
@@ -378,9 +452,9 @@ def test_estimate_cost_sets_measured_jobs_against_their_estimates(tmp_path, caps
 
 
 def test_a_mean_field_experiment_is_checked_before_any_work(test_config):
-    """tiny_mean_field (the circle) validates; with a particle-number study, or on S² with an initial measure whose
-    mean is off the matrices' axis, it is refused naming the key. The circle with explicit axisymmetric 3×3 matrices
-    and uniform tokens validates too (the d = 3 reduction)."""
+    """tiny_mean_field (the circle) validates; with a particle-number study it is refused naming the key. With
+    explicit axisymmetric 3×3 matrices and uniform tokens it validates too (the d = 3 reduction), and with a mean
+    off the axis (the S² mesh), unless a mesh level too coarse for a β is asked for."""
     exp = test_config["experiments"]["tiny_mean_field"]
     validated(test_config)
     validation.validate_experiment("tiny_mean_field", exp, test_config["root_seed"])
@@ -395,9 +469,12 @@ def test_a_mean_field_experiment_is_checked_before_any_work(test_config):
     }
     sphere = dict(exp, dim=3, matrices=axis, initial_measure={"name": "uniform"})
     validation.validate_experiment("tiny_mean_field", sphere, test_config["root_seed"])
+    # a mean off the axis breaks the symmetry: the S² mesh takes it, at levels that resolve every β
     tilted = dict(sphere, initial_measure={"name": "vmf_mixture", "kappas": [2.0], "means": [[0, 1, 0]]})
-    with pytest.raises(validation.ConfigError, match=r"tiny_mean_field\.model: mean_field needs"):
-        validation.validate_experiment("tiny_mean_field", tilted, test_config["root_seed"])
+    validation.validate_experiment("tiny_mean_field", tilted, test_config["root_seed"])
+    coarse = dict(tilted, mean_field={**tilted["mean_field"], "level": 3})
+    with pytest.raises(validation.ConfigError, match=r"tiny_mean_field\.mean_field: .*beta = 100 the error estimate's"):
+        validation.validate_experiment("tiny_mean_field", coarse, test_config["root_seed"])
     # cells float64 cannot carry (the narrowest graded cell 2·width·depth below 64 ulp of 2π), or a depth not below
     # the width (at the error estimate's twice the width too): named before any job
     for cells, match in (

@@ -256,3 +256,20 @@ def test_distance_keeps_its_digits_for_a_narrow_cluster():
     sol = sphere_meanfield.SphereMeanFieldSolution(10.0, np.zeros(1), [mesh], None)
     assert sol.distance_to_eigenspace(np.eye(3)[:, :1])[0] == pytest.approx(eps, rel=1e-3)
     assert 2.0 - 2.0 * abs(target[0]) == 0.0  # what the cancelling form reads at this width
+
+
+def test_folded_finds_a_vertex_pushed_across_its_neighbours():
+    """A mesh covering S² once has no inverted triangle and no solid-angle excess; a vertex moved across the far edge
+    of one of its triangles turns that triangle inside out and makes the mesh overlap itself (excess > 0)."""
+    mesh = sphere_meanfield.initial_mesh("uniform", {}, 2)
+    inverted, excess = sphere_meanfield.folded(mesh)
+    assert not inverted.any() and abs(excess) < 1e-12
+    a, b, c = mesh.triangles[0]
+    pb, pc = mesh.points[b], mesh.points[c]
+    normal = np.cross(pb, pc)
+    normal /= np.linalg.norm(normal)
+    pa = mesh.points[a]
+    moved = pa - 2.2 * np.dot(pa, normal) * normal  # reflected across the great circle through b and c, and beyond
+    mesh.points[a] = moved / np.linalg.norm(moved)
+    inverted, excess = sphere_meanfield.folded(mesh)
+    assert inverted[0] and excess > 1e-3

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
 from lowtemp.analysis import estimates, fitting, particle_budget
+from lowtemp.config import experiment as experiment_config
 from lowtemp.config import studies, validation
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import integrate
@@ -290,7 +291,7 @@ def test_vmf_mixture_without_means_samples_the_pipelines_rho0():
     """The pipeline's tokens (means drawn from the initial_tokens stream) are exactly those of a
     mixture with the means that convergence.initial_measure fixes: every N samples that same ρ0."""
     exp = {"dim": 3, "replicas": 2, "tokens": 50, "initial_measure": {"name": "vmf_mixture", "kappas": [2.0, 1.0]}}
-    measure, params = convergence.initial_measure("E", exp, 9)
+    measure, params = experiment_config.initial_measure("E", exp, 9)
     assert measure == "vmf_mixture" and np.asarray(params["means"]).shape == (2, 3)
     pipeline_tokens = measures.sample_initial_tokens(
         "vmf_mixture", seeding.generator(9, "E", "initial_tokens"), 2, 50, 3, kappas=[2.0, 1.0]

@@ -96,7 +96,9 @@ snakemake; these are plain functions of the config.
 
 from __future__ import annotations
 
-from ..dynamics import fields, integrate
+import numpy as np
+
+from ..dynamics import fields, integrate, reduction, sphere_levels
 from ..transport import limits
 from . import studies
 from .experiment import exact_w2_snapshots, field_kernel, particle_error_tokens, time_grid
@@ -177,6 +179,11 @@ def w2_bytes(n_tokens: int) -> float:
 MEAN_FIELD_SECONDS_PER_TIME = 12.0
 
 
+def _mean_field_geometry(experiment, matrices) -> str:
+    params = dict(experiment["initial_measure"])
+    return reduction.geometry(matrices.B, matrices.V, params.pop("name"), params)
+
+
 def _mean_field(experiment):
     """The reference's two solves (time ∝ horizon · width⁻²) and the push-forward of every replica's tokens."""
     n, d, r, times = _sizes(experiment)
@@ -186,11 +193,51 @@ def _mean_field(experiment):
     return 6 * times * r * n * d * _F, seconds
 
 
+#: the S² mesh reference (d = 3 without symmetry): field evaluations per unit of time (DOP853 at its rtol 1e-4 with
+#: stops every 0.25: 390 to t = 7.25 at β = 100, 373 to t = 6 at β = 10, i.e. 54 and 62) and the cost per pair of a
+#: query and a nominal kept quadrature node. On a uniform mesh a node costs about 20 ns on 2 threads
+#: (docs/sphere_mean_field_bench.md); over a run the clusters' own weight prunes most of the tail (depth 20 is
+#: relative to the largest contribution), and a run from level 3 at β = 10 to t = 7 took 328 s for 519 evaluations,
+#: 4 ns per nominal node with the growth below: budgeted at 5
+SPHERE_EVALUATIONS_PER_TIME = 65.0
+SPHERE_NS_PER_NODE = 5.0
+#: the mesh grows as the remeshing splits stretched triangles, fastest once the clusters move: started from level 3 at
+#: β = 10 it held 1 + 1.1·t times its initial triangles (10 970 at t = 7), from level 4 at β = 100 1 + 0.18·t; budgeted
+#: at 1 + SPHERE_GROWTH_RATE·t, its mean 1 + SPHERE_GROWTH_RATE·horizon/2 over the run (capped at max_triangles)
+SPHERE_GROWTH_RATE = 1.2
+#: bytes per triangle of one stored mesh (vertices, ℓ, triangles, log-masses) and of the solver's working copies
+SPHERE_BYTES_PER_TRIANGLE = 96.0
+
+
+def _sphere_mean_field(experiment, beta, matrices):
+    """The S² reference's two solves (``sphere_levels.reference_levels``): per level, evaluations × queries (vertices
+    and tracers) × kept quadrature nodes (7 per triangle, the share within the pruning depth of the kernel's
+    centre, ``depth/κ`` of the sphere: 0.22–0.25 measured at β = 100, 0.024–0.028 at 1000), the mesh at its mean
+    size over the run; every snapshot's mesh is kept."""
+    n, d, r, times = _sizes(experiment)
+    block = experiment["mean_field"]
+    horizon = float(experiment["time"]["horizon"])
+    kappa = float(beta) * float(np.linalg.svd(matrices.B, compute_uv=False)[0])
+    kept = min(1.0, sphere_levels.REFERENCE_DEPTH / kappa)
+    seconds, data = 0.0, 6 * times * r * n * d * _F
+    for level in sphere_levels.reference_levels(matrices.B, float(beta), block.get("level")):
+        growth = 1.0 + SPHERE_GROWTH_RATE * horizon / 2
+        triangles = min(growth * sphere_levels.icosphere_triangles(level), float(block["max_triangles"]))
+        queries = triangles / 2 + r * n
+        evals = SPHERE_EVALUATIONS_PER_TIME * horizon
+        seconds += evals * queries * 7 * triangles * kept * SPHERE_NS_PER_NODE * 1e-9
+        data += times * triangles * SPHERE_BYTES_PER_TRIANGLE
+    return data, seconds
+
+
 def finite_temperature_cost(experiment, *, beta=None, matrices=None, threads=1):
-    """The simulation at β (particles, or the mean-field reference of a ``model: mean_field`` experiment)."""
+    """The simulation at β (particles, or the mean-field reference of a ``model: mean_field`` experiment: without
+    the matrices, the one-dimensional reduction's estimate)."""
     if beta is None:
         raise ValueError("finite_temperature: the estimate needs beta")
     if experiment["model"] == "mean_field":
+        if matrices is not None and _mean_field_geometry(experiment, matrices) == "sphere":
+            return _sphere_mean_field(experiment, beta, matrices)
         return _mean_field(experiment)
     return _particle_run(experiment, int(experiment["tokens"]), threads)
 

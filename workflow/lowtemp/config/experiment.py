@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dynamics import integrate
 from ..dynamics.kernel_choice import choose_kernel
-from ..model import matrices
+from ..model import matrices, measures
 from ..model.seeding import generator
 
 
@@ -110,8 +110,32 @@ def field_kernel(experiment: dict) -> str:
     return kernel
 
 
+def stream_name(name: str, experiment: dict) -> str:
+    """The name whose random streams the experiment draws from (``streams``; default its own): two experiments
+    with the same streams, matrices block and initial measure share K, Q, V and, at equal replicas and tokens,
+    their initial tokens."""
+    return str(experiment.get("streams") or name)
+
+
 def build_matrices(name: str, experiment: dict, root_seed: int) -> matrices.AttentionMatrices:
-    """Generate the experiment's K, Q, V (stream ``(name, "matrices")``) and check Assumption 1."""
+    """Generate the experiment's K, Q, V (stream ``(streams, "matrices")``) and check Assumption 1."""
     params = dict(experiment["matrices"])
     family = params.pop("family")
-    return matrices.generate_matrices(family, int(experiment["dim"]), generator(root_seed, name, "matrices"), **params)
+    rng = generator(root_seed, stream_name(name, experiment), "matrices")
+    return matrices.generate_matrices(family, int(experiment["dim"]), rng, **params)
+
+
+def initial_measure(name: str, experiment: dict, root_seed: int) -> tuple[str, dict]:
+    """The experiment's ρ0 (name, parameters) with anything random fixed as the pipeline fixed it.
+
+    A ``vmf_mixture`` without ``means`` draws them first from the ``initial_tokens``
+    stream (``measures.vmf_mixture``); they are drawn the same way here and passed
+    explicitly, so every N samples the same ρ0.
+    """
+    params = dict(experiment["initial_measure"])
+    measure = params.pop("name")
+    params.pop("positive_density", None)
+    if measure == "vmf_mixture" and params.get("means") is None:
+        rng = generator(root_seed, stream_name(name, experiment), "initial_tokens")
+        params["means"] = measures.uniform(rng, 1, len(params["kappas"]), int(experiment["dim"]))[0]
+    return measure, params

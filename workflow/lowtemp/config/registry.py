@@ -47,9 +47,11 @@ class Stage:
 
 STAGES: dict[str, Stage] = {
     # stages.matrices.stage_matrices -> experiment.build_matrices
-    "matrices": Stage(keys=("dim", "matrices"), cost=costs.matrices_cost),
+    "matrices": Stage(keys=("dim", "matrices", "streams"), cost=costs.matrices_cost),
     # stages.initial_tokens.stage_initial_tokens
-    "initial_tokens": Stage(keys=("dim", "initial_measure", "replicas", "tokens"), cost=costs.initial_tokens_cost),
+    "initial_tokens": Stage(
+        keys=("dim", "initial_measure", "replicas", "streams", "tokens"), cost=costs.initial_tokens_cost
+    ),
     # stages.simulate.stage_finite_temperature: experiment.time_grid, the integrator and its tolerance
     # (experiment.integration_tolerance: time.tolerance, else one from tokens), experiment.field_kernel
     # (``kernel``; the automatic rule reads tokens and dim); the ESS it records is judged by the fit.
@@ -62,8 +64,11 @@ STAGES: dict[str, Stage] = {
             "integrator",
             "kernel",
             "mean_field.depth",
+            "mean_field.level",
+            "mean_field.max_triangles",
             "mean_field.width",
             "model",
+            "streams",
             "time",
             "tokens",
         ),
@@ -126,7 +131,18 @@ STAGES: dict[str, Stage] = {
     # stages.convergence.stage_convergence: studies.study_settings (betas for the default beta, tokens,
     # replicas, time), initial_measure and dim for fresh tokens, integrator, experiment.field_kernel
     "convergence": Stage(
-        keys=("betas", "convergence", "dim", "initial_measure", "integrator", "kernel", "replicas", "time", "tokens"),
+        keys=(
+            "betas",
+            "convergence",
+            "dim",
+            "initial_measure",
+            "integrator",
+            "kernel",
+            "replicas",
+            "streams",
+            "time",
+            "tokens",
+        ),
         cost=costs.convergence_cost,
         narrow=studies.narrowed_slice,  # betas: only the study's β matters
         threads=2,

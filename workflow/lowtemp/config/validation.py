@@ -35,10 +35,17 @@ import jsonschema
 import numpy as np
 import yaml
 
-from ..dynamics import reduction
+from ..dynamics import reduction, sphere_levels
 from ..model import matrices, measures
 from . import registry, resources, studies
-from .experiment import ConfigError, build_matrices, particle_error_tokens, snapshot_times, time_grid
+from .experiment import (
+    ConfigError,
+    build_matrices,
+    initial_measure,
+    particle_error_tokens,
+    snapshot_times,
+    time_grid,
+)
 
 #: most YAML nodes (keys and values) a config file may stand for once its aliases are expanded. The
 #: largest shipped config has a few hundred; nine lines of aliases can stand for 9⁹ ≈ 4·10⁸, which
@@ -268,16 +275,18 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
         raise ConfigError(f"{where}.matrices: {exc}") from None
     _check_initial_measure_assumptions(where, experiment["initial_measure"], M)
     if experiment["model"] == "mean_field":
-        _check_mean_field(where, experiment, M)
+        _check_mean_field(where, experiment, M, initial_measure(name, experiment, root_seed))
     particle_error_tokens(name, experiment)  # the particle runs against the reference: n ≤ tokens, increasing
     if "convergence" in experiment:  # the optional studies' block: steps dividing the grid, N list, …
         studies.study_settings(name, experiment)
     return M
 
 
-def _check_mean_field(where: str, experiment: dict, M) -> None:
-    """A ``model: mean_field`` experiment must have the symmetry that makes Eq. 2 one-dimensional
-    (``reduction.reduce``: d = 2, or d = 3 axisymmetric B, V and ρ0), and no particle-number study."""
+def _check_mean_field(where: str, experiment: dict, M, rho0: tuple[str, dict]) -> None:
+    """A ``model: mean_field`` experiment needs a solver (``reduction.geometry``): the one-dimensional reduction
+    (d = 2, or d = 3 with B, V and ρ0 axisymmetric) with cells its width and depth can lay out, or in d = 3 without
+    that symmetry the S² mesh with levels that resolve every β (``sphere_meanfield.reference_levels``) and a
+    density it can carry; and no particle-number study."""
     if "convergence" in experiment:
         raise ConfigError(
             f"{where}.convergence: a model: mean_field experiment has no particles to study; put the "
@@ -286,15 +295,43 @@ def _check_mean_field(where: str, experiment: dict, M) -> None:
     params = dict(experiment["initial_measure"])
     measure = params.pop("name")
     try:
-        red = reduction.reduce(M.B, M.V, measure, params)
+        geometry = reduction.geometry(M.B, M.V, measure, params)
     except (reduction.SymmetryBroken, ValueError) as exc:
         raise ConfigError(
-            f"{where}.model: mean_field needs a one-dimensional reduction of the mean-field equation: {exc}"
+            f"{where}.model: mean_field needs the circle, or d = 3 (one-dimensional by symmetry, or the S² mesh): {exc}"
         ) from None
     cells = experiment["mean_field"]
+    if geometry == "sphere":
+        _check_sphere_mean_field(where, experiment, M, *rho0)
+        return
+    if "level" in cells:
+        raise ConfigError(
+            f"{where}.mean_field.level: the S² mesh's level, and this experiment is solved by the one-dimensional "
+            f"reduction ({geometry}): its resolution is mean_field.width and depth"
+        )
+    red = reduction.reduce(M.B, M.V, measure, params)
     try:  # the grid of the solve and of its error estimate at twice the width
         for width in (cells["width"], 2 * cells["width"]):
             reduction.graded_edges(red, width, cells["depth"])
+    except ValueError as exc:
+        raise ConfigError(f"{where}.mean_field: {exc}") from None
+
+
+def _check_sphere_mean_field(where: str, experiment: dict, M, measure: str, params: dict) -> None:
+    """The S² mesh's checks, before any job: ρ0 a density it carries (``measure``, ``params`` with vMF means drawn
+    as the initial tokens draw them), and at every β both icosphere levels resolving the kernel (a level too coarse
+    is named with the β)."""
+    block = experiment["mean_field"]
+    try:
+        sphere_levels.log_density0(measure, params)
+        for beta in experiment["betas"]:
+            _, fine = sphere_levels.reference_levels(M.B, float(beta), block.get("level"))
+            if sphere_levels.icosphere_triangles(fine) > block["max_triangles"]:
+                raise ValueError(
+                    f"at beta = {beta:g} the reference starts on icosphere level {fine} "
+                    f"({sphere_levels.icosphere_triangles(fine)} triangles), more than max_triangles = "
+                    f"{block['max_triangles']}; raise max_triangles or leave out that beta"
+                )
     except ValueError as exc:
         raise ConfigError(f"{where}.mean_field: {exc}") from None
 

@@ -1,9 +1,9 @@
 """The one-dimensional reductions of Eq. 2 and their initial cells, without the solver (no numba).
 
 ``reduce`` finds the symmetry (the circle d = 2, or d = 3 with B, V and ρ0 sharing an axis) and
-refuses any input without one (``SymmetryBroken``); ``uniform_edges`` and ``graded_edges`` lay out
-the initial cells. The config check builds these before any job; ``lowtemp.dynamics.meanfield``
-solves on them (derivation: docs/mean_field.md).
+refuses any input without one (``SymmetryBroken``; ``geometry`` sends d = 3 without it to the S² mesh
+solver); ``uniform_edges`` and ``graded_edges`` lay out the initial cells. The config check builds these
+before any job; ``lowtemp.dynamics.meanfield`` solves on them (derivation: docs/mean_field.md).
 """
 
 from __future__ import annotations
@@ -169,6 +169,18 @@ def reduce(B: np.ndarray, V: np.ndarray, measure: str = "uniform", params: dict 
         v_axis=values["V"][0],
         v_perp=values["V"][1],
     )
+
+
+def geometry(B: np.ndarray, V: np.ndarray, measure: str = "uniform", params: dict | None = None) -> str:
+    """Which solver takes a ``model: mean_field`` experiment: "circle" or "axisymmetric" (``reduce`` applies,
+    ``lowtemp.dynamics.meanfield``), or "sphere" (d = 3 without that symmetry: the S² mesh,
+    ``lowtemp.dynamics.sphere_meanfield``). SymmetryBroken in any other dimension, ValueError for bad input."""
+    try:
+        return reduce(B, V, measure, params).geometry
+    except SymmetryBroken:
+        if np.shape(B) == (3, 3):
+            return "sphere"
+        raise
 
 
 def unstable_points(red: Reduction) -> np.ndarray:

@@ -24,29 +24,39 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import measures, projection
+from ..model import projection
 from .meanfield import _advance_edges
-from .sphere_mesh import (
+from .sphere_levels import (
+    DEFAULT_DEPTH,
+    DEFAULT_VARIATION,
     MAX_SUBDIVISION,
+    REFERENCE_DEPTH,
+    REFERENCE_REMESH_EVERY,
+    REFERENCE_RTOL,
+    MeshTooCoarse,
+    kernel_width,
+    log_density0,
+    reference_edge,
+    subdivision_needed,
+)
+from .sphere_mesh import (
     SUB_BARY,
     SUB_COUNT,
-    MeshTooCoarse,
     SphereMesh,
     edge_lengths,
     log_normalisers,
     mesh_from_density,
+    orientation,
     spherical_area,
     triangle_nodes,
 )
 from .sphere_remesh import adapt
-from .sphere_softmax import DEFAULT_DEPTH, DEFAULT_VARIATION, softmax, velocity_divergence
 from .sphere_softmax import check_settings as _check_softmax_settings
+from .sphere_softmax import softmax, velocity_divergence
 
 #: smallest singular value of B, relative to its largest, that the solver accepts: below it |Bᵀx| nearly vanishes
 #: somewhere, where the softmax's centre b̂ = Bᵀx/|Bᵀx| is undefined (Assumption 1 asks for B invertible)
 B_CONDITION = 1e-8
-#: initial measures the solver takes: those with a positive, smooth density on the whole sphere
-DENSITY_MEASURES = ("uniform", "vmf_mixture")
 
 
 @dataclass(frozen=True)
@@ -117,36 +127,6 @@ def snapshot_nodes(mesh: SphereMesh, n: int = 2) -> tuple[np.ndarray, np.ndarray
 # the initial measure and the checks made before any work
 
 
-def log_density0(measure: str, params: dict) -> Callable[[np.ndarray], np.ndarray]:
-    """log ρ0 per steradian as a function of unit vectors (…, 3): uniform, or a von Mises–Fisher mixture
-    (κ e^{κ(⟨μ,y⟩ − 1)}/(2π(1 − e^{−2κ})) per component, written so that no exponent overflows)."""
-    if measure == "uniform":
-        return lambda y: np.full(np.shape(y)[:-1], -math.log(4 * math.pi))
-    if measure != "vmf_mixture":
-        raise ValueError(
-            f"S² mean field: initial measure {measure!r} has no positive smooth density; "
-            f"the solver takes {', '.join(DENSITY_MEASURES)}"
-        )
-    kappas = measures.check_kappas(params["kappas"])
-    weights = measures.check_weights(params.get("weights"), kappas.size)
-    means = np.asarray(params["means"], dtype=float).reshape(kappas.size, 3)
-    norms = np.linalg.norm(means, axis=1)
-    if not np.all(np.isfinite(norms)) or np.any(norms < 1e-150):
-        raise ValueError("S² mean field: every vMF mean must be a finite non-zero vector")
-    means = means / norms[:, None]
-
-    def log_norm(kappa: float) -> float:
-        if kappa == 0:
-            return math.log(4 * math.pi)
-        return math.log(2 * math.pi) + math.log(-math.expm1(-2 * kappa)) - math.log(kappa)
-
-    def f(y):
-        parts = [math.log(w) + k * (np.asarray(y) @ mu - 1.0) - log_norm(k) for k, w, mu in zip(kappas, weights, means)]
-        return np.logaddexp.reduce(np.stack(parts), axis=0)
-
-    return f
-
-
 def initial_mesh(measure: str, params: dict, level: int) -> SphereMesh:
     """The icosphere of ``level`` carrying ρ0 (masses by the 8 × 8 rule on every triangle, scaled by the common factor
     that makes them sum to 1, which ρ0 does: the rule's error, below 1e-10 on the tests' densities, is not left to
@@ -154,11 +134,6 @@ def initial_mesh(measure: str, params: dict, level: int) -> SphereMesh:
     mesh = mesh_from_density(level, log_density0(measure, params))
     mesh.log_mass -= np.logaddexp.reduce(mesh.log_mass)
     return mesh
-
-
-def kernel_width(B: np.ndarray, beta: float) -> float:
-    """The narrowest softmax kernel over the sphere, (β σ_max(B))^{−1/2} radians."""
-    return (beta * float(np.linalg.svd(B, compute_uv=False)[0])) ** -0.5
 
 
 def cap_radii(mesh: SphereMesh) -> np.ndarray:
@@ -181,8 +156,7 @@ def check_resolution(
     ℓ-range and kept triangles beyond that angle (when the proven lower bound comes from far away) can still
     make the softmax refuse a triangle mid-run, naming it and the time."""
     radius = max(float(cap_radii(mesh).max()), edge or 0.0)
-    kappa = beta * float(np.linalg.svd(B, compute_uv=False)[0])
-    needed = 2.0 * radius * math.sqrt(2.0 * depth * kappa) + kappa * radius**2
+    needed = subdivision_needed(radius, B, beta, depth)
     if needed > MAX_SUBDIVISION * variation:
         raise MeshTooCoarse(
             f"S² mean field: at beta = {beta:g} the kernel is {kernel_width(B, beta):.3g} rad wide and the mesh's "
@@ -190,6 +164,18 @@ def check_resolution(
             f"edge, more than {MAX_SUBDIVISION}; raise the mesh level (each level halves the edges) or lower the "
             "remeshing target edge"
         )
+
+
+def reference_settings(level: int, max_triangles: int | None) -> SphereSettings:
+    """The pipeline's settings for a reference started on the icosphere of ``level``."""
+    return SphereSettings(
+        edge=reference_edge(level),
+        depth=REFERENCE_DEPTH,
+        rtol=REFERENCE_RTOL,
+        atol=REFERENCE_RTOL * 1e-2,
+        remesh_every=REFERENCE_REMESH_EVERY,
+        max_triangles=max_triangles,
+    )
 
 
 def check_inputs(B, V, beta: float, times, settings: SphereSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -300,13 +286,28 @@ def _unpack(y: np.ndarray, mesh: SphereMesh, tracer_count: int) -> tuple[SphereM
     return moved, tracers / np.linalg.norm(tracers, axis=1, keepdims=True)
 
 
+def folded(mesh: SphereMesh) -> tuple[np.ndarray, float]:
+    """(inverted, solid-angle excess): which triangles the flow has turned inside out (clockwise seen from outside)
+    and by how much the triangles' solid angles exceed 4π. A mesh that covers S² once has neither; a fold (the flow
+    unresolved at the mesh's edge length, in the tail first) makes the mesh overlap itself there, and remeshing
+    only splits it further."""
+    tri = mesh.triangles
+    inverted = orientation(mesh.points, tri) < 0
+    a, b, c = (mesh.points[tri[:, k]] for k in range(3))
+    return inverted, float(spherical_area(a, b, c).sum() - 4 * math.pi)
+
+
 def _mesh_diagnostics(mesh: SphereMesh) -> dict:
     log_c = log_normalisers(mesh)
+    inverted, excess = folded(mesh)
     return {
         "triangles": int(mesh.triangles.shape[0]),
         "max_abs_log_c": float(np.abs(log_c).max()),
         "longest_edge": float(edge_lengths(mesh.points, mesh.triangles).max()),
         "total_mass": float(np.exp(mesh.log_mass).sum()),
+        "inverted": int(inverted.sum()),
+        "folded_mass": float(np.exp(mesh.log_mass[inverted]).sum()),
+        "solid_angle_excess": excess,
     }
 
 

@@ -30,23 +30,16 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
+from .sphere_levels import DEFAULT_DEPTH, DEFAULT_VARIATION, MAX_SUBDIVISION, MeshTooCoarse
 from .sphere_mesh import (
-    MAX_SUBDIVISION,
     SUB_BARY,
     SUB_COUNT,
     SUB_WEIGHTS,
-    MeshTooCoarse,
     SphereMesh,
     log_normalisers,
     subdivision,
 )
 
-#: default log-variation of the exponent per sub-triangle: on vMF mixtures at β = 10 … 10⁴ (meshes as fine as the
-#: kernel) the mean is then within 2e-4 of the β-effect |m − b̂| and takes 5–8·10³ nodes per query at β ≥ 1000
-#: (tests/dynamics/test_sphere_softmax.py; docs/sphere_mean_field.md)
-DEFAULT_VARIATION = 3.0
-#: default pruning depth: skipped triangles hold less than (triangles)·e^{−40} ≈ 4e-18·(triangles) of Z
-DEFAULT_DEPTH = 40.0
 #: largest factor by which a minor triangle's variation is loosened
 LOOSEN_CAP = 4.0
 

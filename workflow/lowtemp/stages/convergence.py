@@ -49,7 +49,7 @@ import time as _time
 import numpy as np
 
 from ..analysis import fitting, particle_budget
-from ..config.experiment import ConfigError, field_kernel, integration_tolerance
+from ..config.experiment import ConfigError, field_kernel, initial_measure, integration_tolerance, stream_name
 from ..config.studies import (
     NOMINAL_ORDER,
     STEP_LEVELS,
@@ -205,26 +205,10 @@ def budget_window(times, departure, censored) -> tuple[np.ndarray, float]:
     return (times > 0) & (times <= end), end
 
 
-def initial_measure(name: str, experiment: dict, root_seed: int) -> tuple[str, dict]:
-    """The experiment's ρ0 (name, parameters) with anything random fixed as the pipeline fixed it.
-
-    A ``vmf_mixture`` without ``means`` draws them first from the ``initial_tokens``
-    stream (``measures.vmf_mixture``); they are drawn the same way here and passed
-    explicitly, so every N samples the same ρ0.
-    """
-    params = dict(experiment["initial_measure"])
-    measure = params.pop("name")
-    params.pop("positive_density", None)
-    if measure == "vmf_mixture" and params.get("means") is None:
-        rng = generator(root_seed, name, "initial_tokens")
-        params["means"] = measures.uniform(rng, 1, len(params["kappas"]), int(experiment["dim"]))[0]
-    return measure, params
-
-
 def particle_tokens(name: str, experiment: dict, root_seed: int, n: int, replicas: int) -> np.ndarray:
     """R × N tokens from ρ0, stream (name, "convergence", str(N)): (replica, token, dim)."""
     measure, params = initial_measure(name, experiment, root_seed)
-    rng = generator(root_seed, name, "convergence", str(int(n)))
+    rng = generator(root_seed, stream_name(name, experiment), "convergence", str(int(n)))
     return measures.sample_initial_tokens(measure, rng, replicas, int(n), int(experiment["dim"]), **params)
 
 

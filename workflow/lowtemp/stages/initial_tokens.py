@@ -10,6 +10,7 @@ import logging
 
 import numpy as np
 
+from ..config.experiment import stream_name
 from ..model import measures
 from ..model.seeding import generator
 from ..store import datasets, io
@@ -18,11 +19,12 @@ log = logging.getLogger("lowtemp")
 
 
 def stage_initial_tokens(name, experiment, root_seed, matrices_path, output):
-    """Sample the tokens from ρ0 (stream ``(name, "initial_tokens")``) and write initial_tokens.nc."""
+    """Sample the tokens from ρ0 (stream ``(streams, "initial_tokens")``, ``experiment.stream_name``) and write
+    initial_tokens.nc."""
     M = datasets.load_matrices(matrices_path)
     params = dict(experiment["initial_measure"])
     measure = params.pop("name")
-    rng = generator(root_seed, name, "initial_tokens")
+    rng = generator(root_seed, stream_name(name, experiment), "initial_tokens")
     X0 = measures.sample_initial_tokens(
         measure, rng, experiment["replicas"], experiment["tokens"], experiment["dim"], **params
     )

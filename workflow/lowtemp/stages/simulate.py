@@ -12,8 +12,8 @@ import time as _time
 
 import numpy as np
 
-from ..config.experiment import field_kernel, integration_tolerance, time_grid
-from ..dynamics import fields, integrate, kernels, meanfield, reduction
+from ..config.experiment import field_kernel, initial_measure, integration_tolerance, time_grid
+from ..dynamics import fields, integrate, kernels, meanfield, reduction, sphere_levels, sphere_meanfield
 from ..model import exact, projection
 from ..store import checkpoint, datasets, io
 from .joblog import progress_logger
@@ -125,12 +125,18 @@ def stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_pa
     between the two push-forwards of the same tokens (``reference_error``, an upper bound of W2 between
     them) bounds the finer solution's error where the cells converge at order ≥ 1, and decides with the
     coarser solution's ``reference_dist_leading_A`` which β the fit counts as resolved. There is no ESS
-    (NaN): the reference has no finite sample."""
+    (NaN): the reference has no finite sample. In d = 3 without symmetry (``reduction.geometry``: "sphere") the
+    reference is the S² mesh solver at two icosphere levels instead (``_sphere_mean_field``)."""
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
     grid = time_grid(experiment)
     beta = float(beta)
     measure = dict(experiment["initial_measure"])
     measure_name = measure.pop("name")
+    if reduction.geometry(M.B, M.V, measure_name, measure) == "sphere":
+        # vMF means drawn as the initial tokens drew them: the mesh carries the density the tokens sample
+        ds = _sphere_mean_field(name, experiment, beta, M, X0, grid, *initial_measure(name, experiment, root_seed))
+        io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
+        return
     width, depth = float(experiment["mean_field"]["width"]), float(experiment["mean_field"]["depth"])
     red = reduction.reduce(M.B, M.V, measure_name, measure)
     solutions = {}
@@ -157,7 +163,18 @@ def stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_pa
     positions, coarse_positions = fine.push_forward(X0), coarse.push_forward(X0)
     error = np.sqrt(np.mean(np.sum((positions - coarse_positions) ** 2, axis=-1), axis=-1))  # (replica, time)
     ds = datasets.mean_field_dataset(
-        positions, error, projection.distance_to_eigenspace(coarse_positions, M.E1), fine, grid, beta, width, depth
+        positions,
+        error,
+        projection.distance_to_eigenspace(coarse_positions, M.E1),
+        np.sum(fine.owner >= 0, axis=1),
+        grid,
+        beta,
+        {
+            "geometry": red.geometry,
+            "width": width,
+            "depth": depth,
+            "field_evaluations": int(fine.evaluations),
+        },
     )
     log.info(
         "%s: beta = %g: largest reference error (W2 bound between the widths %g and %g) %.3g at t = %g",
@@ -169,6 +186,97 @@ def stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_pa
         float(grid.times[np.argmax(error.max(axis=0))]),
     )
     io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
+
+
+def _sphere_mean_field(name, experiment, beta, M, X0, grid, measure_name, measure):
+    """The mean-field reference in d = 3 without symmetry (``sphere_meanfield``): the icosphere of
+    ``mean_field.level`` (default: one above the coarsest level that resolves β) and the level below it, each
+    remeshed as it moves, the initial tokens carried as tracers; the root mean square distance between the two
+    levels' tracers is the error estimate, as on the circle. A mesh that outgrows ``mean_field.max_triangles``
+    before the horizon stops the job with an error naming the time (no file is written)."""
+    block = experiment["mean_field"]
+    coarse_level, fine_level = sphere_levels.reference_levels(M.B, beta, block.get("level"))
+    max_triangles = int(block["max_triangles"])
+    solutions = {}
+    for level in (fine_level, coarse_level):
+        label = f"{name} beta = {beta:g}: S² mean field, icosphere level {level}"
+        settings = sphere_meanfield.reference_settings(level, max_triangles)
+        log.info("%s: remeshed every %g to edges of %.3g rad", label, settings.remesh_every, settings.edge)
+        start = _time.perf_counter()
+        solution = sphere_meanfield.solve(
+            M.B,
+            M.V,
+            beta,
+            grid.times,
+            sphere_meanfield.initial_mesh(measure_name, measure, level),
+            X0,
+            settings,
+            progress=lambda t, info, label=label, start=start: log.info(
+                "%s: t = %g, %d triangles, %d field evaluations, %.0f s",
+                label,
+                t,
+                info["triangles"],
+                info["nfev"],
+                _time.perf_counter() - start,
+            ),
+        )
+        fold = solution.diagnostics["folded_mass"]
+        if fold.max() > sphere_levels.FOLDED_MASS_TOLERANCE:
+            k = int(np.argmax(fold > sphere_levels.FOLDED_MASS_TOLERANCE))
+            raise RuntimeError(
+                f"{label}: the mesh folded over itself: triangles holding a mass of {fold[k]:.3g} (more than "
+                f"{sphere_levels.FOLDED_MASS_TOLERANCE:g}) were inside out at t = {grid.times[k]:g}; the flow is not "
+                "resolved at this level's edge length (docs/sphere_mean_field.md, 'Folds')"
+            )
+        if fold.max() > 0:
+            k = int(np.argmax(fold > 0))
+            log.warning(
+                "%s: the mesh folded in its tail from t = %g: at most %d triangles inside out holding a mass of "
+                "%.3g, solid angles up to %.3g above 4π (below the tolerance %g; stored as reference_folded_mass)",
+                label,
+                grid.times[k],
+                int(solution.diagnostics["inverted"].max()),
+                float(fold.max()),
+                float(solution.diagnostics["solid_angle_excess"].max()),
+                sphere_levels.FOLDED_MASS_TOLERANCE,
+            )
+        if solution.info["resolved_until"] < grid.horizon:
+            raise RuntimeError(
+                f"{label}: the mesh outgrew mean_field.max_triangles = {max_triangles} at t = "
+                f"{solution.info['resolved_until']:g}, before the horizon {grid.horizon:g}; raise max_triangles "
+                "(memory and time grow with it) or shorten time.horizon"
+            )
+        log.info("%s: done in %.1f s (%s)", label, _time.perf_counter() - start, solution.info)
+        solutions[level] = solution
+    fine, coarse = solutions[fine_level], solutions[coarse_level]
+    error = np.sqrt(np.mean(np.sum((fine.tracers - coarse.tracers) ** 2, axis=-1), axis=-1))  # (replica, time)
+    log.info(
+        "%s: beta = %g: largest reference error (W2 bound between the levels %d and %d) %.3g at t = %g",
+        name,
+        beta,
+        fine_level,
+        coarse_level,
+        float(error.max()),
+        float(grid.times[np.argmax(error.max(axis=0))]),
+    )
+    folded_mass = np.maximum(fine.diagnostics["folded_mass"], coarse.diagnostics["folded_mass"])
+    return datasets.mean_field_dataset(
+        fine.tracers,
+        error,
+        projection.distance_to_eigenspace(coarse.tracers, M.E1),
+        fine.diagnostics["triangles"],
+        grid,
+        beta,
+        {
+            "geometry": "sphere",
+            "level": fine_level,
+            "coarse_level": coarse_level,
+            "edge": sphere_levels.reference_edge(fine_level),
+            "field_evaluations": int(fine.info["nfev"]),
+            "seconds": float(fine.info["seconds"]),
+        },
+        folded_mass=folded_mass,
+    )
 
 
 def stage_zero_temperature(

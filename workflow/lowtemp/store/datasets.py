@@ -181,11 +181,22 @@ def finite_temperature_dataset(
 
 
 def mean_field_dataset(
-    positions, error, coarse_dist_A, solution, grid: integrate.TimeGrid, beta: float, width: float, depth: float
+    positions,
+    error,
+    coarse_dist_A,
+    cells,
+    grid: integrate.TimeGrid,
+    beta: float,
+    reference: dict,
+    folded_mass=None,
 ) -> xr.Dataset:
     """finite_temperature/beta<β>.nc of a mean-field experiment: the reference's push-forward of the initial
     tokens (replica, time, token, dim) in place of particle positions, with the reference's error estimate
-    (replica, time), the coarser reference's distance to E1(A), and no ESS (NaN: no finite sample)."""
+    (replica, time), the coarser reference's distance to E1(A), the finer reference's size per snapshot
+    (``cells``: cells on the circle or the axisymmetric sphere, triangles on S²), and no ESS (NaN: no finite
+    sample). ``reference`` holds what the file says about the solver (attributes ``reference_<key>``: its geometry,
+    resolution and field evaluations); ``folded_mass`` (time,), on S² only, the mass in triangles the flow turned
+    inside out (the larger of the two levels')."""
     nr, nt = positions.shape[:2]
     record = integrate.StepRecord(
         np.zeros((nr, nt)),
@@ -208,17 +219,22 @@ def mean_field_dataset(
             {"reference_error": error, "reference_dist_leading_A": coarse_dist_A}[key].reshape(nr, nt),
             value,
         )
-    cells = np.sum(solution.owner >= 0, axis=1)
-    ds["reference_cells"] = (("time",), cells.astype(np.int64), io.attrs("cells of the (finer) reference"))
-    ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
-    ds.attrs.update(
-        model="mean_field",
-        kernel="mean_field",
-        reference_width=float(width),
-        reference_depth=float(depth),
-        reference_field_evaluations=int(solution.evaluations),
-        reference_geometry=solution.reduction.geometry,
+    ds["reference_cells"] = (
+        ("time",),
+        np.asarray(cells).astype(np.int64),
+        io.attrs("cells (triangles on S²) of the finer reference"),
     )
+    if folded_mass is not None:
+        ds["reference_folded_mass"] = (
+            ("time",),
+            np.asarray(folded_mass, dtype=float),
+            io.attrs(
+                "mass in the S² mesh's triangles that the flow turned inside out (the mesh folded over itself), "
+                "the larger of the two levels'; 0 where it covers the sphere once"
+            ),
+        )
+    ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
+    ds.attrs.update(model="mean_field", kernel="mean_field", **{f"reference_{k}": v for k, v in reference.items()})
     del ds.attrs["step"]
     return ds
 

@@ -1,0 +1,170 @@
+"""docs/sphere_results.md from a finished `make sphere` run: the paper's setting (d = 3, no symmetry) judged on the
+mean field itself.
+
+    python benchmarks/sphere_report.py results --markdown docs/sphere_results.md --images docs/img
+
+Everything in the page is read from the run's outputs (results/<experiment>/): the claims
+(``results/claims_summary.md``, the experiment's rows), per β the S² reference's levels, mesh size, field
+evaluations and seconds (finite_temperature/beta*.nc), its error estimate and departure times (fit.nc), the
+particles' W2 to it at each particle number beside the reference's own error (particle_error.nc), every job's
+wall time against the resource model's estimate, the run's wall time, commit and this machine's CPU (run it on the
+machine that ran the experiment). The W2 and end-phase figures are copied next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+from paper_scale_report import _num, _open, claims_rows, cost_table, run_span
+
+from lowtemp.store import io
+
+#: the experiment reported unless ``--experiment`` names another
+NAME = "concentration_mean_field"
+#: the times at which the particle-error table shows W2 (those beyond the horizon are left out)
+TABLE_TIMES = (1.0, 3.0, 6.0, 9.0, 12.0)
+FIGURES = ("w2_projection", "end_phase", "time_scale")
+
+
+def reference_table(exp: Path, fit) -> list[str]:
+    """Per β: the two levels, the finer mesh's triangles at t = 0 and at the horizon, its field evaluations and
+    seconds, the error estimate (over W2 to Π♯ρ0 to departure and to the horizon, over W2(ρ^β_t, ρ^∞_t) early) and
+    the departure per replica."""
+    head = [
+        "β",
+        "levels (fine / coarse)",
+        "triangles t = 0 → horizon",
+        "field evaluations",
+        "seconds (fine level)",
+        "error / W2 early",
+        "error / W2 to departure",
+        "error / W2 to horizon",
+        "departure per replica",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for b in fit.beta.values:
+        ft = _open(exp / "finite_temperature" / f"beta{float(b):g}.nc")
+        f = fit.sel(beta=b)
+        cells = ft["reference_cells"].values
+        dep = f["departure_time"].values
+        cen = f["departure_censored"].values.astype(bool)
+        deps = ", ".join(
+            f"> {float(fit.attrs['horizon']):g}" if c else ("none" if np.isnan(d) else f"{d:g}")
+            for d, c in zip(dep, cen)
+        )
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    f"{float(b):g}",
+                    f"{int(ft.attrs['reference_level'])} / {int(ft.attrs['reference_coarse_level'])}",
+                    f"{int(cells[0])} → {int(cells[-1])}",
+                    str(int(ft.attrs["reference_field_evaluations"])),
+                    f"{float(ft.attrs['reference_seconds']):.0f}",
+                    _num(f["reference_error_early"]),
+                    _num(f["reference_error_to_departure"]),
+                    _num(f["reference_error_to_horizon"]),
+                    deps,
+                ]
+            )
+            + " |"
+        )
+    return lines
+
+
+def particle_table(pe) -> list[str]:
+    """Per β and particle number n: W2 between the particles and the reference (mean over replicas) at TABLE_TIMES,
+    and the reference's own error estimate there."""
+    times = [t for t in TABLE_TIMES if t <= float(pe.time[-1]) + 1e-9]
+    head = ["β", "n", *[f"t = {t:g}" for t in times]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for b in pe.beta.values:
+        rows = [(str(int(n)), pe["particle_error"].sel(beta=b, tokens=n)) for n in pe.tokens.values]
+        rows.append(("reference's error", pe["reference_error"].sel(beta=b)))
+        for label, values in rows:
+            cells = [_num(float(np.nanmean(values.sel(time=t, method="nearest").values)), ".3g") for t in times]
+            lines.append("| " + " | ".join([f"{float(b):g}", label, *cells]) + " |")
+    return lines
+
+
+def report(results: Path, config: list[Path], images: Path, markdown: Path, name: str = NAME) -> str:
+    exp = results / name
+    for needed in ("fit.nc", "particle_error.nc"):
+        if not (exp / needed).is_file():
+            raise SystemExit(f"{exp}: no {needed}; run `make sphere` first")
+    fit, pe = _open(exp / "fit.nc"), _open(exp / "particle_error.nc")
+    start, end = run_span(exp / "logs")
+    images.mkdir(parents=True, exist_ok=True)
+    shown = []
+    for fig in FIGURES:
+        src = exp / "figures" / f"{fig}.png"
+        if src.is_file():
+            dst = images / f"sphere_{fig}.png"
+            shutil.copyfile(src, dst)
+            shown.append(f"![{fig}]({dst.relative_to(markdown.parent).as_posix()})")
+    lines = [
+        "# The paper's setting on the mean field itself: d = 3 without symmetry (generated)",
+        "",
+        "Generated by `make sphere` (config/sphere.yaml) from the run's outputs; do not edit by hand. The solver and",
+        "its checks: docs/sphere_mean_field.md; how each claim is decided: docs/claims.md.",
+        "",
+        f"- Commit of the run: {io.checkout_commit(results)}; CPU: {io.cpu_name()} ({os.cpu_count()} CPUs).",
+        f"- Wall time: {(end - start).total_seconds() / 60:.1f} min from the first to the last job log line.",
+        f"- β = {', '.join(f'{float(b):g}' for b in fit.beta.values)}; {fit.sizes['replica']} replicas of "
+        f"{int(fit.attrs['tokens'])} tokens carried as tracers; particles at n = "
+        f"{', '.join(str(int(n)) for n in pe.tokens.values)} from the first n of them.",
+        "",
+        "## Claims",
+        "",
+        *claims_rows(results / "claims_summary.md", name),
+        "",
+        "## The reference per β",
+        "",
+        "The finer level is the reference; the root mean square distance between the two levels' tracers is its",
+        "error estimate, given over the W2 each claim judges (the fit counts a β as resolved where it is at most",
+        f"{_num(float(fit.attrs.get('particle_error_fraction', np.nan)))}). Departure: the first time after the",
+        f"metastable phase that the distance to E1(A) exceeds half the gap to V's leading eigenspace "
+        f"({_num(0.5 * float(fit.attrs['end_phase_gap']))}).",
+        "",
+        *reference_table(exp, fit),
+        "",
+        "## Particles against the reference",
+        "",
+        "W2 between the particle system from the first n tokens and the reference's push-forward of the same tokens",
+        "(mean over replicas), beside the reference's own error estimate:",
+        "",
+        *particle_table(pe),
+        "",
+        "## Figures",
+        "",
+        *shown,
+        "",
+        "## Cost: the resource model's estimate against each job",
+        "",
+        *cost_table(config, results),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", type=Path, help="the finished run's results folder")
+    ap.add_argument("--config", type=Path, nargs="+", default=[Path("config/sphere.yaml")])
+    ap.add_argument("--markdown", type=Path, default=Path("docs/sphere_results.md"))
+    ap.add_argument("--images", type=Path, default=Path("docs/img"))
+    ap.add_argument("--experiment", default=NAME)
+    args = ap.parse_args(argv)
+    text = report(args.results, args.config, args.images, args.markdown, args.experiment)
+    args.markdown.write_text(text)
+    print(f"wrote {args.markdown}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""What the S² solver's input must be, without the solver (no numba): the sub-division rule's screening test,
+the icosphere levels the pipeline's reference uses at each β and its settings' constants, and ρ0's log-density.
+
+The config check (``lowtemp.config.validation``) reads this module before any job; the solver
+(``sphere_meanfield``, ``sphere_softmax``, ``sphere_mesh``) takes its constants from here. Derivation:
+docs/sphere_mean_field.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..model import measures
+from .sphere_geometry import edge_lengths, icosphere
+
+#: finest sub-division of one triangle; a triangle that needs more is too coarse for the kernel (``MeshTooCoarse``)
+MAX_SUBDIVISION = 24
+#: default log-variation of the exponent per sub-triangle: on vMF mixtures at β = 10 … 10⁴ (meshes as fine as the
+#: kernel) the mean is then within 2e-4 of the β-effect |m − b̂| and takes 5–8·10³ nodes per query at β ≥ 1000
+#: (tests/dynamics/test_sphere_softmax.py; docs/sphere_mean_field.md)
+DEFAULT_VARIATION = 3.0
+#: default pruning depth: skipped triangles hold less than (triangles)·e^{−40} ≈ 4e-18·(triangles) of Z
+DEFAULT_DEPTH = 40.0
+
+
+#: initial measures the solver takes: those with a positive, smooth density on the whole sphere
+DENSITY_MEASURES = ("uniform", "vmf_mixture")
+
+
+class MeshTooCoarse(ValueError):
+    """A triangle is too large for the variation of the integrand over it; the message says by how much."""
+
+
+def kernel_width(B: np.ndarray, beta: float) -> float:
+    """The narrowest softmax kernel over the sphere, (β σ_max(B))^{−1/2} radians."""
+    return (beta * float(np.linalg.svd(B, compute_uv=False)[0])) ** -0.5
+
+
+def subdivision_needed(radius: float, B: np.ndarray, beta: float, depth: float) -> float:
+    """Largest variation of κ⟨b̂, y⟩ over a kept triangle of cap radius ``radius``, κ = β σ_max(B): a triangle at
+    an angle up to sqrt(2·depth/κ) from the kernel's centre sees 2r·sqrt(2·depth·κ) + κr²
+    (``sphere_meanfield.check_resolution``)."""
+    kappa = beta * float(np.linalg.svd(B, compute_uv=False)[0])
+    return 2.0 * radius * math.sqrt(2.0 * depth * kappa) + kappa * radius**2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the pipeline's reference: two icosphere levels, the finer one the reference, their difference its error
+#: DOP853's relative tolerance of the pipeline's reference (atol a hundredth of it): the softmax's adaptive
+#: quadrature makes the field piecewise smooth at about 1e-5, so a tighter one buys nothing (docs/sphere_mean_field.md)
+REFERENCE_RTOL = 1e-4
+#: pruning depth of the pipeline's reference: a skipped triangle holds less than e^{−20} ≈ 2e-9 of the proven lower
+#: bound of Z. On a clustered state (two vMF clusters of concentration 40 on ±E1(A), concentration's matrices) the
+#: velocity moved by 2e-10 to 2e-9 and the divergence by 3e-8 against depth 40, far below the solve's rtol 1e-4,
+#: while a field evaluation took 2.5× (β = 10) and 1.4× (β = 100) less (tests/dynamics/test_sphere_meanfield.py)
+REFERENCE_DEPTH = 20.0
+#: largest mass the pipeline's reference may hold in triangles the flow turned inside out (a fold of the mesh in the
+#: near-empty tail, where flattened triangles cross under the ODE's error: docs/sphere_mean_field.md, "Folds"); moving
+#: that mass anywhere changes W2 by at most 2·sqrt(1e-6) = 2e-3
+FOLDED_MASS_TOLERANCE = 1e-6
+#: time between remeshings of the pipeline's reference
+REFERENCE_REMESH_EVERY = 0.5
+#: the remeshing target edge over the initial icosphere's longest edge (edges split above 1.5 times the target)
+REFERENCE_EDGE_RATIO = 1.5
+#: the icosphere levels the pipeline's reference may use: from level 2 (320 triangles, the coarsest that the tests
+#: compare with converged particles) to level 6 (81 920 triangles)
+REFERENCE_LEVELS = range(2, 7)
+
+
+def icosphere_triangles(level: int) -> int:
+    """Triangles of the icosphere of ``level``: 20·4^level."""
+    return 20 * 4**level
+
+
+def reference_edge(level: int) -> float:
+    """The remeshing target edge (rad) of a reference started on the icosphere of ``level``."""
+    points, triangles = icosphere(level)
+    return REFERENCE_EDGE_RATIO * float(edge_lengths(points, triangles).max())
+
+
+def level_resolves(level: int, B: np.ndarray, beta: float) -> bool:
+    """Whether a reference on the icosphere of ``level``, remeshed to ``reference_edge(level)``, passes
+    ``check_resolution`` at β (the default sub-division tolerance, the reference's pruning depth)."""
+    return subdivision_needed(reference_edge(level), B, beta, REFERENCE_DEPTH) <= MAX_SUBDIVISION * DEFAULT_VARIATION
+
+
+def reference_levels(B: np.ndarray, beta: float, level: int | None = None) -> tuple[int, int]:
+    """(coarse, fine) icosphere levels of the pipeline's reference at β: ``level`` and the one below it, or without
+    ``level`` the coarsest that resolves β and the one above it. MeshTooCoarse naming β when the coarse level
+    does not resolve it (or none in ``REFERENCE_LEVELS`` does)."""
+    B = np.asarray(B, dtype=float)
+    if level is None:
+        usable = [k for k in REFERENCE_LEVELS[:-1] if level_resolves(k, B, beta)]
+        if not usable:
+            raise MeshTooCoarse(
+                f"S² mean field: no icosphere level up to {REFERENCE_LEVELS[-1]} resolves beta = {beta:g} "
+                f"(kernel width {kernel_width(B, beta):.3g} rad)"
+            )
+        return usable[0], usable[0] + 1
+    if level - 1 not in REFERENCE_LEVELS or level not in REFERENCE_LEVELS:
+        raise ValueError(
+            f"S² mean field: level must lie in {REFERENCE_LEVELS[0] + 1} … {REFERENCE_LEVELS[-1]}, got {level!r}"
+        )
+    if not level_resolves(level - 1, B, beta):
+        raise MeshTooCoarse(
+            f"S² mean field: at beta = {beta:g} the error estimate's level {level - 1} (one below level {level}) is "
+            f"too coarse for the kernel ({kernel_width(B, beta):.3g} rad wide); raise level, or leave it out to "
+            "take the coarsest level that resolves every beta"
+        )
+    return level - 1, level
+
+
+def log_density0(measure: str, params: dict) -> Callable[[np.ndarray], np.ndarray]:
+    """log ρ0 per steradian as a function of unit vectors (…, 3): uniform, or a von Mises–Fisher mixture
+    (κ e^{κ(⟨μ,y⟩ − 1)}/(2π(1 − e^{−2κ})) per component, written so that no exponent overflows)."""
+    if measure == "uniform":
+        return lambda y: np.full(np.shape(y)[:-1], -math.log(4 * math.pi))
+    if measure != "vmf_mixture":
+        raise ValueError(
+            f"S² mean field: initial measure {measure!r} has no positive smooth density; "
+            f"the solver takes {', '.join(DENSITY_MEASURES)}"
+        )
+    kappas = measures.check_kappas(params["kappas"])
+    weights = measures.check_weights(params.get("weights"), kappas.size)
+    if params.get("means") is None:
+        raise ValueError(
+            "S² mean field: vmf_mixture needs explicit means (drawn ones are known to the initial tokens only)"
+        )
+    means = np.asarray(params["means"], dtype=float).reshape(kappas.size, 3)
+    norms = np.linalg.norm(means, axis=1)
+    if not np.all(np.isfinite(norms)) or np.any(norms < 1e-150):
+        raise ValueError("S² mean field: every vMF mean must be a finite non-zero vector")
+    means = means / norms[:, None]
+
+    def log_norm(kappa: float) -> float:
+        if kappa == 0:
+            return math.log(4 * math.pi)
+        return math.log(2 * math.pi) + math.log(-math.expm1(-2 * kappa)) - math.log(kappa)
+
+    def f(y):
+        parts = [math.log(w) + k * (np.asarray(y) @ mu - 1.0) - log_norm(k) for k, w, mu in zip(kappas, weights, means)]
+        return np.logaddexp.reduce(np.stack(parts), axis=0)
+
+    return f
