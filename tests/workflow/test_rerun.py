@@ -146,6 +146,7 @@ def test_every_rule_takes_its_slice_from_the_table():
             "convergence_figure",
             "particle_error_beta",
             "particle_error",
+            "animation",
         )
     }
     for name, body in rules.items():
@@ -269,6 +270,37 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
         output=out / "mf_beta10.nc",
     )
     check("finite_temperature", out / "mf_beta10.nc", mf_exp)
+    # and, in d = 3 without symmetry, the S² mesh's keys: tiny's matrices (streams: tiny) and a vMF mixture whose
+    # means the stage draws from tiny's streams as the initial tokens did, to t = 0.5
+    s2_exp = validated(
+        {
+            "root_seed": seed,
+            "experiments": {
+                "tiny_s2": {
+                    **copy.deepcopy(exp),
+                    "model": "mean_field",
+                    "streams": "tiny",
+                    "initial_measure": {"name": "vmf_mixture", "kappas": [2.0, 1.0]},
+                    "mean_field": {"level": 3, "max_triangles": 20000},
+                    "time": {"horizon": 0.5, "dt": 0.05, "snapshots": 2},
+                    "figures": {"snapshot_times": [0.0, 0.5]},
+                }
+            },
+        }
+    )["experiments"]["tiny_s2"]
+    initial_tokens_stage.stage_initial_tokens(
+        "tiny_s2", g("initial_tokens", s2_exp), seed, matrices_path=mats, output=out / "s2_tokens.nc"
+    )
+    simulate_stage.stage_finite_temperature(
+        "tiny_s2",
+        g("finite_temperature", s2_exp),
+        seed,
+        beta=5.0,
+        matrices_path=mats,
+        tokens_path=out / "s2_tokens.nc",
+        output=out / "s2_beta5.nc",
+    )
+    check("finite_temperature", out / "s2_beta5.nc", s2_exp)
     # and its particle runs against the reference (mean_field.particles), then their collection
     distances_stage.stage_particle_error_beta(
         "tiny_mean_field",
@@ -336,6 +368,13 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
             pdf=out / f"{fig}.pdf",
             png=out / f"{fig}.png",
         )
+    figures.stage_animation(
+        name,
+        g("animation"),
+        zero_path=zero,
+        finite_paths=sorted((res / "finite_temperature").glob("*.nc")),
+        gif=out / "tokens.gif",
+    )
     # the convergence studies, on a small block (the defaults would take minutes)
     small = {
         **exp,
@@ -399,7 +438,13 @@ def from_particle_error(e, betas=None):
 
 
 def from_finite(e, betas=None):
-    return _jobs(e, "finite_temperature", betas) | from_distances(e, betas) | from_particle_error(e, betas)
+    """The finite-temperature runs onward; every experiment of config/test.yaml is on S¹ or S², so its animation too."""
+    return (
+        _jobs(e, "finite_temperature", betas)
+        | from_distances(e, betas)
+        | from_particle_error(e, betas)
+        | _jobs(e, "animation")
+    )
 
 
 def from_simulations(e):
