@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: sphere sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: demo sphere sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,21 @@ venv: $(STAMP)
 reproduce: $(STAMP)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --report results/report.html
+
+## demo: a small run to look at (config/demo.yaml: one experiment on S², one on S¹; 1-2 minutes on 2 cores) and its
+## report: figures and the tokens' animation in results/demo_sphere/figures/ and results/demo_circle/figures/, the
+## report in results/demo_report.html. It leaves results/claims_summary.md (the default run's) alone.
+DEMO := --workflow-profile workflow/profiles/default --configfile config/demo.yaml --omit-from claims_summary
+demo: $(STAMP)
+	$(BIN)/snakemake $(DEMO) --cores $(CORES)
+	$(BIN)/snakemake $(DEMO) --report results/demo_report.html
+	@echo
+	@for e in demo_sphere demo_circle; do \
+		echo "figures of $$e:   results/$$e/figures/ ($$(cd results/$$e/figures && ls *.png | tr '\n' ' '))"; \
+		echo "animation of $$e: results/$$e/figures/tokens.gif"; \
+	done
+	@echo "report:    results/demo_report.html (every figure and animation with its caption)"
+	@echo "claims:    results/demo_sphere/logs/claims.log, results/demo_circle/logs/claims.log"
 
 ## report: the Snakemake report (every figure with its caption) of a finished run, results/report.html;
 ## CONFIGFILE names the run's config (default config/config.yaml: the run `make reproduce` makes)

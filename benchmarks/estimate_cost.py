@@ -26,7 +26,8 @@ SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.
 
 def jobs(config: dict, checked: dict, threads: int):
     """(experiment, job, beta, Estimate) of every job of the config's default target (with the optional stages an
-    experiment turns on, ``registry.target_stages``: the particle runs of ``mean_field.particles``) and studies."""
+    experiment turns on, ``registry.target_stages``: the particle runs of ``mean_field.particles``, the animation on S¹
+    and S²) and studies."""
     for name, exp in config["experiments"].items():
         M = checked[name]
         particles = "particle_error_beta" in registry.target_stages(exp)
@@ -45,7 +46,8 @@ def jobs(config: dict, checked: dict, threads: int):
                     beta,
                     resources.estimate("particle_error_beta", exp, beta=beta, matrices=M, threads=threads),
                 )
-        for stage in ("zero_temperature", "distances", "fit", "figure") + (("particle_error",) if particles else ()):
+        optional = tuple(s for s in ("particle_error", "animation") if s in registry.target_stages(exp))
+        for stage in ("zero_temperature", "distances", "fit", "figure") + optional:
             yield name, stage, None, resources.estimate(stage, exp)
         if "convergence" in exp:
             yield name, "convergence", None, resources.estimate("convergence", exp, matrices=M, threads=threads)

@@ -107,6 +107,37 @@ BAD_CONFIGS = [
         r"experiments\.tiny\.betas has duplicate values: \[5\.0, 5\.0\]",
     ),
     (
+        # %g keeps 6 significant digits: both would be written to finite_temperature/beta5.nc
+        "betas-sharing-a-file-label",
+        tiny(betas=[5, 5.0000001]),
+        ConfigError,
+        r"experiments\.tiny\.betas: \[5\.0, 5\.0000001\] share the file label beta5 ",
+    ),
+    (
+        "experiment-name-read-as-a-number",
+        lambda c: c["experiments"].update({123: c["experiments"].pop("tiny")}),
+        ConfigError,
+        r"experiments: the name 123 is read by YAML as int, not as a name",
+    ),
+    (
+        "experiment-name-read-as-a-boolean",
+        lambda c: c["experiments"].update({True: c["experiments"].pop("tiny")}),
+        ConfigError,
+        r"experiments: the name True is read by YAML as bool, not as a name",
+    ),
+    (
+        "experiment-names-differing-by-case",
+        lambda c: c["experiments"].update(TINY=copy.deepcopy(c["experiments"]["tiny"])),
+        ConfigError,
+        r"experiments: 'tiny' and 'TINY' differ only by case",
+    ),
+    (
+        "yte-templating-keys",
+        lambda c: c.update(__use_yte__=True),
+        ConfigError,
+        r"the config: __use_yte__: YTE templating keys make a config a program",
+    ),
+    (
         "zero-tokens",
         tiny(tokens=0),
         ConfigError,
@@ -563,6 +594,31 @@ def test_config_file_that_is_not_a_mapping(tmp_path, text, message):
         validation.load_config_file(tmp_path / "absent.yaml")
 
 
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (
+            "root_seed: 1\nexperiments: {caf\xe9: 1}\n".encode("latin-1"),
+            r"c\.yaml, line 2: not UTF-8 text \(byte 0xe9\)",
+        ),
+        (("a: " + "[" * 20000 + "]" * 20000 + "\n").encode(), r"c\.yaml: the YAML is nested too deeply"),
+        (b"__use_yte__: true\n__definitions__: [import os]\nroot_seed: 1\n", r"c\.yaml: __use_yte__, __definitions__:"),
+        (
+            b"root_seed: !!python/object/apply:os.system [true]\n",
+            r"(?s)c\.yaml: not valid YAML: could not determine a constructor.*line 1, column 12",
+        ),
+    ],
+    ids=["latin-1", "nested-too-deeply", "yte", "python-tag"],
+)
+def test_config_file_that_is_not_data_is_named_with_its_line(tmp_path, content, message):
+    """Bytes that are not UTF-8, nesting the parser cannot follow, YTE templating and Python tags: each named with
+    the file (and the line where there is one), never a parser traceback, never run."""
+    path = tmp_path / "c.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message):
+        validation.load_config_file(path)
+
+
 def test_results_folder_that_is_a_file(tmp_path, base_config):
     (tmp_path / "results").write_text("")
     with pytest.raises(ConfigError, match=r"results folder '.*results' exists but is not a folder"):
@@ -655,6 +711,25 @@ def test_snakemake_refuses_duplicate_experiment_names(tmp_path):
     proc = _snakemake(work, config)
     assert proc.returncode != 0
     assert "duplicate key 'tiny'" in proc.stdout + proc.stderr
+    assert not (work / "results").exists()
+
+
+def test_snakemake_runs_yte_before_the_check_which_then_refuses(tmp_path):
+    """What happens today with a YTE config: Snakemake evaluates its Python when it reads the file (the marker file
+    appears: before any of this project's code runs, docs/reliability.md), then the project's check refuses the run,
+    naming the keys, and nothing is written. A change in either direction fails this test."""
+    marker = tmp_path / "yte-ran"
+    config = tmp_path / "yte.yaml"
+    config.write_text(
+        "__use_yte__: true\n"
+        f"__definitions__:\n  - import pathlib; pathlib.Path({str(marker)!r}).touch()\n" + TEST_CONFIG.read_text()
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = _snakemake(work, config)
+    assert proc.returncode != 0
+    assert "__use_yte__, __definitions__: YTE templating keys make a config a program" in proc.stdout + proc.stderr
+    assert marker.exists()  # Snakemake ran the config's code before the check
     assert not (work / "results").exists()
 
 

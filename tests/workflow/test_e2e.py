@@ -22,6 +22,7 @@ import xarray as xr
 import yaml
 from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 from conftest import run_workflow as _run_workflow
+from PIL import Image
 from scipy.optimize import linear_sum_assignment
 
 from lowtemp.config import experiment as lowtemp_experiment
@@ -194,6 +195,12 @@ def test_figures_exist_and_open(results, config):
             assert png.stat().st_size > 0, png
             img = matplotlib.image.imread(png)
             assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50
+        # the animation of the tokens (every experiment here is on S¹ or S²): a frame per snapshot, a panel per β
+        # and one at zero temperature
+        assert lowtemp_experiment.animated(exp)
+        with Image.open(results / name / "figures" / "tokens.gif") as gif:
+            assert gif.format == "GIF" and gif.n_frames == exp["time"]["snapshots"] + 1
+            assert gif.size == lowtemp_experiment.animation_size(len(exp["betas"]) + 1)
 
 
 def test_every_rule_has_a_log(results, config):
@@ -206,6 +213,7 @@ def test_every_rule_has_a_log(results, config):
             + [f"finite_temperature_beta{b}" for b in labels]
             + [f"distances_beta{b}" for b in labels]
             + [f"figure_{f}" for f in figs]
+            + (["animation"] if lowtemp_experiment.animated(exp) else [])
             + (
                 [f"particle_error_beta{b}" for b in labels] + ["particle_error"]
                 if "particles" in exp["mean_field"]
@@ -216,7 +224,7 @@ def test_every_rule_has_a_log(results, config):
             assert (logs / f"{stem}.log").is_file(), stem
         # the computing stages write their progress there (the figure rules may stay silent)
         for stem in expected:
-            if not stem.startswith("figure_"):
+            if not stem.startswith("figure_") and stem != "animation":
                 assert "INFO" in (logs / f"{stem}.log").read_text(), stem
 
 
@@ -411,4 +419,5 @@ def test_snakemake_report_holds_every_figure(results):
     html = report.read_text(errors="replace")
     for fig in FIGURES:
         assert f"{fig}.png" in html, fig
+    assert "tokens.gif" in html
     assert "data collapse" in html.lower()

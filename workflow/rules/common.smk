@@ -38,9 +38,7 @@ EXPERIMENTS = config["experiments"]
 FIGURES = lowtemp_experiment.FIGURES
 
 
-def beta_label(beta):
-    """Short, canonical label of a beta in file names (no float noise)."""
-    return f"{float(beta):g}"
+beta_label = lowtemp_experiment.beta_label
 
 
 BETAS = {name: {beta_label(b): float(b) for b in exp["betas"]} for name, exp in EXPERIMENTS.items()}
@@ -100,6 +98,11 @@ def figure_labels(wildcards):
     }
 
 
+def animation_labels(wildcards):
+    """Labels of the animation in the report: its experiment, the experiment's betas, "tokens"."""
+    return {"experiment": wildcards.experiment, "β": ", ".join(BETAS[wildcards.experiment]), "figure": "tokens"}
+
+
 def convergence_labels(wildcards):
     """Labels of a convergence figure in the report (β: those the particle-number study runs at)."""
     name = wildcards.experiment
@@ -131,4 +134,6 @@ def all_targets():
             targets += [f"{RESULTS}/{name}/figures/convergence.{ext}" for ext in ("pdf", "png")]
         if lowtemp_experiment.particle_error_tokens(name, EXPERIMENTS[name]):  # mean_field.particles
             targets.append(f"{RESULTS}/{name}/particle_error.nc")
+        if lowtemp_experiment.animated(EXPERIMENTS[name]):  # on S¹ and S²: the tokens' animation
+            targets.append(f"{RESULTS}/{name}/figures/tokens.gif")
     return targets + [f"{RESULTS}/claims_summary.md"]

@@ -1,4 +1,5 @@
-# Step 7: figures from the NetCDF outputs (no physics recomputed), the convergence studies' included.
+# Step 7: figures from the NetCDF outputs (no physics recomputed), the convergence studies' included, and the
+# animation of the tokens (S¹ and S² only).
 
 
 rule figure:
@@ -61,3 +62,31 @@ rule convergence_figure:
         stage=stage_params("convergence_figure"),
     script:
         "../scripts/convergence_figure.py"
+
+
+rule animation:
+    input:
+        zero=f"{RESULTS}/{{experiment}}/zero_temperature.nc",
+        finite=finite_temperature_files,
+    output:
+        gif=report(
+            f"{RESULTS}/{{experiment}}/figures/tokens.gif",
+            caption="../report/animation.rst",
+            category="{experiment}",
+            subcategory="animation",
+            labels=animation_labels,
+        ),
+    log:
+        f"{RESULTS}/{{experiment}}/logs/animation.log",
+    benchmark:
+        f"{RESULTS}/{{experiment}}/benchmarks/animation.tsv"
+    conda:
+        SOFTWARE
+    resources:
+        mem_mb=stage_mem_mb("animation"),
+        runtime=stage_runtime("animation"),
+        cpus_per_task=stage_cpus("animation"),
+    params:
+        stage=stage_params("animation"),
+    script:
+        "../scripts/animation.py"

@@ -69,7 +69,9 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
     exact snapshot and the coupling bound at every one; its memory is the reference's push-forward (read whole) and
     one run's arrays and W2 at a time. Measured on ``mean_field_circle`` (N = 1024, R = 4, horizon 16, n = 256,
     512, 1024, two threads): 23 CPU s at β = 10 against a budget of 30 s.
-  - fit and figures: small arrays; startup dominates.
+  - fit and figures: small arrays; startup dominates. The animation of the tokens (``animation_cost``) reads every
+    β's positions and holds its frames as images; it draws ``ANIMATION_SECONDS_PER_PANEL`` per panel and frame
+    and ``ANIMATION_SECONDS_PER_POINT`` per token drawn.
 
   ``resources.RUNTIME_SAFETY`` = 3: the same dense step was measured 2–3.6× slower with
   another job on the same two cores than on a quiet machine, and a job that runs
@@ -101,7 +103,15 @@ import numpy as np
 from ..dynamics import fields, integrate, reduction, sphere_levels
 from ..transport import limits
 from . import studies
-from .experiment import exact_w2_snapshots, field_kernel, particle_error_tokens, time_grid
+from .experiment import (
+    ANIMATION_MAX_TOKENS,
+    animation_frames,
+    animation_size,
+    exact_w2_snapshots,
+    field_kernel,
+    particle_error_tokens,
+    time_grid,
+)
 
 #: peak bytes of one exact W2 per token pair (POT network simplex on an N×N float64 cost)
 W2_BYTES_PER_PAIR = 5.5 * 8
@@ -332,6 +342,26 @@ def figure_cost(experiment, *, beta=None, matrices=None, threads=1):
     betas = len(experiment["betas"])
     data = (betas + 2) * positions + betas * times * r * n * _F + _curves(experiment)
     seconds = 30.0 + (betas + 2) * times * r * n * 20e-9
+    return data, seconds
+
+
+#: seconds to draw and encode one panel of one frame of the animation, and per token drawn in it
+ANIMATION_SECONDS_PER_PANEL = 0.02
+ANIMATION_SECONDS_PER_POINT = 2e-6
+
+
+def animation_cost(experiment, *, beta=None, matrices=None, threads=1):
+    """The animation of the tokens: every β's positions and zero temperature's two solutions read whole, the frames
+    held as RGBA images until the GIF is written; drawing and encoding per frame, panel and token drawn."""
+    n, d, r, times = _sizes(experiment)
+    positions = times * r * n * d * _F
+    betas = len(experiment["betas"])
+    panels = betas + 1
+    frames = animation_frames(times).size
+    width, height = animation_size(panels)
+    data = (betas + 2) * positions + 2 * betas * times * r * _F + frames * width * height * 4
+    drawn = min(n, ANIMATION_MAX_TOKENS)
+    seconds = 10.0 + frames * panels * (ANIMATION_SECONDS_PER_PANEL + drawn * ANIMATION_SECONDS_PER_POINT)
     return data, seconds
 
 

@@ -35,6 +35,45 @@ def figures_for(experiment: dict) -> list[str]:
     return [f for f in FIGURES if f not in SPHERE_FIGURES or int(experiment["dim"]) == 3]
 
 
+#: the animation of the tokens (rule ``animation``, ``figures/tokens.gif``) is drawn on S¹ and S² only
+ANIMATED_DIMS = (2, 3)
+#: at most this many frames: evenly spaced snapshots, the first and the last included
+ANIMATION_MAX_FRAMES = 60
+#: at most this many tokens of replica 0 drawn per panel: the first ones (the tokens are exchangeable)
+ANIMATION_MAX_TOKENS = 2048
+#: pixels of one square panel, of the strip above the panels that holds the time, and panels per row at most
+ANIMATION_PANEL_PX = 200
+ANIMATION_TITLE_PX = 32
+ANIMATION_MAX_COLUMNS = 4
+
+
+def animated(experiment: dict) -> bool:
+    """Whether ``experiment``'s default target holds the animation of its tokens: on S¹ and S² (``ANIMATED_DIMS``)."""
+    return int(experiment["dim"]) in ANIMATED_DIMS
+
+
+def animation_frames(times: int) -> np.ndarray:
+    """Indices of the snapshots drawn as the animation's frames, of ``times`` stored ones: all of them, or
+    ``ANIMATION_MAX_FRAMES`` evenly spaced ones with the first and the last."""
+    if times < 1:
+        raise ValueError(f"an animation needs at least one snapshot, got {times}")
+    return np.round(np.linspace(0, times - 1, min(times, ANIMATION_MAX_FRAMES))).astype(np.int64)
+
+
+def animation_grid(panels: int) -> tuple[int, int]:
+    """(rows, columns) of the animation's panels: as few rows as ``ANIMATION_MAX_COLUMNS`` allows, balanced."""
+    if panels < 1:
+        raise ValueError(f"an animation needs at least one panel, got {panels}")
+    rows = -(-panels // ANIMATION_MAX_COLUMNS)
+    return rows, -(-panels // rows)
+
+
+def animation_size(panels: int) -> tuple[int, int]:
+    """(width, height) of the animation in pixels: ``ANIMATION_PANEL_PX`` per panel, the time strip on top."""
+    rows, columns = animation_grid(panels)
+    return columns * ANIMATION_PANEL_PX, rows * ANIMATION_PANEL_PX + ANIMATION_TITLE_PX
+
+
 def time_grid(experiment: dict) -> integrate.TimeGrid:
     """The simulations' grid: snapshot times and the uniform step (``time.horizon``, ``snapshots``, ``dt``)."""
     t = experiment["time"]
@@ -108,6 +147,12 @@ def field_kernel(experiment: dict) -> str:
     if kernel == "auto":
         return choose_kernel(int(experiment["tokens"]), int(experiment["dim"]))
     return kernel
+
+
+def beta_label(beta) -> str:
+    """Short, canonical label of a β in file names (``beta<label>.nc``): %g, 6 significant digits, no float noise.
+    The config check refuses betas that share one."""
+    return f"{float(beta):g}"
 
 
 def stream_name(name: str, experiment: dict) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from . import costs, studies
-from .experiment import particle_error_tokens
+from .experiment import animated, particle_error_tokens
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,9 @@ STAGES: dict[str, Stage] = {
         evaluates_field=True,
         default_target=False,
     ),
+    # stages.figures.stage_animation: nothing beyond its input files (replica 0 of every β and of zero temperature);
+    # the default target of an experiment on S¹ or S² (experiment.animated), figures/tokens.gif
+    "animation": Stage(keys=(), cost=costs.animation_cost, plotting=True, default_target=False, enabled_by=animated),
     # stages.figures.stage_convergence_figure: convergence.nc and the ESS threshold it draws
     "convergence_figure": Stage(keys=("ess_threshold",), cost=costs.figure_cost, plotting=True, default_target=False),
 }

@@ -40,6 +40,7 @@ from ..model import matrices, measures
 from . import registry, resources, studies
 from .experiment import (
     ConfigError,
+    beta_label,
     build_matrices,
     initial_measure,
     particle_error_tokens,
@@ -94,6 +95,11 @@ def load_config_file(path: str | os.PathLike) -> dict:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = text_line_of(path.read_bytes(), exc.start)
+        raise ConfigError(
+            f"{path}, line {line}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); save it as UTF-8"
+        ) from None
     loader = _UniqueKeyLoader(text)
     loader.name = str(path)
     try:
@@ -103,11 +109,35 @@ def load_config_file(path: str | os.PathLike) -> dict:
         data = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: the YAML is nested too deeply to read (a config is a few levels deep)") from None
     finally:
         loader.dispose()
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a mapping of keys at top level, got {type(data).__name__}")
+    check_data_only(data, str(path))
     return data
+
+
+#: keys by which Snakemake's YTE templating turns a config file into a program (evaluated as Python)
+YTE_KEYS = ("__use_yte__", "__definitions__", "__variables__")
+
+
+def check_data_only(config: dict, name: str) -> None:
+    """ConfigError if the config holds YTE templating keys (``YTE_KEYS``): the project's configs are data. Snakemake
+    evaluates YTE when it reads a --configfile, before any of this project's code runs (docs/reliability.md,
+    "A config is data"): this check names the key in every file the project reads, and refuses the run."""
+    found = [key for key in YTE_KEYS if key in config]
+    if found:
+        raise ConfigError(
+            f"{name}: {', '.join(found)}: YTE templating keys make a config a program (Snakemake runs its Python "
+            "when it reads the file); this project's configs are data: remove them and write the values out"
+        )
+
+
+def text_line_of(data: bytes, offset: int) -> int:
+    """The 1-based line of byte ``offset`` in ``data``."""
+    return data.count(b"\n", 0, offset) + 1
 
 
 def check_alias_expansion(root: yaml.Node, name: str, first_alias: tuple[str, int]) -> None:
@@ -225,6 +255,29 @@ def _numbers(node, path: tuple):
         yield path, node
 
 
+def check_experiment_names(config: dict) -> None:
+    """ConfigError unless every experiment name is a string (YAML reads ``123``, ``1.5``, ``true`` or ``null`` as
+    other types) and no two differ only by case (two folders on Linux, one on the file systems of macOS and
+    Windows)."""
+    experiments = config.get("experiments")
+    if not isinstance(experiments, dict):
+        return  # the schema names it
+    for name in experiments:
+        if not isinstance(name, str):
+            raise ConfigError(
+                f"experiments: the name {name!r} is read by YAML as {type(name).__name__}, not as a name; an "
+                "experiment name starts with a letter (quote it to keep other characters, then the schema checks it)"
+            )
+    folded: dict[str, str] = {}
+    for name in experiments:
+        if name.casefold() in folded:
+            raise ConfigError(
+                f"experiments: {folded[name.casefold()]!r} and {name!r} differ only by case: one folder on "
+                "case-insensitive file systems (macOS, Windows); rename one"
+            )
+        folded[name.casefold()] = name
+
+
 def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices.AttentionMatrices:
     """Checks the schema cannot express; raises ConfigError naming the key. Cheap (d×d work).
 
@@ -235,6 +288,13 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     betas = [float(b) for b in experiment["betas"]]
     if len(set(betas)) != len(betas):
         raise ConfigError(f"{where}.betas has duplicate values: {betas}")
+    labels = [beta_label(b) for b in betas]
+    if len(set(labels)) != len(labels):
+        same = sorted({b for b, label in zip(betas, labels) if labels.count(label) > 1})
+        raise ConfigError(
+            f"{where}.betas: {same} share the file label beta{beta_label(same[0])} (β written with %g, 6 "
+            "significant digits): one run would overwrite the other; make them differ in the first 6 digits"
+        )
     if any(not np.isfinite(b) or b <= 0 for b in betas):
         raise ConfigError(f"{where}.betas must be positive and finite, got {betas}")
     try:
@@ -464,6 +524,8 @@ def validate_config(
     """
     for path in configfiles:
         load_config_file(path)
+    check_data_only(config, "the config")
+    check_experiment_names(config)
     check_schema(config, schema_path)
     check_numbers(config)
     checked = {name: validate_experiment(name, exp, config["root_seed"]) for name, exp in config["experiments"].items()}
