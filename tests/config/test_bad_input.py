@@ -138,6 +138,12 @@ BAD_CONFIGS = [
         r"the config: __use_yte__: YTE templating keys make a config a program",
     ),
     (
+        "collapsed-projected-gaussian",
+        tiny(initial_measure={"name": "projected_gaussian", "mean": [1, 0, 0], "scale": 1e-12}),
+        ConfigError,
+        r"experiments\.tiny\.initial_measure\.scale: scale 1e-12 against a mean of size 1 puts every token within",
+    ),
+    (
         "zero-tokens",
         tiny(tokens=0),
         ConfigError,

@@ -232,3 +232,43 @@ def test_which_measures_have_a_positive_density(name, params, positive):
 def test_cap_rejects_bad_parameters(params, match):
     with pytest.raises(ValueError, match=match):
         measures.cap(np.random.default_rng(0), 1, 4, 3, **params)
+
+
+@given(exponent=st.integers(min_value=-320, max_value=305), d=st.integers(min_value=2, max_value=6))
+@settings(max_examples=60, deadline=None)
+def test_normalise_gives_unit_rows_at_any_scale(exponent, d):
+    """Rows of norm 10^k for k from the subnormals to near overflow come out finite unit vectors with the direction
+    they have (against the row scaled to norm ~1 by an exact power of two); at ordinary scales the result is x/|x|
+    bit for bit."""
+    rng = np.random.default_rng(exponent + 1000 * d)
+    direction = rng.standard_normal((4, d))
+    direction /= np.linalg.norm(direction, axis=-1, keepdims=True)
+    scaled = direction * 10.0**exponent
+    if not np.all(np.isfinite(scaled)) or np.any(np.abs(scaled[np.abs(direction) > 1e-3]) == 0):
+        return  # the scaled row itself lost its direction (overflowed, or its entries flushed to zero)
+    X = measures.normalise(scaled)
+    assert np.all(np.isfinite(X))
+    np.testing.assert_allclose(np.linalg.norm(X, axis=-1), 1.0, atol=4e-16)
+    # the reference: each row brought to norm ~1 by an exact power of two (subnormal digits kept), then divided
+    shift = -np.floor(np.log2(np.max(np.abs(scaled), axis=-1, keepdims=True))).astype(int)
+    exact = np.ldexp(scaled, shift)
+    np.testing.assert_allclose(X, exact / np.linalg.norm(exact, axis=-1, keepdims=True), rtol=0, atol=1e-15)
+    Z = rng.standard_normal((3, d))
+    assert np.array_equal(measures.normalise(Z), Z / np.linalg.norm(Z, axis=-1, keepdims=True))
+
+
+def test_tokens_at_the_float_floor_are_finite_and_a_collapsed_gaussian_is_refused():
+    """A Gaussian of scale 1e-300 about 0 and a vMF mean of norm 1e-200 give finite unit tokens (their squares
+    underflow: plain x/|x| gives NaN); a Gaussian whose spread scale/|mean| is below 1e-8 is refused, one above it
+    is drawn."""
+    rng = np.random.default_rng(1)
+    X = measures.projected_gaussian(rng, 2, 8, 3, mean=[0.0, 0.0, 0.0], scale=1e-300)
+    assert np.all(np.isfinite(X)) and np.allclose(np.linalg.norm(X, axis=-1), 1.0)
+    with np.errstate(all="ignore"):
+        plain = 1e-300 * rng.standard_normal(3)
+        assert not np.all(np.isfinite(plain / np.linalg.norm(plain)))  # what the floor does without the rescaling
+    Y = measures.von_mises_fisher(rng, np.array([1e-200, 0.0, 0.0]), 50.0, 16)
+    assert np.all(np.isfinite(Y)) and np.mean(Y[:, 0]) > 0.9
+    with pytest.raises(ValueError, match=r"projected_gaussian: scale 1e-09 against a mean of size 1 .* collapsed"):
+        measures.projected_gaussian(rng, 1, 4, 3, mean=[1.0, 0.0, 0.0], scale=1e-9)
+    assert np.unique(measures.projected_gaussian(rng, 1, 4, 3, mean=[1.0, 0.0, 0.0], scale=1e-7), axis=1).shape[1] == 4

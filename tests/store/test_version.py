@@ -182,3 +182,18 @@ def test_compare_skips_the_code_record_but_not_the_config_or_the_values(tmp_path
     for folder, problem in (("c", "provenance differs"), ("d", "provenance differs"), ("e", "values differ")):
         problems = compare.compare_results(tmp_path / "a", tmp_path / folder)
         assert len(problems) == 1 and problem in problems[0], (folder, problems)
+
+
+def test_compare_reports_an_unreadable_file_instead_of_crashing(tmp_path):
+    """A truncated file on one side is a difference to report, naming the file; the other files are still compared."""
+    base = io.provenance("tiny", {"dim": 3}, 7)
+    for folder in ("a", "b"):
+        _file(tmp_path / folder / "x.nc", 1.25, base)
+        _file(tmp_path / folder / "y.nc", 2.5, base)
+    data = (tmp_path / "b" / "x.nc").read_bytes()
+    (tmp_path / "b" / "x.nc").write_bytes(data[: len(data) // 3])
+    _file(tmp_path / "b" / "y.nc", 3.5, base)
+    problems = compare.compare_results(tmp_path / "a", tmp_path / "b")
+    assert len(problems) == 2
+    assert problems[0].startswith("x.nc: unreadable in one of the folders")
+    assert problems[1].startswith("y.nc:") and "values differ" in problems[1]

@@ -405,6 +405,11 @@ def _check_initial_measure_shapes(where: str, mu: dict, d: int) -> None:
     for key in ("means", "points"):
         if key in mu and any(len(v) != d for v in mu[key]):
             raise ConfigError(f"{where}.{key}: every vector must have length dim = {d}")
+    if mu["name"] == "projected_gaussian":
+        try:
+            measures.check_projected_gaussian(mu["mean"], mu["scale"])
+        except ValueError as exc:
+            raise ConfigError(f"{where}.scale: {exc}") from None
         if key in mu and any(not np.any(np.asarray(v, dtype=float)) for v in mu[key]):
             raise ConfigError(f"{where}.{key}: a vector is zero (it has no direction on the sphere)")
     if "center" in mu and not np.any(np.asarray(mu["center"], dtype=float)):

@@ -42,9 +42,26 @@ KAPPA_MAX = 1e12
 WEIGHTS_SUM_TOLERANCE = float(np.sqrt(np.finfo(np.float64).eps))
 
 
+#: below this norm the squares inside |x| lose digits (they fall below the smallest normal float): rescale first
+_SAFE_NORM = float(np.sqrt(np.finfo(float).tiny)) * 2**26
+
+
 def normalise(X: np.ndarray) -> np.ndarray:
-    """Rows (last axis) scaled to unit Euclidean norm."""
-    return X / np.linalg.norm(X, axis=-1, keepdims=True)
+    """Rows (last axis) scaled to unit Euclidean norm. A row whose norm would underflow or overflow in its squares
+    (a vector of norm 1e-200, a Gaussian of scale 1e-300 about 0) is first divided by its largest entry, so it
+    comes out a finite unit vector too; other rows are divided by their norm as computed (bit for bit as ever).
+    A zero row stays a ZeroDivision (NaN): it has no direction."""
+    X = np.asarray(X, dtype=float)
+    with np.errstate(over="ignore", under="ignore"):
+        norm = np.linalg.norm(X, axis=-1, keepdims=True)
+    unsafe = ~((norm > _SAFE_NORM) & np.isfinite(norm))
+    if np.any(unsafe):
+        big = np.max(np.abs(X), axis=-1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore", under="ignore"):
+            scaled = np.divide(X, big, out=np.zeros_like(X), where=big > 0)
+            rescued = scaled / np.linalg.norm(scaled, axis=-1, keepdims=True)
+            return np.where(unsafe, rescued, X / norm)
+    return X / norm
 
 
 def uniform(rng: np.random.Generator, replicas: int, tokens: int, dim: int) -> np.ndarray:
@@ -74,14 +91,31 @@ def _vmf_cosines(rng: np.random.Generator, kappa: float, dim: int, n: int) -> np
 
 def von_mises_fisher(rng: np.random.Generator, mean: np.ndarray, kappa: float, n: int) -> np.ndarray:
     """n samples (n, dim) of the von Mises–Fisher law with unit mean direction and κ ≥ 0."""
-    mean = np.asarray(mean, dtype=float)
-    mean = mean / np.linalg.norm(mean)
+    mean = normalise(np.asarray(mean, dtype=float))
     dim = mean.size
     w = _vmf_cosines(rng, float(kappa), dim, n)
     v = rng.standard_normal((n, dim))
     v -= np.outer(v @ mean, mean)  # uniform direction in the tangent space at μ
     v = normalise(v)
     return w[:, None] * mean + np.sqrt(np.clip(1.0 - w**2, 0.0, None))[:, None] * v
+
+
+#: smallest angular spread scale/|mean| of a projected Gaussian: below it every token is the same point to about 8
+#: digits, a collapsed measure whose distances (W2 to Π♯ρ0 among them) carry no digits worth certifying
+PROJECTED_GAUSSIAN_MIN_SPREAD = 1e-8
+
+
+def check_projected_gaussian(mean, scale: float) -> None:
+    """ValueError unless scale > 0 and scale ≥ ``PROJECTED_GAUSSIAN_MIN_SPREAD``·|mean| (the tokens spread)."""
+    mean = np.asarray(mean, dtype=float)
+    if not scale > 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    spread = float(scale) / float(np.max(np.abs(mean))) if np.any(mean) else math.inf
+    if spread < PROJECTED_GAUSSIAN_MIN_SPREAD:
+        raise ValueError(
+            f"scale {scale:g} against a mean of size {float(np.max(np.abs(mean))):g} puts every token within "
+            f"{spread:.2g} rad of one point (below {PROJECTED_GAUSSIAN_MIN_SPREAD:g}): a collapsed measure; raise scale"
+        )
 
 
 def check_kappas(kappas) -> np.ndarray:
@@ -146,8 +180,10 @@ def projected_gaussian(
     mean = np.asarray(mean, dtype=float)
     if mean.shape != (dim,):
         raise ValueError(f"projected_gaussian: mean must have length {dim}, got {mean.shape}")
-    if not scale > 0:
-        raise ValueError(f"projected_gaussian: scale must be > 0, got {scale}")
+    try:
+        check_projected_gaussian(mean, scale)
+    except ValueError as exc:
+        raise ValueError(f"projected_gaussian: {exc}") from None
     return normalise(mean + scale * rng.standard_normal((replicas, tokens, dim)))
 
 

@@ -92,8 +92,11 @@ def compare_results(first: Path, second: Path, rtol: float = 0.0) -> list[str]:
             f"only in {second}: {sorted(map(str, set(files_b) - set(files_a)))}"
         )
     for rel in sorted(set(files_a) & set(files_b)):
-        with xr.open_dataset(first / rel, engine=ENGINE) as a, xr.open_dataset(second / rel, engine=ENGINE) as b:
-            problems += [f"{rel}: {p}" for p in compare_datasets(a.load(), b.load(), rtol)]
+        try:
+            with xr.open_dataset(first / rel, engine=ENGINE) as a, xr.open_dataset(second / rel, engine=ENGINE) as b:
+                problems += [f"{rel}: {p}" for p in compare_datasets(a.load(), b.load(), rtol)]
+        except (OSError, ValueError) as exc:  # truncated, corrupted or not NetCDF: a difference to report
+            problems.append(f"{rel}: unreadable in one of the folders ({type(exc).__name__}: {exc})")
     return problems
 
 
