@@ -2,9 +2,11 @@
 `make bench`.
 
 On the `concentration` experiment's matrices (config/config.yaml) and its initial measure on icospheres of
-increasing level, every vertex is a query (what one evaluation of the solver's right-hand side asks). For each
-(level, β) where the mesh resolves the kernel: seconds per evaluation (best of ``--repeats``), quadrature nodes per
-query, the share of (query, triangle) pairs the bounds let through, and, in the same process, the package's dense
+increasing level, and on a clustered state (two vMF clusters on ±E1(A), as late in the metastable phase), every
+vertex is a query (what one evaluation of the solver's right-hand side asks). For each (state, level, β) where the
+mesh resolves the kernel: seconds per evaluation (best of ``--repeats``) with the queries grouped and ungrouped,
+quadrature nodes per query, the shares of (query, triangle) pairs bounded and kept, and, in the same process, the
+package's dense
 particle kernel on as many tokens as the mesh has vertices: the ratio says what one evaluation costs against one
 particle step of the same size (the particle cloud needs N ≈ 10⁷–10⁸ at β ≥ 100 to stand for the mean field,
 docs/convergence.md, the mesh does not).
@@ -15,13 +17,14 @@ Read the ratios, not the absolute times: the machine may be shared.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import numba
 import numpy as np
 
 from lowtemp.config import experiment, validation
-from lowtemp.dynamics import kernels, sphere_meanfield, sphere_mesh, sphere_softmax
+from lowtemp.dynamics import kernels, sphere_levels, sphere_meanfield, sphere_mesh, sphere_softmax
 from lowtemp.store import io
 
 
@@ -51,6 +54,11 @@ def main(argv=None):
     M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
     measure = dict(exp["initial_measure"])
     name = measure.pop("name")
+    depth = sphere_levels.REFERENCE_DEPTH
+    A = M.V @ M.B.T
+    axis = np.linalg.eigh(0.5 * (A + A.T))[1][:, -1]
+    # the metastable state: two vMF clusters of concentration 40 on ±E1(A), the tail hundreds of e-folds down
+    states = {name: (name, measure), "clustered": ("vmf_mixture", {"kappas": [40.0, 40.0], "means": [axis, -axis]})}
     lines = [
         "# Cost of one field evaluation of the S² mean-field solver (`make bench`)",
         "",
@@ -59,38 +67,44 @@ def main(argv=None):
         f"`python benchmarks/bench_sphere_meanfield.py --levels {' '.join(map(str, args.levels))} "
         f"--betas {' '.join(f'{b:g}' for b in args.betas)}`. Best of {args.repeats} after a warm-up.",
         "",
-        "| level | triangles | queries | β | kernel width (rad) | s per evaluation | nodes per query | "
-        "pairs kept | dense particle kernel, same N (s) | mesh ÷ particles |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"Pruning depth {depth:g} (the pipeline's reference). Every query bounds its group's candidate triangles",
+        "(queries grouped by their kernel centres, `sphere_softmax.query_groups`); `ungrouped` is every query",
+        "bounding every triangle itself, the same answer bit for bit.",
+        "",
+        "| state | level | triangles | queries | β | kernel width (rad) | s per evaluation | ungrouped (s) | "
+        "speed-up | nodes per query | pairs bounded | pairs kept | dense particle kernel, same N (s) | "
+        "mesh ÷ particles |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
-    for level in args.levels:
-        mesh = sphere_meanfield.initial_mesh(name, measure, level)
+    for (state, (law, params)), level in itertools.product(states.items(), args.levels):
+        mesh = sphere_meanfield.initial_mesh(law, params, level)
         queries = mesh.points
         X = queries[None]
         for beta in args.betas:
             width = sphere_meanfield.kernel_width(M.B, beta)
             try:
-                sphere_meanfield.check_resolution(
-                    mesh, M.B, beta, sphere_softmax.DEFAULT_VARIATION, sphere_softmax.DEFAULT_DEPTH
-                )
+                sphere_meanfield.check_resolution(mesh, M.B, beta, sphere_softmax.DEFAULT_VARIATION, depth)
             except sphere_mesh.MeshTooCoarse:
-                lines.append(f"| {level} | {mesh.triangles.shape[0]} | {queries.shape[0]} | {beta:g} | "
-                             f"{width:.3f} | too coarse | | | | |")  # fmt: skip
+                lines.append(f"| {state} | {level} | {mesh.triangles.shape[0]} | {queries.shape[0]} | {beta:g} | "
+                             f"{width:.3f} | too coarse | | | | | | | |")  # fmt: skip
                 print(lines[-1], flush=True)
                 continue
             result = {}
 
-            def evaluation():
-                result["sm"] = sphere_softmax.softmax(mesh, M.B, beta, queries)
+            def evaluation(grouped=True):
+                result[grouped] = sphere_softmax.softmax(mesh, M.B, beta, queries, depth=depth, grouped=grouped)
 
             seconds = best_time(evaluation, args.repeats)
+            plain = best_time(lambda: evaluation(False), args.repeats)
             dense = best_time(lambda: kernels.dense_field(X, M.B, M.V, beta), args.repeats)
-            sm = result["sm"]
-            kept = float(sm.kept.sum()) / (queries.shape[0] * mesh.triangles.shape[0])
+            sm = result[True]
+            pairs = queries.shape[0] * mesh.triangles.shape[0]
+            kept, bounded = float(sm.kept.sum()) / pairs, float(sm.bounded.sum()) / pairs
             lines.append(
-                f"| {level} | {mesh.triangles.shape[0]} | {queries.shape[0]} | {beta:g} | {width:.3f} | "
-                f"{seconds:.3g} | {sm.nodes.mean():.0f} | {kept:.3f} | {dense:.3g} | {seconds / dense:.1f} |"
+                f"| {state} | {level} | {mesh.triangles.shape[0]} | {queries.shape[0]} | {beta:g} | {width:.3f} | "
+                f"{seconds:.3g} | {plain:.3g} | {plain / seconds:.2f} | {sm.nodes.mean():.0f} | {bounded:.3f} | "
+                f"{kept:.3f} | {dense:.3g} | {seconds / dense:.1f} |"
             )
             print(lines[-1], flush=True)
     if args.markdown:

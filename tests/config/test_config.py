@@ -207,6 +207,23 @@ def test_test_config_is_valid_and_consistent(test_config):
             _both(_set(["model"], "mean_field"), _set(["mean_field"], {"max_triangles": 1000})),
             r"experiments\.tiny\.mean_field: at beta = 5 the reference starts on icosphere level 3 \(1280 triangles\)",
         ),
+        # B invertible for Assumption 1 at a condition of 1e12, not for the S² softmax's centre Bᵀx/|Bᵀx| (1e8)
+        (
+            _both(
+                _set(["model"], "mean_field"),
+                _set(
+                    ["matrices"],
+                    {
+                        "family": "explicit",
+                        "K": [[1, 0, 0], [0, 1, 0], [0, 0, 1e-9]],
+                        "Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+                        "V": [[2, 0, 0], [0, 1, 0], [0, 0, 0.5]],
+                        "max_condition_B": 1e12,
+                    },
+                ),
+            ),
+            r"experiments\.tiny\.matrices: the S² mean field needs B well invertible .*1e-09\]",
+        ),
         (
             _both(_set(["model"], "mean_field"), _set(["betas"], [5, 1e6])),
             r"experiments\.tiny\.mean_field: .*no icosphere level up to 6 resolves beta = 1e\+06",

@@ -266,3 +266,64 @@ def test_every_triangle_lies_in_its_bounding_cap(seed, jitter):
     assert np.all(np.einsum("tj,tkj->tk", centre, corners) >= cos_r[:, None])
     assert np.all(np.einsum("tj,tqj->tq", centre, nodes) >= cos_r[:, None])
     assert np.allclose(cos_r**2 + sin_r**2, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# query groups: the same answer, bit for bit, as every query bounding every triangle itself
+
+
+def _group_case(seed, level, beta, clustered, extra=300):
+    rng = np.random.default_rng(seed)
+    if clustered:  # the metastable state: two narrow clusters, the tail hundreds of e-folds down
+        axis = unit(rng.standard_normal(3))
+        mixture = ([0.5, 0.5], [axis, -axis], [60.0, 60.0])
+    else:
+        mixture = SMOOTH
+    mesh = sphere_mesh.mesh_from_density(level, lambda y: vmf_log_density(y, *mixture), n=4)
+    queries = np.concatenate([mesh.points, unit(rng.standard_normal((extra, 3)))])
+    return mesh, queries
+
+
+def _same(a, b) -> bool:
+    return all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("log_z", "mean", "cov", "nodes", "kept"))
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    level=st.sampled_from([2, 3, 4]),
+    beta=st.sampled_from([10.0, 100.0, 1000.0, 1e4]),
+    clustered=st.booleans(),
+)
+def test_query_groups_change_nothing(seed, level, beta, clustered):
+    """Grouped and ungrouped passes agree bit for bit (log Z, mean, covariance, nodes, kept triangles) on smooth and
+    clustered densities from β = 10 (one group: nothing to prune) to 10⁴, the mesh's vertices and random points as
+    queries; a query integrates no triangle it did not bound."""
+    mesh, queries = _group_case(seed, level, beta, clustered)
+    try:
+        grouped = sphere_softmax.softmax(mesh, B, beta, queries, depth=20.0)
+    except sphere_mesh.MeshTooCoarse:
+        return  # the mesh cannot carry this β at all: nothing to compare
+    plain = sphere_softmax.softmax(mesh, B, beta, queries, depth=20.0, grouped=False)
+    assert _same(grouped, plain)
+    for sm in (grouped, plain):
+        assert np.all(sm.kept <= sm.bounded) and np.all(sm.bounded <= mesh.triangles.shape[0])
+
+
+def test_query_groups_prune_at_low_temperature_and_a_group_too_narrow_breaks_the_answer(monkeypatch):
+    """At β = 1000 on a clustered level-4 mesh the groups leave each query a small share of the triangles to bound;
+    groups whose radius is taken as 0 (members outside their group's cap) drop triangles some member keeps, and the
+    answer changes: what the radius in the group bounds is for."""
+    mesh, queries = _group_case(5, 4, 1000.0, True)
+    grouped = sphere_softmax.softmax(mesh, B, 1000.0, queries, depth=20.0)
+    m = mesh.triangles.shape[0]
+    assert np.median(grouped.bounded) < 0.3 * m
+    real = sphere_softmax.query_groups
+
+    def narrow(bhat, kappa, depth, grouped=True):
+        group, centres, cos_R, sin_R, lo, hi = real(bhat, kappa, depth, grouped)
+        return group, centres, np.ones_like(cos_R), np.zeros_like(sin_R), hi, lo  # radius 0, κ range inverted
+
+    monkeypatch.setattr(sphere_softmax, "query_groups", narrow)
+    wrong = sphere_softmax.softmax(mesh, B, 1000.0, queries, depth=20.0)
+    assert not _same(wrong, grouped)

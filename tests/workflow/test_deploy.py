@@ -44,6 +44,7 @@ DEFAULT_RULES = {
     "fit",
     "claims",
     "figure",
+    "animation",
     "claims_summary",
     "all",
 }

@@ -447,7 +447,7 @@ def _unresolved_rule(fit: xr.Dataset, departure: bool = False) -> str:
     if "reference_departure_shift" in fit:
         if departure:
             return (
-                "the mean-field reference's departure moving by more than a snapshot interval at twice the cell width"
+                "the mean-field reference's departure moving by more than a snapshot interval in its coarser solution"
             )
         return (
             f"the mean-field reference's error bound above {fraction:g} of the W2 the claim judges "

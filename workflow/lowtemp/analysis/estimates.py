@@ -202,7 +202,7 @@ def particle_budget_verdicts(beta, budgets, fraction: float):
 @dataclass(frozen=True)
 class ReferenceBudget:
     """How well a mean-field experiment's reference resolves what each claim judges, per β (distances.nc's
-    ``reference_error``: the W2 bound between the reference and its solution at twice the cell width).
+    ``reference_error``: the W2 bound between the reference and its coarser solution).
 
     ``early`` (beta): the error over W2(ρ^β_t, ρ^∞_t) at the early time, largest over replicas;
     ``to_departure`` and ``to_horizon`` (beta): the error over W2(ρ^β_t, Π♯ρ0), largest over the replicas'

@@ -204,12 +204,12 @@ def _mean_field(experiment):
 
 
 #: the S² mesh reference (d = 3 without symmetry): field evaluations per unit of time (DOP853 at its rtol 1e-4 with
-#: stops every 0.25: 390 to t = 7.25 at β = 100, 373 to t = 6 at β = 10, i.e. 54 and 62) and the cost per pair of a
+#: stops every 0.25: 54 to 62 at β = 10 and 100, 85 at β = 31.6 in docs/sphere_results.md) and the cost per pair of a
 #: query and a nominal kept quadrature node. On a uniform mesh a node costs about 20 ns on 2 threads
 #: (docs/sphere_mean_field_bench.md); over a run the clusters' own weight prunes most of the tail (depth 20 is
 #: relative to the largest contribution), and a run from level 3 at β = 10 to t = 7 took 328 s for 519 evaluations,
 #: 4 ns per nominal node with the growth below: budgeted at 5
-SPHERE_EVALUATIONS_PER_TIME = 65.0
+SPHERE_EVALUATIONS_PER_TIME = 90.0
 SPHERE_NS_PER_NODE = 5.0
 #: the mesh grows as the remeshing splits stretched triangles, fastest once the clusters move: started from level 3 at
 #: β = 10 it held 1 + 1.1·t times its initial triangles (10 970 at t = 7), from level 4 at β = 100 1 + 0.18·t; budgeted

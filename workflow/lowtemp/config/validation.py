@@ -345,7 +345,7 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
 def _check_mean_field(where: str, experiment: dict, M, rho0: tuple[str, dict]) -> None:
     """A ``model: mean_field`` experiment needs a solver (``reduction.geometry``): the one-dimensional reduction
     (d = 2, or d = 3 with B, V and ρ0 axisymmetric) with cells its width and depth can lay out, or in d = 3 without
-    that symmetry the S² mesh with levels that resolve every β (``sphere_meanfield.reference_levels``) and a
+    that symmetry the S² mesh with levels that resolve every β (``sphere_levels.reference_levels``) and a
     density it can carry; and no particle-number study."""
     if "convergence" in experiment:
         raise ConfigError(
@@ -382,6 +382,13 @@ def _check_sphere_mean_field(where: str, experiment: dict, M, measure: str, para
     as the initial tokens draw them), and at every β both icosphere levels resolving the kernel (a level too coarse
     is named with the β)."""
     block = experiment["mean_field"]
+    singular = np.linalg.svd(M.B, compute_uv=False)
+    if singular[-1] <= sphere_levels.B_CONDITION * singular[0]:
+        raise ConfigError(
+            f"{where}.matrices: the S² mean field needs B well invertible (smallest singular value above "
+            f"{sphere_levels.B_CONDITION:g} of the largest), got {singular.tolist()}: the softmax's centre "
+            "Bᵀx/|Bᵀx| is undefined where Bᵀx = 0"
+        )
     try:
         sphere_levels.log_density0(measure, params)
         for beta in experiment["betas"]:

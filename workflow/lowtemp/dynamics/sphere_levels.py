@@ -26,6 +26,9 @@ DEFAULT_VARIATION = 3.0
 DEFAULT_DEPTH = 40.0
 
 
+#: smallest singular value of B, relative to its largest, that the solver accepts: below it |Bᵀx| nearly vanishes
+#: somewhere, where the softmax's centre b̂ = Bᵀx/|Bᵀx| is undefined (Assumption 1 asks for B invertible)
+B_CONDITION = 1e-8
 #: initial measures the solver takes: those with a positive, smooth density on the whole sphere
 DENSITY_MEASURES = ("uniform", "vmf_mixture")
 
@@ -54,8 +57,9 @@ def subdivision_needed(radius: float, B: np.ndarray, beta: float, depth: float) 
 REFERENCE_RTOL = 1e-4
 #: pruning depth of the pipeline's reference: a skipped triangle holds less than e^{−20} ≈ 2e-9 of the proven lower
 #: bound of Z. On a clustered state (two vMF clusters of concentration 40 on ±E1(A), concentration's matrices) the
-#: velocity moved by 2e-10 to 2e-9 and the divergence by 3e-8 against depth 40, far below the solve's rtol 1e-4,
-#: while a field evaluation took 2.5× (β = 10) and 1.4× (β = 100) less (tests/dynamics/test_sphere_meanfield.py)
+#: velocity moved by at most 2e-9 and the divergence by at most 5e-8 against depth 40, far below the solve's rtol 1e-4,
+#: while a field evaluation took 2.5× (β = 10) and 1.4× (β = 100) less (tests/dynamics/test_sphere_levels.py checks
+#: 1e-7 and 1e-6)
 REFERENCE_DEPTH = 20.0
 #: largest mass the pipeline's reference may hold in triangles the flow turned inside out (a fold of the mesh in the
 #: near-empty tail, where flattened triangles cross under the ODE's error: docs/sphere_mean_field.md, "Folds"); moving

@@ -27,6 +27,7 @@ import numpy as np
 from ..model import projection
 from .meanfield import _advance_edges
 from .sphere_levels import (
+    B_CONDITION,
     DEFAULT_DEPTH,
     DEFAULT_VARIATION,
     MAX_SUBDIVISION,
@@ -53,10 +54,6 @@ from .sphere_mesh import (
 from .sphere_remesh import adapt
 from .sphere_softmax import check_settings as _check_softmax_settings
 from .sphere_softmax import softmax, velocity_divergence
-
-#: smallest singular value of B, relative to its largest, that the solver accepts: below it |Bᵀx| nearly vanishes
-#: somewhere, where the softmax's centre b̂ = Bᵀx/|Bᵀx| is undefined (Assumption 1 asks for B invertible)
-B_CONDITION = 1e-8
 
 
 @dataclass(frozen=True)

@@ -47,13 +47,15 @@ LOOSEN_CAP = 4.0
 @dataclass(frozen=True)
 class Softmax:
     """The softmax of every query: ``log_z`` (query,), ``mean`` (query, 3), ``cov`` (query, 3, 3); ``nodes``
-    (query,) how many quadrature nodes it took, ``kept`` (query,) how many triangles it integrated."""
+    (query,) how many quadrature nodes it took, ``kept`` (query,) how many triangles it integrated, ``bounded``
+    (query,) how many triangles it bounded itself (its group's candidates)."""
 
     log_z: np.ndarray
     mean: np.ndarray
     cov: np.ndarray
     nodes: np.ndarray
     kept: np.ndarray
+    bounded: np.ndarray
 
 
 @njit(cache=True, parallel=True)
@@ -138,36 +140,39 @@ def _scaled(s, c):
 @njit(cache=True)
 def _query(
     bx, by, bz, kappa, points, log_density, triangles, log_mass, log_c, centre, cos_r, sin_r, log_range,
-    node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, upper, spread, acc,
+    node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, candidates, upper, spread, acc,
 ):  # fmt: skip
     """Softmax sums of one query into acc = (S0, S1[3], S2[6], shift, nodes, kept, too_coarse); the exponent is
     κ(⟨b̂, y⟩ − 1) = −κ|y − b̂|²/2, never positive and free of cancellation at the kernel's centre. A triangle that
-    needs one piece takes the evaluation's static nodes; finer ones are sub-divided here."""
-    m = triangles.shape[0]
+    needs one piece takes the evaluation's static nodes; finer ones are sub-divided here. Only the ``candidates``
+    (increasing triangle indices) are visited: every triangle its group's bounds could not rule out
+    (``_group_candidates``), which holds every triangle the query itself keeps and the one that sets its lower bound."""
     lower = -np.inf
-    for t in range(m):
+    for c in range(candidates.size):
+        t = candidates[c]
         hi, lo = _cap_cosines(bx, by, bz, centre[t, 0], centre[t, 1], centre[t, 2], cos_r[t], sin_r[t])
-        upper[t] = log_mass[t] + kappa * (hi - 1.0)
-        spread[t] = kappa * (hi - lo)
-        lower = max(lower, upper[t] - spread[t])
+        upper[c] = log_mass[t] + kappa * (hi - 1.0)
+        spread[c] = kappa * (hi - lo)
+        lower = max(lower, upper[c] - spread[c])
     s = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     half = 0.5 * kappa
     shift = lower
     nodes = 0
     kept = 0
     coarse = -1
-    for t in range(m):
-        if upper[t] < lower - depth:
+    for c in range(candidates.size):
+        t = candidates[c]
+        if upper[c] < lower - depth:
             continue
         kept += 1
-        loosen = 1.0 if upper[t] >= lower else min(LOOSEN_CAP, math.exp((lower - upper[t]) / 6.0))
-        n = subdivision(spread[t] + log_range[t], variation * loosen)
+        loosen = 1.0 if upper[c] >= lower else min(LOOSEN_CAP, math.exp((lower - upper[c]) / 6.0))
+        n = subdivision(spread[c] + log_range[t], variation * loosen)
         if n > MAX_SUBDIVISION:
             coarse = t
             n = MAX_SUBDIVISION
-        if upper[t] > shift:  # rescale what was summed so far to the new shift
-            s = _scaled(s, math.exp(shift - upper[t]))
-            shift = upper[t]
+        if upper[c] > shift:  # rescale what was summed so far to the new shift
+            s = _scaled(s, math.exp(shift - upper[c]))
+            shift = upper[c]
         if n == 1:
             for q in range(7 * t, 7 * t + 7):
                 dx, dy, dz = node_y[q, 0] - bx, node_y[q, 1] - by, node_y[q, 2] - bz
@@ -201,29 +206,156 @@ def _query(
 
 
 @njit(cache=True, parallel=True)
-def _softmax_pass(
-    queries, B, beta, points, log_density, triangles, log_mass, log_c, centre, cos_r, sin_r, log_range,
-    node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, out,
-):  # fmt: skip
-    nq, m = queries.shape[0], triangles.shape[0]
-    for s in prange(nq):
+def _frames(queries, B, beta, bhat, kappa):
+    """b̂ = Bᵀx/|Bᵀx| (query, 3) and κ = β|Bᵀx| (query,) of every query."""
+    for s in prange(queries.shape[0]):
         bx = B[0, 0] * queries[s, 0] + B[1, 0] * queries[s, 1] + B[2, 0] * queries[s, 2]
         by = B[0, 1] * queries[s, 0] + B[1, 1] * queries[s, 1] + B[2, 1] * queries[s, 2]
         bz = B[0, 2] * queries[s, 0] + B[1, 2] * queries[s, 1] + B[2, 2] * queries[s, 2]
         norm = math.sqrt(bx * bx + by * by + bz * bz)
-        upper, spread = np.empty(m), np.empty(m)
+        bhat[s, 0], bhat[s, 1], bhat[s, 2] = bx / norm, by / norm, bz / norm
+        kappa[s] = beta * norm
+
+
+@njit(cache=True, inline="always")
+def _group_keeps(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, t, centre, cos_r, sin_r, log_mass):
+    """(upper bound over the group's queries, lower bound under them) of triangle t's log-share: its cap widened by
+    the group's radius R, the upper bound at the group's smallest κ, the lower at its largest (both exponents are
+    ≤ 0, so a larger κ lowers them)."""
+    if cos_r[t] + cos_R[g] < 0.0:  # r_t + R > π: the widened cap is the whole sphere
+        c = -1.0
+    else:
+        c = max(-1.0, cos_r[t] * cos_R[g] - sin_r[t] * sin_R[g] - 4e-16)  # cos(r_t + R), a hair outwards
+    sn = math.sqrt(max(0.0, 1.0 - c * c))
+    hi, lo = _cap_cosines(gb[g, 0], gb[g, 1], gb[g, 2], centre[t, 0], centre[t, 1], centre[t, 2], c, sn)
+    return log_mass[t] + kappa_lo[g] * (hi - 1.0), log_mass[t] + kappa_hi[g] * (lo - 1.0)
+
+
+@njit(cache=True, inline="always")
+def _group_lower(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, centre, cos_r, sin_r, log_mass):
+    """The largest lower bound under the group's queries: a lower bound of every member's own."""
+    lower = -np.inf
+    for t in range(centre.shape[0]):
+        _, lo = _group_keeps(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, t, centre, cos_r, sin_r, log_mass)
+        lower = max(lower, lo)
+    return lower
+
+
+@njit(cache=True, parallel=True)
+def _group_counts(gb, cos_R, sin_R, kappa_lo, kappa_hi, centre, cos_r, sin_r, log_mass, depth, counts, lowers):
+    """How many candidate triangles each group of queries has (``_group_fill``), and the group's lower bound."""
+    for g in prange(gb.shape[0]):
+        lower = _group_lower(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, centre, cos_r, sin_r, log_mass)
+        lowers[g] = lower
+        k = 0
+        for t in range(centre.shape[0]):
+            hi, _ = _group_keeps(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, t, centre, cos_r, sin_r, log_mass)
+            if hi >= lower - depth:
+                k += 1
+        counts[g] = k
+
+
+@njit(cache=True, parallel=True)
+def _group_fill(gb, cos_R, sin_R, kappa_lo, kappa_hi, centre, cos_r, sin_r, log_mass, depth, lowers, offsets, out):
+    """Per group of queries (centre gb, radius R, κ in [kappa_lo, kappa_hi]) the triangles none of its queries can
+    skip, in increasing order: upper bound over the group ≥ (the largest lower bound under it) − depth. A triangle a
+    member keeps has its own upper bound ≥ that member's lower bound − depth ≥ the group's lower bound − depth, so it
+    is a candidate; so is the triangle that sets a member's lower bound (its upper bound is at least that bound)."""
+    for g in prange(gb.shape[0]):
+        lower = lowers[g]
+        k = offsets[g]
+        for t in range(centre.shape[0]):
+            hi, _ = _group_keeps(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, t, centre, cos_r, sin_r, log_mass)
+            if hi >= lower - depth:
+                out[k] = t
+                k += 1
+
+
+@njit(cache=True, parallel=True)
+def _softmax_pass(
+    bhat, kappa, group, offsets, candidates, points, log_density, triangles, log_mass, log_c, centre, cos_r, sin_r,
+    log_range, node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, out,
+):  # fmt: skip
+    for s in prange(bhat.shape[0]):
+        g = group[s]
+        cand = candidates[offsets[g] : offsets[g + 1]]
+        upper, spread = np.empty(cand.size), np.empty(cand.size)
         acc = np.empty(14)
         _query(
-            bx / norm, by / norm, bz / norm, beta * norm, points, log_density, triangles, log_mass, log_c, centre,
-            cos_r, sin_r, log_range, node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, upper, spread,
-            acc,
+            bhat[s, 0], bhat[s, 1], bhat[s, 2], kappa[s], points, log_density, triangles, log_mass, log_c, centre,
+            cos_r, sin_r, log_range, node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, cand, upper,
+            spread, acc,
         )  # fmt: skip
-        out[s, 0] = beta * norm  # κ, the exponent's shift
-        out[s, 1] = bx / norm
-        out[s, 2] = by / norm
-        out[s, 3] = bz / norm
+        out[s, 0] = kappa[s]  # κ, the exponent's shift
+        out[s, 1] = bhat[s, 0]
+        out[s, 2] = bhat[s, 1]
+        out[s, 3] = bhat[s, 2]
         for r in range(14):
             out[s, 4 + r] = acc[r]
+        out[s, 18] = cand.size
+
+
+#: the groups' cells span about this fraction of the pruning window sqrt(2·depth/κ) (at least GROUP_CELL_MIN rad): a
+#: larger cell gives fewer groups but widens every member's candidate list by its radius. Where the window is wider
+#: than GROUP_CELL_MAX (β = 10: the kernel reaches most of the sphere) there is nothing to prune by groups: one
+#: group holds every query
+GROUP_FRACTION = 1.5
+GROUP_CELL_MIN, GROUP_CELL_MAX = 1e-3, 1.0
+#: radius and κ margins of a group: b̂ and κ are the pass's own values, so these only absorb the rounding of the
+#: group's centre and radius
+_RADIUS_MARGIN, _KAPPA_MARGIN = 1e-9, 1e-12
+
+
+def query_groups(bhat: np.ndarray, kappa: np.ndarray, depth: float, grouped: bool = True):
+    """Groups of queries whose kernel centres b̂ share a cell of a cube map on the sphere (cells about
+    ``GROUP_FRACTION`` of the narrowest pruning window): (group of each query, centres (group, 3), cos and sin of
+    each group's radius, smallest and largest κ). ``grouped=False``: every query its own group of radius 0 (each
+    query then bounds every triangle itself, as before grouping)."""
+    nq = bhat.shape[0]
+    if not grouped or nq == 0:
+        group = np.arange(nq)
+        return group, bhat.copy(), np.ones(nq), np.zeros(nq), kappa.copy(), kappa.copy()
+    window = math.sqrt(2.0 * depth / float(kappa.max()))
+    if GROUP_FRACTION * window > GROUP_CELL_MAX:
+        lo, hi = np.array([kappa.min() * (1 - _KAPPA_MARGIN)]), np.array([kappa.max() * (1 + _KAPPA_MARGIN)])
+        return np.zeros(nq, dtype=np.int64), bhat[:1].copy(), np.full(1, -1.0), np.zeros(1), lo, hi
+    cell = max(GROUP_CELL_MIN, GROUP_FRACTION * window)
+    n = max(1, math.ceil(2.0 / cell))
+    axis = np.argmax(np.abs(bhat), axis=1)
+    sign = np.take_along_axis(bhat, axis[:, None], 1)[:, 0] >= 0
+    major = np.abs(np.take_along_axis(bhat, axis[:, None], 1)[:, 0])
+    u = np.take_along_axis(bhat, ((axis + 1) % 3)[:, None], 1)[:, 0] / major
+    v = np.take_along_axis(bhat, ((axis + 2) % 3)[:, None], 1)[:, 0] / major
+    iu = np.clip(((u + 1.0) * 0.5 * n).astype(np.int64), 0, n - 1)
+    iv = np.clip(((v + 1.0) * 0.5 * n).astype(np.int64), 0, n - 1)
+    key = ((axis * 2 + sign) * n + iu) * n + iv
+    _, group = np.unique(key, return_inverse=True)
+    ng = int(group.max()) + 1
+    centres = np.zeros((ng, 3))
+    np.add.at(centres, group, bhat)
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    # the angle of every member from its centre, by atan2 (accurate for tiny and large angles alike)
+    cross = np.linalg.norm(np.cross(bhat, centres[group]), axis=1)
+    angle = np.arctan2(cross, np.einsum("ij,ij->i", bhat, centres[group]))
+    radius = np.zeros(ng)
+    np.maximum.at(radius, group, angle)
+    radius = np.minimum(radius + _RADIUS_MARGIN, math.pi)
+    lo, hi = np.full(ng, np.inf), np.zeros(ng)
+    np.minimum.at(lo, group, kappa)
+    np.maximum.at(hi, group, kappa)
+    return group, centres, np.cos(radius), np.sin(radius), lo * (1 - _KAPPA_MARGIN), hi * (1 + _KAPPA_MARGIN)
+
+
+def _candidates(groups, centre, cos_r, sin_r, log_mass, depth):
+    """CSR lists (offsets (group + 1,), triangles) of every group's candidate triangles (``_group_fill``)."""
+    _, gb, cos_R, sin_R, k_lo, k_hi = groups
+    counts, lowers = np.empty(gb.shape[0], dtype=np.int64), np.empty(gb.shape[0])
+    _group_counts(gb, cos_R, sin_R, k_lo, k_hi, centre, cos_r, sin_r, log_mass, depth, counts, lowers)
+    offsets = np.zeros(gb.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), dtype=np.int64)
+    _group_fill(gb, cos_R, sin_R, k_lo, k_hi, centre, cos_r, sin_r, log_mass, depth, lowers, offsets, out)
+    return offsets, out
 
 
 def check_settings(B, beta, variation, depth):
@@ -248,10 +380,14 @@ def softmax(
     variation: float = DEFAULT_VARIATION,
     depth: float = DEFAULT_DEPTH,
     log_c: np.ndarray | None = None,
+    grouped: bool = True,
 ) -> Softmax:
     """The softmax of ρ (the mesh's density) seen from every query (query, 3): log Z, mean and covariance.
 
-    ``log_c`` are the triangles' normalisers (``sphere_mesh.log_normalisers``), computed when not given.
+    ``log_c`` are the triangles' normalisers (``sphere_mesh.log_normalisers``), computed when not given. The
+    queries are grouped by their kernel centres and each group's bounds rule out triangles for all its members at
+    once (``query_groups``); the result is the same, bit for bit, as with ``grouped=False`` (every query bounding
+    every triangle), because every triangle a query keeps or takes its lower bound from stays a candidate.
     MeshTooCoarse when a kept triangle needs more than MAX_SUBDIVISION sub-triangles per edge."""
     B = check_settings(B, float(beta), float(variation), float(depth))
     queries = np.ascontiguousarray(queries, dtype=float)
@@ -264,11 +400,15 @@ def softmax(
     _caps(mesh.points, mesh.triangles, centre, cos_r, sin_r, log_range, mesh.log_density)
     node_y, node_lw = np.empty((7 * m, 3)), np.empty(7 * m)
     _static_nodes(mesh.points, mesh.log_density, mesh.triangles, log_c, SUB_BARY[1], SUB_WEIGHTS[1], node_y, node_lw)
-    out = np.empty((queries.shape[0], 18))
+    bhat, kappa = np.empty((queries.shape[0], 3)), np.empty(queries.shape[0])
+    _frames(queries, B, float(beta), bhat, kappa)
+    groups = query_groups(bhat, kappa, float(depth), grouped)
+    offsets, candidates = _candidates(groups, centre, cos_r, sin_r, mesh.log_mass, float(depth))
+    out = np.empty((queries.shape[0], 19))
     _softmax_pass(
-        queries, B, float(beta), mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass, log_c, centre,
-        cos_r, sin_r, log_range, node_y, node_lw, float(variation), float(depth), SUB_BARY, SUB_WEIGHTS, SUB_COUNT,
-        out,
+        bhat, kappa, groups[0], offsets, candidates, mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass,
+        log_c, centre, cos_r, sin_r, log_range, node_y, node_lw, float(variation), float(depth), SUB_BARY, SUB_WEIGHTS,
+        SUB_COUNT, out,
     )  # fmt: skip
     coarse = out[:, 17]
     if np.any(coarse >= 0):
@@ -291,7 +431,9 @@ def _moments(out: np.ndarray) -> Softmax:
         second[:, i, j] = second[:, j, i] = out[:, col] / s0
     cov = second - first[:, :, None] * first[:, None, :]
     log_z = kappa + out[:, 14] + np.log(s0)
-    return Softmax(log_z, bhat + first, cov, out[:, 15].astype(np.int64), out[:, 16].astype(np.int64))
+    return Softmax(
+        log_z, bhat + first, cov, out[:, 15].astype(np.int64), out[:, 16].astype(np.int64), out[:, 18].astype(np.int64)
+    )
 
 
 def velocity_divergence(x: np.ndarray, sm: Softmax, B: np.ndarray, V: np.ndarray, beta: float):

@@ -53,7 +53,7 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
         if "reference_error_to_horizon" in out:  # a mean-field experiment: no ESS, its reference's error decides
             log.info(
                 "%s: beta = %g: mean-field reference error over W2, early %.3g, to departure %.3g; departure "
-                "shift at twice the cell width %.3g",
+                "shift against the coarser solution %.3g",
                 name,
                 beta,
                 *(

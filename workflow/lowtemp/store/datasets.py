@@ -242,12 +242,13 @@ def mean_field_dataset(
 #: what a mean-field experiment's simulation file adds (replica, time), carried to distances.nc
 REFERENCE_VARIABLES = {
     "reference_error": io.attrs(
-        "root mean square distance between the push-forwards of the same tokens by the mean-field reference at "
-        "its cell width and at twice it: an upper bound of W2 between the two, the error estimate of the "
-        "finer one"
+        "root mean square distance between the push-forwards of the same tokens by the mean-field reference and "
+        "by its coarser solution (twice the cell width on the circle, one icosphere level down on S²): an upper "
+        "bound of W2 between the two, the error estimate of the finer one"
     ),
     "reference_dist_leading_A": io.attrs(
-        "dist_leading_A of the coarser mean-field reference (twice the cell width): its departure, compared "
+        "dist_leading_A of the coarser mean-field reference (twice the cell width, or one icosphere level down): "
+        "its departure, compared "
         "with the finer one's, is the departure time's resolution"
     ),
 }
@@ -793,8 +794,9 @@ FIT_REFERENCE_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
     ),
     "reference_departure_shift": (
         ("beta",),
-        "mean-field reference: largest |departure time - that of the reference at twice the cell width| over "
-        "replicas (metastable_log_beta: resolved at most fit.particle_error_fraction of a snapshot interval)",
+        "mean-field reference: largest |departure time - that of its coarser solution (twice the cell width, or one "
+        "icosphere level down)| over replicas (metastable_log_beta uses a beta where it is at most one snapshot "
+        "interval, and widens that beta's departure range by it)",
         "1",
     ),
 }
