@@ -144,6 +144,27 @@ BAD_CONFIGS = [
         r"experiments\.tiny\.initial_measure\.scale: scale 1e-12 against a mean of size 1 puts every token within",
     ),
     (
+        # 1e10 RK4 steps of 64 tokens × 2 replicas: years by the resource model
+        "job-beyond-max-job-hours",
+        tiny(integrator="rk4", time={"horizon": 1e9, "dt": 0.1, "snapshots": 30}),
+        ConfigError,
+        r"experiments\.tiny: the finite_temperature job at beta = 5 would ask for about .* hours of wall time .*"
+        r"more than max_job_hours = 24",
+    ),
+    (
+        # the studies of convergence_all count too: N up to 2^20 at beta = 50
+        "convergence-study-beyond-max-job-hours",
+        tiny(convergence={"beta": [50], "particles": {"tokens": [2**17, 2**18, 2**19, 2**20]}}),
+        ConfigError,
+        r"experiments\.tiny: the convergence job would ask for about .* hours .* more than max_job_hours = 24",
+    ),
+    (
+        "dim-above-1024",
+        tiny(dim=2000),
+        ConfigError,
+        r"config key experiments\.tiny\.dim: 2000 is greater than the maximum of 1024",
+    ),
+    (
         "zero-tokens",
         tiny(tokens=0),
         ConfigError,
@@ -598,6 +619,16 @@ def test_config_file_that_is_not_a_mapping(tmp_path, text, message):
         validation.load_config_file(path)
     with pytest.raises(ConfigError, match=r"cannot read the config file"):
         validation.load_config_file(tmp_path / "absent.yaml")
+
+
+def test_max_job_hours_admits_what_it_refused(tmp_path, base_config):
+    """The wall-time refusal is the limit's, not the experiment's: raising max_job_hours above the estimate lets the
+    same config through."""
+    # about 9 hours of wall time by the resource model for the finite_temperature jobs
+    base_config["experiments"]["tiny"].update(integrator="rk4", time={"horizon": 1e7, "dt": 0.1, "snapshots": 30})
+    with pytest.raises(ConfigError, match=r"the finite_temperature job at beta = 5 .* more than max_job_hours = 2"):
+        _validate({**base_config, "max_job_hours": 2}, tmp_path / "results")
+    _validate({**base_config, "max_job_hours": 1000}, tmp_path / "results")
 
 
 @pytest.mark.parametrize(

@@ -320,8 +320,8 @@ def test_query_groups_prune_at_low_temperature_and_a_group_too_narrow_breaks_the
     assert np.median(grouped.bounded) < 0.3 * m
     real = sphere_softmax.query_groups
 
-    def narrow(bhat, kappa, depth, grouped=True):
-        group, centres, cos_R, sin_R, lo, hi = real(bhat, kappa, depth, grouped)
+    def narrow(bhat, kappa, depth):
+        group, centres, cos_R, sin_R, lo, hi = real(bhat, kappa, depth)
         return group, centres, np.ones_like(cos_R), np.zeros_like(sin_R), hi, lo  # radius 0, κ range inverted
 
     monkeypatch.setattr(sphere_softmax, "query_groups", narrow)

@@ -160,6 +160,13 @@ STAGES: dict[str, Stage] = {
 DEFAULT_TARGET = tuple(name for name, stage in STAGES.items() if stage.default_target)
 
 
+def enabled_stages(experiment: dict) -> tuple[str, ...]:
+    """Every stage ``experiment``'s config can run: its default target (``target_stages``) and, with a
+    ``convergence`` block, the convergence studies of the target ``convergence_all``."""
+    extra = ("convergence", "convergence_figure") if "convergence" in experiment else ()
+    return target_stages(experiment) + tuple(s for s in extra if s not in target_stages(experiment))
+
+
 def target_stages(experiment: dict) -> tuple[str, ...]:
     """The stages of ``experiment``'s default target: ``DEFAULT_TARGET`` and the optional stages its config turns
     on (``Stage.enabled_by``)."""

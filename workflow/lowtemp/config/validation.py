@@ -512,10 +512,11 @@ def _refuse_dangling_link(results: Path) -> None:
 
 
 def largest_job_memory_bytes(experiment: dict, M: matrices.AttentionMatrices | None = None) -> int:
-    """Peak memory of the experiment's largest job of the default target (``registry.target_stages``: with the
-    optional stages its config turns on; ``lowtemp.config.resources``, the SLURM requests' model)."""
+    """Peak memory of the experiment's largest job of any stage its config can run (``registry.enabled_stages``: the
+    default target, the optional stages its config turns on, the convergence studies of a ``convergence`` block;
+    ``lowtemp.config.resources``, the SLURM requests' model)."""
     need = 0
-    for stage in registry.target_stages(experiment):
+    for stage in registry.enabled_stages(experiment):
         betas = experiment["betas"] if stage == "finite_temperature" else [None]
         for beta in betas:
             need = max(need, resources.memory_mb(stage, experiment, beta=beta, matrices=M, threads=2))
@@ -554,8 +555,33 @@ def validate_config(
                     f"{exp['time']['snapshots']}), more than the {limit / 2**30:.1f} GiB of {source}; "
                     f"use fewer tokens, replicas or snapshots, or set memory_limit_gb for the compute nodes"
                 )
+    check_job_hours(config, checked)
     check_results_folder(results)
     return checked
+
+
+#: the longest wall time (hours) one job may ask for unless the config's ``max_job_hours`` says otherwise
+MAX_JOB_HOURS = 24.0
+
+
+def check_job_hours(config: dict, checked: dict) -> None:
+    """ConfigError naming the job, its estimate and the key when a job of a stage the config can run would ask for
+    more wall time than ``max_job_hours`` (default ``MAX_JOB_HOURS``): the resource model's request
+    (``resources.estimate``, its safety factor included), before any job starts."""
+    limit = float(config.get("max_job_hours", MAX_JOB_HOURS))
+    for name, exp in config["experiments"].items():
+        for stage in registry.enabled_stages(exp):
+            betas = exp["betas"] if stage in ("finite_temperature", "distances_beta", "particle_error_beta") else [None]
+            for beta in betas:
+                minutes = resources.estimate(stage, exp, beta=beta, matrices=checked[name], threads=2).runtime_min
+                if minutes > 60.0 * limit:
+                    at = "" if beta is None else f" at beta = {float(beta):g}"
+                    raise ConfigError(
+                        f"experiments.{name}: the {stage} job{at} would ask for about {minutes / 60.0:.3g} hours of "
+                        f"wall time (the resource model's estimate, lowtemp.config.costs), more than max_job_hours = "
+                        f"{limit:g}; make the experiment smaller (tokens, horizon, the studies' N), or raise "
+                        "max_job_hours where the machine can run it"
+                    )
 
 
 def _estimated_memory(name: str, experiment: dict, M: matrices.AttentionMatrices, memory_estimate) -> int:

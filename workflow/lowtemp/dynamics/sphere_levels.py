@@ -8,6 +8,7 @@ docs/sphere_mean_field.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -79,8 +80,10 @@ def icosphere_triangles(level: int) -> int:
     return 20 * 4**level
 
 
+@functools.cache
 def reference_edge(level: int) -> float:
-    """The remeshing target edge (rad) of a reference started on the icosphere of ``level``."""
+    """The remeshing target edge (rad) of a reference started on the icosphere of ``level`` (cached: the config
+    check asks for it per β, and level 5's icosphere takes seconds to build)."""
     points, triangles = icosphere(level)
     return REFERENCE_EDGE_RATIO * float(edge_lengths(points, triangles).max())
 

@@ -306,15 +306,11 @@ GROUP_CELL_MIN, GROUP_CELL_MAX = 1e-3, 1.0
 _RADIUS_MARGIN, _KAPPA_MARGIN = 1e-9, 1e-12
 
 
-def query_groups(bhat: np.ndarray, kappa: np.ndarray, depth: float, grouped: bool = True):
+def query_groups(bhat: np.ndarray, kappa: np.ndarray, depth: float):
     """Groups of queries whose kernel centres b̂ share a cell of a cube map on the sphere (cells about
     ``GROUP_FRACTION`` of the narrowest pruning window): (group of each query, centres (group, 3), cos and sin of
-    each group's radius, smallest and largest κ). ``grouped=False``: every query its own group of radius 0 (each
-    query then bounds every triangle itself, as before grouping)."""
+    each group's radius, smallest and largest κ)."""
     nq = bhat.shape[0]
-    if not grouped or nq == 0:
-        group = np.arange(nq)
-        return group, bhat.copy(), np.ones(nq), np.zeros(nq), kappa.copy(), kappa.copy()
     window = math.sqrt(2.0 * depth / float(kappa.max()))
     if GROUP_FRACTION * window > GROUP_CELL_MAX:
         lo, hi = np.array([kappa.min() * (1 - _KAPPA_MARGIN)]), np.array([kappa.max() * (1 + _KAPPA_MARGIN)])
@@ -402,11 +398,16 @@ def softmax(
     _static_nodes(mesh.points, mesh.log_density, mesh.triangles, log_c, SUB_BARY[1], SUB_WEIGHTS[1], node_y, node_lw)
     bhat, kappa = np.empty((queries.shape[0], 3)), np.empty(queries.shape[0])
     _frames(queries, B, float(beta), bhat, kappa)
-    groups = query_groups(bhat, kappa, float(depth), grouped)
-    offsets, candidates = _candidates(groups, centre, cos_r, sin_r, mesh.log_mass, float(depth))
+    if grouped and queries.shape[0]:
+        groups = query_groups(bhat, kappa, float(depth))
+        group = groups[0]
+        offsets, candidates = _candidates(groups, centre, cos_r, sin_r, mesh.log_mass, float(depth))
+    else:  # every query bounds every triangle itself
+        group = np.zeros(queries.shape[0], dtype=np.int64)
+        offsets, candidates = np.array([0, m], dtype=np.int64), np.arange(m, dtype=np.int64)
     out = np.empty((queries.shape[0], 19))
     _softmax_pass(
-        bhat, kappa, groups[0], offsets, candidates, mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass,
+        bhat, kappa, group, offsets, candidates, mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass,
         log_c, centre, cos_r, sin_r, log_range, node_y, node_lw, float(variation), float(depth), SUB_BARY, SUB_WEIGHTS,
         SUB_COUNT, out,
     )  # fmt: skip
