@@ -149,6 +149,50 @@ def cost_table(config: list[Path], results: Path) -> list[str]:
     return ["    " + line for line in out.splitlines()]
 
 
+def copy_figures(exp: Path, figures, images: Path, markdown: Path, prefix: str) -> list[str]:
+    """Copy the experiment's figures/<figure>.png that exist into ``images`` as <prefix>_<figure>.png; their Markdown
+    image lines, relative to the page ``markdown``."""
+    images.mkdir(parents=True, exist_ok=True)
+    shown = []
+    for fig in figures:
+        src = exp / "figures" / f"{fig}.png"
+        if src.is_file():
+            dst = images / f"{prefix}_{fig}.png"
+            shutil.copyfile(src, dst)
+            shown.append(f"![{fig}]({dst.relative_to(markdown.parent).as_posix()})")
+    return shown
+
+
+def closing_sections(shown: list[str], config: list[Path], results: Path) -> list[str]:
+    """A results page's last sections: its figures, and every job's cost against the resource model's estimate."""
+    return [
+        "## Figures",
+        "",
+        *shown,
+        "",
+        "## Cost: the resource model's estimate against each job",
+        "",
+        *cost_table(config, results),
+        "",
+    ]
+
+
+def page_main(argv, description: str, report_fn, config: Path, markdown: Path, name: str) -> int:
+    """The command line of a results page: ``results`` folder, ``--config``, ``--markdown``, ``--images``,
+    ``--experiment``; writes the page ``report_fn`` returns."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("results", type=Path, help="the finished run's results folder")
+    ap.add_argument("--config", type=Path, nargs="+", default=[config], help="the run's config files")
+    ap.add_argument("--markdown", type=Path, default=markdown)
+    ap.add_argument("--images", type=Path, default=Path("docs/img"))
+    ap.add_argument("--experiment", default=name, help=f"the experiment to report (default {name})")
+    args = ap.parse_args(argv)
+    text = report_fn(args.results, args.config, args.images, args.markdown, args.experiment)
+    args.markdown.write_text(text)
+    print(f"wrote {args.markdown}")
+    return 0
+
+
 def report(results: Path, config: list[Path], images: Path, markdown: Path, name: str = NAME) -> str:
     """The page's markdown; copies the figures into ``images`` (named paper_scale_<figure>.png)."""
     exp = results / name
@@ -156,14 +200,7 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
         raise SystemExit(f"{exp}: no convergence.nc or fit.nc; run the experiment with its studies first")
     conv, fit = _open(exp / "convergence.nc"), _open(exp / "fit.nc")
     start, end = run_span(exp / "logs")
-    images.mkdir(parents=True, exist_ok=True)
-    shown = []
-    for fig in FIGURES:
-        src = exp / "figures" / f"{fig}.png"
-        if src.is_file():
-            dst = images / f"paper_scale_{fig}.png"
-            shutil.copyfile(src, dst)
-            shown.append(f"![{fig}]({dst.relative_to(markdown.parent).as_posix()})")
+    shown = copy_figures(exp, FIGURES, images, markdown, "paper_scale")
     betas = ", ".join(f"{float(b):g}" for b in fit.beta.values)
     lines = [
         "# The paper-scale run: results",
@@ -186,32 +223,20 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
         "",
         *particle_sections(conv, fit),
         "",
-        "## Figures",
-        "",
-        *shown,
-        "",
-        "## Cost: the resource model's estimate against each job",
-        "",
-        *cost_table(config, results),
-        "",
+        *closing_sections(shown, config, results),
     ]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path, help="the finished run's results folder")
-    ap.add_argument(
-        "--config", type=Path, nargs="+", default=[Path("config/paper_scale.yaml")], help="the run's config files"
+    return page_main(
+        argv,
+        __doc__.splitlines()[0],
+        report,
+        Path("config/paper_scale.yaml"),
+        Path("docs/paper_scale_results.md"),
+        NAME,
     )
-    ap.add_argument("--markdown", type=Path, default=Path("docs/paper_scale_results.md"))
-    ap.add_argument("--images", type=Path, default=Path("docs/img"))
-    ap.add_argument("--experiment", default=NAME, help=f"the experiment to report (default {NAME})")
-    args = ap.parse_args(argv)
-    text = report(args.results, args.config, args.images, args.markdown, args.experiment)
-    args.markdown.write_text(text)
-    print(f"wrote {args.markdown}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -13,14 +13,11 @@ machine that ran the experiment). The W2 and end-phase figures are copied next t
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
-from paper_scale_report import _num, _open, claims_rows, cost_table, run_span
+from paper_scale_report import _num, _open, claims_rows, closing_sections, copy_figures, page_main, run_span
 
 from lowtemp.store import io
 
@@ -108,14 +105,7 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
             raise SystemExit(f"{exp}: no {needed}; run `make sphere` first")
     fit, pe = _open(exp / "fit.nc"), _open(exp / "particle_error.nc")
     start, end = run_span(exp / "logs")
-    images.mkdir(parents=True, exist_ok=True)
-    shown = []
-    for fig in FIGURES:
-        src = exp / "figures" / f"{fig}.png"
-        if src.is_file():
-            dst = images / f"sphere_{fig}.png"
-            shutil.copyfile(src, dst)
-            shown.append(f"![{fig}]({dst.relative_to(markdown.parent).as_posix()})")
+    shown = copy_figures(exp, FIGURES, images, markdown, "sphere")
     lines = [
         "# The paper's setting on the mean field itself: d = 3 without symmetry (generated)",
         "",
@@ -153,30 +143,15 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
         "",
         *particle_table(pe),
         "",
-        "## Figures",
-        "",
-        *shown,
-        "",
-        "## Cost: the resource model's estimate against each job",
-        "",
-        *cost_table(config, results),
-        "",
+        *closing_sections(shown, config, results),
     ]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", type=Path, help="the finished run's results folder")
-    ap.add_argument("--config", type=Path, nargs="+", default=[Path("config/sphere.yaml")])
-    ap.add_argument("--markdown", type=Path, default=Path("docs/sphere_results.md"))
-    ap.add_argument("--images", type=Path, default=Path("docs/img"))
-    ap.add_argument("--experiment", default=NAME)
-    args = ap.parse_args(argv)
-    text = report(args.results, args.config, args.images, args.markdown, args.experiment)
-    args.markdown.write_text(text)
-    print(f"wrote {args.markdown}", file=sys.stderr)
-    return 0
+    return page_main(
+        argv, __doc__.split("\n\n")[0], report, Path("config/sphere.yaml"), Path("docs/sphere_results.md"), NAME
+    )
 
 
 if __name__ == "__main__":
