@@ -9,7 +9,15 @@ import math
 import numpy as np
 import pytest
 
-from lowtemp.dynamics import integrate, kernels, meanfield, reduction, sphere_meanfield, sphere_mesh
+from lowtemp.dynamics import (
+    integrate,
+    kernels,
+    meanfield,
+    reduction,
+    sphere_meanfield,
+    sphere_mesh,
+    sphere_remesh,
+)
 
 # the `concentration` experiment's matrices (rounded): A = VBᵀ symmetric part with eigenvalues ≈ 1.5, 0.6, 0.5
 B = np.array([[0.9237, -0.0859, 0.2192], [-0.1410, 0.7233, -0.1998], [0.4826, -0.2931, 1.3637]])
@@ -273,3 +281,33 @@ def test_folded_finds_a_vertex_pushed_across_its_neighbours():
     mesh.points[a] = moved / np.linalg.norm(moved)
     inverted, excess = sphere_meanfield.folded(mesh)
     assert inverted[0] and excess > 1e-3
+
+
+@pytest.fixture(scope="module")
+def tail_folds():
+    """`concentration`'s flow at β = 10 on the level-2 mesh to t = 7, remeshed with and without fold repair: the
+    tail folds between t = 6 and 6.5 (docs/sphere_mean_field.md, "Folds")."""
+    settings = sphere_meanfield.reference_settings(2, None)
+    runs = {}
+    for name, remesh in (
+        ("repaired", None),
+        ("adapted only", lambda m, _t: sphere_remesh.adapt(m, settings.edge)),
+    ):
+        runs[name] = sphere_meanfield.solve(B, V, 10.0, [0.0, 7.0], UNIFORM, None, settings, remesh=remesh)
+    return runs
+
+
+def test_the_flow_folds_the_tail_when_folds_are_not_repaired(tail_folds):
+    """The input the repair must fix: without it, triangles are inside out at t = 7 and the solid angles exceed 4π."""
+    d = tail_folds["adapted only"].diagnostics
+    assert d["inverted"][-1] > 0 and d["solid_angle_excess"][-1] > 1e-3 and d["repaired_w2"][-1] == 0.0
+
+
+def test_the_solver_repairs_the_folds_it_makes(tail_folds):
+    """With the default remeshing the folds are rebuilt at every stop: at t = 7 none is inside out, the mesh covers S²
+    once, the mass is kept, and the W2 the repairs may have cost is counted (and small: the fold is in the tail)."""
+    sol = tail_folds["repaired"]
+    d = sol.diagnostics
+    assert d["inverted"][-1] == 0 and abs(d["solid_angle_excess"][-1]) < 1e-12
+    assert d["total_mass"][-1] == pytest.approx(1.0, rel=1e-12)
+    assert 0.0 < sphere_meanfield.fold_w2(sol)[-1] < 0.01

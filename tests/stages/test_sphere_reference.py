@@ -114,11 +114,20 @@ def test_a_mesh_that_outgrows_max_triangles_stops_the_job_without_a_file(tmp_pat
 
 def test_a_folded_mesh_above_the_tolerance_stops_the_job_without_a_file(tmp_path, monkeypatch):
     """The fold guard: with the tolerance below zero every run trips it (a fold-free run holds 0), naming the fold."""
-    monkeypatch.setattr(sphere_levels, "FOLDED_MASS_TOLERANCE", -1.0)
-    with pytest.raises(RuntimeError, match=r"the mesh folded over itself: .* inside out at t = 0"):
+    monkeypatch.setattr(sphere_levels, "FOLD_W2_TOLERANCE", -1.0)
+    with pytest.raises(RuntimeError, match=r"the mesh folded over itself: by t = 0 .* moved W2 by 0 "):
         stages(tmp_path, sphere_experiment())
     assert not (tmp_path / "finite.nc").exists()
 
 
-def test_the_file_records_the_folded_mass(run):
-    assert np.all(run.ds["reference_folded_mass"].values == 0.0)  # to t = 0.5 the mesh covers the sphere once
+def test_the_folds_w2_bound_is_added_to_the_error_estimate(tmp_path, monkeypatch):
+    """A fold's cost must reach the error estimate the claims judge by: with a bound of 0.01 at every snapshot, the
+    error at t = 0 (where the levels' tracers coincide) is 0.01, and the file stores the bound."""
+    monkeypatch.setattr(sphere_meanfield, "fold_w2", lambda solution: np.full(solution.times.size, 0.01))
+    ds = io.read_netcdf(stages(tmp_path, sphere_experiment()).finite, "finite_temperature")
+    np.testing.assert_allclose(ds["reference_error"].values[:, 0], 0.01, rtol=1e-12)
+    np.testing.assert_allclose(ds["reference_fold_w2"].values, 0.01, rtol=1e-12)
+
+
+def test_the_file_records_the_folds_w2_bound(run):
+    assert np.all(run.ds["reference_fold_w2"].values == 0.0)  # to t = 0.5 the mesh covers the sphere once

@@ -62,10 +62,11 @@ REFERENCE_RTOL = 1e-4
 #: while a field evaluation took 2.5× (β = 10) and 1.4× (β = 100) less (tests/dynamics/test_sphere_levels.py checks
 #: 1e-7 and 1e-6)
 REFERENCE_DEPTH = 20.0
-#: largest mass the pipeline's reference may hold in triangles the flow turned inside out (a fold of the mesh in the
-#: near-empty tail, where flattened triangles cross under the ODE's error: docs/sphere_mean_field.md, "Folds"); moving
-#: that mass anywhere changes W2 by at most 2·sqrt(1e-6) = 2e-3
-FOLDED_MASS_TOLERANCE = 1e-6
+#: largest W2 the pipeline's reference may owe to the folds of its mesh (near-empty tail, where flattened triangles
+#: cross under the ODE's error: docs/sphere_mean_field.md, "Folds"): the bound ``sphere_meanfield.fold_w2``, which is
+#: added to the reference's error estimate; above this the folds rather than the resolution would set that estimate
+#: and the run stops (for mass left inside out the bound is 2·sqrt(mass): this allows 6e-4 of the mass there)
+FOLD_W2_TOLERANCE = 0.05
 #: time between remeshings of the pipeline's reference
 REFERENCE_REMESH_EVERY = 0.5
 #: the remeshing target edge over the initial icosphere's longest edge (edges split above 1.5 times the target)

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..model import projection
 from .meanfield import _advance_edges
+from .sphere_folds import repair_folds
 from .sphere_levels import (
     B_CONDITION,
     DEFAULT_DEPTH,
@@ -294,6 +295,14 @@ def folded(mesh: SphereMesh) -> tuple[np.ndarray, float]:
     return inverted, float(spherical_area(a, b, c).sum() - 4 * math.pi)
 
 
+def fold_w2(solution: SphereMeanFieldSolution) -> np.ndarray:
+    """Per snapshot, a bound on the W2 the mesh's folds have cost by then: every fold repair before it moved mass
+    only inside its region (``sphere_folds``: sqrt(mass)·diameter each, added by the triangle inequality), and the
+    mass still inside out may sit anywhere (2·sqrt(mass)). The flow's growth of earlier perturbations is not in it."""
+    d = solution.diagnostics
+    return d.get("repaired_w2", np.zeros_like(d["folded_mass"])) + 2.0 * np.sqrt(d["folded_mass"])
+
+
 def _mesh_diagnostics(mesh: SphereMesh) -> dict:
     log_c = log_normalisers(mesh)
     inverted, excess = folded(mesh)
@@ -306,6 +315,14 @@ def _mesh_diagnostics(mesh: SphereMesh) -> dict:
         "folded_mass": float(np.exp(mesh.log_mass[inverted]).sum()),
         "solid_angle_excess": excess,
     }
+
+
+def repair_and_adapt(mesh: SphereMesh, edge: float) -> tuple[SphereMesh, dict]:
+    """The solver's remeshing: folds repaired (``sphere_folds``), then the mesh adapted to the edge length
+    (``sphere_remesh.adapt``); the counts of both (the repair's prefixed ``fold_``)."""
+    mesh, repairs = repair_folds(mesh)
+    mesh, counts = adapt(mesh, edge)
+    return mesh, {**counts, **{f"fold_{key}": value for key, value in repairs.items()}}
 
 
 def solve(
@@ -323,7 +340,7 @@ def solve(
 
     Every input is checked before any work (``check_inputs``, ``check_resolution``, ``SphereMesh.check``).
     ``remesh(mesh, t)`` is called at every stop (snapshots and every ``settings.remesh_every``) and returns the new
-    mesh and its counts (default: ``sphere_remesh.adapt`` to ``settings.edge`` when it is set);
+    mesh and its counts (default: ``repair_and_adapt`` to ``settings.edge`` when it is set);
     ``progress(t, info)`` at every snapshot."""
     B, V, times = check_inputs(B, V, float(beta), times, settings)
     mesh0.check()
@@ -337,11 +354,12 @@ def solve(
     lead = tracers0.shape[:-1]
     tracers = tracers0.reshape(-1, 3) / np.linalg.norm(tracers0.reshape(-1, 3), axis=1, keepdims=True)
     if remesh is None and settings.edge is not None:
-        remesh = lambda m, _t: adapt(m, settings.edge)  # noqa: E731
+        remesh = lambda m, _t: repair_and_adapt(m, settings.edge)  # noqa: E731
     mesh, counter = mesh0.copy(), [0]
     stops = np.union1d(times, np.arange(0.0, times[-1], settings.remesh_every))
     meshes, paths, diagnostics, remesh_counts = [], [], [], []
     t_now, steps, step, start = 0.0, 0, None, _time.perf_counter()
+    repaired_w2 = 0.0  # the W2 bound of every fold repair so far (``sphere_folds``)
     for stop in stops:
         if stop > t_now:
             rhs = _field(mesh, B, V, float(beta), settings, tracers.shape[0], counter)
@@ -357,10 +375,11 @@ def solve(
         if remesh is not None:
             mesh, counts = remesh(mesh, t_now)
             remesh_counts.append(counts)
+            repaired_w2 += counts.get("fold_w2_moved", 0.0)
         for _ in range(int(np.sum(times == stop))):
             meshes.append(mesh.copy())
             paths.append(tracers.copy())
-            diagnostics.append(_mesh_diagnostics(mesh))
+            diagnostics.append({**_mesh_diagnostics(mesh), "repaired_w2": repaired_w2})
         if np.any(times == stop) and progress is not None:
             progress(float(stop), {**diagnostics[-1], "nfev": counter[0], "steps": steps})
         if np.any(times == stop) and settings.max_triangles and mesh.triangles.shape[0] > settings.max_triangles:

@@ -188,15 +188,15 @@ def mean_field_dataset(
     grid: integrate.TimeGrid,
     beta: float,
     reference: dict,
-    folded_mass=None,
+    fold_w2=None,
 ) -> xr.Dataset:
     """finite_temperature/beta<β>.nc of a mean-field experiment: the reference's push-forward of the initial
     tokens (replica, time, token, dim) in place of particle positions, with the reference's error estimate
     (replica, time), the coarser reference's distance to E1(A), the finer reference's size per snapshot
     (``cells``: cells on the circle or the axisymmetric sphere, triangles on S²), and no ESS (NaN: no finite
     sample). ``reference`` holds what the file says about the solver (attributes ``reference_<key>``: its geometry,
-    resolution and field evaluations); ``folded_mass`` (time,), on S² only, the mass in triangles the flow turned
-    inside out (the larger of the two levels')."""
+    resolution and field evaluations); ``fold_w2`` (time,), on S² only, the bound on the W2 the mesh's folds have
+    cost (``sphere_meanfield.fold_w2``, the larger of the two levels')."""
     nr, nt = positions.shape[:2]
     record = integrate.StepRecord(
         np.zeros((nr, nt)),
@@ -224,13 +224,14 @@ def mean_field_dataset(
         np.asarray(cells).astype(np.int64),
         io.attrs("cells (triangles on S²) of the finer reference"),
     )
-    if folded_mass is not None:
-        ds["reference_folded_mass"] = (
+    if fold_w2 is not None:
+        ds["reference_fold_w2"] = (
             ("time",),
-            np.asarray(folded_mass, dtype=float),
+            np.asarray(fold_w2, dtype=float),
             io.attrs(
-                "mass in the S² mesh's triangles that the flow turned inside out (the mesh folded over itself), "
-                "the larger of the two levels'; 0 where it covers the sphere once"
+                "bound on the W2 the S² mesh's folds have cost by this time (fold repairs so far, and mass left "
+                "inside out), the larger of the two levels', included in reference_error; 0 where the mesh never "
+                "folded"
             ),
         )
     ds = ds.assign_coords(beta=((), beta, io.attrs("inverse temperature beta")))
@@ -244,7 +245,8 @@ REFERENCE_VARIABLES = {
     "reference_error": io.attrs(
         "root mean square distance between the push-forwards of the same tokens by the mean-field reference and "
         "by its coarser solution (twice the cell width on the circle, one icosphere level down on S²): an upper "
-        "bound of W2 between the two, the error estimate of the finer one"
+        "bound of W2 between the two, the error estimate of the finer one (on S², plus the bound on what the mesh's "
+        "folds cost, reference_fold_w2)"
     ),
     "reference_dist_leading_A": io.attrs(
         "dist_leading_A of the coarser mean-field reference (twice the cell width, or one icosphere level down): "
