@@ -819,13 +819,28 @@ def test_netcdf_of_another_kind(stage_inputs):
     assert not (root / "tokens.nc").exists()
 
 
-def test_matrices_file_edited_to_violate_assumption_1(stage_inputs):
-    """A matrices.nc whose B was made singular after it was written is re-checked on read."""
-    root = stage_inputs[2]
-    with h5py.File(root / "matrices.nc", "r+") as fh:
+def _make_b_singular(path: Path) -> None:
+    with h5py.File(path, "r+") as fh:
         K = fh["K"][...]
         K[:, 0] = 0.0
         fh["K"][...] = K
+
+
+def test_matrices_file_edited_after_it_was_written_is_refused(stage_inputs):
+    """An edit the checksum did not see: the read names the damage before any use of the matrices."""
+    root = stage_inputs[2]
+    _make_b_singular(root / "matrices.nc")
+    with pytest.raises(io.NetCDFSchemaError, match=r"matrices\.nc: its content does not match its checksum"):
+        _initial_tokens(stage_inputs)
+    assert not (root / "tokens.nc").exists()
+
+
+def test_matrices_file_edited_to_violate_assumption_1(stage_inputs):
+    """A matrices.nc whose B was made singular and its checksum renewed (a file another tool wrote) is re-checked
+    on read."""
+    root = stage_inputs[2]
+    _make_b_singular(root / "matrices.nc")
+    io._stamp_checksum(root / "matrices.nc")
     with pytest.raises(matrices.AssumptionViolation, match=r"B = QᵀK is singular"):
         _initial_tokens(stage_inputs)
     assert not (root / "tokens.nc").exists()

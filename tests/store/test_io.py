@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 
+import h5py
 import numpy as np
 import pytest
 import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lowtemp import __version__
 from lowtemp.store import datasets, io, layout
@@ -96,7 +100,7 @@ def test_wrong_kind_is_refused(tmp_path):
     io.read_netcdf(path)  # no kind requested: accepted
 
 
-@pytest.mark.parametrize("version", [0, 1, 3, "2", None])
+@pytest.mark.parametrize("version", [0, 1, 2, "3", None])
 def test_wrong_or_missing_schema_version_is_refused(tmp_path, version):
     ds = _dataset().drop_attrs()
     ds.attrs["lowtemp_kind"] = "demo"
@@ -205,3 +209,56 @@ def test_convergence_dataset_refuses_a_missing_or_unknown_variable():
         datasets.convergence_dataset({k: v for k, v in values.items() if k != "w2_mean"}, **sizes)
     with pytest.raises(ValueError, match=r"no layout for \['w2_median'\]"):
         datasets.convergence_dataset({**values, "w2_median": None}, **sizes)
+
+
+# ---------------------------------------------------------------- the content checksum
+
+
+def test_the_same_dataset_is_written_to_the_same_bytes(tmp_path):
+    """The checksum is added to the file in place: two writes must still be bit-for-bit equal (reruns compare so)."""
+    a = io.write_netcdf(_dataset(), tmp_path / "a.nc", "demo", {"x": 1})
+    b = io.write_netcdf(_dataset(), tmp_path / "b.nc", "demo", {"x": 1})
+    assert a.read_bytes() == b.read_bytes()
+    assert io.read_netcdf(a).attrs[io.CHECKSUM_ATTR] == io.content_checksum(io.read_netcdf(b))
+
+
+def test_a_flipped_byte_in_the_data_is_named(tmp_path):
+    """One bit of one stored float flipped, the timestamp kept: the read must refuse it, naming the checksum."""
+    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
+    raw = bytearray(path.read_bytes())
+    values = np.ascontiguousarray(_dataset()["positions"].values).tobytes()
+    at = raw.find(values[:16])
+    assert at > 0  # the values are stored contiguously: the byte flipped below is one of them
+    stat = path.stat()
+    raw[at + 3] ^= 0x10
+    path.write_bytes(bytes(raw))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(io.NetCDFSchemaError, match=r"out\.nc: its content does not match its checksum"):
+        io.read_netcdf(path, "demo")
+
+
+def test_an_edited_attribute_is_named(tmp_path):
+    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {"experiment": "a"})
+    with h5py.File(path, "r+") as fh:
+        fh.attrs["integrator"] = "euler"
+    with pytest.raises(io.NetCDFSchemaError, match="does not match its checksum"):
+        io.read_netcdf(path)
+
+
+def test_a_file_without_a_checksum_is_refused(tmp_path):
+    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
+    with h5py.File(path, "r+") as fh:
+        del fh.attrs[io.CHECKSUM_ATTR]
+    with pytest.raises(io.NetCDFSchemaError, match=r"checksum \(stored None\)"):
+        io.read_netcdf(path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(index=st.integers(0, 2 * 3 * 5 * 3 - 1), bit=st.integers(0, 63))
+def test_any_one_bit_of_the_values_changes_the_checksum(index, bit):
+    """The checksum reads every bit of every value: flipping any one (here of ``positions``) changes it."""
+    ds = _dataset()
+    before = io.content_checksum(ds)
+    flat = ds["positions"].values.reshape(-1).view(np.uint64)
+    flat[index] ^= np.uint64(1) << np.uint64(bit)
+    assert io.content_checksum(ds) != before

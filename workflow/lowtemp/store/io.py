@@ -4,14 +4,16 @@
 Every file carries ``lowtemp_schema`` (the schema version, checked on read),
 ``lowtemp_kind`` (which stage wrote it) and ``provenance`` (one JSON string:
 the code's version, commit and whether its tree was dirty (``store.version``), experiment, its config
-slice, root seed). Writes go to a
-temporary name in the destination folder and are renamed when complete, so a
+slice, root seed) and ``lowtemp_checksum`` (SHA-256 of the content as read back: every variable's name, dims,
+dtype and bytes, every attribute; checked on read, so a flipped byte in the data or the attributes is named, not
+read as good). Writes go to a temporary name in the destination folder and are renamed when complete, so a
 killed job never leaves a file that looks complete. Engine: h5netcdf.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -25,9 +27,12 @@ import xarray as xr
 
 from . import layout, version
 
-#: 2: trajectories are stored (replica, time, token, dim), every file in ``layout.ORDER``
-SCHEMA_VERSION = 2
+#: 2: trajectories are stored (replica, time, token, dim), every file in ``layout.ORDER``; 3: every file carries
+#: ``lowtemp_checksum``
+SCHEMA_VERSION = 3
 ENGINE = "h5netcdf"
+#: the global attribute holding the content checksum (``content_checksum``)
+CHECKSUM_ATTR = "lowtemp_checksum"
 
 #: fault injection for the test suite only: seconds to wait between a complete
 #: temporary file and its rename, so a test can kill a job in the middle of a write
@@ -113,15 +118,53 @@ def write_netcdf(ds: xr.Dataset, path: str | os.PathLike, kind: str, provenance:
         ds[name].attrs = _clean_attrs(ds[name].attrs)
     with atomic_path(path) as tmp:
         ds.to_netcdf(tmp, engine=ENGINE, invalid_netcdf=False)
+        _stamp_checksum(tmp)
     return path
 
 
+def _canonical_attr(key: str, value) -> bytes:
+    return f"{key}={np.asarray(value).tolist()!r};".encode()
+
+
+def content_checksum(ds: xr.Dataset) -> str:
+    """SHA-256 of a dataset as read from a file: its global attributes (all but the checksum's own), then every
+    variable in name order with its dimensions, dtype, shape, values (raw bytes; strings joined) and attributes."""
+    h = hashlib.sha256()
+    for key in sorted(k for k in ds.attrs if k != CHECKSUM_ATTR):
+        h.update(_canonical_attr(key, ds.attrs[key]))
+    for name in sorted(map(str, ds.variables)):
+        var = ds.variables[name]
+        values = np.asarray(var.values)
+        h.update(f"|{name}|{var.dims}|{values.dtype.str}|{values.shape}|".encode())
+        if values.dtype.kind in "OSU":
+            h.update("\x1f".join(map(str, values.ravel().tolist())).encode())
+        else:
+            h.update(np.ascontiguousarray(values).tobytes())
+        for key in sorted(var.attrs):
+            h.update(_canonical_attr(key, var.attrs[key]))
+    return h.hexdigest()
+
+
+def _load(path: Path) -> xr.Dataset:
+    with xr.open_dataset(path, engine=ENGINE) as ds:
+        return ds.load()
+
+
+def _stamp_checksum(path: Path) -> None:
+    """Add ``lowtemp_checksum`` to a complete file, computed from what a reader will read back (so types that a
+    round trip changes cannot make a good file fail its check)."""
+    import h5py  # h5netcdf's own backend
+
+    checksum = content_checksum(_load(path))
+    with h5py.File(path, "a") as fh:
+        fh.attrs[CHECKSUM_ATTR] = checksum
+
+
 def read_netcdf(path: str | os.PathLike, kind: str | None = None) -> xr.Dataset:
-    """Load a dataset fully into memory, checking the schema version and the kind."""
+    """Load a dataset fully into memory, checking the schema version, the kind and the content checksum."""
     path = Path(path)
     try:
-        with xr.open_dataset(path, engine=ENGINE) as ds:
-            ds = ds.load()
+        ds = _load(path)
     except FileNotFoundError:
         raise
     except Exception as exc:  # truncated or not HDF5 at all
@@ -135,6 +178,12 @@ def read_netcdf(path: str | os.PathLike, kind: str | None = None) -> xr.Dataset:
         )
     if kind is not None and ds.attrs.get("lowtemp_kind") != kind:
         raise NetCDFSchemaError(f"{path}: holds {ds.attrs.get('lowtemp_kind')!r}, expected {kind!r}")
+    stored = ds.attrs.get(CHECKSUM_ATTR)
+    if stored != content_checksum(ds):
+        raise NetCDFSchemaError(
+            f"{path}: its content does not match its checksum (stored {stored!r}): the file was changed or damaged "
+            "after it was written; delete it and rerun the stage that writes it"
+        )
     return ds
 
 
