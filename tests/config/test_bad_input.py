@@ -687,6 +687,26 @@ def test_results_folder_that_is_a_link_to_a_folder(tmp_path, base_config):
         _validate(base_config, tmp_path / "results2")
 
 
+@pytest.mark.parametrize("inside", ["matrices.nc", "figures/w2_projection.png", "finite_temperature/beta10.nc"])
+def test_a_folder_where_an_output_file_goes_is_named(tmp_path, base_config, inside):
+    """Snakemake takes an existing path as a finished output, a folder too: refused before any job, naming it."""
+    name = next(iter(base_config["experiments"]))
+    (tmp_path / "results" / name / inside).mkdir(parents=True)
+    with pytest.raises(ConfigError, match=rf"experiments\.{name}: .*{inside} is a folder where the pipeline writes"):
+        _validate(base_config, tmp_path / "results")
+    # the same folder under another name, and a file of that name, pass: the check looks only at output names
+    (tmp_path / "results" / name / inside).rename(tmp_path / "results" / name / "notes")
+    _validate(copy.deepcopy(base_config), tmp_path / "results")
+
+
+def test_an_experiment_folder_that_is_a_file_is_named(tmp_path, base_config):
+    name = next(iter(base_config["experiments"]))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / name).write_text("")
+    with pytest.raises(ConfigError, match=rf"experiments\.{name}: .*results/{name} exists but is not a folder"):
+        _validate(base_config, tmp_path / "results")
+
+
 def test_results_folder_that_cannot_be_written(tmp_path, base_config):
     """/proc/self/fdinfo accepts no new file, even for root (chmod does not stop root)."""
     (tmp_path / "results").symlink_to("/proc/self/fdinfo")

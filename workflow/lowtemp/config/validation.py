@@ -16,7 +16,9 @@ Order (the first failure stops with one error naming the key or file):
    β grid, time grid, shapes, Assumptions 1–3 on the matrices and ρ0, the
    samplers' parameters, the convergence block, the particle runs of a mean-field experiment);
 5. the memory of the largest job against ``memory_limit_gb``;
-6. the results folder, or the real target of a link to it, can be written.
+6. the results folder, or the real target of a link to it, can be written; each experiment's folder in it, where
+   it exists, is a folder, and nothing in it named like a file the pipeline writes is a folder (Snakemake would
+   take such a folder as the file, done).
 
 Nothing is written by these checks (the results-folder probe creates and
 removes one temporary file).
@@ -501,6 +503,34 @@ def check_results_folder(results: str | os.PathLike) -> None:
         raise ConfigError(f"results folder {shown!r} is not writable ({probe_dir}: {exc.strerror})") from None
 
 
+#: the endings of the files the pipeline writes under results/<experiment>/ (NetCDF, figures, animation, pages, logs)
+OUTPUT_SUFFIXES = (".nc", ".png", ".pdf", ".gif", ".mp4", ".md", ".html", ".log", ".tsv", ".json")
+
+
+def check_output_paths(results: str | os.PathLike, experiments) -> None:
+    """ConfigError naming the path when results/<experiment> exists but is not a folder, or when a folder under it
+    is named like an output file (``OUTPUT_SUFFIXES``): Snakemake treats an existing path as the finished output."""
+    root = Path(results)
+    if not root.is_dir():
+        return
+    for name in experiments:
+        folder = root / str(name)
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(
+                f"experiments.{name}: {folder} exists but is not a folder (the experiment's outputs go in it); "
+                "move it away or remove it"
+            )
+        if not folder.is_dir():
+            continue
+        for parent, dirs, _files in os.walk(folder):
+            for d in sorted(dirs):
+                if d.endswith(OUTPUT_SUFFIXES):
+                    raise ConfigError(
+                        f"experiments.{name}: {Path(parent) / d} is a folder where the pipeline writes a file "
+                        "(Snakemake would take it as done); remove it"
+                    )
+
+
 def _refuse_dangling_link(results: Path) -> None:
     """ConfigError naming the link when ``results`` or a folder above it is a link to nothing (or a loop)."""
     for path in (results, *results.parents):
@@ -557,6 +587,7 @@ def validate_config(
                 )
     check_job_hours(config, checked)
     check_results_folder(results)
+    check_output_paths(results, config["experiments"])
     return checked
 
 
