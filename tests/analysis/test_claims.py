@@ -624,3 +624,38 @@ def test_status_codes_and_words():
         (-2, "UNDER-RESOLVED"),
         (-3, "INCONCLUSIVE"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("departure", "law", "words"),
+    [
+        ("log", fitting.DepartureLaw.LOG, "law in β: log β ("),
+        ("power", fitting.DepartureLaw.POWER, "law in β: a power of β ("),
+        (
+            "two beta",
+            fitting.DepartureLaw.NOT_EVALUABLE,
+            "law in β: not evaluable (2 β used, 3 needed; exponent of β [",
+        ),
+    ],
+)
+def test_metastable_log_beta_says_which_law_in_beta_the_departures_follow(departure, law, words):
+    """Departures at T0 + κ log β are named log β, departures at 4.3 (β/10)^0.25 (4.3 … 24 for β = 10 … 10⁴) a
+    power of β (each would fail the other's assertion), and two β leave the law not evaluable; the claim's status
+    is about growth alone and stays PASSED. fit.nc holds the code and the intervals behind it."""
+    dist = {
+        "log": synthetic(),
+        "power": synthetic(kappa=0.0, t0=4.3 * (BETAS[:, None] / 10.0) ** 0.25),
+        "two beta": synthetic().isel(beta=[0, 1]),
+    }[departure]
+    fit, found = judge(dist)
+    claim = found["metastable_log_beta"]
+    assert claim.status == claims.Status.PASSED
+    assert fitting.DepartureLaw(int(fit["departure_law"])) is law
+    assert words in claim.numbers, claim.numbers
+    for name in ("departure_curvature_linear", "departure_curvature_log", "departure_power"):
+        assert fit[name].dims == ("replica", "bound") and fit[f"{name}_interval"].dims == ("bound",)
+    # the law's own curvature is 0: k_lin's interval holds it for log β, k_log's for a power of β
+    own = {fitting.DepartureLaw.LOG: "linear", fitting.DepartureLaw.POWER: "log"}.get(law)
+    if own:
+        lo, hi = fit[f"departure_curvature_{own}_interval"].values
+        assert lo <= 0 <= hi

@@ -33,6 +33,8 @@ The checks (inequalities of the paper are one-sided checks):
    Laplace prediction −1 for smooth densities is shown beside it.
 4. ``metastable_log_beta``: the departure time grows with log β: the lower end of
    the interval of the slope (censored departures at their lower bound) is > 0.
+   Beside the verdict, its numbers say which law in β the departure times follow
+   (log β, a power of β, neither, undecided; ``departure_law_text``).
 5. ``conjecture_1`` (end phase): every resolved (β, replica) whose tokens left
    the metastable phase ends within ``claims.end_phase_tolerance`` of V's leading
    eigenspace (largest real part); the eigenspace the tokens chose is stored per β.
@@ -350,10 +352,48 @@ def check_temperature_scaling(fit: xr.Dataset) -> Claim:
 
 
 # ---------------------------------------------------------------- 4. departure time ∝ log β
+def departure_law_text(fit: xr.Dataset) -> str:
+    """The law in β the departure times follow, in words, from fit.nc's ``departure_law`` and the intervals
+    behind it (``fitting.departure_law``): reported beside metastable_log_beta's verdict, which is about growth
+    alone."""
+    if "departure_law" not in fit:
+        return "; law in β: not in this fit.nc (written before the law test: rerun fit)"
+    law = fitting.DepartureLaw(int(fit["departure_law"]))
+    used = fit["metastable_beta_used"].values.astype(bool)
+    (lin_lo, lin_hi), (log_lo, log_hi), (p_lo, p_hi) = (
+        (float(v) for v in fit[f"departure_{k}_interval"].values)
+        for k in ("curvature_linear", "curvature_log", "power")
+    )
+    if law is fitting.DepartureLaw.NOT_EVALUABLE:
+        why = f"{used.sum()} β used, 3 needed" if used.sum() < 3 else "fewer than two replicas with a curvature"
+        power = f"; exponent of β [{p_lo:.3g}, {p_hi:.3g}]" if not np.isnan([p_lo, p_hi]).any() else ""
+        return f"; law in β: not evaluable ({why}{power})"
+    how = ""
+    if law is fitting.DepartureLaw.NEITHER:
+        how = {
+            (True, True): ": faster than any power of β",
+            (True, False): ": between log β and a power of β",
+            (False, False): ": slower than log β",
+            (False, True): ": τ concave but log τ convex in log β (contradictory)",
+        }[(lin_lo > 0, log_lo > 0)]
+    elif law is fitting.DepartureLaw.UNDECIDED:
+        censored = fit["departure_censored"].values.astype(bool)[used].any()
+        how = " at this confidence (more β or replicas would decide it" + (
+            "; censored departures leave the curvatures unbounded on one side: a longer horizon would bound them)"
+            if censored
+            else ")"
+        )
+    return (
+        f"; law in β: {law.words}{how} (quadratic coefficient in log β of τ [{lin_lo:.3g}, {lin_hi:.3g}], 0 for "
+        f"log β; of log τ [{log_lo:.3g}, {log_hi:.3g}], 0 for a power of β; exponent of β [{p_lo:.3g}, {p_hi:.3g}])"
+    )
+
+
 def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
     """The departure time grows with log β: PASSED when the slope's one-sided lower bound is above 0, FAILED when
     its upper bound is below 0, INCONCLUSIVE in between (NOT EVALUABLE when censoring leaves it unbounded below
-    and not shown negative)."""
+    and not shown negative). Where a slope was computed, the numbers also say which law in β the departure times
+    follow (``departure_law_text``); it does not change the status."""
     name, statement = "metastable_log_beta", "the departure time grows with log β"
     beta = fit.beta.values
     dep = fit["departure_time"].values
@@ -409,7 +449,7 @@ def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
             value,
             (lo, hi),
             (0.0, np.inf),
-            f"fewer than two replicas with a slope: no bound ({shown})",
+            f"fewer than two replicas with a slope: no bound ({shown})" + departure_law_text(fit),
             per_beta,
         )
     if np.isneginf(lo) and not hi < 0:
@@ -421,7 +461,7 @@ def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
             (lo, hi),
             (0.0, np.inf),
             f"a smaller β was still metastable at the horizon in some replica, so the slope has no lower "
-            f"bound; lengthen time.horizon ({shown})",
+            f"bound; lengthen time.horizon ({shown})" + departure_law_text(fit),
             per_beta,
         )
     status = Status.PASSED if lo > 0 else Status.FAILED if hi < 0 else Status.INCONCLUSIVE
@@ -434,7 +474,7 @@ def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
         (0.0, np.inf),
         f"slope of the departure time against log β over β {_betas(beta, used)}: one-sided bounds "
         f"[{lo:.3f}, {hi:.3f}] (departures known to a snapshot step; censored ones beyond the horizon); "
-        f"departure times {shown}",
+        f"departure times {shown}" + departure_law_text(fit),
         per_beta,
     )
 

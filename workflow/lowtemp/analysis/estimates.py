@@ -455,7 +455,9 @@ def temperature_scaling(c: Curves, res: Resolution, cfg: dict, conf: float) -> t
 
 def departure_slopes(c: Curves, res: Resolution, ess_to_departure, conf: float) -> dict:
     """The departure time from the metastable phase against log β: per-replica bounds on its slope over the
-    β whose departure is resolved, and their one-sided interval."""
+    β whose departure is resolved, and their one-sided interval; and which law in β it follows
+    (``fitting.departure_law_bounds``, ``fitting.departure_law``: log β or a power of β, from its curvature against
+    log β with ≥ 3 β), with the exponent of the power law."""
     nb, nr = c.shape
     ess_to_horizon = min_median_ess(c.ess, np.ones((nb, c.t.size), bool))
     meta_used = np.where(res.measured, res.departure_within, ess_to_departure >= res.ess_threshold)
@@ -465,24 +467,35 @@ def departure_slopes(c: Curves, res: Resolution, ess_to_departure, conf: float) 
         # range by the shift (the slope bounds account for it), one farther leaves the β out
         meta_used = res.reference.departure_shift <= res.step * (1 + 1e-9)  # times are rounded: one interval is one
         slack = np.where(np.isfinite(res.reference.departure_shift), res.reference.departure_shift, 0.0)
-    slope_low, slope_high = (
-        fitting.departure_slope_bounds(
-            c.beta[meta_used],
-            res.departure[meta_used],
-            res.censored[meta_used],
-            float(c.t[-1]),
-            res.step,
-            np.broadcast_to(slack, c.beta.shape)[meta_used],
-        )
-        if meta_used.sum() >= 2
-        else (np.full(nr, np.nan), np.full(nr, np.nan))
+    args = (
+        c.beta[meta_used],
+        res.departure[meta_used],
+        res.censored[meta_used],
+        float(c.t[-1]),
+        res.step,
+        np.broadcast_to(slack, c.beta.shape)[meta_used],
     )
+    nan_bounds = (np.full(nr, np.nan), np.full(nr, np.nan))
+    slope_low, slope_high = fitting.departure_slope_bounds(*args) if meta_used.sum() >= 2 else nan_bounds
+    law = (  # the curvatures need 3 β (NaN with 2), the exponent 2
+        fitting.departure_law_bounds(*args)
+        if meta_used.sum() >= 2
+        else dict.fromkeys(("linear", "log", "power"), nan_bounds)
+    )
+    law_interval = {k: np.array(fitting.one_sided_bounds(*v, conf)) for k, v in law.items()}
     return {
         "departure_time": res.departure,
         "departure_censored": res.censored,
         "metastable_beta_used": meta_used,
         "metastable_slope": np.stack([slope_low, slope_high], axis=1),
         "metastable_slope_interval": np.array(fitting.one_sided_bounds(slope_low, slope_high, conf)),
+        "departure_curvature_linear": np.stack(law["linear"], axis=1),
+        "departure_curvature_linear_interval": law_interval["linear"],
+        "departure_curvature_log": np.stack(law["log"], axis=1),
+        "departure_curvature_log_interval": law_interval["log"],
+        "departure_power": np.stack(law["power"], axis=1),
+        "departure_power_interval": law_interval["power"],
+        "departure_law": np.int8(fitting.departure_law(law_interval["linear"], law_interval["log"])),
         "judged_until": res.until,
         "resolved_to_horizon": res.resolved(
             ess_to_horizon, None if res.reference is None else res.reference.to_horizon

@@ -712,6 +712,48 @@ FIT_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
         "one-sided {confidence}% Student-t lower bound of the slope's lower bounds and upper bound of its upper bounds",
         "1",
     ),
+    "departure_curvature_linear": (
+        ("replica", "bound"),
+        "bounds per replica on k_lin, the quadratic coefficient of the least-squares fit of the departure time "
+        "against (log beta, log^2 beta) over metastable_beta_used (0 for a log-beta law; NaN: fewer than 3 beta; "
+        "bounds as for metastable_slope)",
+        "1",
+    ),
+    "departure_curvature_linear_interval": (
+        ("bound",),
+        "one-sided {confidence}% Student-t lower bound of k_lin's lower bounds and upper bound of its upper bounds",
+        "1",
+    ),
+    "departure_curvature_log": (
+        ("replica", "bound"),
+        "bounds per replica on k_log, the same quadratic coefficient for log(departure time) (0 for a power law "
+        "c beta^p; a departure range reaching down to time 0 leaves no lower bound on its log)",
+        "1",
+    ),
+    "departure_curvature_log_interval": (
+        ("bound",),
+        "one-sided {confidence}% Student-t lower bound of k_log's lower bounds and upper bound of its upper bounds",
+        "1",
+    ),
+    "departure_power": (
+        ("replica", "bound"),
+        "bounds per replica on p, the least-squares slope of log(departure time) against log beta (the exponent "
+        "of beta if the departure time is a power of beta)",
+        "1",
+    ),
+    "departure_power_interval": (
+        ("bound",),
+        "one-sided {confidence}% Student-t lower bound of p's lower bounds and upper bound of its upper bounds",
+        "1",
+    ),
+    "departure_law": (
+        (),
+        "law of the departure time in beta (lowtemp.analysis.fitting.DepartureLaw): 2 a power of beta (k_lin's "
+        "interval above 0, k_log's contains 0), 1 log beta (k_log's interval below 0, k_lin's contains 0), 0 neither "
+        "log beta nor a power of beta (both intervals exclude 0 otherwise), -1 undecided (any other case), -2 not "
+        "evaluable (fewer than 3 beta used, or fewer than 2 replicas with a curvature)",
+        "1",
+    ),
     "judged_until": (
         ("beta", "replica"),
         "last time of the metastable phase judged against the bound (departure; horizon if censored or no end"
