@@ -150,3 +150,61 @@ def test_a_region_with_a_hole_or_a_pinch_has_no_boundary_loop():
     t0 = np.flatnonzero(star)[0]
     far = [t for t in np.flatnonzero(star) if len(set(F[t]) & set(F[t0])) == 1]
     assert far and sphere_folds._boundary_loop(F[[t0, far[0]]]) is None
+
+
+def push_many(level: int, pushes) -> object:
+    mesh = sphere_meanfield.initial_mesh("uniform", {}, level)
+    for vertex, neighbour, overshoot in pushes:
+        vertex %= mesh.points.shape[0]
+        star = mesh.triangles[np.any(mesh.triangles == vertex, axis=1)]
+        around = [v for v in np.unique(star) if v != vertex]
+        w = around[neighbour % len(around)]
+        x = mesh.points[w] + overshoot * (mesh.points[w] - mesh.points[vertex])
+        mesh.points[vertex] = x / np.linalg.norm(x)
+    return mesh
+
+
+#: several folds at once on a coarse mesh: the first once left a triangle on one great circle (a later remap divided
+#: by zero), the second let a region swallow 79 of 80 triangles
+HARD_CASES = [
+    (1, [(18, 2, 0.024891949594794287), (36, 0, 0.7668412580561829), (8, 5, 0.6655940798735854),
+         (27, 2, 0.05214368314001959), (22, 3, 0.5112564069481319)]),
+    (1, [(39, 0, 0.524), (5, 2, 0.515), (13, 0, 0.048), (8, 2, 0.145), (31, 2, 0.496)]),
+]  # fmt: skip
+
+
+def assert_repair_is_sound(mesh, repaired, stats):
+    """Mass kept, a closed surface (Euler characteristic 2) with no unused vertex and no repeated triangle, every
+    new triangle far from degenerate, finite counts; and either no fold left (solid angles 4π) or the fold counted."""
+    assert np.exp(repaired.log_mass).sum() == pytest.approx(np.exp(mesh.log_mass).sum(), rel=1e-12)
+    F = repaired.triangles
+    assert np.all(np.bincount(F.ravel(), minlength=repaired.points.shape[0]) > 0)
+    assert np.unique(np.sort(F, axis=1), axis=0).shape[0] == F.shape[0]
+    edges = np.unique(np.sort(np.concatenate([F[:, [0, 1]], F[:, [1, 2]], F[:, [2, 0]]]), axis=1), axis=0)
+    assert repaired.points.shape[0] - edges.shape[0] + F.shape[0] == 2
+    assert math.isfinite(stats["mass_moved"]) and math.isfinite(stats["w2_moved"])
+    inside_out = orientation(repaired.points, F) <= 0
+    if stats["left"] == 0:
+        assert not inside_out.any()
+        assert solid_angles(repaired).sum() == pytest.approx(4 * math.pi, abs=1e-10)
+    else:
+        assert inside_out.any()
+
+
+@pytest.mark.parametrize("level, pushes", HARD_CASES)
+def test_hard_multi_fold_cases_stay_sound(level, pushes):
+    mesh = push_many(level, pushes)
+    repaired, stats = sphere_folds.repair_folds(mesh)
+    assert_repair_is_sound(mesh, repaired, stats)
+    assert repaired.triangles.shape[0] > mesh.triangles.shape[0] // 2  # no region swallowed the sphere
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    level=st.integers(1, 2),
+    pushes=st.lists(st.tuples(st.integers(0, 161), st.integers(0, 5), st.floats(0.02, 0.8)), min_size=1, max_size=5),
+)
+def test_several_folds_at_once_are_repaired_or_reported(level, pushes):
+    mesh = push_many(level, pushes)
+    repaired, stats = sphere_folds.repair_folds(mesh)
+    assert_repair_is_sound(mesh, repaired, stats)

@@ -262,3 +262,21 @@ def test_any_one_bit_of_the_values_changes_the_checksum(index, bit):
     flat = ds["positions"].values.reshape(-1).view(np.uint64)
     flat[index] ^= np.uint64(1) << np.uint64(bit)
     assert io.content_checksum(ds) != before
+
+
+def test_an_edit_that_turns_data_into_coordinates_is_named(tmp_path):
+    """xarray reads the CF `coordinates` attribute into the encoding, not the attributes: the variables' roles are
+    hashed, so rewriting it (which changes what a reader gets as data) fails the check."""
+    ds = _dataset()
+    ds["label"] = (("replica",), np.array(["a", "b"]))
+    path = io.write_netcdf(ds, tmp_path / "out.nc", "demo", {})
+    with h5py.File(path, "r+") as fh:
+        fh["positions"].attrs["coordinates"] = "label"
+    with pytest.raises(io.NetCDFSchemaError, match="does not match its checksum"):
+        io.read_netcdf(path)
+
+
+def test_lists_of_strings_that_join_alike_hash_apart():
+    a = xr.Dataset({"s": (("k",), np.array(["a\x1fb", "c"], dtype=object))})
+    b = xr.Dataset({"s": (("k",), np.array(["a", "b\x1fc"], dtype=object))})
+    assert io.content_checksum(a) != io.content_checksum(b)

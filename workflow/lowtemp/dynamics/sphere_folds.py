@@ -25,11 +25,14 @@ import math
 import numpy as np
 
 from .sphere_geometry import orientation, spherical_area
-from .sphere_mesh import NORMALISER_VARIATION, SphereMesh
+from .sphere_mesh import NORMALISER_VARIATION, SphereMesh, log_normalisers
 from .sphere_remesh import _TABLES, _remap
 
 #: most rings of triangles a fold's region may grow by before the fold is left unrepaired
 MAX_RINGS = 4
+#: an ear, and every new triangle, must turn by more than this fraction of its longest edge squared: a triangle on
+#: one great circle would pass a bare sign test by rounding and leave a later remap dividing by zero
+_DEGENERATE = 1e-12
 #: a region's boundary must lie within this angle (radians) of its centre: the gnomonic projection maps the open
 #: hemisphere to the plane (its orientation tests are then the sphere's), and stretches by 1/cos of the angle
 _MAX_SPREAD = 1.55
@@ -117,15 +120,16 @@ def _simple(poly: np.ndarray) -> bool:
 
 
 def _ear_clip(poly: np.ndarray) -> np.ndarray | None:
-    """Triangles (index triples into poly) of a simple counter-clockwise polygon, each strictly counter-clockwise;
-    None where no strictly convex ear is left (collinear runs)."""
+    """Triangles (index triples into poly) of a simple counter-clockwise polygon, each strictly counter-clockwise
+    (turning by more than ``_DEGENERATE`` of the polygon's extent squared); None where no such ear is left."""
+    floor = _DEGENERATE * float(np.ptp(poly, axis=0).max()) ** 2
     left = list(range(poly.shape[0]))
     out = []
     while len(left) > 3:
         n = len(left)
         for k in range(n):
             p, q, r = left[k - 1], left[k], left[(k + 1) % n]
-            if _cross2(poly[p], poly[q], poly[r]) <= 0:
+            if _cross2(poly[p], poly[q], poly[r]) <= floor:
                 continue
             others = [v for v in left if v not in (p, q, r)]
             o = poly[others]
@@ -137,15 +141,16 @@ def _ear_clip(poly: np.ndarray) -> np.ndarray | None:
                 break
         else:
             return None
-    if _cross2(poly[left[0]], poly[left[1]], poly[left[2]]) <= 0:
+    if _cross2(poly[left[0]], poly[left[1]], poly[left[2]]) <= floor:
         return None
     out.append(tuple(left))
     return np.array(out, dtype=np.int64)
 
 
-def _refill(mesh: SphereMesh, region: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(boundary loop, new triangles as vertex triples, their log-masses) for the region, or None where the region
-    is not a disk with a simple boundary in its tangent plane."""
+def _refill(mesh: SphereMesh, region: np.ndarray):
+    """(boundary loop, new triangles as vertex triples, their log-masses, the region's angular radius about its
+    centre) for the region, or None where the region is not a disk with a simple boundary in its tangent plane, or
+    any of its vertices lies farther than ``_MAX_SPREAD`` from the centre."""
     loop = _boundary_loop(mesh.triangles[region])
     if loop is None:
         return None
@@ -154,7 +159,8 @@ def _refill(mesh: SphereMesh, region: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if np.linalg.norm(centre) == 0.0:
         return None
     centre /= np.linalg.norm(centre)
-    if np.any(ring @ centre < np.cos(_MAX_SPREAD)):
+    reach = float(np.min(mesh.points[np.unique(mesh.triangles[region])] @ centre))
+    if reach < np.cos(_MAX_SPREAD):  # inner vertices too: a region must not swallow the sphere
         return None
     poly = _gnomonic(ring, centre)
     area = 0.5 * np.sum(poly[:, 0] * np.roll(poly[:, 1], -1) - np.roll(poly[:, 0], -1) * poly[:, 1])
@@ -164,14 +170,15 @@ def _refill(mesh: SphereMesh, region: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if ears is None:
         return None
     new = loop[ears]
-    if np.any(orientation(mesh.points, new) <= 0):
+    longest = np.max([np.sum((mesh.points[new[:, k]] - mesh.points[new[:, k - 1]]) ** 2, axis=1) for k in range(3)], 0)
+    if np.any(orientation(mesh.points, new) <= _DEGENERATE * longest):
         return None
     patch = np.flatnonzero(region)
     corners = np.ascontiguousarray(mesh.points[new])
     log_mass = np.empty(new.shape[0])
     _remap(corners, new.shape[0], mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass, patch, patch.size,
            NORMALISER_VARIATION, log_mass, _TABLES)  # fmt: skip
-    return loop, new, log_mass
+    return loop, new, log_mass, float(np.arccos(min(reach, 1.0)))
 
 
 def _replace(mesh: SphereMesh, region: np.ndarray, loop: np.ndarray, new: np.ndarray, log_mass: np.ndarray):
@@ -190,25 +197,20 @@ def _replace(mesh: SphereMesh, region: np.ndarray, loop: np.ndarray, new: np.nda
     )
 
 
-def _mass_moved(mesh: SphereMesh, region: np.ndarray, inverted: np.ndarray) -> float:
-    """A bound on the mass a region's repair puts elsewhere than the old mesh had it. Where the old mesh covers the
-    sphere once, the old reconstruction integrated over a new triangle is the old mass inside it, so nothing moves;
-    only the inside-out triangles and the extra layer they lie over are ambiguous. The solid angles of a fold's
-    triangles add to 4π plus twice the inverted ones' (the signed sum is 4π), so the extra layer covers the inverted
-    triangles' solid angle A_inv: the mass moved is at most their mass plus A_inv times the region's largest density
-    (mass over solid angle), and never more than the region's mass."""
+def _mass_moved(mesh: SphereMesh, region: np.ndarray, inverted: np.ndarray, log_c: np.ndarray) -> float:
+    """A bound on the mass a region's repair puts elsewhere than the old mesh had it. The repair shares the region's
+    mass by the old reconstruction read in one layer (the triangle each point is deepest inside). Where the old
+    mesh covers the sphere once that reading is the old mass itself, so nothing moves; where it is folded, the
+    layers not read are what moves. The unsigned solid angles of a folded mesh add to 4π plus twice the inverted
+    triangles' A_inv (the signed sum is 4π), so the extra layers cover 2·A_inv in all, and the mass moved is at most
+    2·A_inv times the largest density of the region's reconstruction (c_T e^ℓ at a vertex: it is exp-linear in
+    each triangle), and never more than the region's mass (that, too, where the bound is not finite)."""
     a, b, c = (mesh.points[mesh.triangles[region, k]] for k in range(3))
-    masses = np.exp(mesh.log_mass[region])
-    areas = spherical_area(a, b, c)
-    folded = inverted[region]
-    bound = masses[folded].sum() + areas[folded].sum() * np.max(masses / areas)
-    return float(min(bound, masses.sum()))
-
-
-def _diameter(ring: np.ndarray) -> float:
-    """Largest distance between two boundary vertices: the region lies in their convex hull's projection, within
-    a hemisphere, so no two of its points are farther apart."""
-    return float(np.max(np.linalg.norm(ring[:, None, :] - ring[None, :, :], axis=-1)))
+    total = float(np.exp(mesh.log_mass[region]).sum())
+    extra = 2.0 * spherical_area(a, b, c)[inverted[region]].sum()
+    with np.errstate(invalid="ignore", over="ignore"):
+        bound = extra * np.exp(np.max(log_c[region] + mesh.log_density[mesh.triangles[region]].max(axis=1)))
+    return float(min(bound, total)) if np.isfinite(bound) else total
 
 
 def repair_folds(mesh: SphereMesh, max_rings: int = MAX_RINGS) -> tuple[SphereMesh, dict]:
@@ -220,10 +222,13 @@ def repair_folds(mesh: SphereMesh, max_rings: int = MAX_RINGS) -> tuple[SphereMe
     stats = {"folds": 0, "repaired": 0, "left": 0, "triangles_removed": 0, "triangles_added": 0, "mass_moved": 0.0,
              "w2_moved": 0.0}  # fmt: skip
     work, skipped = mesh, set()
+
+    def key(group):  # by position: vertex numbers change as repairs drop vertices
+        return frozenset(map(tuple, work.points[np.unique(work.triangles[group])].tolist()))
+
     while True:
         inverted = orientation(work.points, work.triangles) <= 0
-        groups = [g for g in _vertex_groups(inverted, work.triangles, work.points.shape[0])
-                  if frozenset(work.triangles[g].ravel().tolist()) not in skipped]  # fmt: skip
+        groups = [g for g in _vertex_groups(inverted, work.triangles, work.points.shape[0]) if key(g) not in skipped]
         if not groups:
             return work, stats
         group = groups[0]
@@ -237,11 +242,13 @@ def repair_folds(mesh: SphereMesh, max_rings: int = MAX_RINGS) -> tuple[SphereMe
                 stats["repaired"] += 1
                 stats["triangles_removed"] += int(region.sum())
                 stats["triangles_added"] += int(filled[1].shape[0])
-                mass = _mass_moved(work, region, inverted)
+                mass = _mass_moved(work, region, inverted, log_normalisers(work))
                 stats["mass_moved"] += mass
-                stats["w2_moved"] += math.sqrt(mass) * _diameter(work.points[filled[0]])
-                work = _replace(work, region, *filled)
+                # every old and new triangle lies in the region's cap (angular radius < π/2, so the cap is
+                # spherically convex): no two of their points are farther apart than its chord diameter
+                stats["w2_moved"] += math.sqrt(mass) * 2.0 * math.sin(filled[3])
+                work = _replace(work, region, *filled[:3])
                 break
         else:
             stats["left"] += 1
-            skipped.add(frozenset(work.triangles[group].ravel().tolist()))
+            skipped.add(key(group))

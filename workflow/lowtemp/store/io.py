@@ -128,16 +128,20 @@ def _canonical_attr(key: str, value) -> bytes:
 
 def content_checksum(ds: xr.Dataset) -> str:
     """SHA-256 of a dataset as read from a file: its global attributes (all but the checksum's own), then every
-    variable in name order with its dimensions, dtype, shape, values (raw bytes; strings joined) and attributes."""
+    variable in name order with its role (coordinate or data), dimensions, dtype, shape, values (raw bytes;
+    strings length-prefixed) and attributes."""
     h = hashlib.sha256()
     for key in sorted(k for k in ds.attrs if k != CHECKSUM_ATTR):
         h.update(_canonical_attr(key, ds.attrs[key]))
     for name in sorted(map(str, ds.variables)):
         var = ds.variables[name]
         values = np.asarray(var.values)
-        h.update(f"|{name}|{var.dims}|{values.dtype.str}|{values.shape}|".encode())
+        role = "coordinate" if name in ds.coords else "data"  # an edited `coordinates` attribute moves variables
+        h.update(f"|{name}|{role}|{var.dims}|{values.dtype.str}|{values.shape}|".encode())
         if values.dtype.kind in "OSU":
-            h.update("\x1f".join(map(str, values.ravel().tolist())).encode())
+            for item in values.ravel().tolist():  # length-prefixed: no two lists of strings read the same
+                text = str(item).encode()
+                h.update(f"{len(text)}:".encode() + text)
         else:
             h.update(np.ascontiguousarray(values).tobytes())
         for key in sorted(var.attrs):
