@@ -26,6 +26,7 @@ import numpy as np
 
 from ..model import projection
 from .meanfield import _advance_edges
+from .sphere_aggregate import aggregated_field
 from .sphere_folds import repair_folds
 from .sphere_levels import (
     B_CONDITION,
@@ -64,7 +65,8 @@ class SphereSettings:
     ``variation`` and pruning ``depth``; DOP853's ``rtol`` and ``atol`` (positions in radians, ℓ in e-folds);
     stops for remeshing every ``remesh_every`` to the target edge ``edge`` (radians; None: no remeshing); the solve
     stops at the first snapshot whose mesh holds more than ``max_triangles`` (None: no limit), the later snapshots
-    left out (``info["resolved_until"]``), so a run whose mesh outgrows the machine ends with what it has."""
+    left out (``info["resolved_until"]``), so a run whose mesh outgrows the machine ends with what it has;
+    ``aggregate``: crowded queries expanded about their group's centre (``sphere_aggregate``)."""
 
     edge: float | None = None
     variation: float = DEFAULT_VARIATION
@@ -73,6 +75,7 @@ class SphereSettings:
     atol: float = 1e-9
     remesh_every: float = 0.25
     max_triangles: int | None = None
+    aggregate: bool = False
 
 
 @dataclass
@@ -173,6 +176,7 @@ def reference_settings(level: int, max_triangles: int | None) -> SphereSettings:
         atol=REFERENCE_RTOL * 1e-2,
         remesh_every=REFERENCE_REMESH_EVERY,
         max_triangles=max_triangles,
+        aggregate=True,
     )
 
 
@@ -263,8 +267,11 @@ def _field(mesh: SphereMesh, B, V, beta, settings: SphereSettings, tracer_count:
         tracers = tracers / np.linalg.norm(tracers, axis=1, keepdims=True)
         current = SphereMesh(points, y[3 * n : 4 * n], mesh.triangles, mesh.log_mass)
         queries = np.concatenate([points, tracers])
-        sm = softmax(current, B, beta, queries, settings.variation, settings.depth)
-        v, div = velocity_divergence(queries, sm, B, V, beta)
+        if settings.aggregate:
+            v, div, _ = aggregated_field(current, B, V, beta, queries, settings.variation, settings.depth)
+        else:
+            sm = softmax(current, B, beta, queries, settings.variation, settings.depth)
+            v, div = velocity_divergence(queries, sm, B, V, beta)
         return np.concatenate([v[:n].ravel(), -div[:n], v[n:].ravel()])
 
     return rhs
