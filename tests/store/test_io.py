@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+from types import SimpleNamespace
 
 import h5py
 import numpy as np
@@ -280,3 +282,48 @@ def test_lists_of_strings_that_join_alike_hash_apart():
     a = xr.Dataset({"s": (("k",), np.array(["a\x1fb", "c"], dtype=object))})
     b = xr.Dataset({"s": (("k",), np.array(["a", "b\x1fc"], dtype=object))})
     assert io.content_checksum(a) != io.content_checksum(b)
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 2 MiB tmpfs (needs the right to mount: root, as in CI); skipped where mounting is not allowed."""
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root, or no mount rights)")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def _big_dataset(megabytes: float) -> xr.Dataset:
+    n = int(megabytes * 2**20 / 8)
+    return xr.Dataset({"positions": (("token",), np.arange(n, dtype=float))})
+
+
+def test_a_file_too_big_for_the_disk_is_refused_before_writing(small_disk):
+    """On a 2 MiB disk a 16 MiB file is refused with ENOSPC naming the file and the room, and nothing is left
+    behind (no file, no temporary)."""
+    with pytest.raises(OSError, match=r"out\.nc: not enough disk space to write it: it needs about 20\.0 MiB") as err:
+        io.write_netcdf(_big_dataset(16), small_disk / "run" / "out.nc", "demo", {})
+    assert err.value.errno == errno.ENOSPC
+    assert not any(small_disk.rglob("*.nc"))
+
+
+def test_the_room_check_lets_a_file_that_fits_through(tmp_path, monkeypatch):
+    """The check must be able to pass: with the disk reported 1 MiB larger than the need, the write goes through;
+    1 byte smaller, it is refused."""
+    ds = _big_dataset(1)
+    need = ds.nbytes + io.FILE_OVERHEAD_BYTES
+    for free, ok in ((need + 2**20, True), (need - 1, False)):
+        monkeypatch.setattr(io.shutil, "disk_usage", lambda _p, free=free: SimpleNamespace(free=free))
+        if ok:
+            io.write_netcdf(ds, tmp_path / "fits.nc", "demo", {})
+        else:
+            with pytest.raises(OSError, match="not enough disk space"):
+                io.write_netcdf(ds, tmp_path / "tight.nc", "demo", {})
+    assert (tmp_path / "fits.nc").exists() and not (tmp_path / "tight.nc").exists()

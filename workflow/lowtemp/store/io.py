@@ -13,11 +13,13 @@ killed job never leaves a file that looks complete. Engine: h5netcdf.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -116,10 +118,32 @@ def write_netcdf(ds: xr.Dataset, path: str | os.PathLike, kind: str, provenance:
     )
     for name in list(ds.variables):
         ds[name].attrs = _clean_attrs(ds[name].attrs)
+    check_free_space(path, ds.nbytes)
     with atomic_path(path) as tmp:
         ds.to_netcdf(tmp, engine=ENGINE, invalid_netcdf=False)
         _stamp_checksum(tmp)
     return path
+
+
+#: room a NetCDF file needs beyond its arrays' bytes (HDF5 headers, attributes, the provenance)
+FILE_OVERHEAD_BYTES = 4 << 20
+
+
+def check_free_space(path: Path, nbytes: int) -> None:
+    """OSError (ENOSPC) naming the file, what it needs and what is free, when the disk that will hold ``path`` has
+    less room than its arrays plus ``FILE_OVERHEAD_BYTES``: HDF5 ends a write that runs out of room with a crash,
+    not an error, and leaves its temporary behind, so the room is checked before anything is written."""
+    folder = Path(path).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    need = int(nbytes) + FILE_OVERHEAD_BYTES
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise OSError(
+            errno.ENOSPC,
+            f"{path}: not enough disk space to write it: it needs about {need / 2**20:.1f} MiB, the disk holding "
+            f"{folder} has {free / 2**20:.1f} MiB free",
+        )
 
 
 def _canonical_attr(key: str, value) -> bytes:
