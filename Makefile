@@ -77,7 +77,8 @@ paper-scale-beta1000: $(STAMP)
 ## time); PAPER_SCALE_CONFIG names the run's config files (default: the beta = 1000 run)
 PAPER_SCALE_CONFIG ?= config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml
 paper-scale-report: $(STAMP)
-	$(BIN)/python benchmarks/paper_scale_report.py results --config $(PAPER_SCALE_CONFIG)
+	$(BIN)/python benchmarks/paper_scale_report.py results --config $(PAPER_SCALE_CONFIG) \
+		--markdown docs/paper_scale_results.md --images docs/img
 
 ## gpu-paper-scale: on a machine with a CUDA device and PyTorch, the paper-scale simulation at GPU_BETA with the field on
 ## the GPU (kernel torch), timed against the CPU kernels; writes docs/data/gpu_paper_scale/beta<GPU_BETA>/ (install
