@@ -307,6 +307,21 @@ def test_subspace_gap_is_the_chordal_distance_of_the_closest_unit_vectors():
     assert fitting.subspace_gap(plane, np.array([[0.0], [0.6], [0.8]])) == pytest.approx(np.sqrt(2 - 1.2))
 
 
+@pytest.mark.parametrize("angle", [1e-12, 1e-9, 1e-6])
+def test_subspace_gap_keeps_small_angles(angle):
+    """2 sin(θ/2) to a few roundings of itself at angles where 2 − 2 cos θ keeps only rounding (it reads 0 below
+    about 1e-8, and is 1e-3 off at 1e-6): a line and a plane, and two lines."""
+    u = np.array([[1.0], [0.0], [0.0]])
+    v = np.array([[np.cos(angle)], [np.sin(angle)], [0.0]])
+    plane = np.array([[np.cos(angle), 0.0], [0.0, 0.0], [np.sin(angle), 1.0]])  # e2 and a unit vector by e1
+    truth = 2.0 * np.sin(angle / 2)
+    assert fitting.subspace_gap(u, v) == pytest.approx(truth, rel=1e-9)
+    assert fitting.subspace_gap(u, plane) == pytest.approx(truth, rel=1e-9)
+    assert fitting.subspace_gap(plane, u) == pytest.approx(truth, rel=1e-9)
+    cancelling = np.sqrt(max(0.0, 2.0 - 2.0 * float(np.cos(angle))))
+    assert angle > 1e-7 or cancelling == 0.0  # what the cancelling form reads at these angles
+
+
 def test_calibrated_prefactors_are_the_smallest_that_bound_the_calibration_data():
     """Independent check: b·e^{−ct} touches the zero-temperature curves once and stays above them; the whole bound
     touches the calibration β's curves once (up to departure) and stays above them."""

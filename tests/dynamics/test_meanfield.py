@@ -636,6 +636,26 @@ def test_distance_to_eigenspace_equals_the_tokens_of_a_fine_push_forward(geometr
     assert abs(sol.distance_to_eigenspace(wrong)[-1] - tokens[-1]) > 0.05
 
 
+@pytest.mark.parametrize("offset", [1e-9, 1e-6])
+def test_distance_to_eigenspace_keeps_cells_close_to_it(offset):
+    """All the mass in one cell [θ_E + offset, θ_E + 2·offset] of the circle: the distance is the cell's root mean
+    square chord 2 sin(φ/2) to E's angle θ_E (the closed form, Gauss–Legendre on the cell), where 2 − 2|Px| would
+    read 0 at 1e-9 and be 1e-3 off at 1e-6."""
+    M = circle_matrices()
+    red = reduction.reduce(M.B, M.V)
+    E = M.E1
+    local = red.frame.T @ E[:, 0]
+    theta_e = float(np.arctan2(local[1], local[0]))
+    edges = np.array([[theta_e + offset, theta_e + 2 * offset]])
+    sol = mf.MeanFieldSolution(
+        red, 10.0, np.zeros(1), edges, edges, np.ones((1, 1)), np.zeros((1, 1), dtype=np.int64), np.zeros((1, 1)),
+        np.ones((1, 1)),
+    )  # fmt: skip
+    phi = np.linspace(offset, 2 * offset, 200001)
+    truth = np.sqrt(np.mean((2 * np.sin(phi / 2)) ** 2))
+    assert sol.distance_to_eigenspace(E)[0] == pytest.approx(truth, rel=1e-6)
+
+
 def test_a_cell_below_the_resolution_of_angles_stops_the_reference_or_truncates_it():
     """A cell of 1e-12 rad at the stable point u of the circle contracts (about e^{-t}) below RESOLVED_WIDTH within
     t = 6: without ``truncate`` the solve raises CellsUnresolved naming the limit, never crawls on; with it the

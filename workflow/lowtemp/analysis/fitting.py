@@ -295,10 +295,15 @@ def subspace_gap(E_a: np.ndarray, E_b: np.ndarray) -> float:
 
     It is the value of ``projection.distance_to_eigenspace`` (sqrt(mean(2 − 2|P x|)))
     for tokens sitting at the point of span(E_b) nearest to span(E_a); 0 when the
-    subspaces meet.
+    subspaces meet. Computed as 2 sin(θ/2) from sin θ, the smallest singular value of the smaller basis's part
+    orthogonal to the other subspace: 2 − 2 cos θ would keep only rounding below θ ≈ 1e-8.
     """
-    cos = float(np.linalg.svd(np.asarray(E_a, float).T @ np.asarray(E_b, float), compute_uv=False).max())
-    return float(np.sqrt(max(0.0, 2.0 - 2.0 * min(cos, 1.0))))
+    small, large = np.asarray(E_a, float), np.asarray(E_b, float)
+    if small.shape[1] > large.shape[1]:
+        small, large = large, small
+    outside = small - large @ (large.T @ small)
+    sine = float(np.linalg.svd(outside, compute_uv=False).min())
+    return float(2.0 * np.sin(0.5 * np.arcsin(min(sine, 1.0))))
 
 
 def bound_curve(t: np.ndarray, beta: float, a: float, C1: float, b: float, c: float) -> np.ndarray:

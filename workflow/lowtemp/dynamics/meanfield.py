@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit, prange
 from scipy.integrate import DOP853
 
-from ..model import measures
+from ..model import measures, projection
 from . import integrate
 from .reduction import RESOLVED_WIDTH, Reduction, check_edges, graded_edges, uniform_edges
 
@@ -676,7 +676,8 @@ class MeanFieldSolution:
         return masses / cell_measure(self.reduction, edges)
 
     def distance_to_eigenspace(self, E: np.ndarray) -> np.ndarray:
-        """sqrt(∫ (2 − 2|P x|) dρ_t) per snapshot, P the projector onto span(E) (E: (d, k) orthonormal).
+        """sqrt(∫ |x − Px/|Px||² dρ_t) per snapshot (= 2 − 2|Px| on the sphere, computed without its cancellation:
+        ``projection.squared_distance_to_great_sphere``), P the projector onto span(E) (E: (d, k) orthonormal).
 
         The mean-field counterpart of ``projection.distance_to_eigenspace``: 8-point Gauss–Legendre on every
         cell. On S² the integrand must not depend on the azimuth: E the axis, or the plane orthogonal to it.
@@ -705,7 +706,7 @@ class MeanFieldSolution:
             else:
                 x = np.stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)], axis=-1)
                 dens = np.sin(theta)  # area element
-            f = 2.0 - 2.0 * np.sqrt(np.einsum("...i,ij,...j->...", x, P, x).clip(0.0))
+            f = projection.squared_distance_to_great_sphere(x, local)
             cell_mean = (f * dens) @ weights / (dens @ weights)
             out[k] = math.sqrt(max(float(masses @ cell_mean), 0.0))
         return out
