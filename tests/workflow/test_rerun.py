@@ -534,6 +534,7 @@ EDITS = [
     ("checkpoint_every_seconds", _set("checkpoint_every_seconds", 60), set()),
     ("integral floats written as integers and back", _integral_floats, set()),
     ("keys sorted (YAML round trip with sort_keys)", "sort_keys", set()),
+    ("experiments reordered", lambda c: c.update(experiments=dict(reversed(list(c["experiments"].items())))), set()),
 ]
 
 RULE = re.compile(r"^\s*(?:local)?rule (\w+):$")

@@ -53,9 +53,10 @@ localrules:
     claims_summary,
 
 
+# experiments in name order: reordering them in the config changes no input or param, so reruns nothing
 rule claims_summary:
     input:
-        expand(f"{RESULTS}/{{experiment}}/claims.nc", experiment=list(EXPERIMENTS)),
+        expand(f"{RESULTS}/{{experiment}}/claims.nc", experiment=sorted(EXPERIMENTS)),
     output:
         report(
             f"{RESULTS}/claims_summary.md",
@@ -67,6 +68,6 @@ rule claims_summary:
     conda:
         SOFTWARE
     params:
-        experiments=list(EXPERIMENTS),
+        experiments=sorted(EXPERIMENTS),
     script:
         "../scripts/claims_summary.py"
