@@ -24,6 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import h5py  # h5netcdf's own backend: the checksum is added to a written file in place
 import numpy as np
 import xarray as xr
 
@@ -181,8 +182,6 @@ def _load(path: Path) -> xr.Dataset:
 def _stamp_checksum(path: Path) -> None:
     """Add ``lowtemp_checksum`` to a complete file, computed from what a reader will read back (so types that a
     round trip changes cannot make a good file fail its check)."""
-    import h5py  # h5netcdf's own backend
-
     checksum = content_checksum(_load(path))
     with h5py.File(path, "a") as fh:
         fh.attrs[CHECKSUM_ATTR] = checksum
