@@ -84,6 +84,7 @@ def test_order_against_the_exact_zero_temperature_solution(M, X0, method, h, tol
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(beta=st.floats(1.0, 20.0), seed=st.integers(0, 2**16))
 @example(beta=9.556447966336453, seed=9848)  # the largest deviation measured (see the tolerances above)
+@example(beta=18.75, seed=39346)  # pre-asymptotic: RK4's deviation grows from 0.080 at h to 0.165 at h/2
 @pytest.mark.parametrize("method, h, tol", ORDER_CASES)
 def test_richardson_order_at_finite_beta(M, method, h, tol, beta, seed):
     X = random_unit(np.random.default_rng(seed), 1, 24, 3)
@@ -92,7 +93,10 @@ def test_richardson_order_at_finite_beta(M, method, h, tol, beta, seed):
     p = _orders(runs)  # (h, h/2, h/4) and (h/2, h/4, h/8)
     nominal = studies.NOMINAL_ORDER[method]
     assert np.all(np.abs(p - nominal) < tol), (beta, p)
-    assert np.all(np.abs(p[1] - nominal) <= np.abs(p[0] - nominal) + 0.02), p  # the O(h) deviation shrinks
+    # the O(h) deviation shrinks, unless the finer level already lies within half the tolerance: near β = 20 the
+    # h-expansion is not yet asymptotic at h = 0.1 and a small deviation at h can grow at h/2 (the example above)
+    deviation = np.abs(p - nominal)
+    assert np.all((deviation[1] <= deviation[0] + 0.02) | (deviation[1] <= tol / 2)), p
 
 
 @pytest.mark.parametrize("method, h", [("rk4", 0.1), ("euler", 0.025)])
