@@ -19,16 +19,24 @@ def solid_angles(mesh) -> np.ndarray:
     return spherical_area(*(mesh.points[mesh.triangles[:, k]] for k in range(3)))
 
 
-def pushed(level: int, vertex: int, neighbour: int, overshoot: float):
-    """The icosphere of ``level`` (uniform density) with ``vertex`` carried across its ``neighbour``-th neighbour,
-    ``overshoot`` of their distance beyond it: the triangles around it turn inside out."""
+def push_many(level: int, pushes):
+    """The icosphere of ``level`` (uniform density) with each (vertex, neighbour, overshoot) applied in turn: the
+    vertex carried across its ``neighbour``-th neighbour, ``overshoot`` of their distance beyond it; the triangles
+    around it turn inside out."""
     mesh = sphere_meanfield.initial_mesh("uniform", {}, level)
-    star = mesh.triangles[np.any(mesh.triangles == vertex, axis=1)]
-    around = [v for v in np.unique(star) if v != vertex]
-    w = around[neighbour % len(around)]
-    x = mesh.points[w] + overshoot * (mesh.points[w] - mesh.points[vertex])
-    mesh.points[vertex] = x / np.linalg.norm(x)
+    for vertex, neighbour, overshoot in pushes:
+        vertex %= mesh.points.shape[0]
+        star = mesh.triangles[np.any(mesh.triangles == vertex, axis=1)]
+        around = [v for v in np.unique(star) if v != vertex]
+        w = around[neighbour % len(around)]
+        x = mesh.points[w] + overshoot * (mesh.points[w] - mesh.points[vertex])
+        mesh.points[vertex] = x / np.linalg.norm(x)
     return mesh
+
+
+def pushed(level: int, vertex: int, neighbour: int, overshoot: float):
+    """One vertex pushed (``push_many``)."""
+    return push_many(level, [(vertex, neighbour, overshoot)])
 
 
 FOLD = pushed(2, 0, 0, 0.3)
@@ -150,18 +158,6 @@ def test_a_region_with_a_hole_or_a_pinch_has_no_boundary_loop():
     t0 = np.flatnonzero(star)[0]
     far = [t for t in np.flatnonzero(star) if len(set(F[t]) & set(F[t0])) == 1]
     assert far and sphere_folds._boundary_loop(F[[t0, far[0]]]) is None
-
-
-def push_many(level: int, pushes) -> object:
-    mesh = sphere_meanfield.initial_mesh("uniform", {}, level)
-    for vertex, neighbour, overshoot in pushes:
-        vertex %= mesh.points.shape[0]
-        star = mesh.triangles[np.any(mesh.triangles == vertex, axis=1)]
-        around = [v for v in np.unique(star) if v != vertex]
-        w = around[neighbour % len(around)]
-        x = mesh.points[w] + overshoot * (mesh.points[w] - mesh.points[vertex])
-        mesh.points[vertex] = x / np.linalg.norm(x)
-    return mesh
 
 
 #: several folds at once on a coarse mesh: the first once left a triangle on one great circle (a later remap divided
