@@ -4,6 +4,8 @@ be regenerated), every page a target writes exists, and no page names a path of 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,64 @@ def test_the_checks_can_fail():
     assert "orphan.md" not in makefile_pages("demo:\n\tpython x.py --markdown docs/other.md\n")
     assert makefile_pages("demo: $(STAMP)\n\tpython x.py --markdown docs/other.md\n") == {"other.md": "demo"}
     assert MACHINE_PATH.search("results in /tmp/ci/results") and not MACHINE_PATH.search("-v $PWD:/work/results")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# docs/reliability.md's suite table: its counts are what pytest collects from the files it names
+
+SUITE_HEADING = "## The attack suite"
+
+
+def suite_rows(text: str) -> list[tuple[str, list[str], int]]:
+    """(class, test files, cases) of every row of the suite table in ``text``."""
+    section = text.split(SUITE_HEADING, 1)[1]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[3].isdigit():
+            rows.append((cells[0], re.findall(r"`(tests/[\w/]+\.py)`", cells[2]), int(cells[3])))
+    return rows
+
+
+def collected_counts(files: list[str]) -> dict[str, int]:
+    """Test items per file, as pytest collects them (run from the repository root, as `make test` does)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    items = [line.split("::", 1)[0] for line in proc.stdout.splitlines() if "::" in line]
+    return {f: items.count(f) for f in files}
+
+
+def suite_mismatches(rows, counts) -> list[str]:
+    return [
+        f"{name}: the table says {cases}, the suites hold {sum(counts[f] for f in files)}"
+        for name, files, cases in rows
+        if sum(counts[f] for f in files) != cases
+    ]
+
+
+def test_the_reliability_suite_counts_are_what_the_suites_hold():
+    rows = suite_rows((ROOT / "docs" / "reliability.md").read_text())
+    assert len(rows) >= 4 and all(files for _, files, _ in rows), rows
+    files = sorted({f for _, fs, _ in rows for f in fs})
+    missing = [f for f in files if not (ROOT / f).exists()]
+    assert not missing, f"docs/reliability.md's suite table names files that do not exist: {missing}"
+    assert not suite_mismatches(rows, collected_counts(files))
+
+
+def test_the_suite_count_check_can_fail():
+    """A row whose count is off by one, or that names a file pytest collects nothing from, is caught."""
+    table = (
+        f"{SUITE_HEADING}\n\n| class | promise | tests | cases |\n|---|---|---|---|\n"
+        "| a | p | `tests/x.py`, `tests/y.py` | 5 |\n"
+    )
+    rows = suite_rows(table)
+    assert rows == [("a", ["tests/x.py", "tests/y.py"], 5)]
+    assert not suite_mismatches(rows, {"tests/x.py": 3, "tests/y.py": 2})
+    assert suite_mismatches(rows, {"tests/x.py": 3, "tests/y.py": 3})
+    assert suite_mismatches(rows, {"tests/x.py": 0, "tests/y.py": 0})
