@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo sphere sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: captions demo sphere sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -132,6 +132,11 @@ lint: $(STAMP)
 	$(BIN)/snakefmt --check Snakefile workflow/Snakefile workflow/rules
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+## captions: workflow/report/figure.rst, the report's figure captions, written from lowtemp.stages.figures.captions()
+## (the same constants the figures' axes are drawn with; make test fails when the file differs)
+captions: $(STAMP)
+	$(BIN)/python -c "from lowtemp.stages import figures; open('workflow/report/figure.rst', 'w').write(figures.caption_template())"
 
 ## test-faults: fault injection (SIGKILL mid-run and mid-write, resume bit for bit), bounded in time
 test-faults: $(STAMP)

@@ -202,6 +202,57 @@ BAD_CONFIGS = [
         r"config key experiments\.tiny\.time\.horizon: inf is not a finite number",
     ),
     (
+        "denormal-dt",
+        tiny_in("time", dt=1e-320),
+        ConfigError,
+        r"experiments\.tiny\.time\.dt = 9\.99989e-321 against time\.horizon = 6 makes inf steps, more than float64 "
+        r"time can count \(2\^53: t \+ dt == t\); raise time\.dt or shorten time\.horizon",
+    ),
+    (
+        "horizon-of-1e308",
+        tiny_in("time", horizon=1e308),
+        ConfigError,
+        r"experiments\.tiny\.time\.dt = 0\.1 against time\.horizon = 1e\+308 makes inf steps",
+    ),
+    (
+        "beta-of-1e300",
+        tiny(betas=[5, 1e300]),
+        ConfigError,
+        r"experiments\.tiny\.betas: β·σmax\(B\) = 1e\+300·1\.25 = 1\.25e\+300 exceeds 1e\+12: the softmax kernel "
+        r"would be 8\.9e-151 rad wide, its weights decided by rounding",
+    ),
+    (
+        "study-beta-of-1e300",
+        tiny(convergence={"beta": 1e300}),
+        ConfigError,
+        r"experiments\.tiny\.convergence\.beta: β·σmax\(B\) = 1e\+300",
+    ),
+    (
+        "eigenvalue-of-1e300",
+        tiny_in("matrices", eigenvalues=[1e300, 1, 0.5]),
+        ConfigError,
+        r"experiments\.tiny\.matrices: A = VBᵀ has an eigenvalue of size 1e\+300: over time\.horizon = 6 an explicit "
+        r"integrator needs at least 1\.5e\+300 steps for stability alone",
+    ),
+    (
+        "atom-at-the-origin",
+        tiny(initial_measure={"name": "atoms", "points": [[1, 0, 0], [0, 0, 0]], "positive_density": False}),
+        ConfigError,
+        r"experiments\.tiny\.initial_measure\.points: a vector is zero \(it has no direction on the sphere\)",
+    ),
+    (
+        "vmf-mean-at-the-origin",
+        vmf(kappas=[2.0, 3.0], means=[[0, 0, 0], [1, 0, 0]]),
+        ConfigError,
+        r"experiments\.tiny\.initial_measure\.means: a vector is zero \(it has no direction on the sphere\)",
+    ),
+    (
+        "tolerance-below-float64",
+        tiny_in("time", tolerance=1e-300),
+        ConfigError,
+        r"config key experiments\.tiny\.time\.tolerance: 1e-300 is less than the minimum of 1e-12",
+    ),
+    (
         "nan-under-fit",
         tiny(fit={"max_residual": math.nan}),
         ConfigError,
@@ -430,7 +481,7 @@ BAD_CONFIGS = [
         ConfigError,
         r"experiments\.tiny: the largest job needs about [0-9.]+ GiB "
         r"\(tokens = 200000, replicas = 4, snapshots = 30\), "
-        r"more than the 4\.0 GiB of memory_limit_gb",
+        r"more than the 4 GiB of memory_limit_gb",
     ),
 ]
 

@@ -224,8 +224,8 @@ def test_which_measures_have_a_positive_density(name, params, positive):
 @pytest.mark.parametrize(
     "params, match",
     [
-        ({"center": [0, 0], "angle": 30}, "center must be a non-zero vector of length 3"),
-        ({"center": [0, 0, 0], "angle": 30}, "center must be a non-zero vector"),
+        ({"center": [0, 0], "angle": 30}, "center must be a vector of length 3"),
+        ({"center": [0, 0, 0], "angle": 30}, "center: a vector is zero"),
         ({"center": [0, 0, 1], "angle": 0}, r"angle must be in \(0, 180\]"),
     ],
 )
@@ -272,3 +272,21 @@ def test_tokens_at_the_float_floor_are_finite_and_a_collapsed_gaussian_is_refuse
     with pytest.raises(ValueError, match=r"projected_gaussian: scale 1e-09 against a mean of size 1 .* collapsed"):
         measures.projected_gaussian(rng, 1, 4, 3, mean=[1.0, 0.0, 0.0], scale=1e-9)
     assert np.unique(measures.projected_gaussian(rng, 1, 4, 3, mean=[1.0, 0.0, 0.0], scale=1e-7), axis=1).shape[1] == 4
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("cap", {"center": [1e-320, 0, 0], "angle": 30}),
+        ("atoms", {"points": [[1e-320, 0, 0], [0, 1e-310, 0]]}),
+        ("vmf_mixture", {"kappas": [2.0, 3.0], "means": [[1e-320, 0, 0], [0, 0, 1e-300]]}),
+    ],
+)
+def test_directions_at_the_float_floor_are_directions(name, params):
+    """A centre, atom or mean of norm 1e-320 is the direction it points in (the config check accepts it, so the
+    sampler must too), and a zero vector is refused by both with the same words."""
+    X = measures.sample_initial_tokens(name, np.random.default_rng(0), 1, 16, 3, **params)
+    assert np.all(np.isfinite(X)) and np.allclose(np.linalg.norm(X, axis=-1), 1.0)
+    np.testing.assert_allclose(measures.directions([[1e-320, 0, 0]], "x"), [[1.0, 0.0, 0.0]])
+    with pytest.raises(ValueError, match="x: a vector is zero"):
+        measures.directions([[0.0, 0.0, 0.0]], "x")

@@ -230,3 +230,74 @@ def test_w2_two_atoms_refuses_masses_that_are_not_two_non_negative_numbers():
     for bad in ([1.0], [-1.0, 2.0], [0.0, 0.0], [np.nan, 1.0]):
         with pytest.raises(ValueError, match="masses"):
             transport.w2_two_atoms(np.array([[1.0, 0.0]]), u, np.array(bad))
+
+
+# ------------------------------------------------------------------ scale of the weights, shapes, missing values
+
+
+def _cloud(n=6, d=3, seed=0):
+    X = np.random.default_rng(seed).standard_normal((n, d))
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("scale", [1e-320, 1e-300, 1e-200, 1e-150, 1e20, 1e300, 1e308])
+def test_weights_of_any_scale_give_the_w2_of_the_normalised_measures(scale):
+    """W2 depends on the normalised measures only: weights all of 1e-300 (on which POT crashed the process) or 1e308
+    (which POT called infeasible) give the uniform clouds' W2, against the assignment by differences."""
+    X, Y = _cloud(seed=1), _cloud(seed=2)
+    expected = _assignment_w2(X, Y, np.ones(6, int), np.ones(6, int))
+    assert transport.w2(X, Y, a=[scale] * 6, b=[scale] * 6) == pytest.approx(expected, rel=1e-12)
+
+
+def test_weights_of_different_totals_are_refused_at_any_scale():
+    X, Y = _cloud(seed=1), _cloud(seed=2)
+    with pytest.raises(ValueError, match="same total mass"):
+        transport.w2(X, Y, a=[1e308] * 6, b=[1e307] * 6)
+    with pytest.raises(ValueError, match="same total mass"):
+        transport.w2(X, Y, a=[1.0] * 6, b=[1.0 + 1e-6] * 6)
+
+
+def test_w2_two_atoms_with_masses_near_overflow():
+    """Masses whose sum overflows (1.5e308 + 1e308) give the W2 of their ratio, not of all mass at −u."""
+    X, u = _cloud(), np.array([0.0, 0.0, 1.0])
+    assert transport.w2_two_atoms(X, u, [1.5e308, 1e308]) == transport.w2_two_atoms(X, u, [1.5, 1.0])
+    assert transport.w2_two_atoms(X, u, [1e308, 1e308]) == transport.w2_two_atoms(X, u, [1.0, 1.0])
+
+
+E1 = np.array([[0.0], [0.0], [1.0]])
+E2 = np.eye(3)[:, :2]
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda X: projection.distance_to_eigenspace(X[:3], E1[:, 0]), r"E must be a \(3, k\) basis"),
+        (lambda X: projection.distance_to_eigenspace(X, 2 * E2), "E's columns are not orthonormal"),
+        (lambda X: projection.distance_to_eigenspace(X, np.eye(4)[:, :2]), r"E must be a \(3, k\) basis"),
+        (lambda X: projection.distance_to_eigenspace(X[0], E2), "X must be"),
+        (lambda X: projection.distance_to_eigenspace(X * np.inf, E2), "X has an infinite coordinate"),
+        (lambda X: transport.w2_to_projection(X, X[::-1], 2 * E1), "E1's columns are not orthonormal"),
+        (lambda X: transport.w2_to_projection(X, X[::-1], E1[:, 0]), r"E1 must be a \(3, k\) basis"),
+        (lambda X: transport.w2_to_projection(X, np.vstack([X[:5], [[np.nan, 0, 0]]]), E1), "finite initial tokens"),
+        (lambda X: transport.w2_to_projection(X, np.tile([[1.0, 0, 0]], (6, 1)), E1), "a token on E1⊥"),
+        (lambda X: transport.w2_two_atoms(np.zeros((0, 3)), E1[:, 0], [0.5, 0.5]), "at least one token"),
+        (lambda X: transport.w2_two_atoms(X[0], E1[:, 0], [0.5, 0.5]), "X must be"),
+        (lambda X: transport.w2_two_atoms(X, np.array([0.0, 1.0]), [0.5, 0.5]), r"u must be a \(3, k\) basis"),
+        (lambda X: transport.w2_two_atoms(X, 2 * E1[:, 0], [0.5, 0.5]), "u's columns are not orthonormal"),
+        (lambda X: transport.w2_two_atoms(X * np.inf, E1[:, 0], [0.5, 0.5]), "X has an infinite coordinate"),
+    ],
+)
+def test_distances_to_eigenspaces_refuse_what_would_answer_another_question(call, message):
+    """A 1-D E, a basis that is not orthonormal (2u), another dimension, no token, an infinite coordinate, NaN
+    initial tokens, a token on E1⊥: each gave a number for another subspace or measure, or a bare numpy error."""
+    with pytest.raises(ValueError, match=message):
+        call(_cloud())
+
+
+def test_a_cloud_with_a_missing_token_has_no_distance():
+    """NaN marks a snapshot a solver did not reach: its distances are NaN, never a number."""
+    X = _cloud()
+    X[2] = np.nan
+    assert math.isnan(transport.w2_two_atoms(X, E1[:, 0], [0.5, 0.5]))
+    assert math.isnan(transport.w2_to_projection(X, _cloud(seed=3), E1))
+    assert math.isnan(float(projection.distance_to_eigenspace(X, E2)))

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from lowtemp.config import experiment as lowtemp_experiment
+from lowtemp.stages import figures
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 #: paths of one machine (a reader's checkout lies elsewhere); a container's own /work/results is not one
@@ -122,3 +125,22 @@ def test_the_suite_count_check_can_fail():
     assert not suite_mismatches(rows, {"tests/x.py": 3, "tests/y.py": 2})
     assert suite_mismatches(rows, {"tests/x.py": 3, "tests/y.py": 3})
     assert suite_mismatches(rows, {"tests/x.py": 0, "tests/y.py": 0})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the report's figure captions are written from the figures' own constants
+
+
+def test_the_figure_captions_are_generated_from_the_code():
+    """workflow/report/figure.rst is `make captions`'s output: one branch per figure, the axes' labels in it."""
+    text = (ROOT / "workflow" / "report" / "figure.rst").read_text()
+    assert text == figures.caption_template(), "workflow/report/figure.rst differs from the code: run `make captions`"
+    assert set(figures.captions()) == set(lowtemp_experiment.FIGURES)
+    assert figures.DEPARTURE_LABEL.split(" (")[0] in text and figures.DISTANCE_LABEL in text
+
+
+def test_a_caption_edited_by_hand_or_a_figure_without_one_is_caught(monkeypatch):
+    """The checks above fail on a hand edit and on a figure added without a caption."""
+    assert figures.caption_template().replace("Theorem 1", "Theorem 2") != figures.caption_template()
+    monkeypatch.setattr(lowtemp_experiment, "FIGURES", (*lowtemp_experiment.FIGURES, "new_figure"))
+    assert set(figures.captions()) != set(lowtemp_experiment.FIGURES)

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import matplotlib.image
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import xarray as xr
@@ -30,6 +31,7 @@ from lowtemp.config import params
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import integrate, meanfield, reduction
 from lowtemp.model import exact, matrices, measures, projection, seeding
+from lowtemp.stages import figures
 from lowtemp.stages import simulate as simulate_stage
 from lowtemp.store import compare, io, layout
 
@@ -201,6 +203,42 @@ def test_figures_exist_and_open(results, config):
         with Image.open(results / name / "figures" / "tokens.gif") as gif:
             assert gif.format == "GIF" and gif.n_frames == exp["time"]["snapshots"] + 1
             assert gif.size == lowtemp_experiment.animation_size(len(exp["betas"]) + 1)
+
+
+def _phase_panels(dist, fit, experiment: dict):
+    """The arrays the phase figure draws (one QuadMesh per panel) and the times of its departure marks."""
+    fig = figures.plot_phase({"distances": dist, "fit": fit}, experiment)
+    try:
+        drawn = [np.ma.filled(ax.collections[0].get_array().astype(float), np.nan) for ax in fig.axes[:2]]
+        marks = np.concatenate([line.get_xdata() for line in fig.axes[0].lines if len(line.get_xdata())])
+    finally:
+        plt.close(fig)
+    return drawn, marks
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_circle"])
+def test_phase_figure_draws_the_stored_distances(results, config, name):
+    """The (β, t) picture shows distances.nc's replica means, β increasing upwards and zero temperature on top (an
+    independent mean over replicas), and every replica's departure from fit.nc: departed replicas at their time,
+    censored ones at the horizon (departures set by hand where the tiny run has none)."""
+    dist, fit = _open(results / name / "distances.nc"), _open(results / name / "fit.nc")
+    horizon = float(dist.time.values[-1])
+    dep = np.linspace(0.5, 0.5 * horizon, fit["departure_time"].size).reshape(fit["departure_time"].shape)
+    cens = np.zeros(dep.shape, bool)
+    cens.flat[0], dep.flat[0], dep.flat[-1] = True, np.nan, np.nan  # one censored, one that never arrived
+    fit = fit.assign(
+        departure_time=(fit["departure_time"].dims, dep), departure_censored=(fit["departure_time"].dims, cens)
+    )
+    drawn, marks = _phase_panels(dist, fit, config["experiments"][name])
+    order = np.argsort(dist.beta.values)
+    for var, shown in zip(("dist_leading_A", "dist_leading_V"), drawn):
+        rows = [dist[var].isel(beta=int(i)).mean("replica").values for i in order]
+        expected = np.stack([*rows, dist[f"{var}_zero_temperature"].mean("replica").values])
+        np.testing.assert_allclose(shown.reshape(expected.shape), expected, rtol=1e-12, equal_nan=True)
+        # rows in another order would be another picture: the check can fail
+        assert not np.allclose(shown.reshape(expected.shape), expected[::-1], equal_nan=True)
+    expected_marks = np.concatenate([dep[np.isfinite(dep) & ~cens], [horizon]])
+    np.testing.assert_allclose(np.sort(marks), np.sort(expected_marks))
 
 
 def test_every_rule_has_a_log(results, config):

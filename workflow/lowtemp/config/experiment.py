@@ -25,14 +25,16 @@ class ConfigError(ValueError):
 
 
 #: every figure of an experiment, in the order of the report (one job of the rule ``figure`` each)
-FIGURES = ("w2_projection", "collapse", "end_phase", "time_scale", "snapshots")
-#: figures drawn on S² itself: only for dim = 3
+FIGURES = ("w2_projection", "collapse", "end_phase", "time_scale", "snapshots", "phase")
+#: figures drawn from the tokens' positions on S¹ or S² themselves: only for dim = 2 and 3
 SPHERE_FIGURES = ("snapshots",)
+#: the dimensions in which the tokens can be drawn where they are
+DRAWN_DIMS = (2, 3)
 
 
 def figures_for(experiment: dict) -> list[str]:
-    """The figures drawn for ``experiment``: all of ``FIGURES``, the sphere figures only for dim = 3."""
-    return [f for f in FIGURES if f not in SPHERE_FIGURES or int(experiment["dim"]) == 3]
+    """The figures drawn for ``experiment``: all of ``FIGURES``, the sphere figures only for dim = 2 and 3."""
+    return [f for f in FIGURES if f not in SPHERE_FIGURES or int(experiment["dim"]) in DRAWN_DIMS]
 
 
 #: the animation of the tokens (rule ``animation``, ``figures/tokens.gif``) is drawn on S¹ and S² only

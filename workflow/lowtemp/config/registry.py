@@ -126,6 +126,7 @@ STAGES: dict[str, Stage] = {
             "end_phase": ("ess_threshold",),
             "time_scale": (),
             "snapshots": ("figures.snapshot_times", "time.horizon"),  # experiment.snapshot_times
+            "phase": ("ess_threshold",),
         },
     ),
     # stages.convergence.stage_convergence: studies.study_settings (betas for the default beta, tokens,

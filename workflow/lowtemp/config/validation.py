@@ -37,7 +37,7 @@ import jsonschema
 import numpy as np
 import yaml
 
-from ..dynamics import reduction, sphere_levels
+from ..dynamics import integrate, reduction, sphere_levels
 from ..model import matrices, measures
 from . import registry, resources, studies
 from .experiment import (
@@ -336,12 +336,48 @@ def validate_experiment(name: str, experiment: dict, root_seed: int) -> matrices
     except ValueError as exc:
         raise ConfigError(f"{where}.matrices: {exc}") from None
     _check_initial_measure_assumptions(where, experiment["initial_measure"], M)
+    _check_scales(where, experiment, M, grid)
     if experiment["model"] == "mean_field":
         _check_mean_field(where, experiment, M, initial_measure(name, experiment, root_seed))
     particle_error_tokens(name, experiment)  # the particle runs against the reference: n ≤ tokens, increasing
     if "convergence" in experiment:  # the optional studies' block: steps dividing the grid, N list, …
         studies.study_settings(name, experiment)
     return M
+
+
+#: largest κ = β·σmax(B), the softmax kernel's concentration: its width κ^(-1/2) is then 1e-6 rad, and the weights
+#: e^(κ⟨b̂, y⟩) are decided by differences of ⟨b̂, y⟩ near 1e-12, a few thousand roundings of float64
+MAX_KAPPA = 1e12
+#: an explicit integrator's stability interval on the negative real axis (RK4: 2.79, DOPRI5: 3.3): a run needs at
+#: least horizon·ρ(A)/STABILITY steps whatever its tolerance, ρ(A) the largest |eigenvalue| of A, the linearised
+#: dynamics' fastest rate near E1(A)
+STABILITY = 4.0
+
+
+def _check_scales(where: str, experiment: dict, M: matrices.AttentionMatrices, grid) -> None:
+    """ConfigError for scales no float64 run can resolve: a kernel narrower than ``MAX_KAPPA`` allows (at the
+    largest β of the run and of its studies), or a horizon that needs more than ``MAX_STEPS`` steps for the
+    integrator's stability alone (eigenvalues of A near 1e300 otherwise pass every other check and fail inside the
+    simulation, its step underflowing)."""
+    betas = {"betas": max(float(b) for b in experiment["betas"])}
+    if "convergence" in experiment:
+        betas["convergence.beta"] = max(studies.study_betas(experiment))
+    key, beta = max(betas.items(), key=lambda item: item[1])
+    kappa = beta * M.sigma_max
+    if not kappa <= MAX_KAPPA:
+        raise ConfigError(
+            f"{where}.{key}: β·σmax(B) = {beta:g}·{M.sigma_max:.4g} = {kappa:.3g} exceeds {MAX_KAPPA:g}: the "
+            f"softmax kernel would be {kappa**-0.5:.2g} rad wide, its weights decided by rounding; lower β (or the "
+            "scale of K and Q)"
+        )
+    rate = float(np.max(np.abs(M.mu)))
+    needed = grid.horizon * rate / STABILITY
+    if not needed <= integrate.MAX_STEPS:
+        raise ConfigError(
+            f"{where}.matrices: A = VBᵀ has an eigenvalue of size {rate:.3g}: over time.horizon = {grid.horizon:g} "
+            f"an explicit integrator needs at least {needed:.3g} steps for stability alone, more than float64 "
+            "time can count (2^53); rescale the matrices or shorten the horizon"
+        )
 
 
 def _check_mean_field(where: str, experiment: dict, M, rho0: tuple[str, dict]) -> None:
@@ -419,10 +455,13 @@ def _check_initial_measure_shapes(where: str, mu: dict, d: int) -> None:
             measures.check_projected_gaussian(mu["mean"], mu["scale"])
         except ValueError as exc:
             raise ConfigError(f"{where}.scale: {exc}") from None
-        if key in mu and any(not np.any(np.asarray(v, dtype=float)) for v in mu[key]):
-            raise ConfigError(f"{where}.{key}: a vector is zero (it has no direction on the sphere)")
-    if "center" in mu and not np.any(np.asarray(mu["center"], dtype=float)):
-        raise ConfigError(f"{where}.center is the zero vector")
+    for key in ("mean", "center", "means", "points"):
+        # the samplers' own check (a direction at the float floor is one, a zero vector is not)
+        if key in mu and not (mu["name"] == "projected_gaussian" and key == "mean"):
+            try:
+                measures.directions(mu[key], f"{where}.{key}")
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
     if "means" in mu and len(mu["means"]) != len(mu.get("kappas", [])):
         raise ConfigError(f"{where}.means and kappas must have the same length")
     if "weights" in mu:
@@ -582,7 +621,7 @@ def validate_config(
                 raise ConfigError(
                     f"experiments.{name}: the largest job needs about {need / 2**30:.1f} GiB "
                     f"(tokens = {exp['tokens']}, replicas = {exp['replicas']}, snapshots = "
-                    f"{exp['time']['snapshots']}), more than the {limit / 2**30:.1f} GiB of {source}; "
+                    f"{exp['time']['snapshots']}), more than the {limit / 2**30:.3g} GiB of {source}; "
                     f"use fewer tokens, replicas or snapshots, or set memory_limit_gb for the compute nodes"
                 )
     check_job_hours(config, checked)

@@ -85,6 +85,10 @@ INCREMENTS = {"rk4": rk4_increment, "euler": euler_increment}
 EVALUATIONS_PER_STEP = {"rk4": 4, "euler": 1}
 
 
+#: most steps a time grid may hold: beyond 2^53 a step count is no longer an exact float64 and t + h == t
+MAX_STEPS = 2.0**53
+
+
 @dataclass(frozen=True)
 class TimeGrid:
     """Snapshot times 0, Δ, 2Δ, …, horizon and the step h = Δ / steps_per_snapshot ≤ dt."""
@@ -102,6 +106,11 @@ class TimeGrid:
             raise ValueError(f"time.dt = {self.dt} is larger than time.horizon = {self.horizon}")
         if int(self.snapshots) != self.snapshots or self.snapshots < 1:
             raise ValueError(f"time.snapshots must be a positive integer, got {self.snapshots}")
+        if not self.horizon / self.dt <= MAX_STEPS:
+            raise ValueError(
+                f"time.dt = {self.dt:g} against time.horizon = {self.horizon:g} makes {self.horizon / self.dt:.3g} "
+                "steps, more than float64 time can count (2^53: t + dt == t); raise time.dt or shorten time.horizon"
+            )
 
     @property
     def times(self) -> np.ndarray:

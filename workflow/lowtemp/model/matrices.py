@@ -178,7 +178,7 @@ def check_assumption_1(
     if E1.shape[1] == d:
         raise AssumptionViolation(
             f"Assumption 1 violated: A = VBᵀ has no spectral gap (all eigenvalues equal "
-            f"{mu[0]:.6g} within relative tolerance {EIGENVALUE_RTOL:.0e})"
+            f"{mu[0]:.6g} within {EIGENVALUE_RTOL:.0e}·max(1, |μ|), the tolerance of the eigenspace grouping)"
         )
     gamma = float(mu[0] - mu[E1.shape[1]])
     lam_V = np.linalg.eigvals(V)

@@ -64,6 +64,18 @@ def normalise(X: np.ndarray) -> np.ndarray:
     return X / norm
 
 
+def directions(vectors, what: str) -> np.ndarray:
+    """The unit vectors of ``vectors``' rows (``normalise``: a norm at the float floor, 1e-320, still gives its
+    direction); ValueError naming ``what`` for a non-finite entry or a zero row (no direction on the sphere). The
+    samplers and the config check both call it, so they cannot disagree on what is a direction."""
+    V = np.asarray(vectors, dtype=float)
+    if not np.all(np.isfinite(V)):
+        raise ValueError(f"{what} must be finite, got {V.tolist()}")
+    if np.any(~np.any(V != 0, axis=-1)):
+        raise ValueError(f"{what}: a vector is zero (it has no direction on the sphere)")
+    return normalise(V)
+
+
 def uniform(rng: np.random.Generator, replicas: int, tokens: int, dim: int) -> np.ndarray:
     """Uniform measure on S^{dim-1}."""
     return normalise(rng.standard_normal((replicas, tokens, dim)))
@@ -159,8 +171,7 @@ def vmf_mixture(
     means = np.asarray(means, dtype=float)
     if means.shape != (k, dim):
         raise ValueError(f"vmf_mixture: means must have shape ({k}, {dim}), got {means.shape}")
-    if np.any(np.linalg.norm(means, axis=1) == 0):
-        raise ValueError("vmf_mixture: a mean direction is the zero vector")
+    directions(means, "vmf_mixture: means")
     try:
         weights = check_weights(weights, k)
     except ValueError as exc:
@@ -195,11 +206,11 @@ def cap(rng: np.random.Generator, replicas: int, tokens: int, dim: int, *, cente
     restricted to the cap; the direction orthogonal to c is uniform.
     """
     c = np.asarray(center, dtype=float)
-    if c.shape != (dim,) or not np.linalg.norm(c) > 0:
-        raise ValueError(f"cap: center must be a non-zero vector of length {dim}, got {c.tolist()}")
+    if c.shape != (dim,):
+        raise ValueError(f"cap: center must be a vector of length {dim}, got {c.tolist()}")
+    c = directions(c, "cap: center")
     if not 0 < angle <= 180:
         raise ValueError(f"cap: angle must be in (0, 180] degrees, got {angle}")
-    c = c / np.linalg.norm(c)
     a = 0.5 * (dim - 1)
     u_max = 0.5 * (1.0 - np.cos(np.radians(angle)))
     u = special.betaincinv(a, a, rng.uniform(size=(replicas, tokens)) * special.betainc(a, a, u_max))
@@ -215,14 +226,13 @@ def atoms(rng: np.random.Generator, replicas: int, tokens: int, dim: int, *, poi
     P = np.asarray(points, dtype=float)
     if P.ndim != 2 or P.shape[1] != dim or P.shape[0] < 1:
         raise ValueError(f"atoms: points must be a list of vectors of length {dim}, got shape {P.shape}")
-    if np.any(np.linalg.norm(P, axis=1) == 0):
-        raise ValueError("atoms: a point is the zero vector")
+    unit = directions(P, "atoms: points")
     k = P.shape[0]
     try:
         weights = check_weights(weights, k)
     except ValueError as exc:
         raise ValueError(f"atoms: {exc}") from None
-    return normalise(P)[rng.choice(k, size=(replicas, tokens), p=weights)]
+    return unit[rng.choice(k, size=(replicas, tokens), p=weights)]
 
 
 MEASURES = {
@@ -246,8 +256,7 @@ def atoms_on_E1_complement(points, E1: np.ndarray, tol: float = 1e-12) -> np.nda
 
     Each such atom makes ∫|P1 x|^{-p} dρ0 infinite: Assumption 2 fails.
     """
-    P = np.asarray(points, dtype=float)
-    P = P / np.linalg.norm(P, axis=1, keepdims=True)
+    P = directions(points, "atoms: points")
     return np.flatnonzero(np.linalg.norm(P @ E1, axis=1) <= tol)
 
 

@@ -10,6 +10,35 @@ from __future__ import annotations
 
 import numpy as np
 
+#: largest entry of EᵀE − I for a basis E to count as orthonormal (an eigensolver's basis is within 1e-15)
+ORTHONORMAL_TOL = 1e-8
+
+
+def check_basis(E: np.ndarray, dim: int, name: str = "E") -> np.ndarray:
+    """E as a (dim, k) float array with orthonormal columns, or ValueError naming ``name``: a 1-D vector, a basis
+    of another dimension, non-finite entries or columns that are not orthonormal (2·u for u) would otherwise give a
+    number for another subspace."""
+    E = np.asarray(E, dtype=float)
+    if E.ndim != 2 or E.shape[0] != dim or E.shape[1] < 1:
+        raise ValueError(f"{name} must be a ({dim}, k) basis (one column per direction), got shape {E.shape}")
+    if not np.all(np.isfinite(E)):
+        raise ValueError(f"{name} must be finite")
+    defect = float(np.max(np.abs(E.T @ E - np.eye(E.shape[1]))))
+    if not defect <= ORTHONORMAL_TOL:
+        raise ValueError(f"{name}'s columns are not orthonormal (largest entry of EᵀE − I: {defect:.3g})")
+    return E
+
+
+def check_tokens(X: np.ndarray, name: str = "X") -> np.ndarray:
+    """X as a float array (…, token, dim) with at least one token and no infinite coordinate, or ValueError naming
+    ``name``. NaN passes: it marks a snapshot a solver did not reach, and every distance of such a cloud is NaN."""
+    X = np.asarray(X, dtype=float)
+    if X.ndim < 2 or X.shape[-2] < 1:
+        raise ValueError(f"{name} must be (…, token, dim) with at least one token, got shape {X.shape}")
+    if np.any(np.isinf(X)):
+        raise ValueError(f"{name} has an infinite coordinate")
+    return X
+
 
 def projection_map(X: np.ndarray, E1: np.ndarray) -> np.ndarray:
     """Π(x) = P1 x/|P1 x| for tokens X (..., dim); E1 is a (dim, k) orthonormal basis."""
@@ -36,8 +65,10 @@ def distance_to_eigenspace(X: np.ndarray, E: np.ndarray) -> np.ndarray:
     Each token moves to its nearest point Px/|Px| of E ∩ S^{d-1}, so this is the distance of the empirical
     measure to the set of measures supported there; for a unit token the square is 2 − 2|Px|. Reduces over
     the token axis. Computed as ``squared_distance_to_great_sphere``, without the cancellation of 2 − 2|Px|.
+    X and E are checked (``check_tokens``, ``check_basis``); a cloud with a NaN token gives NaN.
     """
-    return np.sqrt(np.mean(squared_distance_to_great_sphere(X, E), axis=-1))
+    X = check_tokens(X)
+    return np.sqrt(np.mean(squared_distance_to_great_sphere(X, check_basis(E, X.shape[-1])), axis=-1))
 
 
 def squared_distance_to_great_sphere(X: np.ndarray, E: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from fractions import Fraction
 import numpy as np
 import ot
 
-from ..model.projection import projection_map, two_atom_masses
+from ..model.projection import check_basis, check_tokens, projection_map, two_atom_masses
 from . import assignment
 
 #: POT's result code for an optimal solution of the network simplex
@@ -157,8 +157,9 @@ def network_simplex(
     _check_max_iterations(max_iterations)
     a = np.full(len(X), 1.0 / len(X)) if a is None else _weights(a, len(X), "a")
     b = np.full(len(Y), 1.0 / len(Y)) if b is None else _weights(b, len(Y), "b")
-    if not np.isclose(np.sum(a), np.sum(b), rtol=1e-9, atol=0.0):
-        raise ValueError(f"weights a and b must have the same total mass, got {np.sum(a):.17g} and {np.sum(b):.17g}")
+    (a, log_a), (b, log_b) = _unit_mass(a), _unit_mass(b)
+    if not abs(log_a - log_b) <= math.log2(1.0 + 1e-9):  # the sums equal to a relative 1e-9
+        raise ValueError(f"weights a and b must have the same total mass, got sums 2^{log_a:.12g} and 2^{log_b:.12g}")
     if max_iterations is None:
         max_iterations = max(100_000, 100 * len(X) * len(Y))
     e = _extent_exponent(X, Y)
@@ -300,9 +301,19 @@ def _weights(w, n, name):
     if np.iscomplexobj(w) or w.dtype.kind not in "biuf":
         raise TypeError(f"weights {name} must be real numbers, got dtype {w.dtype}")
     w = np.asarray(w, dtype=float)
-    if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.sum(w) > 0:
+    if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
         raise ValueError(f"weights {name} must be {n} finite non-negative numbers with a positive sum")
     return w
+
+
+def _unit_mass(w: np.ndarray) -> tuple[np.ndarray, float]:
+    """(w / Σw, log2 Σw) without overflow or underflow: weights of 1e-300 or 1e308 are valid, but POT needs
+    marginals of a moderate scale (it crashed on weights of 1e-200 and called 1e300 'infeasible'); W2 depends on
+    the normalised measures only."""
+    top = float(np.max(w))
+    scaled = w / top
+    total = math.fsum(scaled.tolist())
+    return scaled / total, math.log2(top) + math.log2(total)
 
 
 def w2_two_atoms(X: np.ndarray, u: np.ndarray, masses: np.ndarray) -> float:
@@ -314,9 +325,13 @@ def w2_two_atoms(X: np.ndarray, u: np.ndarray, masses: np.ndarray) -> float:
     terms each accurate to a few roundings, where the expanded mean|x|² + 1 ± 2⟨x,u⟩ lost everything below
     about 1e-8.
     """
-    X = np.asarray(X, dtype=float)
-    u = np.asarray(u, dtype=float)
+    X = check_tokens(X)
+    if X.ndim != 2:
+        raise ValueError(f"X must be one cloud (token, dim), got shape {X.shape}")
+    u = check_basis(np.asarray(u, dtype=float).reshape(-1, 1), X.shape[1], "u")[:, 0]
     n = len(X)
+    if np.any(np.isnan(X)):
+        return math.nan  # a snapshot the solver did not reach
     order = np.argsort(-(X @ u), kind="stable")
     to_plus = _row_squares(X[order] - u)
     to_minus = _row_squares(X[order] + u)
@@ -342,8 +357,9 @@ def _tokens_to_plus(masses, n) -> tuple[int, float]:
     that number, else the one split token would carry a rounding-sized share of the wrong atom (a cost of
     O(u) in W2², all of it when W2 itself is near 1e-8)."""
     masses = np.asarray(masses, dtype=float)
-    if masses.shape != (2,) or not np.all(np.isfinite(masses)) or np.any(masses < 0) or not np.sum(masses) > 0:
+    if masses.shape != (2,) or not np.all(np.isfinite(masses)) or np.any(masses < 0) or not np.any(masses > 0):
         raise ValueError(f"masses must be two finite non-negative numbers with a positive sum, got {masses!r}")
+    masses = masses / masses.max()  # the ratio only: 1e308 + 1e308 would overflow
     t = n * (float(masses[0]) / float(masses[0] + masses[1]))
     whole = round(t)
     if abs(t - whole) <= 8.0 * _U * max(n, 1):
@@ -364,7 +380,13 @@ def w2_to_projection(X: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> float:
     dim E1 = 1: closed form against the two atoms ±u; otherwise the exact solve
     against the cloud Π(x0_i) on the great sphere E1 ∩ S.
     """
+    X0 = check_tokens(X0, "X0")
+    if X0.ndim != 2 or np.any(np.isnan(X0)):
+        raise ValueError(f"X0 must be one cloud of finite initial tokens (token, dim), got shape {X0.shape}")
+    E1 = check_basis(E1, X0.shape[1], "E1")
     if E1.shape[1] == 1:
         u = E1[:, 0]
+        if np.any(X0 @ u == 0):
+            raise ValueError("Π is undefined for a token with P1 x = 0 (a token on E1⊥)")
         return w2_two_atoms(X, u, two_atom_masses(X0, u))
     return w2(X, projection_map(X0, E1))
