@@ -133,10 +133,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## captions: workflow/report/figure.rst, the report's figure captions, written from lowtemp.stages.figures.captions()
+## captions: workflow/report/figure.rst, the report's figure captions, written from lowtemp.plotting.figures.captions()
 ## (the same constants the figures' axes are drawn with; make test fails when the file differs)
 captions: $(STAMP)
-	$(BIN)/python -c "from lowtemp.stages import figures; open('workflow/report/figure.rst', 'w').write(figures.caption_template())"
+	$(BIN)/python -c "from lowtemp.plotting import figures; open('workflow/report/figure.rst', 'w').write(figures.caption_template())"
 
 ## test-faults: fault injection (SIGKILL mid-run and mid-write, resume bit for bit), bounded in time
 test-faults: $(STAMP)

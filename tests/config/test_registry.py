@@ -11,7 +11,7 @@ from conftest import ROOT, experiment_matrices, resource_experiment, rule_blocks
 
 from lowtemp.config import costs, params, registry, resources
 from lowtemp.config import experiment as lowtemp_experiment
-from lowtemp.stages import figures
+from lowtemp.plotting import figures
 
 RULES = ROOT / "workflow" / "rules"
 #: the rule files' helpers that take a stage name (workflow/rules/common.smk and resources.smk)

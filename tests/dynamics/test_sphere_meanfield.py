@@ -4,6 +4,7 @@ axisymmetric one-dimensional solver at β = 100 (docs/sphere_mean_field.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,6 +15,7 @@ from lowtemp.dynamics import (
     kernels,
     meanfield,
     reduction,
+    sphere_levels,
     sphere_meanfield,
     sphere_mesh,
     sphere_remesh,
@@ -311,3 +313,22 @@ def test_the_solver_repairs_the_folds_it_makes(tail_folds):
     assert d["inverted"][-1] == 0 and abs(d["solid_angle_excess"][-1]) < 1e-12
     assert d["total_mass"][-1] == pytest.approx(1.0, rel=1e-12)
     assert 0.0 < sphere_meanfield.fold_w2(sol)[-1] < 0.01
+
+
+def test_a_stretch_the_flow_makes_too_coarse_is_halved_until_it_is_not(monkeypatch):
+    """At β = 31.6 with a remeshing only every 3 time units the flow stretches tail triangles beyond what the softmax
+    integrates at that β before the next stop (it refuses them mid-step): the solve integrates that stretch again
+    with a remeshing halfway, as often as needed, and ends with a mesh that covers S² once with mass 1. Without the
+    halvings (at most one) the same solve stops, naming the stretch."""
+    settings = dataclasses.replace(sphere_meanfield.reference_settings(2, None), remesh_every=3.0)
+    solution = sphere_meanfield.solve(B, V, 31.6, [0.0, 3.0], UNIFORM, None, settings)
+    assert solution.info["remesh_halvings"] >= 1 and solution.info["resolved_until"] == 3.0
+    sphere_meanfield.check_covers_sphere(solution.meshes[-1])
+    assert not folded_triangles(solution.meshes[-1])
+    monkeypatch.setattr(sphere_meanfield, "MAX_HALVINGS", 1)
+    with pytest.raises(sphere_levels.MeshTooCoarse, match=r"between t = 0 and 3\)"):
+        sphere_meanfield.solve(B, V, 31.6, [0.0, 3.0], UNIFORM, None, settings)
+
+
+def folded_triangles(mesh) -> int:
+    return int(sphere_meanfield.folded(mesh)[0].sum())

@@ -13,6 +13,7 @@ from PIL import Image, ImageSequence
 from lowtemp.config import experiment as experiment_config
 from lowtemp.config import params, registry
 from lowtemp.dynamics import integrate
+from lowtemp.plotting import animation
 from lowtemp.stages import figures
 from lowtemp.store import datasets, io
 
@@ -105,7 +106,7 @@ def test_panels_move_with_the_tokens_and_stand_still_without_them(tmp_path, dim)
 
 def test_the_front_of_the_sphere_is_darker_than_its_back():
     """The orthographic view: the view direction is a unit vector orthogonal to the projection plane."""
-    w, e1, e2 = figures._view_basis(figures.ANIMATION_VIEW)
+    w, e1, e2 = animation.view_basis(animation.ANIMATION_VIEW)
     np.testing.assert_allclose(np.array([w, e1, e2]) @ np.array([w, e1, e2]).T, np.eye(3), atol=1e-12)
     assert e2[2] > 0
 

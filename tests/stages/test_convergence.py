@@ -26,7 +26,8 @@ from lowtemp.config import studies, validation
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import integrate
 from lowtemp.model import exact, matrices, measures, projection, seeding
-from lowtemp.stages import convergence, figures
+from lowtemp.plotting import convergence as plot_convergence
+from lowtemp.stages import convergence
 from lowtemp.store import io
 from lowtemp.transport import w2 as transport
 
@@ -513,7 +514,7 @@ def test_the_figure_draws_a_convergence_file_of_one_study_beta(run):
     assert "beta" not in old.dims and float(old.attrs["beta"]) == 5.0
     exp = _config()["experiments"]["tiny"]
     exp["ess_threshold"] = 30.0
-    fig = figures.plot_convergence(old, exp)
+    fig = plot_convergence.plot_convergence(old, exp)
     assert len(fig.axes) == 4
     matplotlib.pyplot.close(fig)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lowtemp.config import experiment as lowtemp_experiment
-from lowtemp.stages import figures
+from lowtemp.plotting import figures
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md"))

@@ -31,7 +31,7 @@ from lowtemp.config import params
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import integrate, meanfield, reduction
 from lowtemp.model import exact, matrices, measures, projection, seeding
-from lowtemp.stages import figures
+from lowtemp.plotting import figures
 from lowtemp.stages import simulate as simulate_stage
 from lowtemp.store import compare, io, layout
 

@@ -17,7 +17,7 @@ from conftest import rule_blocks, rule_script
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "workflow" / "lowtemp"
 #: the layers, top first: a module may import its own subpackage and those before it, never one after it
-LAYERS = ("model", "dynamics", "transport", "store", "analysis", "config", "stages")
+LAYERS = ("model", "dynamics", "transport", "store", "analysis", "config", "plotting", "stages")
 #: every module as "subpackage.module", and each subpackage's __init__ ("" for the package's own)
 MODULES = sorted(f"{p.parent.name}.{p.stem}" for p in PACKAGE.glob("*/*.py") if p.stem != "__init__")
 INITS = [""] + list(LAYERS)
@@ -235,7 +235,9 @@ def test_transport_limits_load_no_numba():
 
 
 def test_figures_load_neither_numba_nor_pot():
-    assert not {"numba", "ot"} & set(_heavy_after("lowtemp.stages.figures"))
+    """Drawing (the plotting layer) and the figure stages that call it need neither the kernels nor POT."""
+    plotting = ", ".join(f"lowtemp.{m}" for m in MODULES if m.startswith("plotting."))
+    assert not {"numba", "ot"} & set(_heavy_after(f"{plotting}, lowtemp.stages.figures"))
 
 
 def test_no_module_imports_snakemake():

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.config import params, studies
+from lowtemp.plotting import figures as plotting_figures
 from lowtemp.stages import convergence, figures
 from lowtemp.stages import distances as distances_stage
 from lowtemp.stages import fit as fit_stage
@@ -120,7 +121,7 @@ def test_every_path_of_the_table_is_a_config_key():
     assert {k for k in params.STAGE_KEYS if k.startswith("figure:")} == {
         f"figure:{f}" for f in lowtemp_experiment.FIGURES
     }
-    assert list(figures.FIGURES) == list(lowtemp_experiment.FIGURES)
+    assert list(plotting_figures.FIGURES) == list(lowtemp_experiment.FIGURES)
 
 
 def test_every_rule_takes_its_slice_from_the_table():
@@ -355,7 +356,7 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
         name, g("claims"), seed, distances_path=res / "distances.nc", fit_path=res / "fit.nc", output=out / "claims.nc"
     )
     check("claims", out / "claims.nc")
-    for fig in figures.FIGURES:
+    for fig in plotting_figures.FIGURES:
         figures.stage_figure(
             fig,
             name,
@@ -483,9 +484,9 @@ def _integral_floats(cfg):
 EDITS = [
     ("figure option", _set("experiments.tiny.figures.snapshot_times", [0.0, 2.0, 6.0]), {"figure[tiny,snapshots]"}),
     (
-        "figure option of a d = 2 experiment (no snapshots figure)",
+        "figure option of a d = 2 experiment (its tokens on the circle)",
         _set("experiments.tiny_circle.figures.snapshot_times", [0.0, 2.0, 6.0]),
-        set(),
+        {"figure[tiny_circle,snapshots]"},
     ),
     ("fit option (confidence)", _set("experiments.tiny.fit.confidence", 0.9), from_fit("tiny")),
     ("fit option (early_time)", _set("experiments.tiny.fit.early_time", 2.0), from_fit("tiny")),

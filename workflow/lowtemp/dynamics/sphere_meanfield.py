@@ -205,6 +205,9 @@ def check_inputs(B, V, beta: float, times, settings: SphereSettings) -> tuple[np
 
 #: most stops (snapshots and remeshings) one solve may make: a remesh_every out of scale with the horizon is refused
 MAX_STOPS = 100_000
+#: a stretch between stops on which the softmax finds a triangle too coarse for β is halved (a remeshing inserted
+#: halfway) down to remesh_every / MAX_HALVINGS; below that the solve stops with ``MeshTooCoarse``
+MAX_HALVINGS = 64
 
 
 def check_settings(settings: SphereSettings, times: np.ndarray) -> None:
@@ -347,7 +350,9 @@ def solve(
 
     Every input is checked before any work (``check_inputs``, ``check_resolution``, ``SphereMesh.check``).
     ``remesh(mesh, t)`` is called at every stop (snapshots and every ``settings.remesh_every``) and returns the new
-    mesh and its counts (default: ``repair_and_adapt`` to ``settings.edge`` when it is set);
+    mesh and its counts (default: ``repair_and_adapt`` to ``settings.edge`` when it is set); a stretch on which the
+    flow stretches a triangle too far for the softmax at β is integrated again from its start with a remeshing
+    halfway (``info["remesh_halvings"]`` counts them, down to ``remesh_every / MAX_HALVINGS``);
     ``progress(t, info)`` at every snapshot."""
     B, V, times = check_inputs(B, V, float(beta), times, settings)
     mesh0.check()
@@ -363,11 +368,14 @@ def solve(
     if remesh is None and settings.edge is not None:
         remesh = lambda m, _t: repair_and_adapt(m, settings.edge)  # noqa: E731
     mesh, counter = mesh0.copy(), [0]
-    stops = np.union1d(times, np.arange(0.0, times[-1], settings.remesh_every))
+    stops = list(np.union1d(times, np.arange(0.0, times[-1], settings.remesh_every)))
     meshes, paths, diagnostics, remesh_counts = [], [], [], []
     t_now, steps, step, start = 0.0, 0, None, _time.perf_counter()
     repaired_w2 = 0.0  # the W2 bound of every fold repair so far (``sphere_folds``)
-    for stop in stops:
+    halvings = 0  # stretches between stops halved because the flow stretched a triangle too far for β
+    k = 0
+    while k < len(stops):
+        stop = stops[k]
         if stop > t_now:
             rhs = _field(mesh, B, V, float(beta), settings, tracers.shape[0], counter)
             try:
@@ -375,10 +383,17 @@ def solve(
                     rhs, t_now, float(stop), _pack(mesh, tracers), settings.rtol, settings.atol, step
                 )
             except MeshTooCoarse as err:
-                raise MeshTooCoarse(f"{err} (between t = {t_now:g} and {stop:g})") from None
+                # the flow stretched a triangle beyond what the softmax integrates at this β before the next
+                # remeshing (in the tail, where the flow splits towards two clusters): remesh halfway and try again
+                if remesh is None or stop - t_now <= settings.remesh_every / MAX_HALVINGS:
+                    raise MeshTooCoarse(f"{err} (between t = {t_now:g} and {stop:g})") from None
+                stops.insert(k, 0.5 * (t_now + float(stop)))
+                halvings += 1
+                continue
             mesh, tracers = _unpack(y, mesh, tracers.shape[0])
             steps += taken
             t_now = float(stop)
+        k += 1
         if remesh is not None:
             mesh, counts = remesh(mesh, t_now)
             remesh_counts.append(counts)
@@ -406,6 +421,7 @@ def solve(
             "steps": steps,
             "seconds": _time.perf_counter() - start,
             "remeshings": len(remesh_counts),
+            "remesh_halvings": halvings,
             "resolved_until": resolved_until,
         },
         diagnostics={key: np.array([d[key] for d in diagnostics]) for key in diagnostics[0]},
