@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: captions demo sphere sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report cluster-expansion w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: captions demo sphere sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -92,12 +92,6 @@ gpu-paper-scale: $(STAMP)
 gpu-paper-scale-report: $(STAMP)
 	$(BIN)/python benchmarks/gpu_paper_scale.py report $(wildcard docs/data/gpu_paper_scale/beta*) --results results \
 		--backends docs/data/gpu_paper_scale/backends.json --markdown docs/gpu_paper_scale.md
-
-## cluster-expansion: docs/cluster_expansion.md, whether a per-cluster expansion of the softmax would pay off on the
-## finished paper-scale run's own snapshots (docs/kernels.md)
-cluster-expansion: $(STAMP)
-	$(BIN)/python benchmarks/cluster_expansion.py --finite $(wildcard results/paper_scale/finite_temperature/beta*.nc) \
-		--matrices results/paper_scale/matrices.nc --markdown docs/cluster_expansion.md
 
 ## sphere: the paper's setting on the mean field itself (config/sphere.yaml: d = 3, `concentration`'s matrices, the
 ## S² mesh reference at beta = 10, 31.6, 100 with particles measured against it; under an hour on 2 cores), then

@@ -296,34 +296,6 @@ def test_integrator_bench_reports_every_scheme_against_the_reference(tmp_path):
     assert md.read_text().count("\n| 10 |") == len(runs)
 
 
-def test_cluster_expansion_equals_the_dense_field_where_its_order_suffices():
-    """benchmarks/cluster_expansion.py on two antipodal clusters of radius 1e-4 at β = 1000 (r ≈ 0.1): the
-    expansion's field equals kernels.dense_field to rounding; the same clouds spread to radius 0.05 (r ≈ 50, the
-    input that must fail) have no finite order, and an expansion forced to a low order there is far off."""
-    from lowtemp.dynamics import kernels
-
-    ce = benchmark_module("cluster_expansion")
-    rng = np.random.default_rng(3)
-    u = np.array([0.6, 0.0, 0.8])
-    B = np.diag([1.0, 0.8, 0.6])
-    V = np.diag([1.2, 0.7, 0.5])
-
-    def clusters(radius):
-        X = np.concatenate([u + radius * rng.standard_normal((150, 3)), -u + radius * rng.standard_normal((150, 3))])
-        return X / np.linalg.norm(X, axis=1, keepdims=True)
-
-    beta = 1000.0
-    tight = clusters(1e-4)
-    snap = ce.analyse_clusters(tight, B, beta, 10.0 / beta, 1e-14)
-    assert len(snap.clusters) == 2 and ce.usable(snap, 12, 64)
-    dense = kernels.dense_field(tight[None], B, V, beta)[0]
-    np.testing.assert_allclose(ce.expansion_field(tight, B, V, beta, snap), dense, atol=1e-14, rtol=0)
-    spread = clusters(0.05)
-    wide = ce.analyse_clusters(spread, B, beta, 1.0, 1e-14)  # one link wide enough to take each whole cluster
-    assert len(wide.clusters) == 2 and not ce.usable(wide, 12, 64) and np.isinf(wide.order_all).any()
-    assert ce.expansion_order(50.0, 1e-14) == float("inf") and ce.expansion_order(0.1, 1e-14) <= 8
-
-
 def test_meanfield_bench_solves_both_rules_to_the_same_tokens(tmp_path):
     """bench_meanfield on the tiny mean-field experiment: one row per β, the two rules' tokens within 1e-10 (the
     fast rule changes no mean by more than 1e-13), and a time ratio that is a positive number."""

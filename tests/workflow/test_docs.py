@@ -14,7 +14,7 @@ from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.plotting import figures
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
 #: paths of one machine (a reader's checkout lies elsewhere); a container's own /work/results is not one
 MACHINE_PATH = re.compile(r"/tmp/|/home/|/root/|/work/main|/work/\.|/Users/|[A-Z]:\\\\")
 
