@@ -7,7 +7,7 @@ particle-number study of an experiment (``lowtemp.stages.convergence``: the same
 per N, the same field, step and kernel rule as the pipeline) at several N, over a shorter
 horizon if asked, and prints per N the median ESS (over tokens, then its smallest value over
 replicas) at the start, its minimum over the window and when, and the particle-number
-budget at the largest N (``convergence.particle_budget_of``: the bound on the remaining N error
+budget at the largest N (``particle_budget.study_budget``: the bound on the remaining N error
 of W2(ρ^β_t, Π_# ρ0) relative to W2 before the earliest departure, and the departure time's
 slope per doubling of N).
 
@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from lowtemp.analysis import particle_budget
 from lowtemp.config import studies, validation
 from lowtemp.config.experiment import build_matrices
 from lowtemp.stages import convergence
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
             f"{n:>7} {kernels[i]:>7} {worst[i, 0]:>8.1f} {worst[i, k]:>8.2f} {grid.times[k]:>6.2f} "
             f"{1e4 * worst[i, k] / n:>12.3f}"
         )
-    budget = convergence.particle_budget_of(S.particles.tokens, w2, dist_A, grid, S.particles.tokens[-1], M)
+    budget = particle_budget.study_budget(S.particles.tokens, w2, dist_A, grid, S.particles.tokens[-1], M)
     lo, hi = budget["departure_slope_per_doubling"]
     print(
         f"budget at N = {S.particles.tokens[-1]}: remaining W2 error <= {budget['w2_budget_ratio']:.3g} x W2 "

@@ -392,7 +392,7 @@ def test_a_real_particle_study_on_the_circle_at_beta_1000_is_outside_the_departu
         w2, dist_A, _, _, grid, _ = convergence._particle_study(
             name, "test", experiment, int(cfg["root_seed"]), S, M, beta
         )
-        results[beta] = convergence.particle_budget_of(S.particles.tokens, w2, dist_A, grid, 1024, M)
+        results[beta] = particle_budget.study_budget(S.particles.tokens, w2, dist_A, grid, 1024, M)
     limited = results[1000.0]
     fraction = 0.25 * 0.25  # fit.particle_error_fraction × the snapshot interval
     assert limited["departure_slope_per_doubling"][0] > fraction, limited["departure_slope_per_doubling"]

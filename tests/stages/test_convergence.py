@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp.analysis import estimates, fitting, particle_budget
+from lowtemp.analysis import estimates, fitting, particle_budget, richardson
 from lowtemp.config import experiment as experiment_config
 from lowtemp.config import studies, validation
 from lowtemp.dynamics import fields as dynamics
@@ -53,8 +53,8 @@ def _zero(M):
 
 
 def _orders(runs):
-    e = convergence.successive_differences(runs)
-    return convergence.observed_order(e[:-1], e[1:])
+    e = richardson.successive_differences(runs)
+    return richardson.observed_order(e[:-1], e[1:])
 
 
 # ------------------------------------------------------------------ step halving: observed orders
@@ -72,13 +72,13 @@ def test_order_against_the_exact_zero_temperature_solution(M, X0, method, h, tol
     grids = studies.halving_grids(3.0, 0.5, h)
     runs, _ = convergence.run_halving(_zero(M), X0, grids, method, [2, 4, 6], "test")
     ref = exact.exact_zero_temperature(X0, M.A, M.B, np.array(times))
-    err = convergence.errors_against(runs, ref)
-    p = convergence.observed_order(err[:-1], err[1:])
+    err = richardson.errors_against(runs, ref)
+    p = richardson.observed_order(err[:-1], err[1:])
     assert np.all(np.abs(p - studies.NOMINAL_ORDER[method]) < tol), p
     # Richardson, without the exact solution, sees the same order and estimates the error of the run at h
     assert np.all(np.abs(_orders(runs) - studies.NOMINAL_ORDER[method]) < tol)
-    diff = convergence.successive_differences(runs)
-    estimate = convergence.richardson_error(diff[0], studies.NOMINAL_ORDER[method])
+    diff = richardson.successive_differences(runs)
+    estimate = richardson.richardson_error(diff[0], studies.NOMINAL_ORDER[method])
     np.testing.assert_allclose(estimate, err[0], rtol=0.1)
 
 
@@ -108,7 +108,7 @@ def test_richardson_estimate_matches_a_much_finer_run(M, X0, method, h):
     runs, _ = convergence.run_halving(_finite(M, beta), X0, grids, method, [2, 4], "test")
     p = studies.NOMINAL_ORDER[method]
     true = np.max(np.abs(runs[0] - runs[-1]), axis=(0, 2, 3)) / (1 - 2.0 ** (-6 * p))  # X_{h/64} has error/64^p
-    estimate = convergence.richardson_error(convergence.successive_differences(runs[:2])[0], p)
+    estimate = richardson.richardson_error(richardson.successive_differences(runs[:2])[0], p)
     np.testing.assert_allclose(estimate, true, rtol=0.12 if method == "euler" else 0.03)
 
 
@@ -119,17 +119,17 @@ def test_observed_order_of_an_exact_power_law(C, p, h, shift):
     X = np.full((1, 2, 3), shift)
     steps = studies.halving_steps(h)
     runs = np.stack([(X + C * s**p)[:, None] for s in steps])  # (level, replica, time, token, dim)
-    diff = convergence.successive_differences(runs)
+    diff = richardson.successive_differences(runs)
     assume(diff.min() > 1e-8)  # far above the rounding of X + C h^p (test_no_order_is_read_from_rounding)
     np.testing.assert_allclose(diff[:, 0], C * steps[:-1] ** p * (1 - 2.0**-p), rtol=1e-6)
-    np.testing.assert_allclose(convergence.observed_order(diff[0], diff[1]), p, atol=1e-6)
-    np.testing.assert_allclose(convergence.richardson_error(diff[0], p), C * h**p, rtol=1e-6)
+    np.testing.assert_allclose(richardson.observed_order(diff[0], diff[1]), p, atol=1e-6)
+    np.testing.assert_allclose(richardson.richardson_error(diff[0], p), C * h**p, rtol=1e-6)
 
 
 def test_no_order_is_read_from_rounding():
-    assert np.isnan(convergence.observed_order(1e-14, 1e-15))
-    assert np.isnan(convergence.observed_order(1e-6, 0.0))
-    assert convergence.observed_order(1.6e-5, 1e-6) == pytest.approx(4.0)
+    assert np.isnan(richardson.observed_order(1e-14, 1e-15))
+    assert np.isnan(richardson.observed_order(1e-6, 0.0))
+    assert richardson.observed_order(1.6e-5, 1e-6) == pytest.approx(4.0)
 
 
 def test_halving_grids_use_the_steps_exactly():
@@ -283,7 +283,7 @@ def test_w2_at_time_zero_for_uniform_tokens_has_its_closed_form(dim, mean_abs_co
 def test_replica_statistics():
     rng = np.random.default_rng(0)
     values = rng.normal(size=(3, 5, 7))  # (tokens, replica, time)
-    s = convergence.replica_statistics(values)
+    s = richardson.replica_statistics(values)
     for k in range(3):
         for t in range(7):
             v = values[k, :, t]

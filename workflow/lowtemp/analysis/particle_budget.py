@@ -279,3 +279,39 @@ def slope_magnitude_bound(interval: tuple[float, float]) -> float:
     if np.isnan(lower) or np.isnan(upper):
         return float("nan")
     return float(max(abs(lower), abs(upper)))
+
+
+#: coverage of the particle-number budget's bounds
+BUDGET_CONFIDENCE = 0.95
+
+
+def study_budget(numbers, w2, dist_A, grid, n_tokens: int, M) -> dict:
+    """The particle-number budget at the experiment's N from the study's curves (N, replica, time)."""
+    gap = fitting.subspace_gap(M.E1, M.E1_V_real)
+    departure, censored = fitting.geometric_departure(grid.times, dist_A, gap)
+    window, end = budget_window(grid.times, departure, censored)
+    w2_budget = remaining_error_bound(numbers, w2, at=n_tokens, confidence=BUDGET_CONFIDENCE)
+    crossing = departure_crossing(grid.times, dist_A, departure, gap / 2)
+    slope = departure_slope_per_doubling(numbers, crossing, censored, float(grid.times[-1]), BUDGET_CONFIDENCE)
+    return {
+        "departure": crossing,
+        "censored": censored,
+        "w2_remaining_bound": w2_budget.bound,
+        "w2_budget_exponent": w2_budget.exponent,
+        "w2_at_tokens": w2_budget.value,
+        "w2_bound_per_exponent": w2_budget.per_exponent,
+        "budget_exponents": w2_budget.exponents,
+        "w2_budget_ratio": relative_budget(w2_budget, window),
+        "budget_window_end": end,
+        "departure_slope_per_doubling": np.array(slope),
+        "departure_slope_bound": departure_slope_bound(crossing, censored, slope),
+    }
+
+
+def budget_window(times, departure, censored) -> tuple[np.ndarray, float]:
+    """The times the W2 budget judges: 0 < t ≤ the earliest departure of any N and replica (the
+    horizon when none departed), the metastable phase every run still shares."""
+    times = np.asarray(times, float)
+    dep = np.asarray(departure, float)
+    end = float(np.min(dep[np.isfinite(dep)])) if np.isfinite(dep).any() else float(times[-1])
+    return (times > 0) & (times <= end), end

@@ -11,7 +11,9 @@ and the error of the run at h is about e(h)·2^p/(2^p − 1) (p the nominal orde
 4 for ``rk4``, 1 for ``euler``). The same is done at zero temperature (Eq. 3),
 where the exact time-changed solution (``lowtemp.model.exact``) also gives the error
 itself, an independent check of the estimate. Differences below
-``ROUNDING_FLOOR`` are rounding, not truncation: no order is read from them.
+``ROUNDING_FLOOR`` are rounding, not truncation: no order is read from them. The reading itself (differences,
+observed orders, error estimates, replica statistics) is ``lowtemp.analysis.richardson``; the particle-number
+budget ``lowtemp.analysis.particle_budget.study_budget``.
 
 Tolerance. An adaptive integrator (``integrate.ADAPTIVE``: an embedded pair of
 orders p and q) chooses steps h ∝ τ^(1/(q+1)) for a local tolerance τ, capped
@@ -48,7 +50,16 @@ import time as _time
 
 import numpy as np
 
-from ..analysis import fitting, particle_budget
+from ..analysis import particle_budget
+from ..analysis.particle_budget import BUDGET_CONFIDENCE
+from ..analysis.richardson import (
+    ROUNDING_FLOOR,
+    errors_against,
+    observed_order,
+    replica_statistics,
+    richardson_error,
+    successive_differences,
+)
 from ..config.experiment import ConfigError, field_kernel, initial_measure, integration_tolerance, stream_name
 from ..config.studies import (
     NOMINAL_ORDER,
@@ -71,11 +82,6 @@ from ..transport.w2 import w2_to_projection
 from .joblog import progress_logger
 
 log = logging.getLogger("lowtemp")
-
-#: differences below this (about 450 machine epsilons on unit vectors) are rounding
-ROUNDING_FLOOR = 1e-13
-#: coverage of the particle-number budget's bounds
-BUDGET_CONFIDENCE = 0.95
 
 
 # ------------------------------------------------------------------ step halving
@@ -116,39 +122,6 @@ def run_halving(
     return np.stack(runs), np.array(evaluations)
 
 
-def _max_per_level_and_time(a: np.ndarray) -> np.ndarray:
-    """max over every axis of (level, …, time, token, dim) but the level and the time: (level, time)."""
-    time_axis = a.ndim - 3
-    return np.max(a, axis=tuple(i for i in range(1, a.ndim) if i != time_axis))
-
-
-def successive_differences(runs: np.ndarray) -> np.ndarray:
-    """e(h_k) = max over (replica, token, dim) of |X_{h_k} − X_{h_{k+1}}|, shape (level − 1, time), for runs
-    (level, replica, time, token, dim)."""
-    runs = np.asarray(runs)
-    return _max_per_level_and_time(np.abs(runs[:-1] - runs[1:]))
-
-
-def errors_against(runs: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """max |X_{h_k} − X_exact| per level and time, shape (level, time)."""
-    runs = np.asarray(runs)
-    return _max_per_level_and_time(np.abs(runs - np.asarray(reference)[None]))
-
-
-def observed_order(coarse, fine, floor: float = ROUNDING_FLOOR) -> np.ndarray:
-    """p_obs = log2(e(h)/e(h/2)); NaN where either error is at the rounding floor."""
-    coarse = np.asarray(coarse, dtype=float)
-    fine = np.asarray(fine, dtype=float)
-    ok = (coarse > floor) & (fine > floor)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(ok, np.log2(coarse / fine), np.nan)
-
-
-def richardson_error(difference, order: float) -> np.ndarray:
-    """Error of the run at h from e(h) = |X_h − X_{h/2}|: e(h)·2^p/(2^p − 1)."""
-    return np.asarray(difference, dtype=float) * 2.0**order / (2.0**order - 1.0)
-
-
 def w2_to_projection_curves(positions: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> np.ndarray:
     """W2(ρ_t, Π♯ρ0) per replica and time, shape (replica, time), for positions (replica, time, token, dim).
 
@@ -159,52 +132,6 @@ def w2_to_projection_curves(positions: np.ndarray, X0: np.ndarray, E1: np.ndarra
 
 
 # ------------------------------------------------------------------ particle number
-def replica_statistics(values: np.ndarray) -> dict[str, np.ndarray]:
-    """Mean, standard error (ddof 1), min and max over the replica axis (axis −2 of (…, replica, time))."""
-    values = np.asarray(values, dtype=float)
-    r = values.shape[-2]
-    return {
-        "mean": values.mean(axis=-2),
-        "sem": values.std(axis=-2, ddof=1) / np.sqrt(r),
-        "min": values.min(axis=-2),
-        "max": values.max(axis=-2),
-    }
-
-
-def particle_budget_of(numbers, w2, dist_A, grid, n_tokens: int, M) -> dict:
-    """The particle-number budget at the experiment's N from the study's curves (N, replica, time)."""
-    gap = fitting.subspace_gap(M.E1, M.E1_V_real)
-    departure, censored = fitting.geometric_departure(grid.times, dist_A, gap)
-    window, end = budget_window(grid.times, departure, censored)
-    w2_budget = particle_budget.remaining_error_bound(numbers, w2, at=n_tokens, confidence=BUDGET_CONFIDENCE)
-    crossing = particle_budget.departure_crossing(grid.times, dist_A, departure, gap / 2)
-    slope = particle_budget.departure_slope_per_doubling(
-        numbers, crossing, censored, float(grid.times[-1]), BUDGET_CONFIDENCE
-    )
-    return {
-        "departure": crossing,
-        "censored": censored,
-        "w2_remaining_bound": w2_budget.bound,
-        "w2_budget_exponent": w2_budget.exponent,
-        "w2_at_tokens": w2_budget.value,
-        "w2_bound_per_exponent": w2_budget.per_exponent,
-        "budget_exponents": w2_budget.exponents,
-        "w2_budget_ratio": particle_budget.relative_budget(w2_budget, window),
-        "budget_window_end": end,
-        "departure_slope_per_doubling": np.array(slope),
-        "departure_slope_bound": particle_budget.departure_slope_bound(crossing, censored, slope),
-    }
-
-
-def budget_window(times, departure, censored) -> tuple[np.ndarray, float]:
-    """The times the W2 budget judges: 0 < t ≤ the earliest departure of any N and replica (the
-    horizon when none departed), the metastable phase every run still shares."""
-    times = np.asarray(times, float)
-    dep = np.asarray(departure, float)
-    end = float(np.min(dep[np.isfinite(dep)])) if np.isfinite(dep).any() else float(times[-1])
-    return (times > 0) & (times <= end), end
-
-
 def particle_tokens(name: str, experiment: dict, root_seed: int, n: int, replicas: int) -> np.ndarray:
     """R × N tokens from ρ0, stream (name, "convergence", str(N)): (replica, token, dim)."""
     measure, params = initial_measure(name, experiment, root_seed)
@@ -377,7 +304,7 @@ def _particle_study_values(
         name, label, experiment, root_seed, S, M, beta, finite_path, checkpoint_dir, checkpoint_every
     )
     stats = replica_statistics(w2)
-    budget = particle_budget_of(pa.tokens, w2, dist_A, grid, int(experiment["tokens"]), M)
+    budget = particle_budget.study_budget(pa.tokens, w2, dist_A, grid, int(experiment["tokens"]), M)
     log.info(
         "%s: beta = %g: W2(rho^beta_t, Pi_# rho0) at N = %d: remaining N error <= %.3g x W2 (95%% bound, p in "
         "[%g, %g], t in (0, %g], before the earliest departure); departure time per doubling of N in [%.3g, %.3g] "
