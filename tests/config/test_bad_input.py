@@ -231,14 +231,20 @@ BAD_CONFIGS = [
         "eigenvalue-of-1e300",
         tiny_in("matrices", eigenvalues=[1e300, 1, 0.5]),
         ConfigError,
-        r"experiments\.tiny\.matrices: A = VBᵀ has an eigenvalue of size 1e\+300: over time\.horizon = 6 an explicit "
-        r"integrator needs at least 1\.5e\+300 steps for stability alone",
+        r"experiments\.tiny\.matrices: A = VBᵀ \(its symmetric part\) has an eigenvalue of size 1e\+300: over "
+        r"time\.horizon = 6 an explicit integrator needs at least 1\.5e\+300 steps for stability alone",
     ),
     (
         "atom-at-the-origin",
         tiny(initial_measure={"name": "atoms", "points": [[1, 0, 0], [0, 0, 0]], "positive_density": False}),
         ConfigError,
         r"experiments\.tiny\.initial_measure\.points: a vector is zero \(it has no direction on the sphere\)",
+    ),
+    (
+        "vmf-without-means",
+        vmf(kappas=[2.0], means=[]),
+        ConfigError,
+        r"experiments\.tiny\.initial_measure\.means and kappas must have the same length",
     ),
     (
         "vmf-mean-at-the-origin",

@@ -318,14 +318,14 @@ def test_the_solver_repairs_the_folds_it_makes(tail_folds):
 def test_a_stretch_the_flow_makes_too_coarse_is_halved_until_it_is_not(monkeypatch):
     """At β = 31.6 with a remeshing only every 3 time units the flow stretches tail triangles beyond what the softmax
     integrates at that β before the next stop (it refuses them mid-step): the solve integrates that stretch again
-    with a remeshing halfway, as often as needed, and ends with a mesh that covers S² once with mass 1. Without the
-    halvings (at most one) the same solve stops, naming the stretch."""
+    with a remeshing halfway, as often as needed, and ends with a mesh that covers S² once with mass 1. Without
+    halvings (no stretch shorter than remesh_every may be tried) the same solve stops, naming the stretch."""
     settings = dataclasses.replace(sphere_meanfield.reference_settings(2, None), remesh_every=3.0)
     solution = sphere_meanfield.solve(B, V, 31.6, [0.0, 3.0], UNIFORM, None, settings)
     assert solution.info["remesh_halvings"] >= 1 and solution.info["resolved_until"] == 3.0
     sphere_meanfield.check_covers_sphere(solution.meshes[-1])
     assert not folded_triangles(solution.meshes[-1])
-    monkeypatch.setattr(sphere_meanfield, "MAX_HALVINGS", 1)
+    monkeypatch.setattr(sphere_meanfield, "SHORTEST_STRETCH", 1.0)
     with pytest.raises(sphere_levels.MeshTooCoarse, match=r"between t = 0 and 3\)"):
         sphere_meanfield.solve(B, V, 31.6, [0.0, 3.0], UNIFORM, None, settings)
 

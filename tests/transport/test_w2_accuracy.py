@@ -300,4 +300,5 @@ def test_a_cloud_with_a_missing_token_has_no_distance():
     X[2] = np.nan
     assert math.isnan(transport.w2_two_atoms(X, E1[:, 0], [0.5, 0.5]))
     assert math.isnan(transport.w2_to_projection(X, _cloud(seed=3), E1))
+    assert math.isnan(transport.w2_to_projection(X, _cloud(seed=3), E2))  # the exact solve's path too
     assert math.isnan(float(projection.distance_to_eigenspace(X, E2)))

@@ -206,39 +206,52 @@ def test_figures_exist_and_open(results, config):
 
 
 def _phase_panels(dist, fit, experiment: dict):
-    """The arrays the phase figure draws (one QuadMesh per panel) and the times of its departure marks."""
+    """What the phase figure draws: the arrays of its two panels (one QuadMesh each), the left panel's row labels
+    (bottom to top) and its departure marks as (time, row)."""
     fig = figures.plot_phase({"distances": dist, "fit": fit}, experiment)
     try:
         drawn = [np.ma.filled(ax.collections[0].get_array().astype(float), np.nan) for ax in fig.axes[:2]]
-        marks = np.concatenate([line.get_xdata() for line in fig.axes[0].lines if len(line.get_xdata())])
+        labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+        marks = [
+            (x, y)
+            for line in fig.axes[0].lines
+            for x, y in zip(np.atleast_1d(line.get_xdata()), np.atleast_1d(line.get_ydata()))
+        ]
     finally:
         plt.close(fig)
-    return drawn, marks
+    return drawn, labels, sorted(marks)
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_circle"])
-def test_phase_figure_draws_the_stored_distances(results, config, name):
-    """The (β, t) picture shows distances.nc's replica means, β increasing upwards and zero temperature on top (an
-    independent mean over replicas), and every replica's departure from fit.nc: departed replicas at their time,
+@pytest.mark.parametrize("name, shuffled", [("tiny", False), ("tiny", True), ("tiny_circle", False)])
+def test_phase_figure_draws_the_stored_distances(results, config, name, shuffled):
+    """The (β, t) picture shows distances.nc's replica means, one row per β from the smallest up and zero
+    temperature on top (an independent mean over replicas, rows labelled with their β, also when the files list β
+    in another order), and every replica's departure from fit.nc on its β's row: departed replicas at their time,
     censored ones at the horizon (departures set by hand where the tiny run has none)."""
     dist, fit = _open(results / name / "distances.nc"), _open(results / name / "fit.nc")
+    if shuffled:  # the files' β in decreasing order: the picture must not change
+        dist, fit = dist.isel(beta=slice(None, None, -1)), fit.isel(beta=slice(None, None, -1))
     horizon = float(dist.time.values[-1])
+    dims = fit["departure_time"].dims
     dep = np.linspace(0.5, 0.5 * horizon, fit["departure_time"].size).reshape(fit["departure_time"].shape)
     cens = np.zeros(dep.shape, bool)
     cens.flat[0], dep.flat[0], dep.flat[-1] = True, np.nan, np.nan  # one censored, one that never arrived
-    fit = fit.assign(
-        departure_time=(fit["departure_time"].dims, dep), departure_censored=(fit["departure_time"].dims, cens)
-    )
-    drawn, marks = _phase_panels(dist, fit, config["experiments"][name])
-    order = np.argsort(dist.beta.values)
+    fit = fit.assign(departure_time=(dims, dep), departure_censored=(dims, cens))
+    drawn, labels, marks = _phase_panels(dist, fit, config["experiments"][name])
+    betas = np.sort(dist.beta.values)
     for var, shown in zip(("dist_leading_A", "dist_leading_V"), drawn):
-        rows = [dist[var].isel(beta=int(i)).mean("replica").values for i in order]
+        rows = [dist[var].sel(beta=b).mean("replica").values for b in betas]
         expected = np.stack([*rows, dist[f"{var}_zero_temperature"].mean("replica").values])
         np.testing.assert_allclose(shown.reshape(expected.shape), expected, rtol=1e-12, equal_nan=True)
         # rows in another order would be another picture: the check can fail
         assert not np.allclose(shown.reshape(expected.shape), expected[::-1], equal_nan=True)
-    expected_marks = np.concatenate([dep[np.isfinite(dep) & ~cens], [horizon]])
-    np.testing.assert_allclose(np.sort(marks), np.sort(expected_marks))
+    assert [label.split(" (")[0] for label in labels] == [f"β = {b:g}" for b in betas] + ["β = ∞"]
+    by_beta = fit[["departure_time", "departure_censored"]].transpose("beta", "replica")
+    expected_marks = []
+    for row, b in enumerate(betas):
+        d, c = by_beta["departure_time"].sel(beta=b).values, by_beta["departure_censored"].sel(beta=b).values
+        expected_marks += [(t, row) for t in d[np.isfinite(d) & ~c]] + [(horizon, row)] * int(c.sum())
+    assert marks == sorted(expected_marks)
 
 
 def test_every_rule_has_a_log(results, config):

@@ -374,7 +374,8 @@ def _check_scales(where: str, experiment: dict, M: matrices.AttentionMatrices, g
     needed = grid.horizon * rate / STABILITY
     if not needed <= integrate.MAX_STEPS:
         raise ConfigError(
-            f"{where}.matrices: A = VBᵀ has an eigenvalue of size {rate:.3g}: over time.horizon = {grid.horizon:g} "
+            f"{where}.matrices: A = VBᵀ (its symmetric part) has an eigenvalue of size {rate:.3g}: over time.horizon "
+            f"= {grid.horizon:g} "
             f"an explicit integrator needs at least {needed:.3g} steps for stability alone, more than float64 "
             "time can count (2^53); rescale the matrices or shorten the horizon"
         )
@@ -455,15 +456,15 @@ def _check_initial_measure_shapes(where: str, mu: dict, d: int) -> None:
             measures.check_projected_gaussian(mu["mean"], mu["scale"])
         except ValueError as exc:
             raise ConfigError(f"{where}.scale: {exc}") from None
-    for key in ("mean", "center", "means", "points"):
+    if "means" in mu and len(mu["means"]) != len(mu.get("kappas", [])):
+        raise ConfigError(f"{where}.means and kappas must have the same length")
+    for key in ("center", "means", "points"):
         # the samplers' own check (a direction at the float floor is one, a zero vector is not)
-        if key in mu and not (mu["name"] == "projected_gaussian" and key == "mean"):
+        if key in mu and len(mu[key]):
             try:
                 measures.directions(mu[key], f"{where}.{key}")
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-    if "means" in mu and len(mu["means"]) != len(mu.get("kappas", [])):
-        raise ConfigError(f"{where}.means and kappas must have the same length")
     if "weights" in mu:
         components = "points" if mu["name"] == "atoms" else "kappas"
         n = len(mu.get(components, []))

@@ -206,8 +206,9 @@ def check_inputs(B, V, beta: float, times, settings: SphereSettings) -> tuple[np
 #: most stops (snapshots and remeshings) one solve may make: a remesh_every out of scale with the horizon is refused
 MAX_STOPS = 100_000
 #: a stretch between stops on which the softmax finds a triangle too coarse for β is halved (a remeshing inserted
-#: halfway) down to remesh_every / MAX_HALVINGS; below that the solve stops with ``MeshTooCoarse``
-MAX_HALVINGS = 64
+#: halfway) while it is longer than remesh_every·SHORTEST_STRETCH; a shorter one that still fails stops the solve
+#: with ``MeshTooCoarse``
+SHORTEST_STRETCH = 1.0 / 64
 
 
 def check_settings(settings: SphereSettings, times: np.ndarray) -> None:
@@ -352,7 +353,8 @@ def solve(
     ``remesh(mesh, t)`` is called at every stop (snapshots and every ``settings.remesh_every``) and returns the new
     mesh and its counts (default: ``repair_and_adapt`` to ``settings.edge`` when it is set); a stretch on which the
     flow stretches a triangle too far for the softmax at β is integrated again from its start with a remeshing
-    halfway (``info["remesh_halvings"]`` counts them, down to ``remesh_every / MAX_HALVINGS``);
+    halfway (``info["remesh_halvings"]`` counts them), while the stretch is longer than
+    ``remesh_every·SHORTEST_STRETCH``;
     ``progress(t, info)`` at every snapshot."""
     B, V, times = check_inputs(B, V, float(beta), times, settings)
     mesh0.check()
@@ -385,7 +387,7 @@ def solve(
             except MeshTooCoarse as err:
                 # the flow stretched a triangle beyond what the softmax integrates at this β before the next
                 # remeshing (in the tail, where the flow splits towards two clusters): remesh halfway and try again
-                if remesh is None or stop - t_now <= settings.remesh_every / MAX_HALVINGS:
+                if remesh is None or stop - t_now <= settings.remesh_every * SHORTEST_STRETCH:
                     raise MeshTooCoarse(f"{err} (between t = {t_now:g} and {stop:g})") from None
                 stops.insert(k, 0.5 * (t_now + float(stop)))
                 halvings += 1

@@ -208,7 +208,10 @@ def cap(rng: np.random.Generator, replicas: int, tokens: int, dim: int, *, cente
     c = np.asarray(center, dtype=float)
     if c.shape != (dim,):
         raise ValueError(f"cap: center must be a vector of length {dim}, got {c.tolist()}")
-    c = directions(c, "cap: center")
+    directions(c, "cap: center")  # refuses a zero or non-finite centre
+    norm = np.linalg.norm(c)
+    # as ever for an ordinary centre (bit for bit); rescued through ``normalise`` at the float floor
+    c = c / norm if norm > _SAFE_NORM and np.isfinite(norm) else normalise(c)
     if not 0 < angle <= 180:
         raise ValueError(f"cap: angle must be in (0, 180] degrees, got {angle}")
     a = 0.5 * (dim - 1)

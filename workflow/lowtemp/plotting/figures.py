@@ -347,9 +347,11 @@ DEPARTURE_RULE = (
 #: "mean over replicas, band from min to max": how every curve is drawn (``common.band``)
 BANDS = "mean over replicas, band from min to max over replicas"
 #: where the particles do not stand for the mean field (``_low_ess``)
+#: ``_beta_label``'s mark
+LOW_ESS_MARK = "ESS<threshold"
 LOW_ESS = (
-    "dashed (or marked ESS<threshold): the median effective sample size of the softmax falls below the experiment's "
-    "ess_threshold, where N, not β, sets the curve"
+    f"dashed (and marked {LOW_ESS_MARK} in the legend): the median effective sample size of the softmax falls below "
+    "the experiment's ess_threshold, where N, not β, sets the curve"
 )
 
 
@@ -411,7 +413,8 @@ def captions() -> dict[str, str]:
             "β and zero temperature (β = ∞) on top. Circles: each replica's departure time, "
             f"{DEPARTURE_RULE} (triangles at the horizon). Metastability is the dark band along E1(A) that lasts "
             "longer as β grows; the end phase of Conjecture 1 is where the left panel turns bright and the right "
-            f"one dark. Rows are {LOW_ESS}."
+            f"one dark. A row marked {LOW_ESS_MARK}: the median effective sample size of the softmax falls below the "
+            "experiment's ess_threshold there, where N, not β, sets the picture."
         ),
     }
 

@@ -69,7 +69,8 @@ def w2(
     b: np.ndarray | None = None,
     max_iterations: int | None = None,
 ) -> float:
-    """Exact W2 between Σ a_i δ_{x_i} and Σ b_j δ_{y_j} (uniform weights by default).
+    """Exact W2 between the probability measures Σ a_i δ_{x_i}/Σa and Σ b_j δ_{y_j}/Σb (uniform weights by
+    default; a and b must have the same total, to a relative 1e-9, and any scale).
 
     Uniform clouds of the same size: ``assignment.w2_exact``; otherwise, or with an iteration cap,
     ``network_simplex``. Both are certified or raise ``TransportNotConverged``.
@@ -123,7 +124,8 @@ class NetworkSimplexResult:
     """W2 from POT's network simplex with its certificate.
 
     value: W2 (the distance); error_bound: ≥ |value² − W2²_opt| for the exact costs of the given
-    coordinates and the marginals a and b·Σa/Σb (b rescaled to a's mass exactly, as POT does);
+    coordinates and the marginals a/Σa and b/Σb as POT received them (``_unit_mass``; b then rescaled to a's mass
+    exactly, as POT does);
     target: what error_bound had to reach; certified: error_bound ≤ target and error_bound < value² (or both
     0); scale_exponent: the clouds were solved multiplied by 2^scale_exponent.
     """
@@ -330,12 +332,12 @@ def w2_two_atoms(X: np.ndarray, u: np.ndarray, masses: np.ndarray) -> float:
         raise ValueError(f"X must be one cloud (token, dim), got shape {X.shape}")
     u = check_basis(np.asarray(u, dtype=float).reshape(-1, 1), X.shape[1], "u")[:, 0]
     n = len(X)
+    k, frac = _tokens_to_plus(masses, n)
     if np.any(np.isnan(X)):
         return math.nan  # a snapshot the solver did not reach
     order = np.argsort(-(X @ u), kind="stable")
     to_plus = _row_squares(X[order] - u)
     to_minus = _row_squares(X[order] + u)
-    k, frac = _tokens_to_plus(masses, n)
     terms = to_plus[:k].tolist() + to_minus[k + 1 :].tolist()
     if k < n:
         terms += [frac * to_plus[k], (1.0 - frac) * to_minus[k]]
@@ -384,6 +386,8 @@ def w2_to_projection(X: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> float:
     if X0.ndim != 2 or np.any(np.isnan(X0)):
         raise ValueError(f"X0 must be one cloud of finite initial tokens (token, dim), got shape {X0.shape}")
     E1 = check_basis(E1, X0.shape[1], "E1")
+    if np.any(np.isnan(check_tokens(X))):
+        return math.nan  # a snapshot the solver did not reach
     if E1.shape[1] == 1:
         u = E1[:, 0]
         if np.any(X0 @ u == 0):
