@@ -158,3 +158,28 @@ def test_a_caption_that_drops_its_axis_or_a_figure_without_one_is_caught():
     assert caption_misses({**captions, "collapse": "Data collapse."}) == ["collapse"]
     assert caption_misses({k: v for k, v in captions.items() if k != "phase"}) == ["phase", "phase"]
     assert caption_misses({**captions, "time_scale": captions["time_scale"].replace("censored", "cut")})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the README's table of make targets names every target of the Makefile
+
+
+def makefile_targets(makefile: str) -> set[str]:
+    """The Makefile's targets (``name:`` at the start of a line; variables and special targets aside)."""
+    return set(re.findall(r"^([a-z][a-z0-9-]*):", makefile, re.MULTILINE))
+
+
+def readme_table_targets(readme: str) -> set[str]:
+    """The targets the README's table of targets lists (its rows' first cell, `make name`)."""
+    return set(re.findall(r"^\| `make ([a-z0-9-]+)` \|", readme, re.MULTILINE))
+
+
+def test_the_readme_lists_every_make_target_with_its_time():
+    makefile, readme = (ROOT / "Makefile").read_text(), (ROOT / "README.md").read_text()
+    assert makefile_targets(makefile) == readme_table_targets(readme)
+
+
+def test_a_target_missing_from_the_readme_is_caught():
+    assert makefile_targets("a: b\n\tcmd\nnew-one: $(STAMP)\nX := 1\n") == {"a", "new-one"}
+    assert readme_table_targets("| `make a` | x | 1 s | |\n") == {"a"}
+    assert makefile_targets("a:\nnew-one:\n") != readme_table_targets("| `make a` | x | 1 s | |\n")
