@@ -30,12 +30,13 @@ import tracemalloc
 
 import numpy as np
 import xarray as xr
+from harness import best_time
 
 from lowtemp.dynamics import integrate, kernel_choice, kernels
 from lowtemp.model import matrices, measures
 from lowtemp.model.projection import two_atom_masses
 from lowtemp.model.seeding import generator
-from lowtemp.store import io
+from lowtemp.store import netcdf
 from lowtemp.transport import w2 as transport
 
 NAIVE_BLOCK = 4096
@@ -52,15 +53,6 @@ def naive_field(X, B, V, beta):
         S /= S.sum(axis=-1, keepdims=True)
         F[:, rows] = S @ VX
     return F - np.sum(F * X, axis=-1, keepdims=True) * X
-
-
-def best_time(fn, repeats):
-    best = np.inf
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def peak_bytes(fn):
@@ -111,7 +103,7 @@ def bench_fields(cases, repeats, log):
         scale = np.max(np.linalg.norm(reference, axis=-1))
         pick = kernel_choice.concrete_kernel(kernel_choice.choose_kernel(n, d), X, M.B, beta)  # `kernel: auto`
         for kernel in kernels.KERNELS:
-            call = lambda: kernels.attention_field(X, M.B, M.V, beta, kernel)  # noqa: E731
+            call = lambda: kernels.field_with_kernel(X, M.B, M.V, beta, kernel)  # noqa: E731
             F = call()  # warm-up (JIT)
             t = best_time(call, repeats)
             err = float(np.max(np.linalg.norm(F - reference, axis=-1)) / scale)
@@ -213,7 +205,7 @@ def main(argv=None):
     case = np.arange(len(rows))
     ds = xr.Dataset(
         {
-            key: (("case",), np.array([r[key] for r in rows]), io.attrs(key.replace("_", " "), unit))
+            key: (("case",), np.array([r[key] for r in rows]), netcdf.attrs(key.replace("_", " "), unit))
             for key, unit in [
                 ("ns_per_pair", "ns"),
                 ("speedup", "1"),
@@ -234,22 +226,26 @@ def main(argv=None):
     ds["auto_pick"] = (
         ("case",),
         np.array([r["auto_pick"] for r in rows], dtype=object),
-        io.attrs("the kernel `kernel: auto` runs on this cloud (kernel_choice.choose_for_cloud)"),
+        netcdf.attrs("the kernel `kernel: auto` runs on this cloud (kernel_choice.choose_for_cloud)"),
     )
     ds["w2_two_atom_seconds"] = (
         ("w2_tokens",),
         np.array([r["two_atom_s"] for r in w2_rows]),
-        io.attrs("W2 to two atoms, closed form, per snapshot", "s"),
+        netcdf.attrs("W2 to two atoms, closed form, per snapshot", "s"),
     )
     ds["w2_exact_seconds"] = (
         ("w2_tokens",),
         np.array([r["exact_s"] for r in w2_rows]),
-        io.attrs("W2 between two clouds, POT network simplex, per snapshot", "s"),
+        netcdf.attrs("W2 between two clouds, POT network simplex, per snapshot", "s"),
     )
     ds = ds.assign_coords(w2_tokens=[r["tokens"] for r in w2_rows])
-    ds["large_cap_step_seconds"] = ((), t_large, io.attrs(f"cap kernel, one RK4 step, N = {large_n}", "s"))
-    ds["large_cap_peak_rss_mb"] = ((), rss, io.attrs("peak resident memory of the process that made that step", "MiB"))
-    out = io.write_netcdf(ds, args.out, "bench", io.provenance("bench", {"quick": args.quick}, 1))
+    ds["large_cap_step_seconds"] = ((), t_large, netcdf.attrs(f"cap kernel, one RK4 step, N = {large_n}", "s"))
+    ds["large_cap_peak_rss_mb"] = (
+        (),
+        rss,
+        netcdf.attrs("peak resident memory of the process that made that step", "MiB"),
+    )
+    out = netcdf.write_netcdf(ds, args.out, "bench", netcdf.provenance("bench", {"quick": args.quick}, 1))
     log(f"wrote {out}")
 
 

@@ -43,8 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
@@ -52,15 +50,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
 import ot
 import xarray as xr
+from harness import timed
 
 from lowtemp.dynamics import integrate, kernel_choice, kernels
 from lowtemp.model import exact, matrices, measures
 from lowtemp.model.seeding import generator
-from lowtemp.store import io
-from lowtemp.transport import assignment
+from lowtemp.store import netcdf
+from lowtemp.transport import assignment, pricing
 from lowtemp.transport import w2 as transport
 
 SOLVERS = ("w2_exact", "emd2", "emd2_lazy", "emd2_lazy_warm", "ortools")
@@ -146,15 +146,6 @@ def truth_check(value, gap_bound, truth_value, truth_bound):
     return diff, tol, int(not diff <= tol)
 
 
-def best_time(fn, repeats):
-    best, out = np.inf, None
-    for _ in range(max(1, repeats)):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
-
-
 def _normalise(P):
     return P / np.linalg.norm(P, axis=-1, keepdims=True)
 
@@ -177,7 +168,7 @@ def clouds(n, kinds, steps=12, beta=100.0):
         kernel = kernel_choice.choose_kernel(n, 3)
         X = X0.copy()
         for _ in range(steps):
-            X = integrate.rk4_step(lambda P: kernels.attention_field(P, M.B, M.V, beta, kernel), X, 3.0 / steps)
+            X = integrate.rk4_step(lambda P: kernels.field_with_kernel(P, M.B, M.V, beta, kernel), X, 3.0 / steps)
         out["finite-beta"] = (X[0], Z[1])
     if "perturbed" in kinds:
         X = _normalise(Z[1] + 0.03 * rng.standard_normal((n, 3)))
@@ -197,8 +188,8 @@ def clouds(n, kinds, steps=12, beta=100.0):
 
 def snapshot_clouds(finite, zero, every):
     """{"t=<time>": (X, Y)}: replica 0 of a pipeline run at every ``every``-th snapshot."""
-    F = io.read_netcdf(finite, "finite_temperature")
-    Z = io.read_netcdf(zero, "zero_temperature")
+    F = netcdf.read_netcdf(finite, "finite_temperature")
+    Z = netcdf.read_netcdf(zero, "zero_temperature")
     return {
         f"t={float(F.time[k]):g}": (
             np.ascontiguousarray(F["positions"].values[0, k]),
@@ -259,8 +250,8 @@ def compare(case, X, Y, args, log, warm=None):
     """One row of the table (a dict per solver) for the cloud pair (X, Y)."""
     n = X.shape[0]
     repeats = args.repeats if n <= 16384 else 1
-    t_new, res = best_time(lambda: assignment.w2_exact(X, Y), repeats)
-    pricing, _ = best_time(lambda: assignment._price_all_pairs(X, Y, res.perm, res.v, 0.0), 1)
+    t_new, res = timed(lambda: assignment.w2_exact(X, Y), repeats)
+    t_pricing, _ = timed(lambda: pricing._price_all_pairs(X, Y, res.perm, res.v, 0.0), 1)
     rows = {
         "w2_exact": dict(
             seconds=t_new,
@@ -270,17 +261,17 @@ def compare(case, X, Y, args, log, warm=None):
             fallback=int(res.fallback),
             certified=int(res.certified),
             gap=res.gap_bound / max(res.value**2, 1e-300),
-            pricing_ns=pricing / n**2 * 1e9,
+            pricing_ns=t_pricing / n**2 * 1e9,
         )
     }
     if warm is not None:
-        t_warm, res_warm = best_time(lambda: assignment.w2_exact(X, Y, warm=warm), repeats)
+        t_warm, res_warm = timed(lambda: assignment.w2_exact(X, Y, warm=warm), repeats)
         rows["w2_exact"].update(warm_seconds=t_warm, warm_pivots=res_warm.stats["pivots"])
     limits = {"emd2": args.emd2_max, "emd2_lazy": args.lazy_max, "emd2_lazy_warm": args.lazy_max}
     for solver, limit in limits.items():
         if n <= limit:
             # the same best-of as w2_exact where a solve takes seconds; once above (a minute or more each)
-            t, (value, _) = best_time(
+            t, (value, _) = timed(
                 lambda: run_solver(solver, X, Y, (res.u, res.v)), repeats if n <= POT_REPEAT_MAX else 1
             )
             rows[solver] = dict(seconds=t, value=value)
@@ -293,7 +284,7 @@ def compare(case, X, Y, args, log, warm=None):
     )
     if truth is None:
         try:
-            t, (value, bound, scale) = best_time(lambda: w2_ortools(X, Y), 1)
+            t, (value, bound, scale) = timed(lambda: w2_ortools(X, Y), 1)
         except (RuntimeError, MemoryError) as err:  # POSSIBLE_OVERFLOW, say: the row is left out, the log says why
             truth = f"failed: {err}"
         else:
@@ -362,25 +353,6 @@ def job_share(results: str) -> str:
     )
 
 
-def _machine() -> str:
-    """The CPU model and the cores this process may use (lscpu's model name where there is one)."""
-    model = ""
-    try:
-        model = next(
-            line.split(":", 1)[1].strip()
-            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-            if line.startswith("Model name")
-        )
-    except (OSError, StopIteration):
-        model = platform.processor() or "unknown CPU"
-    return f"{model}, {len(os.sched_getaffinity(0))} cores"
-
-
-def _commit() -> str:
-    proc = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True)
-    return proc.stdout.strip() or "unknown"
-
-
 def _every(args, run: int) -> int:
     return args.every[run] if len(args.every) > 1 else args.every[0]
 
@@ -392,8 +364,8 @@ def snapshot_page(records, args) -> str:
         "# Exact W2 on the default run's snapshots: w2_exact against ot.emd2",
         "",
         f"Generated by `benchmarks/bench_w2.py --snapshots … --markdown` (`make w2-snapshots`) at commit "
-        f"{_commit()} on {_machine()}, {time.strftime('%Y-%m-%d')}. Each row: one snapshot pair (replica 0, "
-        "every n-th snapshot, n given per run below), `w2_exact` the best of "
+        f"{harness.commit()} on {harness.machine()}, {time.strftime('%Y-%m-%d')}. Each row: one snapshot pair "
+        "(replica 0, every n-th snapshot, n given per run below), `w2_exact` the best of "
         f"{args.repeats} cold solves after a warm-up, `ot.emd2` on the dense cost matrix (building it "
         f"included) the best of {args.repeats} up to N = {POT_REPEAT_MAX} and once above, in the same process one "
         "after the other; `w2_exact` prices on all the process's cores, `ot.emd2` runs on one (its default). "
@@ -563,7 +535,7 @@ def main(argv=None):
     ds.attrs["settings"] = json.dumps(vars(args))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    io.write_netcdf(ds, out, "bench", {"benchmark": "w2", **{k: str(v) for k, v in vars(args).items()}})
+    netcdf.write_netcdf(ds, out, "bench", {"benchmark": "w2", **{k: str(v) for k, v in vars(args).items()}})
     log(f"wrote {out}")
 
 

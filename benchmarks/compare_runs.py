@@ -18,6 +18,7 @@ import argparse
 import glob
 import os
 
+import harness
 import numpy as np
 import pandas as pd
 import xarray as xr
@@ -50,7 +51,9 @@ def main(argv=None):
     ap.add_argument("--markdown", default=None)
     args = ap.parse_args(argv)
     base, after = args.before.rstrip("/"), args.after.rstrip("/")
-    out = [f"# Default run: `{base}` (before) against `{after}` (after)", ""]
+    # the folders are named by their role, never by their path: a page must not carry a machine's paths
+    made = f"Made by `benchmarks/compare_runs.py BEFORE AFTER` at commit {harness.commit()} on {harness.machine()}."
+    out = ["# Default run: before against after", "", made, ""]
     jb, ja = job_times(base), job_times(after)
     sim = lambda k: k[1].startswith(("finite_temperature", "zero_temperature"))  # noqa: E731
     for what, pred in (("all jobs", lambda k: True), ("simulation jobs", sim)):

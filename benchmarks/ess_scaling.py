@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import logging
 import sys
 import time
@@ -32,7 +33,7 @@ from lowtemp.analysis import particle_budget
 from lowtemp.config import studies, validation
 from lowtemp.config.experiment import build_matrices
 from lowtemp.stages import convergence
-from lowtemp.store import io
+from lowtemp.store import netcdf
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -70,9 +71,8 @@ def main(argv=None) -> int:
     S = studies.study_settings(name, experiment)
     start = time.perf_counter()
     M = build_matrices(name, experiment, root_seed)  # what the matrices stage writes
-    w2, dist_A, ess, _, grid, kernels = convergence._particle_study(
-        name, f"{name} ess scaling", experiment, root_seed, S, M, S.beta
-    )
+    sample = functools.partial(convergence.particle_tokens, name, experiment, root_seed)
+    w2, dist_A, ess, _, grid, kernels = convergence._particle_study(f"{name} ess scaling", S, M, S.beta, sample)
     seconds = time.perf_counter() - start
     worst = ess.min(axis=1)  # (N, time): the smaller replica's median ESS
     print(f"beta = {S.beta:g}, {S.particles.replicas} replicas, horizon {grid.horizon:g}, {seconds:.0f} s")
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
         attrs=dict(beta=S.beta, experiment=name, config=args.config, seconds=seconds, kernels=",".join(kernels)),
     )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    io.write_netcdf(ds, args.out, "bench", io.provenance(name, experiment, root_seed))
+    netcdf.write_netcdf(ds, args.out, "bench", netcdf.provenance(name, experiment, root_seed))
     print(f"wrote {args.out}")
     return 0
 

@@ -44,7 +44,7 @@ from lowtemp.config import experiment as experiment_config
 from lowtemp.config import validation
 from lowtemp.dynamics import integrate, kernels, torch_field
 from lowtemp.stages import initial_tokens, matrices, simulate
-from lowtemp.store import datasets, io
+from lowtemp.store import datasets, netcdf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from estimate_cost import SCHEMA, merged  # noqa: E402  (this folder's cost script: one config merge)
@@ -85,7 +85,7 @@ def time_cloud(label: str, X: np.ndarray, M, beta: float, repeats: int) -> dict:
         kernels.set_threads(threads or all_threads)
 
         def fn(k=kernel):
-            return kernels.attention_field(X, M.B, M.V, beta, k)
+            return kernels.field_with_kernel(X, M.B, M.V, beta, k)
 
         try:
             seconds = best_seconds(fn, repeats)
@@ -98,7 +98,7 @@ def time_cloud(label: str, X: np.ndarray, M, beta: float, repeats: int) -> dict:
         )
     kernels.set_threads(all_threads)
     try:
-        F_dense = kernels.attention_field(X, M.B, M.V, beta, "dense")
+        F_dense = kernels.field_with_kernel(X, M.B, M.V, beta, "dense")
         row["torch_vs_dense_relative"] = float(np.max(np.abs(F_torch - F_dense)) / np.max(np.abs(F_dense)))
     except Exception:
         row["torch_vs_dense_relative"] = float("nan")
@@ -113,7 +113,7 @@ def _machine() -> dict:
     import torch
 
     out = {
-        "cpu": io.cpu_name(),
+        "cpu": netcdf.cpu_name(),
         "cpu_threads": int(numba.config.NUMBA_NUM_THREADS),
         "python": platform.python_version(),
         "numpy": np.__version__,
@@ -164,7 +164,7 @@ def run(args) -> dict:
         name, exp, root_seed, beta, work / "matrices.nc", work / "tokens.nc", output, work / "checkpoint.npz", 120.0
     )
     stage_seconds = time.perf_counter() - start
-    ds = io.read_netcdf(output, "finite_temperature")
+    ds = netcdf.read_netcdf(output, "finite_temperature")
     evaluations = int(ds["field_evaluations"].sum())
     accepted = int(ds["accepted_steps"].sum())
     summary["run"] = {
@@ -237,7 +237,7 @@ def cpu_job(results: Path, name: str, beta: float) -> dict | None:
     tsv = results / name / "benchmarks" / f"finite_temperature_beta{beta:g}.tsv"
     if not nc.exists():
         return None
-    ds = io.read_netcdf(nc, "finite_temperature")
+    ds = netcdf.read_netcdf(nc, "finite_temperature")
     job = {
         "kernel": ds.attrs["kernel"],
         "field_evaluations": int(ds["field_evaluations"].sum()),
@@ -347,12 +347,15 @@ def run_rows(summary: dict, cpu: dict | None, cpu_label: str) -> list[str]:
 
 
 def backends_section(b: dict) -> list[str]:
-    """The torch field against the same computation in JAX (``benchmarks/gpu_backends.py``), per cloud."""
+    """The torch field against the same computation in JAX, per cloud, from the measurement kept in
+    ``backends.json`` (the script that made it was removed with the JAX backend: docs/decisions/0007-gpu-backends.md).
+    """
     labels = [k for k in b["rows"][0] if isinstance(b["rows"][0][k], dict)]
     lines = [
         "## PyTorch or JAX",
         "",
-        f"`benchmarks/gpu_backends.py` at commit {b.get('commit', 'unknown')} on {b['gpu']} (PyTorch {b['torch']}, "
+        f"Measured at commit {b.get('commit', 'unknown')} (docs/decisions/0007-gpu-backends.md) on {b['gpu']} "
+        f"(PyTorch {b['torch']}, "
         f"JAX {b['jax']}), β = {b['beta']:g}, a GPU run's own snapshots as R = 4 copies: one field evaluation, ms "
         "(best of several after a warm-up; JAX's compilation untimed), and its largest relative difference from the "
         "dense kernel. `torch_blocks4x`: the torch kernel with blocks 4 times larger; `jax`, `jax_block8192`: the "
@@ -377,7 +380,7 @@ def report(args) -> str:
     name = names.pop()
     results = Path(args.results) if args.results else None
     cpus = {s["beta"]: (cpu_job(results, name, s["beta"]) if results else None) for _, s in summaries}
-    cpu_label = args.cpu_label or f"CPU run ({io.cpu_name()}, {args.cpu_cores} cores)"
+    cpu_label = args.cpu_label or f"CPU run ({netcdf.cpu_name()}, {args.cpu_cores} cores)"
     lines = [
         "# The paper-scale simulation on a GPU",
         "",
@@ -419,7 +422,7 @@ def report(args) -> str:
         lines += ["", *backends_section(json.loads(Path(args.backends).read_text()))]
     lines += ["", "## The same dynamics?", ""]
     zero_path = results / name / "zero_temperature.nc" if results else None
-    zero = io.read_netcdf(zero_path, "zero_temperature") if zero_path and zero_path.exists() else None
+    zero = netcdf.read_netcdf(zero_path, "zero_temperature") if zero_path and zero_path.exists() else None
     for folder, summary in summaries:
         beta, cpu, npz = summary["beta"], cpus[summary["beta"]], folder / "replica0.npz"
         if summary.get("run") is None or not npz.exists() or cpu is None:
@@ -467,7 +470,7 @@ def main(argv=None):
     p.add_argument("--cpu-cores", type=int, default=2, help="cores of the CPU run's machine (default 2)")
     p.add_argument("--cpu-label", help="the CPU rows' label (default: this machine's CPU and --cpu-cores)")
     p.add_argument("--markdown", default="docs/gpu_paper_scale.md")
-    p.add_argument("--backends", help="benchmarks/gpu_backends.py's backends.json, rendered where given")
+    p.add_argument("--backends", help="the PyTorch-against-JAX measurement (backends.json), rendered where given")
     args = ap.parse_args(argv)
     return run(args) if args.command == "run" else print(report(args))
 

@@ -35,7 +35,10 @@ SIGMA_MIN, SIGMA_MAX = 0.8, 1.25
 
 
 def benchmark_module(name: str):
-    """A script of benchmarks/ imported as a module (registered, so its dataclasses resolve their annotations)."""
+    """A script of benchmarks/ imported as a module (registered, so its dataclasses resolve their annotations), with
+    benchmarks/ on the path as when it runs as a script (for its ``harness``)."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -19,12 +19,20 @@ import yaml
 from conftest import TEST_CONFIG, resource_experiment, validated
 
 from lowtemp.analysis import claims, estimates, fitting
-from lowtemp.model import matrices, rates
+from lowtemp.model import layout, matrices, rates
 from lowtemp.stages import fit as fit_stage
 from lowtemp.stages import matrices as matrices_stage
-from lowtemp.store import datasets, io, layout
+from lowtemp.store import analyses, datasets, netcdf
 
 T = np.linspace(0.0, 30.0, 151)
+
+
+def fit_of(*args, **kwargs):
+    """fit.nc as the stage lays it out from ``estimates.fit_experiment``'s numbers."""
+    numbers = estimates.fit_experiment(*args, **kwargs)
+    return analyses.fit_dataset(numbers.values, numbers.coords, numbers.attrs)
+
+
 BETAS = np.array([10.0, 100.0, 1000.0, 10000.0])
 R, N = 4, 10**6  # N large enough that the early regime (after the transient, before t*) spans t in [5.4, 9.9]
 C1_TRUE, A_TRUE = 0.3, 0.05
@@ -114,7 +122,7 @@ def synthetic(
 
 
 def judge(dist, fit_cfg=FIT, cfg=CFG, M_=M):
-    fit = estimates.fit_experiment("synthetic", dist, M_, fit_cfg, THRESHOLD, N)
+    fit = fit_of("synthetic", dist, M_, fit_cfg, THRESHOLD, N)
     return fit, {c.name: c for c in claims.evaluate(dist, fit, cfg)}
 
 
@@ -136,13 +144,13 @@ def test_every_claim_passes_on_curves_that_satisfy_it():
 
 
 def test_curves_out_of_the_one_layout_are_refused_not_misread():
-    """The estimators and the checks index curves as (beta, replica, time) (lowtemp.store.layout): the same
+    """The estimators and the checks index curves as (beta, replica, time) (lowtemp.model.layout): the same
     synthetic distances with time before replica are refused with the variable named, where reading them would
     have fitted the replicas as times."""
     dist = synthetic()
     swapped = dist.transpose("beta", "time", "replica")
     with pytest.raises(layout.LayoutError, match="distances: variable '.*' has dimensions"):
-        estimates.fit_experiment("synthetic", swapped, M, FIT, THRESHOLD, N)
+        fit_of("synthetic", swapped, M, FIT, THRESHOLD, N)
     fit, _ = judge(dist)
     with pytest.raises(layout.LayoutError, match="distances"):
         claims.evaluate(swapped, fit, CFG)
@@ -354,11 +362,11 @@ def test_stage_fit_and_stage_claims_on_synthetic_files(tmp_path):
     )
     matrices_stage.stage_matrices("tiny", exp, 7, tmp_path / "matrices.nc")
     dist = synthetic(M_=datasets.load_matrices(tmp_path / "matrices.nc"))
-    io.write_netcdf(dist, tmp_path / "distances.nc", "distances", io.provenance("tiny", exp, 7))
+    netcdf.write_netcdf(dist, tmp_path / "distances.nc", "distances", netcdf.provenance("tiny", exp, 7))
     fit_stage.stage_fit("tiny", exp, 7, tmp_path / "matrices.nc", tmp_path / "distances.nc", tmp_path / "fit.nc")
-    fit = io.read_netcdf(tmp_path / "fit.nc", "fit")
+    fit = netcdf.read_netcdf(tmp_path / "fit.nc", "fit")
     fit_stage.stage_claims("tiny", exp, 7, tmp_path / "distances.nc", tmp_path / "fit.nc", tmp_path / "claims.nc")
-    out = io.read_netcdf(tmp_path / "claims.nc", "claims")
+    out = netcdf.read_netcdf(tmp_path / "claims.nc", "claims")
     assert list(out.claim.values) == NAMES
     assert out["status"].values.tolist() == [1] * len(NAMES), out["summary"].values
     # one number, one place: every interval in claims.nc is fit.nc's
@@ -460,31 +468,29 @@ def test_a_particle_budget_decides_for_its_beta_claim_by_claim():
     departure slope above the fraction of the snapshot interval out of metastable_log_beta, each alone; within
     both, the β is resolved whatever its ESS (the ESS is then a diagnostic); other β keep the ESS rule."""
     dist = synthetic()
-    base = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N)
+    base = fit_of("synthetic", dist, M, FIT, THRESHOLD, N)
     w2_vars = ("resolved_early", "resolved_to_departure", "resolved_to_horizon", "temperature_beta_used")
     for w2_ratio in (0.26, np.inf, np.nan):  # above the fraction 0.25; no power law fits; nothing judged
-        fit = estimates.fit_experiment(
-            "synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(_budget(w2_ratio, 0.0),)
-        )
+        fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(_budget(w2_ratio, 0.0),))
         assert fit["particle_budget_measured"].values.tolist() == [False, False, True, False]
         for var in w2_vars:
             assert fit[var].values.tolist()[2] is False, (w2_ratio, var)
         np.testing.assert_array_equal(fit["metastable_beta_used"].values, base["metastable_beta_used"].values)
-    slow = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(_budget(0.1, 0.051),))
+    slow = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(_budget(0.1, 0.051),))
     assert slow["metastable_beta_used"].values.tolist()[2] is False  # 0.051 > 0.25 × 0.2
     for var in w2_vars:
         np.testing.assert_array_equal(slow[var].values, base[var].values)
-    within = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(_budget(0.25, 0.05),))
+    within = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(_budget(0.25, 0.05),))
     for var in (*w2_vars, "metastable_beta_used"):
         np.testing.assert_array_equal(within[var].values, base[var].values)
     # within the budget at an ESS of 1: the budget decides at β = 1000, the ESS rule at the others
     low = synthetic(ess=1.0)
-    fit = estimates.fit_experiment("synthetic", low, M, FIT, THRESHOLD, N, particle_budgets=(_budget(0.1, 0.0),))
+    fit = fit_of("synthetic", low, M, FIT, THRESHOLD, N, particle_budgets=(_budget(0.1, 0.0),))
     assert fit["resolved_to_departure"].values.tolist() == [False, False, True, False]
     assert fit["metastable_beta_used"].values.tolist() == [False, False, True, False]
     # every β outside the budget: nothing stands for the mean field
     every = dist.isel(beta=[2])
-    fit = estimates.fit_experiment("synthetic", every, M, FIT, THRESHOLD, N, particle_budgets=(_budget(3.7, 0.9),))
+    fit = fit_of("synthetic", every, M, FIT, THRESHOLD, N, particle_budgets=(_budget(3.7, 0.9),))
     found = {c.name: c for c in claims.evaluate(every, fit, CFG)}
     assert found["conjecture_1"].status == claims.Status.UNDER_RESOLVED
     assert "particle-number budget exceeded" in found["conjecture_1"].numbers
@@ -497,7 +503,7 @@ def test_budgets_at_several_beta_each_decide_for_their_own_beta():
     low = synthetic(ess=1.0)  # the ESS rule alone would resolve no β
     betas = low.beta.values
     met, exceeded = _budget(0.1, 0.0, beta=float(betas[1])), _budget(3.7, 0.0, beta=float(betas[2]))
-    fit = estimates.fit_experiment("synthetic", low, M, FIT, THRESHOLD, N, particle_budgets=(met, exceeded))
+    fit = fit_of("synthetic", low, M, FIT, THRESHOLD, N, particle_budgets=(met, exceeded))
     assert fit["particle_budget_measured"].values.tolist() == [False, True, True, False]
     assert fit["resolved_to_departure"].values.tolist() == [False, True, False, False]
     np.testing.assert_array_equal(fit["particle_budget_w2_ratio"].values[1:3], [0.1, 3.7])
@@ -505,7 +511,7 @@ def test_budgets_at_several_beta_each_decide_for_their_own_beta():
         dataclasses.replace(met, beta=float(betas[2])),
         dataclasses.replace(exceeded, beta=float(betas[1])),
     )
-    fit = estimates.fit_experiment("synthetic", low, M, FIT, THRESHOLD, N, particle_budgets=swapped)
+    fit = fit_of("synthetic", low, M, FIT, THRESHOLD, N, particle_budgets=swapped)
     assert fit["resolved_to_departure"].values.tolist() == [False, False, True, False]
 
 
@@ -515,7 +521,7 @@ def test_claims_that_leave_out_a_budgeted_beta_say_what_n_it_would_need():
     dist = synthetic()
     interval = float(np.min(np.diff(dist.time.values)))
     over = dataclasses.replace(_budget(3.7, 0.9), tokens=N, tokens_needed=1.7e8, slope_interval=(0.5, 0.9))
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(over,))
+    fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(over,))
     found = {c.name: c for c in claims.evaluate(dist, fit, CFG)}
     for name in ("bound_above_data", "temperature_scaling", "conjecture_1"):
         assert (
@@ -527,27 +533,27 @@ def test_claims_that_leave_out_a_budgeted_beta_say_what_n_it_would_need():
     assert "no N resolves it" in found["metastable_log_beta"].numbers
     assert not any("not judged" in found[f"rate_{r}"].numbers for r in ("early", "late"))
     wide = dataclasses.replace(over, slope_interval=(-0.4, 0.6), slope_bound=0.6)
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(wide,))
+    fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(wide,))
     assert "more replicas of the study would narrow it" in claims.particles_needed(fit, interval, departure=True)
     no_law = dataclasses.replace(over, tokens_needed=np.inf)
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(no_law,))
+    fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(no_law,))
     assert "no power law in N fits the study" in claims.particles_needed(fit, interval)
     censored = dataclasses.replace(over, slope_interval=(-0.64, np.inf), slope_bound=np.inf)  # every run arrived
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(censored,))
+    fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(censored,))
     assert "a longer study horizon would bound it" in claims.particles_needed(fit, interval, departure=True)
     unknown = dataclasses.replace(over, w2_ratio=np.nan, tokens_needed=np.nan)
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(unknown,))
+    fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(unknown,))
     assert "could not be computed" in claims.particles_needed(fit, interval)
     # at the limit exactly (0.25 of the budget's interval 0.2, which the snapshot spacing equals only to rounding):
     # the fit resolves the departure, and the words follow the fit's verdict
     edge = dataclasses.replace(over, slope_interval=(-0.05, 0.05), slope_bound=0.05)
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(edge,))
+    fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(edge,))
     assert bool(fit["particle_budget_departure_resolved"].values[2])
     assert claims.particles_needed(fit, interval * (1 - 1e-12), departure=True) == ""
     met = dataclasses.replace(over, w2_ratio=0.1, slope_bound=0.01, tokens_needed=100.0)
-    fit = estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(met,))
+    fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(met,))
     assert claims.particles_needed(fit, interval) == "" == claims.particles_needed(fit, interval, departure=True)
-    assert claims.particles_needed(estimates.fit_experiment("synthetic", dist, M, FIT, THRESHOLD, N), interval) == ""
+    assert claims.particles_needed(fit_of("synthetic", dist, M, FIT, THRESHOLD, N), interval) == ""
 
 
 def with_reference(dist, error_fraction, shift=None):

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lowtemp.analysis import fitting
-from lowtemp.store import datasets
+from lowtemp.store import analyses
 
 Law = fitting.DepartureLaw
 CONF = 0.95  # the fit's default confidence (config/README.md)
@@ -308,7 +308,7 @@ def test_with_fewer_replicas_and_coarser_snapshots_a_weak_power_law_is_often_und
 def test_fit_nc_names_every_law_code_with_its_words():
     """fit.nc's ``departure_law`` is an integer: its long name says what each code of ``DepartureLaw`` means, in
     the words the claim prints."""
-    long_name = datasets.FIT_VARIABLES["departure_law"][1]
+    long_name = analyses.FIT_VARIABLES["departure_law"][1]
     for law in Law:
         assert f"{law.value} {law.words.replace('β', 'beta')}" in long_name, law
     assert "3 a power of beta" not in long_name  # the check can fail: a code that is not there

@@ -11,6 +11,7 @@ departure budget.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace as dataclasses_replace
 
 import numpy as np
@@ -389,9 +390,8 @@ def test_a_real_particle_study_on_the_circle_at_beta_1000_is_outside_the_departu
         experiment = validated(cfg)["experiments"][name]
         S = studies.study_settings(name, experiment)
         M = build_matrices(name, experiment, int(cfg["root_seed"]))
-        w2, dist_A, _, _, grid, _ = convergence._particle_study(
-            name, "test", experiment, int(cfg["root_seed"]), S, M, beta
-        )
+        sample = functools.partial(convergence.particle_tokens, name, experiment, int(cfg["root_seed"]))
+        w2, dist_A, _, _, grid, _ = convergence._particle_study("test", S, M, beta, sample)
         results[beta] = particle_budget.study_budget(S.particles.tokens, w2, dist_A, grid, 1024, M)
     limited = results[1000.0]
     fraction = 0.25 * 0.25  # fit.particle_error_fraction × the snapshot interval

@@ -26,7 +26,7 @@ from lowtemp.config import validation
 from lowtemp.model import matrices
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
-from lowtemp.store import io
+from lowtemp.store import netcdf
 
 ConfigError, Violation = validation.ConfigError, matrices.AssumptionViolation
 EYE = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
@@ -866,7 +866,7 @@ def test_truncated_netcdf_input(stage_inputs):
     root = stage_inputs[2]
     path = root / "matrices.nc"
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(io.NetCDFSchemaError, match=r"matrices\.nc: cannot be read as NetCDF \("):
+    with pytest.raises(netcdf.NetCDFSchemaError, match=r"matrices\.nc: cannot be read as NetCDF \("):
         _initial_tokens(stage_inputs)
     assert not (root / "tokens.nc").exists()
 
@@ -878,11 +878,11 @@ def _set_attribute(path: Path, key: str, value) -> None:
 
 def test_netcdf_from_an_older_schema(stage_inputs):
     root = stage_inputs[2]
-    _set_attribute(root / "matrices.nc", "lowtemp_schema", io.SCHEMA_VERSION - 1)
+    _set_attribute(root / "matrices.nc", "lowtemp_schema", netcdf.SCHEMA_VERSION - 1)
     with pytest.raises(
-        io.NetCDFSchemaError,
-        match=rf"matrices\.nc: schema version {io.SCHEMA_VERSION - 1}, "
-        rf"expected {io.SCHEMA_VERSION}; rerun the stage that writes it",
+        netcdf.NetCDFSchemaError,
+        match=rf"matrices\.nc: schema version {netcdf.SCHEMA_VERSION - 1}, "
+        rf"expected {netcdf.SCHEMA_VERSION}; rerun the stage that writes it",
     ):
         _initial_tokens(stage_inputs)
     assert not (root / "tokens.nc").exists()
@@ -891,7 +891,7 @@ def test_netcdf_from_an_older_schema(stage_inputs):
 def test_netcdf_of_another_kind(stage_inputs):
     root = stage_inputs[2]
     _set_attribute(root / "matrices.nc", "lowtemp_kind", "distances")
-    with pytest.raises(io.NetCDFSchemaError, match=r"matrices\.nc: holds 'distances', expected 'matrices'"):
+    with pytest.raises(netcdf.NetCDFSchemaError, match=r"matrices\.nc: holds 'distances', expected 'matrices'"):
         _initial_tokens(stage_inputs)
     assert not (root / "tokens.nc").exists()
 
@@ -907,7 +907,7 @@ def test_matrices_file_edited_after_it_was_written_is_refused(stage_inputs):
     """An edit the checksum did not see: the read names the damage before any use of the matrices."""
     root = stage_inputs[2]
     _make_b_singular(root / "matrices.nc")
-    with pytest.raises(io.NetCDFSchemaError, match=r"matrices\.nc: its content does not match its checksum"):
+    with pytest.raises(netcdf.NetCDFSchemaError, match=r"matrices\.nc: its content does not match its checksum"):
         _initial_tokens(stage_inputs)
     assert not (root / "tokens.nc").exists()
 
@@ -917,7 +917,7 @@ def test_matrices_file_edited_to_violate_assumption_1(stage_inputs):
     on read."""
     root = stage_inputs[2]
     _make_b_singular(root / "matrices.nc")
-    io._stamp_checksum(root / "matrices.nc")
+    netcdf._stamp_checksum(root / "matrices.nc")
     with pytest.raises(matrices.AssumptionViolation, match=r"B = QᵀK is singular"):
         _initial_tokens(stage_inputs)
     assert not (root / "tokens.nc").exists()

@@ -73,8 +73,8 @@ def test_exact_w2_memory_is_linear_above_the_dense_fallback():
 
 
 def test_exact_w2_time_matches_the_measured_solves():
-    """The slowest solves measured on the pipeline's own clouds (docs/w2_solver.md): 1.0 s at N = 4096,
-    12 s at 16384, 79 s at 65536 (t = 5 of the paper-scale run); the estimate covers them within the
+    """The slowest solves measured on the pipeline's own clouds (docs/decisions/0002-w2-network-simplex.md):
+    1.0 s at N = 4096, 12 s at 16384, 79 s at 65536 (t = 5 of the paper-scale run); the estimate covers them within the
     runtime safety factor and stays below POT's times (2.6 s, 93 s at 4096, 16384)."""
     assert 1.0 <= resources.RUNTIME_SAFETY * costs.w2_seconds(4096) and costs.w2_seconds(4096) < 2.6
     assert 12 <= resources.RUNTIME_SAFETY * costs.w2_seconds(16384) and costs.w2_seconds(16384) < 93

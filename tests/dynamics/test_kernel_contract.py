@@ -76,8 +76,8 @@ def _kernel_functions(kernel):
     if kernel == "torch" and not HAS_TORCH and not os.environ.get("LOWTEMP_REQUIRE_TORCH"):
         pytest.skip("PyTorch (the optional gpu extra) is not installed")  # make test-torch requires it
     return (
-        lambda X, B, V, b: kernels.attention_field(X, B, V, b, kernel),
-        lambda X, B, V, b: kernels.effective_sample_size(X, B, V, b, kernel),
+        lambda X, B, V, b: kernels.field_with_kernel(X, B, V, b, kernel),
+        lambda X, B, V, b: kernels.ess_with_kernel(X, B, V, b, kernel),
     )
 
 
@@ -113,13 +113,13 @@ def test_a_single_precision_kernel_breaks_the_contract():
     X, B, V, beta = _problem()
 
     def single(X, B, V, b):
-        return kernels.attention_field(
+        return kernels.field_with_kernel(
             X.astype(np.float32), B.astype(np.float32), V.astype(np.float32), b, "numpy"
         ).astype(np.float64)
 
     found = contract_violations(
         single,
-        lambda X, B, V, b: kernels.effective_sample_size(X, B, V, b, "dense"),
+        lambda X, B, V, b: kernels.ess_with_kernel(X, B, V, b, "dense"),
         X,
         B,
         V,
@@ -139,6 +139,6 @@ def test_a_kernel_without_the_tangent_projection_breaks_the_contract():
         return np.einsum("rij,rje->rie", w, X @ V.T)
 
     found = contract_violations(
-        ambient, lambda X, B, V, b: kernels.effective_sample_size(X, B, V, b, "dense"), X, B, V, beta, 1e-12
+        ambient, lambda X, B, V, b: kernels.ess_with_kernel(X, B, V, b, "dense"), X, B, V, beta, 1e-12
     )
     assert any(v.startswith("not tangent") for v in found), found

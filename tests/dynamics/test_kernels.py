@@ -307,10 +307,10 @@ def test_dense_bound_shift_and_exact_max_paths_agree_with_reference():
 def test_ess_kernels_agree(seed, kind, N, d, lb):
     beta = 10.0**lb
     X, B, V = _problem(seed, kind, 2, N, d)
-    ref = kernels.effective_sample_size(X, B, V, beta, "numpy")
+    ref = kernels.ess_with_kernel(X, B, V, beta, "numpy")
     np.testing.assert_allclose(ref, dynamics.effective_sample_size(X, B, beta), rtol=0, atol=0)
     for kernel in ("dense", "cap"):
-        got = kernels.effective_sample_size(X, B, V, beta, kernel)
+        got = kernels.ess_with_kernel(X, B, V, beta, kernel)
         assert got.shape == (2, N)
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=0, err_msg=kernel)
 
@@ -323,14 +323,14 @@ def test_ess_limits(kernel, d):
     X = random_unit(rng, 2, 200, d)
     B = M.B if d == 3 else _well_conditioned(rng, d)
     V = M.V if d == 3 else rng.standard_normal((d, d))
-    hot = kernels.effective_sample_size(X, B, V, 1e-9, kernel)
+    hot = kernels.ess_with_kernel(X, B, V, 1e-9, kernel)
     np.testing.assert_allclose(hot, 200.0, rtol=1e-9)
     # distinct tokens: β large enough that every row's best score leads the runner-up by ≥ 60,
     # so one weight takes all (ESS = 1 + O(N e^{-60}))
     top2 = np.sort(np.einsum("rid,de,rje->rij", X, B, X), axis=-1)[..., -2:]
     gap = float(np.min(top2[..., 1] - top2[..., 0]))
     assert gap > 0
-    cold = kernels.effective_sample_size(X, B, V, 60.0 / gap, kernel)
+    cold = kernels.ess_with_kernel(X, B, V, 60.0 / gap, kernel)
     assert np.all(cold >= 1.0 - 1e-12)
     assert np.all(cold <= 1.0 + 1e-9)
 
@@ -508,7 +508,8 @@ def test_cap_sweep_fraction_against_a_loop_over_the_tokens(d, beta, cloud):
     ],
 )
 def test_choose_for_cloud_picks_what_make_bench_measured_faster(d, beta, cloud, expected):
-    """The benchmark's clouds at N = 32768 (``make bench``, docs/kernels.md): the cap kernel measured 2–2.3× faster
+    """The benchmark's clouds at N = 32768 (``make bench``,
+    docs/decisions/0008-kernel-choice-at-run-time.md): the cap kernel measured 2–2.3× faster
     than dense on the spread clouds at d = 3, β = 1000 and d = 2, β = 10⁴, 1.2–6× slower on the clustered ones
     and at d = 2, β = 1000 (its sweep holds 12 % of the cloud), 9–19× slower at β = 10. A rule from (β, N, d)
     alone picked the slower kernel in two of these cases; the cloud's own sweep picks the faster in each."""
@@ -534,11 +535,11 @@ def test_auto_kernel_equals_the_dense_kernel():
     picks = set()
     for X in (spread, clustered):
         picks.add(kernel_choice.choose_for_cloud(X, M.B, 3000.0))
-        F, ref = kernels.attention_field(X, M.B, M.V, 3000.0, "auto"), kernels.dense_field(X, M.B, M.V, 3000.0)
+        F, ref = kernels.field_with_kernel(X, M.B, M.V, 3000.0, "auto"), kernels.dense_field(X, M.B, M.V, 3000.0)
         assert _rel_err(F, ref) <= 1e-12
         np.testing.assert_allclose(
-            kernels.effective_sample_size(X, M.B, M.V, 3000.0, "auto"),
-            kernels.effective_sample_size(X, M.B, M.V, 3000.0, "dense"),
+            kernels.ess_with_kernel(X, M.B, M.V, 3000.0, "auto"),
+            kernels.ess_with_kernel(X, M.B, M.V, 3000.0, "dense"),
             rtol=1e-10,
         )
     assert picks == {"cap", "dense"}
@@ -549,19 +550,19 @@ def test_attention_field_dispatch_and_errors():
     X = random_unit(np.random.default_rng(1), 2, 300, 3)
     ref = dynamics.attention_field(X, M.B, M.V, 200.0)
     for kernel in kernels.KERNELS:
-        assert _rel_err(kernels.attention_field(X, M.B, M.V, 200.0, kernel), ref) <= 1e-9
+        assert _rel_err(kernels.field_with_kernel(X, M.B, M.V, 200.0, kernel), ref) <= 1e-9
     with pytest.raises(ValueError, match="bogus"):
-        kernels.attention_field(X, M.B, M.V, 200.0, kernel="bogus")
+        kernels.field_with_kernel(X, M.B, M.V, 200.0, kernel="bogus")
     with pytest.raises(ValueError, match="bogus"):
-        kernels.effective_sample_size(X, M.B, M.V, 200.0, kernel="bogus")
+        kernels.ess_with_kernel(X, M.B, M.V, 200.0, kernel="bogus")
     X4 = random_unit(np.random.default_rng(2), 1, 50, 4)
     B4, V4 = np.eye(4), np.eye(4)
-    assert kernels.attention_field(X4, B4, V4, 10.0, "numpy").shape == X4.shape
+    assert kernels.field_with_kernel(X4, B4, V4, 10.0, "numpy").shape == X4.shape
     for kernel in ("dense", "cap"):
         with pytest.raises(ValueError, match="numpy"):
-            kernels.attention_field(X4, B4, V4, 10.0, kernel)
+            kernels.field_with_kernel(X4, B4, V4, 10.0, kernel)
         with pytest.raises(ValueError, match="numpy"):
-            kernels.effective_sample_size(X4, B4, V4, 10.0, kernel)
+            kernels.ess_with_kernel(X4, B4, V4, 10.0, kernel)
     with pytest.raises(ValueError, match="numpy"):
         kernels.dense_field(X4, B4, V4, 10.0)
     with pytest.raises(ValueError, match="numpy"):
@@ -656,8 +657,8 @@ def test_the_field_object_evaluates_the_field_and_names_what_determines_it():
     rng = np.random.default_rng(5)
     X, B, V = random_unit(rng, 2, 80, 3), _well_conditioned(rng, 3), rng.standard_normal((3, 3))
     field = kernels.AttentionField(B, V, 50.0, "dense")
-    assert np.array_equal(field(X), kernels.attention_field(X, B, V, 50.0, "dense"))
-    assert np.array_equal(field.effective_sample_size(X), kernels.effective_sample_size(X, B, V, 50.0, "dense"))
+    assert np.array_equal(field(X), kernels.field_with_kernel(X, B, V, 50.0, "dense"))
+    assert np.array_equal(field.effective_sample_size(X), kernels.ess_with_kernel(X, B, V, 50.0, "dense"))
 
     def fp(f):
         arrays, settings = f.identity()

@@ -20,12 +20,15 @@ from scipy import integrate, special
 
 from lowtemp.dynamics import integrate as lt_integrate
 from lowtemp.dynamics import meanfield as mf
+from lowtemp.dynamics import meanfield_cells as mf_cells
+from lowtemp.dynamics import meanfield_quadrature as mf_quadrature
+from lowtemp.dynamics import meanfield_softmax as mf_softmax
 from lowtemp.dynamics import reduction
 from lowtemp.model import exact, matrices, projection
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
 from lowtemp.stages import simulate as simulate_stage
-from lowtemp.store import datasets, io
+from lowtemp.store import datasets, netcdf
 from lowtemp.transport import w2 as transport
 
 HYP = settings(max_examples=30, deadline=None)
@@ -56,7 +59,7 @@ def circle_matrices(seed: int = 1, angle_V: float = 30.0):
 @HYP
 @given(x=st.one_of(st.floats(0, 30), st.floats(30, 1e7)))
 def test_scaled_bessel_equals_scipy_ive(x):
-    i0, i1 = mf.scaled_bessel(np.array([x]))
+    i0, i1 = mf_quadrature.scaled_bessel(np.array([x]))
     np.testing.assert_allclose(i0, special.ive(0, x), rtol=1e-13, atol=1e-300)
     np.testing.assert_allclose(i1, special.ive(1, x), rtol=1e-13, atol=1e-300)  # scipy: 6e-14 off x/2 at tiny x
 
@@ -64,7 +67,7 @@ def test_scaled_bessel_equals_scipy_ive(x):
 def test_scaled_bessel_refuses_negative_and_nan():
     for bad in (-1.0, np.nan):
         with pytest.raises(ValueError, match="finite and ≥ 0"):
-            mf.scaled_bessel(np.array([bad]))
+            mf_quadrature.scaled_bessel(np.array([bad]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -86,7 +89,7 @@ def test_circle_softmax_mean_of_uniform_density_is_bessel_ratio(kappa, alpha, ce
     edges = np.append(edges, start + 2 * np.pi)
     masses = np.diff(edges) / (2 * np.pi)
     red = reduction.reduce(np.eye(2) * kappa, np.eye(2))  # a = κ x: the query's angle is α
-    means = mf.softmax_means(red, edges, masses, 1.0, np.array([alpha]))
+    means = mf_softmax.softmax_means(red, edges, masses, 1.0, np.array([alpha]))
     ratio = special.ive(1, kappa) / special.ive(0, kappa)
     np.testing.assert_allclose(means[0], ratio * np.array([np.cos(alpha), np.sin(alpha)]), atol=5e-12)
 
@@ -105,8 +108,8 @@ def test_sphere_softmax_mean_of_uniform_density_is_langevin(scale, ratio, query,
     inner = np.sort(rng.uniform(0, np.pi, cells - 1))
     edges = np.concatenate([[0.0], inner, [np.pi]])
     red = reduction.reduce(*axisymmetric(scale, scale * ratio, 1.0, 0.5))
-    masses = mf.cell_measure(red, edges) / (4 * np.pi)
-    means = mf.softmax_means(red, edges, masses, 1.0, np.array([query]))
+    masses = mf_cells.cell_measure(red, edges) / (4 * np.pi)
+    means = mf_softmax.softmax_means(red, edges, masses, 1.0, np.array([query]))
     a = np.array([red.b_axis * np.cos(query), red.b_perp * np.sin(query)])  # (along e, along the azimuth)
     n = np.linalg.norm(a)
     langevin = 1 / np.tanh(n) - 1 / n if n > 1e-3 else n / 3
@@ -148,12 +151,12 @@ def test_circle_softmax_resolves_a_deep_laplace_point(depth):
     masses = density * np.diff(edges)
     masses /= masses.sum()
     red = reduction.reduce(np.eye(2) * kappa, np.eye(2))
-    got = mf.softmax_means(red, edges, masses, 1.0, np.array([alpha]))[0]
+    got = mf_softmax.softmax_means(red, edges, masses, 1.0, np.array([alpha]))[0]
     np.testing.assert_allclose(got, reference_circle_means(edges, masses, kappa, alpha), atol=1e-11)
     if depth <= 100:  # the tail matters at this depth: without it the mean is measurably different
         thin = masses.copy()
         thin[4] = 1e-300
-        without_tail = mf.softmax_means(red, edges, thin, 1.0, np.array([alpha]))[0]
+        without_tail = mf_softmax.softmax_means(red, edges, thin, 1.0, np.array([alpha]))[0]
         assert np.abs(without_tail - got).max() > 1e-6
 
 
@@ -167,13 +170,13 @@ def _tangential_softmax_errors(slopes: bool):
     masses /= masses.sum()
     red = reduction.reduce(np.eye(2) * kappa, np.eye(2))
     alphas = np.linspace(0.05, 6.2, 40)
-    original = mf.density_slopes
+    original = mf_softmax.density_slopes
     if not slopes:
-        mf.density_slopes = lambda red, e, m: np.zeros(e.size - 1)
+        mf_softmax.density_slopes = lambda red, e, m: np.zeros(e.size - 1)
     try:
-        got = mf.softmax_means(red, edges, masses, 1.0, alphas)
+        got = mf_softmax.softmax_means(red, edges, masses, 1.0, alphas)
     finally:
-        mf.density_slopes = original
+        mf_softmax.density_slopes = original
     exact = []
     for a in alphas:
         parts = [
@@ -244,10 +247,10 @@ def test_circle_softmax_is_exact_in_cells_far_thinner_than_their_angle(kappa):
     between the clusters and moved the means by 5.3e-12 at κ = 10."""
     edges, masses = _clustered_circle(3, 1e-7)
     red = reduction.reduce(np.eye(2) * kappa, np.eye(2))
-    slopes = mf.density_slopes(red, edges, masses)
+    slopes = mf_cells.density_slopes(red, edges, masses)
     alphas = np.array([edges[10] + 0.3, edges[10] - 0.01, 1.0])
     for fast in (True, False):
-        got = mf.softmax_means(red, edges, masses, 1.0, alphas, fast=fast)
+        got = mf_softmax.softmax_means(red, edges, masses, 1.0, alphas, fast=fast)
         want = np.array([longdouble_circle_means(edges, masses, kappa, a, slopes) for a in alphas])
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
     lo = edges[10]
@@ -262,9 +265,9 @@ def test_circle_softmax_counts_the_curvature_at_the_peak():
     kappa = 11437.0
     edges, masses = _clustered_circle(5, 2e-4)
     red = reduction.reduce(np.eye(2) * kappa, np.eye(2))
-    slopes = mf.density_slopes(red, edges, masses)
+    slopes = mf_cells.density_slopes(red, edges, masses)
     alpha = edges[10] + 0.4e-4
-    got = mf.softmax_means(red, edges, masses, 1.0, np.array([alpha]))[0]
+    got = mf_softmax.softmax_means(red, edges, masses, 1.0, np.array([alpha]))[0]
     np.testing.assert_allclose(got, longdouble_circle_means(edges, masses, kappa, alpha, slopes), rtol=0, atol=1e-14)
     x, w = np.polynomial.legendre.leggauss(2)
     lo, hi = edges[10], edges[11]
@@ -283,7 +286,7 @@ def test_cells_wider_than_a_radian_are_cut_into_pieces(queries):
     masses = np.diff(edges) / (2 * np.pi)
     red = reduction.reduce(np.eye(2) * kappa, np.eye(2))
     alphas = np.linspace(-np.pi, np.pi, queries) if queries > 1 else np.array([1.7278759594743862])
-    got = mf.softmax_means(red, edges, masses, 1.0, alphas)
+    got = mf_softmax.softmax_means(red, edges, masses, 1.0, alphas)
     ratio = special.ive(1, kappa) / special.ive(0, kappa)
     np.testing.assert_allclose(got, ratio * np.stack([np.cos(alphas), np.sin(alphas)], axis=-1), atol=1e-14)
 
@@ -291,8 +294,8 @@ def test_cells_wider_than_a_radian_are_cut_into_pieces(queries):
 def quad_sphere_means(red, edges, masses, beta, query):
     """Reference on S² by scipy.integrate.quad cell by cell: the linear reconstruction in cos θ' (density_slopes),
     the azimuthal integrals 2π e^{−ζ'}I_ν(ζ') by scipy.special.ive, one common scale."""
-    slopes = mf.density_slopes(red, edges, masses)
-    density = masses / mf.cell_measure(red, edges)
+    slopes = mf_cells.density_slopes(red, edges, masses)
+    density = masses / mf_cells.cell_measure(red, edges)
     p1, p2 = red.b_axis * np.cos(query), abs(red.b_perp) * np.sin(query)
     kappa, alpha, zeta = beta * np.hypot(p1, p2), np.arctan2(p2, p1), beta * abs(red.b_perp) * np.sin(query)
     total = np.zeros(3)
@@ -326,10 +329,10 @@ def test_sphere_cells_at_the_poles_get_four_points():
     )
     density = np.array([1.0, 0.8, 0.4, 0.1, 1e-9, 1e-9, 0.1, 0.4, 0.8, 1.0])
     red = reduction.reduce(*axisymmetric(1.5, 0.5, 1.0, 0.5))
-    masses = density * mf.cell_measure(red, edges)
+    masses = density * mf_cells.cell_measure(red, edges)
     masses /= masses.sum()
     for query in (1.4, 2.0):
-        got = mf.softmax_means(red, edges, masses, 1.0, np.array([query]))[0]
+        got = mf_softmax.softmax_means(red, edges, masses, 1.0, np.array([query]))[0]
         np.testing.assert_allclose(got, quad_sphere_means(red, edges, masses, 1.0, query), rtol=0, atol=1e-13)
 
 
@@ -359,15 +362,15 @@ def test_the_fast_rule_equals_the_plain_rule(seed, beta, tiny, geometry):
         density = np.concatenate(
             [np.exp(-30 * rng.uniform(0, 1, 21)), np.full(40, 1.0 / tiny), np.exp(-30 * rng.uniform(0, 1, 21))]
         )
-        masses = density * mf.cell_measure(reduction.reduce(*axisymmetric(1.0, 1.0, 1.0, 1.0)), edges)
+        masses = density * mf_cells.cell_measure(reduction.reduce(*axisymmetric(1.0, 1.0, 1.0, 1.0)), edges)
         masses /= masses.sum()
         red = reduction.reduce(*axisymmetric(rng.uniform(0.3, 2), rng.uniform(0.3, 2), 1.0, 0.5))
         queries = edges[1:-1]
-    fast = mf.softmax_means(red, edges, masses, beta, queries, fast=True)
-    plain = mf.softmax_means(red, edges, masses, beta, queries, fast=False)
+    fast = mf_softmax.softmax_means(red, edges, masses, beta, queries, fast=True)
+    plain = mf_softmax.softmax_means(red, edges, masses, beta, queries, fast=False)
     np.testing.assert_allclose(fast, plain, rtol=0, atol=1e-13)
     moved = masses * (1 + 1e-7 * rng.uniform(-1, 1, masses.size))
-    assert np.abs(mf.softmax_means(red, edges, moved, beta, queries, fast=False) - plain).max() > 1e-13
+    assert np.abs(mf_softmax.softmax_means(red, edges, moved, beta, queries, fast=False) - plain).max() > 1e-13
 
 
 def test_softmax_mean_sees_the_density_gradient_inside_a_cell():
@@ -446,7 +449,7 @@ def test_initial_masses_follow_the_vmf_cdf_on_the_sphere(kappa):
     red = reduction.reduce(*axisymmetric(2.0, 0.7, 0.8, 1.1))
     e = red.frame[:, 0]
     edges = reduction.graded_edges(red, 0.05, 1e-6)
-    masses = mf.initial_masses(red, edges, "vmf_mixture", {"kappas": [kappa], "means": [e]})
+    masses = mf_cells.initial_masses(red, edges, "vmf_mixture", {"kappas": [kappa], "means": [e]})
     cdf = -np.expm1(-kappa * (1 - np.cos(edges))) / -np.expm1(-2 * kappa)
     np.testing.assert_allclose(np.cumsum(masses), cdf[1:], rtol=1e-12, atol=1e-15)
 
@@ -454,7 +457,7 @@ def test_initial_masses_follow_the_vmf_cdf_on_the_sphere(kappa):
 def test_initial_masses_of_a_vmf_mixture_on_the_circle_sum_to_one():
     red = reduction.reduce(*[m for m in (circle_matrices().B, circle_matrices().V)])
     edges = reduction.graded_edges(red, 0.05, 1e-6)
-    masses = mf.initial_masses(
+    masses = mf_cells.initial_masses(
         red, edges, "vmf_mixture", {"kappas": [3.0, 1.0], "weights": [0.3, 0.7], "means": [[1, 0], [0, -1]]}
     )
     assert abs(masses.sum() - 1) < 1e-13 and np.all(masses > 0)
@@ -492,9 +495,9 @@ def test_cells_tile_the_domain_and_keep_their_mass_at_every_snapshot(geometry):
     for k in range(sol.times.size):
         edges, masses = sol.snapshot(k)
         assert np.all(np.diff(edges) > 0) and np.all(masses > 0)
-        assert abs(mf.cell_measure(red, edges).sum() - total) < 1e-12
+        assert abs(mf_cells.cell_measure(red, edges).sum() - total) < 1e-12
         assert abs(masses.sum() - 1) < 1e-13
-        np.testing.assert_allclose(sol.density(k) * mf.cell_measure(red, edges), masses, rtol=1e-12)
+        np.testing.assert_allclose(sol.density(k) * mf_cells.cell_measure(red, edges), masses, rtol=1e-12)
 
 
 @HYP
@@ -507,13 +510,13 @@ def test_split_cells_keeps_the_reconstructed_density_and_the_mass(seed, widest, 
     edges = np.concatenate([[0.0], np.sort(rng.uniform(0, span, 7)), [span]])
     masses = rng.uniform(0.1, 1, 8)
     masses /= masses.sum()
-    new_edges, new_masses = mf.split_cells(red, edges, masses, widest)
+    new_edges, new_masses = mf_cells.split_cells(red, edges, masses, widest)
     assert np.all(np.diff(new_edges) <= widest * (1 + 1e-12)) and np.all(np.diff(new_edges) > 0)
     assert set(edges) <= set(new_edges)
     assert abs(new_masses.sum() - 1) < 1e-14
     # each piece holds the integral of its cell's linear reconstruction over it (trapezoid on a fine grid in the
     # variable the reconstruction is linear in: θ on the circle, cos θ on S²)
-    slopes = mf.density_slopes(red, edges, masses)
+    slopes = mf_cells.density_slopes(red, edges, masses)
     owner = np.searchsorted(edges, 0.5 * (new_edges[:-1] + new_edges[1:])) - 1
     u = (lambda th: th) if geometry == "circle" else (lambda th: -np.cos(th))
     for j, k in enumerate(owner):
@@ -719,8 +722,8 @@ def test_out_of_scale_inputs_get_named_errors():
     e = red.frame[:, 0]
     edges = reduction.uniform_edges(red, 0.1)
     np.testing.assert_allclose(
-        mf.initial_masses(red, edges, "vmf_mixture", {"kappas": [0.0], "means": [e]}),
-        mf.cell_measure(red, edges) / (4 * np.pi),
+        mf_cells.initial_masses(red, edges, "vmf_mixture", {"kappas": [0.0], "means": [e]}),
+        mf_cells.cell_measure(red, edges) / (4 * np.pi),
         rtol=1e-12,
     )
 
@@ -732,9 +735,9 @@ def test_out_of_scale_inputs_get_named_errors():
 @HYP
 @given(F=st.floats(0.0, 1.0), s=st.floats(-1.0, 1.0))
 def test_unit_position_inverts_the_mass_fraction(F, s):
-    v = mf.unit_position(F, s)
+    v = mf_cells.unit_position(F, s)
     assert 0.0 <= v <= 1.0 + 1e-15
-    assert mf.mass_fraction(v, s) == pytest.approx(F, abs=1e-14)
+    assert mf_cells.mass_fraction(v, s) == pytest.approx(F, abs=1e-14)
 
 
 def test_density_slopes_are_exact_for_a_linear_density_and_zero_at_an_extremum():
@@ -745,10 +748,10 @@ def test_density_slopes_are_exact_for_a_linear_density_and_zero_at_an_extremum()
     mid = 0.5 * (edges[:-1] + edges[1:])
     h = np.diff(edges)
     rho = 1.0 + 0.1 * (mid - np.pi)  # linear, cell means exact at the midpoints
-    s = mf.density_slopes(red, edges, rho * h)
+    s = mf_cells.density_slopes(red, edges, rho * h)
     np.testing.assert_allclose(s[1:-1], 0.1 * 0.5 * h[1:-1] / rho[1:-1], rtol=1e-12)
     peak = np.exp(-((mid - np.pi) ** 2))
-    s = mf.density_slopes(red, edges, peak * h)
+    s = mf_cells.density_slopes(red, edges, peak * h)
     k = int(np.argmax(peak))
     assert s[k] == 0.0 and np.all(np.abs(s) <= 1.0)
 
@@ -853,11 +856,11 @@ def test_a_grid_float64_cannot_carry_or_that_grades_nothing_is_refused():
     with pytest.raises(ValueError, match="grading's reach"):
         reduction.graded_edges(red, 0.9, reduction.GRADED_REACH)
     edges = reduction.graded_edges(red, 0.1, 1e-3)
-    masses = mf.initial_masses(red, edges, "uniform", {})
-    mf.density_slopes(red, edges, masses)
+    masses = mf_cells.initial_masses(red, edges, "uniform", {})
+    mf_cells.density_slopes(red, edges, masses)
     for bad in (np.where(np.arange(masses.size) == 3, -1e-3, masses), masses[:-1]):
         with pytest.raises(ValueError, match="one mass ≥ 0 per cell"):
-            mf.density_slopes(red, edges, bad)
+            mf_cells.density_slopes(red, edges, bad)
 
 
 def test_tokens_near_the_graded_zone_are_placed_well_at_large_beta():
@@ -896,7 +899,7 @@ def test_the_pipeline_stage_on_an_axisymmetric_sphere_pushes_tokens_along_their_
     simulate_stage.stage_mean_field(
         "sphere", exp, seed, 100.0, tmp_path / "matrices.nc", tmp_path / "tokens.nc", tmp_path / "beta100.nc"
     )
-    fin = io.read_netcdf(tmp_path / "beta100.nc", "finite_temperature")
+    fin = netcdf.read_netcdf(tmp_path / "beta100.nc", "finite_temperature")
     M, X0 = datasets.load_matrices(tmp_path / "matrices.nc"), datasets.load_initial_tokens(tmp_path / "tokens.nc")
     red = reduction.reduce(M.B, M.V)
     assert red.geometry == "axisymmetric"

@@ -59,7 +59,7 @@ def _relative(a, b) -> float:
 )
 def test_torch_field_equals_the_dense_kernel(d, n, r, log_beta, seed):
     """Field and ESS against the dense kernel and the numpy reference on random clouds, β = 1 … 1000,
-    and through ``kernels.attention_field``/``effective_sample_size`` by name."""
+    and through ``kernels.field_with_kernel``/``ess_with_kernel`` by name."""
     M = spectral_matrices(seed % 7, d=d)
     X = random_unit(np.random.default_rng(seed), r, n, d)
     beta = 10.0**log_beta
@@ -69,7 +69,7 @@ def test_torch_field_equals_the_dense_kernel(d, n, r, log_beta, seed):
     assert _relative(F, dynamics.attention_field(X, M.B, M.V, beta)) <= RELATIVE
     assert _relative(ess, ess_dense) <= RELATIVE
     np.testing.assert_array_equal(
-        kernels.attention_field(X, M.B, M.V, beta, "torch"), torch_field.torch_field(X, M.B, M.V, beta)
+        kernels.field_with_kernel(X, M.B, M.V, beta, "torch"), torch_field.torch_field(X, M.B, M.V, beta)
     )
 
 
@@ -91,7 +91,7 @@ def test_a_run_with_the_torch_field_follows_the_dense_run():
     X0 = random_unit(np.random.default_rng(4), 2, 64, 3)
     grid = integrate.TimeGrid(horizon=2.0, snapshots=8, dt=0.05)
     a, rec_a = integrate.simulate(
-        lambda X: kernels.attention_field(X, M.B, M.V, 50.0, "torch"), X0, grid, "dopri5", return_record=True
+        lambda X: kernels.field_with_kernel(X, M.B, M.V, 50.0, "torch"), X0, grid, "dopri5", return_record=True
     )
     b, rec_b = integrate.simulate(
         lambda X: kernels.dense_field(X, M.B, M.V, 50.0), X0, grid, "dopri5", return_record=True
@@ -127,7 +127,7 @@ def test_kernel_torch_without_pytorch_is_refused_by_the_config_check(monkeypatch
 def test_the_torch_kernel_without_pytorch_raises_a_clear_error(monkeypatch):
     monkeypatch.setattr(torch_field, "torch", None)
     with pytest.raises(ModuleNotFoundError, match="kernel 'torch' needs PyTorch"):
-        kernels.attention_field(random_unit(np.random.default_rng(0), 1, 4, 3), np.eye(3), np.eye(3), 1.0, "torch")
+        kernels.field_with_kernel(random_unit(np.random.default_rng(0), 1, 4, 3), np.eye(3), np.eye(3), 1.0, "torch")
 
 
 def test_the_resource_model_budgets_the_torch_kernel_as_the_numpy_reference():

@@ -23,7 +23,7 @@ import matplotlib.image  # noqa: E402
 import xarray as xr  # noqa: E402
 from conftest import SNAKEFILE, SNAKEMAKE  # noqa: E402
 
-from lowtemp.store import compare, io  # noqa: E402
+from lowtemp.store import compare, netcdf  # noqa: E402
 
 #: upper bound on one workflow run in these tests (the runs take seconds to a minute)
 RUN_TIMEOUT = 600
@@ -120,8 +120,8 @@ def check_every_output_is_whole(results: Path, reference: Path) -> int:
             continue
         rel = path.relative_to(results)
         if path.suffix == ".nc":
-            ds = io.read_netcdf(path)  # opens, current schema
-            with xr.open_dataset(reference / rel, engine=io.ENGINE) as ref:
+            ds = netcdf.read_netcdf(path)  # opens, current schema
+            with xr.open_dataset(reference / rel, engine=netcdf.ENGINE) as ref:
                 problems = compare.compare_datasets(ds, ref.load())
             assert not problems, (rel, problems)
         elif path.suffix == ".png":

@@ -97,6 +97,6 @@ def test_killed_runs_resume_to_bit_for_bit_results(tmp_path, configfile, referen
 
 
 def _snapshots(work: Path) -> int:
-    from lowtemp.store import io
+    from lowtemp.store import netcdf
 
-    return io.read_netcdf(work / CHECKPOINT, "checkpoint").sizes["time"]
+    return netcdf.read_netcdf(work / CHECKPOINT, "checkpoint").sizes["time"]

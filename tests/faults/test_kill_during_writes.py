@@ -1,7 +1,7 @@
 """SIGKILL the workflow while it writes its outputs: no file that exists may be half written.
 
 ``LOWTEMP_FAULT_WRITE_PAUSE`` holds every write for a moment between the
-complete temporary file and its rename (``lowtemp.store.io.atomic_path``), so that a
+complete temporary file and its rename (``lowtemp.store.netcdf.atomic_path``), so that a
 kill timed on the appearance of a temporary file lands inside a write. After
 every kill, each NetCDF and figure that exists must open and equal the file of
 an uninterrupted run; the run is then resumed and killed again, and finally
@@ -18,7 +18,7 @@ import pytest
 from conftest import TEST_CONFIG
 from killing import check_every_output_is_whole, run_and_kill, run_to_completion, temporaries
 
-from lowtemp.store import compare, io
+from lowtemp.store import compare, netcdf
 
 KILLS = 6
 
@@ -32,7 +32,7 @@ def reference(tmp_path_factory):
 
 def test_kills_during_writes_leave_only_whole_files(tmp_path, reference):
     rng = random.Random(2026)
-    env = {**os.environ, io.FAULT_PAUSE_ENV: "0.4"}
+    env = {**os.environ, netcdf.FAULT_PAUSE_ENV: "0.4"}
     work = tmp_path / "work"
     results = work / "results"
     seen = []

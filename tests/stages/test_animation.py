@@ -15,7 +15,7 @@ from lowtemp.config import params, registry
 from lowtemp.dynamics import integrate
 from lowtemp.plotting import animation
 from lowtemp.stages import figures
-from lowtemp.store import datasets, io
+from lowtemp.store import datasets, netcdf
 
 TOKENS, REPLICAS = 40, 2
 
@@ -42,7 +42,7 @@ def write_run(folder, dim: int, betas, snapshots: int, moving: bool):
     record = integrate.StepRecord(
         np.zeros((REPLICAS, nt)), np.zeros(nt, np.int64), np.zeros(nt, np.int64), np.zeros(nt, np.int64), np.zeros(nt)
     )
-    prov = io.provenance("synthetic", {}, 0)
+    prov = netcdf.provenance("synthetic", {}, 0)
     finite = []
     for i, beta in enumerate(betas):
         X = trajectory(dim, snapshots, moving, seed=i)
@@ -50,11 +50,11 @@ def write_run(folder, dim: int, betas, snapshots: int, moving: bool):
             X, record, np.ones((REPLICAS, nt, TOKENS)), grid, float(beta), "rk4", None, "dense"
         )
         finite.append(
-            io.write_netcdf(ds, folder / "finite_temperature" / f"beta{beta:g}.nc", "finite_temperature", prov)
+            netcdf.write_netcdf(ds, folder / "finite_temperature" / f"beta{beta:g}.nc", "finite_temperature", prov)
         )
     X = trajectory(dim, snapshots, moving, seed=99)
     zero = datasets.zero_temperature_dataset(X, record, X, np.zeros(nt), grid, "rk4", None)
-    return io.write_netcdf(zero, folder / "zero_temperature.nc", "zero_temperature", prov), finite
+    return netcdf.write_netcdf(zero, folder / "zero_temperature.nc", "zero_temperature", prov), finite
 
 
 def render(tmp_path, dim, betas=(5, 50), snapshots=10, moving=True) -> Image.Image:

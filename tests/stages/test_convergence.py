@@ -28,7 +28,7 @@ from lowtemp.dynamics import integrate
 from lowtemp.model import exact, matrices, measures, projection, seeding
 from lowtemp.plotting import convergence as plot_convergence
 from lowtemp.stages import convergence
-from lowtemp.store import io
+from lowtemp.store import netcdf
 from lowtemp.transport import w2 as transport
 
 ConfigError = validation.ConfigError
@@ -187,6 +187,22 @@ def test_bad_settings_name_the_key(block, match):
         studies.study_settings("tiny", exp)
     with pytest.raises(ConfigError, match=match):  # and the config check before any job
         validation.validate_experiment("tiny", exp, 7)
+
+
+def test_a_particle_horizon_shorter_than_the_step_is_refused_naming_the_key():
+    """time.dt may exceed the snapshot interval (the grid then steps once per interval), but not the particle
+    study's horizon: the config check names the key, as it does before any job."""
+    cfg = yaml.safe_load(TEST_CONFIG.read_text())
+    cfg["experiments"]["tiny"]["time"]["dt"] = 1.0
+    cfg["experiments"]["tiny"]["convergence"] = {"particles": {"horizon": 0.2}}
+    exp = validated(cfg)["experiments"]["tiny"]
+    match = r"experiments\.tiny\.convergence\.particles\.horizon = 0\.2 cannot hold a step of time\.dt = 1"
+    with pytest.raises(ConfigError, match=match):
+        studies.study_settings("tiny", exp)
+    with pytest.raises(ConfigError, match=match):
+        validation.validate_experiment("tiny", exp, 7)
+    cfg["experiments"]["tiny"]["convergence"] = {"particles": {"horizon": 1.0}}  # a step fits: accepted
+    assert studies.study_settings("tiny", validated(cfg)["experiments"]["tiny"]).grid.step == pytest.approx(0.2)
 
 
 def test_a_list_of_study_beta_runs_the_step_study_at_the_largest_and_refuses_repeats():
@@ -393,8 +409,8 @@ def test_the_paper_scale_report_is_generated_from_a_finished_run(run, tmp_path):
 @pytest.mark.e2e
 def test_convergence_file_contract(run):
     ds = _open(run / "results" / "tiny" / "convergence.nc")
-    assert ds.attrs["lowtemp_kind"] == "convergence" and ds.attrs["lowtemp_schema"] == io.SCHEMA_VERSION
-    assert io.read_provenance(ds)["config"]["convergence"] == BLOCK
+    assert ds.attrs["lowtemp_kind"] == "convergence" and ds.attrs["lowtemp_schema"] == netcdf.SCHEMA_VERSION
+    assert netcdf.read_provenance(ds)["config"]["convergence"] == BLOCK
     assert ds["integrator"].values.tolist() == ["rk4", "euler", "dopri5"]  # the config's adaptive one last
     np.testing.assert_allclose(ds["step"].values, [0.1, 0.05, 0.025])
     np.testing.assert_allclose(ds["check_time"].values, [1.0, 2.0])

@@ -23,7 +23,7 @@ from lowtemp.model import measures, seeding
 from lowtemp.stages import distances, simulate
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
-from lowtemp.store import datasets, io
+from lowtemp.store import datasets, netcdf
 
 NAME, SEED, BETA = "circle", 3, 10.0
 #: the particle numbers: the first n of N = 256 initial tokens per replica, 4 replicas
@@ -97,7 +97,7 @@ def run(tmp_path_factory):
     M, X0 = datasets.load_inputs(paths.matrices, paths.tokens)
     grid = integrate.TimeGrid(1.0, 4, 0.05)
     return SimpleNamespace(
-        exp=exp, paths=paths, M=M, X0=X0, grid=grid, out=out, ds=io.read_netcdf(paths.collected, "particle_error")
+        exp=exp, paths=paths, M=M, X0=X0, grid=grid, out=out, ds=netcdf.read_netcdf(paths.collected, "particle_error")
     )
 
 
@@ -190,12 +190,12 @@ def test_particle_error_matches_an_independent_computation(run, naive):
     assert ds["particle_error"].dims == ("beta", "tokens", "replica", "time")
     assert ds["reference_error"].dims == ("beta", "replica", "time")
     assert ds["tokens"].values.tolist() == NUMBERS
-    finite = io.read_netcdf(run.paths.finite, "finite_temperature")
+    finite = netcdf.read_netcdf(run.paths.finite, "finite_temperature")
     np.testing.assert_array_equal(ds["reference_error"].sel(beta=BETA).values, finite["reference_error"].values)
     assert np.all(ds["ess_median"].values >= 1)
-    assert io.read_provenance(ds)["config"] == {}
-    part = io.read_netcdf(run.paths.part, "particle_error_beta")
-    assert io.read_provenance(part)["config"] == _slice(run.exp, "particle_error_beta")
+    assert netcdf.read_provenance(ds)["config"] == {}
+    part = netcdf.read_netcdf(run.paths.part, "particle_error_beta")
+    assert netcdf.read_provenance(part)["config"] == _slice(run.exp, "particle_error_beta")
     assert part.attrs["integrator"] == "rk4"
     assert not list((run.out / "checkpoints").glob("*.nc"))  # every run's and solve's checkpoint, discarded
 
@@ -269,10 +269,10 @@ def test_the_stage_refuses_bad_particle_numbers_before_any_work(tmp_path, tokens
 
 def _edited_finite(run, tmp_path, edit):
     """A copy of the run's finite-temperature file with ``edit`` applied to its dataset."""
-    ds = io.read_netcdf(run.paths.finite, "finite_temperature")
+    ds = netcdf.read_netcdf(run.paths.finite, "finite_temperature")
     edit(ds)
     path = tmp_path / "finite.nc"
-    io.write_netcdf(ds, path, "finite_temperature", io.read_provenance(ds))
+    netcdf.write_netcdf(ds, path, "finite_temperature", netcdf.read_provenance(ds))
     return path
 
 

@@ -16,7 +16,7 @@ from lowtemp.dynamics import integrate, sphere_levels, sphere_meanfield
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
 from lowtemp.stages import simulate
-from lowtemp.store import datasets, io
+from lowtemp.store import datasets, netcdf
 
 NAME, SEED, BETA = "sphere", 5, 10.0
 
@@ -65,7 +65,7 @@ def run(tmp_path_factory):
     exp = sphere_experiment()
     paths = stages(out, exp)
     M, X0 = datasets.load_inputs(paths.matrices, paths.tokens)
-    return SimpleNamespace(exp=exp, M=M, X0=X0, ds=io.read_netcdf(paths.finite, "finite_temperature"))
+    return SimpleNamespace(exp=exp, M=M, X0=X0, ds=netcdf.read_netcdf(paths.finite, "finite_temperature"))
 
 
 def independent_tracers(run, level):
@@ -124,7 +124,7 @@ def test_the_folds_w2_bound_is_added_to_the_error_estimate(tmp_path, monkeypatch
     """A fold's cost must reach the error estimate the claims judge by: with a bound of 0.01 at every snapshot, the
     error at t = 0 (where the levels' tracers coincide) is 0.01, and the file stores the bound."""
     monkeypatch.setattr(sphere_meanfield, "fold_w2", lambda solution: np.full(solution.times.size, 0.01))
-    ds = io.read_netcdf(stages(tmp_path, sphere_experiment()).finite, "finite_temperature")
+    ds = netcdf.read_netcdf(stages(tmp_path, sphere_experiment()).finite, "finite_temperature")
     np.testing.assert_allclose(ds["reference_error"].values[:, 0], 0.01, rtol=1e-12)
     np.testing.assert_allclose(ds["reference_fold_w2"].values, 0.01, rtol=1e-12)
 

@@ -27,7 +27,7 @@ from lowtemp.stages import distances as distances_stage
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
 from lowtemp.stages import simulate as simulate_stage
-from lowtemp.store import checkpoint, io
+from lowtemp.store import checkpoint, netcdf
 
 
 class Interrupt(Exception):
@@ -84,7 +84,7 @@ def test_resume_after_interrupt_is_bit_for_bit(tmp_path_factory, fraction, metho
     if completed == 0:
         assert not path.exists()
     else:
-        assert io.read_netcdf(path, "checkpoint").sizes["time"] == completed + 1
+        assert netcdf.read_netcdf(path, "checkpoint").sizes["time"] == completed + 1
     again = checkpoint.SimulationCheckpoint(path, fp, GRID.times, every_seconds=0)
     resume = again.load(X0.shape)
     assert (resume is None) == (completed == 0)
@@ -156,8 +156,8 @@ def test_checkpoint_without_the_integrator_record_is_ignored(tmp_path, missing):
     positions = np.repeat(X0[:, None], 3, axis=1)
     ckpt.save(2, positions, integrate.StepRecord.empty(3, (1,), 0.1))
     assert ckpt.load(X0.shape)[0] == 2
-    ds = io.read_netcdf(path, "checkpoint").drop_vars(missing)
-    io.write_netcdf(ds, path, "checkpoint", {"fingerprint": "A", "snapshot": 2})
+    ds = netcdf.read_netcdf(path, "checkpoint").drop_vars(missing)
+    netcdf.write_netcdf(ds, path, "checkpoint", {"fingerprint": "A", "snapshot": 2})
     assert checkpoint.SimulationCheckpoint(path, "A", GRID.times).load(X0.shape) is None
 
 
@@ -183,13 +183,13 @@ def _run_finite(tiny, out, **kw):
     simulate_stage.stage_finite_temperature(
         "tiny", exp, seed, 50.0, root / "matrices.nc", root / "tokens.nc", out, **kw
     )
-    return io.read_netcdf(out, "finite_temperature")
+    return netcdf.read_netcdf(out, "finite_temperature")
 
 
 def test_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, monkeypatch):
     plain = _run_finite(tiny, tmp_path / "plain.nc")
     ckpt = tmp_path / "checkpoints" / "beta50.nc"
-    real = kernels.attention_field
+    real = kernels.field_with_kernel
     calls = {"n": 0}
 
     def dying(*args, **kw):
@@ -198,12 +198,12 @@ def test_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, monkeypat
             raise Interrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(kernels, "attention_field", dying)
+    monkeypatch.setattr(kernels, "field_with_kernel", dying)
     with pytest.raises(Interrupt):
         _run_finite(tiny, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
     assert not (tmp_path / "resumed.nc").exists()
-    assert io.read_netcdf(ckpt, "checkpoint").sizes["time"] == 12  # snapshots 0..11
-    monkeypatch.setattr(kernels, "attention_field", real)
+    assert netcdf.read_netcdf(ckpt, "checkpoint").sizes["time"] == 12  # snapshots 0..11
+    monkeypatch.setattr(kernels, "field_with_kernel", real)
     calls["n"] = 0
     resumed = _run_finite(tiny, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
     for var in plain.variables:
@@ -220,7 +220,7 @@ def test_adaptive_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, 
     assert plain.attrs["integrator"] == "dopri5" and plain.attrs["tolerance"] == pytest.approx(1e-3 / 8)
     half = int(plain["field_evaluations"].sum()) // 2
     ckpt = tmp_path / "checkpoints" / "beta50.nc"
-    real = kernels.attention_field
+    real = kernels.field_with_kernel
     calls = {"n": 0}
 
     def dying(*args, **kw):
@@ -229,11 +229,11 @@ def test_adaptive_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, 
             raise Interrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(kernels, "attention_field", dying)
+    monkeypatch.setattr(kernels, "field_with_kernel", dying)
     with pytest.raises(Interrupt):
         _run_finite(adaptive, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
-    assert 1 < io.read_netcdf(ckpt, "checkpoint").sizes["time"] < 30
-    monkeypatch.setattr(kernels, "attention_field", real)
+    assert 1 < netcdf.read_netcdf(ckpt, "checkpoint").sizes["time"] < 30
+    monkeypatch.setattr(kernels, "field_with_kernel", real)
     resumed = _run_finite(adaptive, tmp_path / "resumed.nc", checkpoint_path=ckpt, checkpoint_every=0)
     for var in plain.variables:
         np.testing.assert_array_equal(resumed[var].values, plain[var].values, err_msg=var)
@@ -241,8 +241,8 @@ def test_adaptive_stage_resumes_from_its_checkpoint_bit_for_bit(tiny, tmp_path, 
 
 
 def _corrupt_field_at_call(monkeypatch, call: int, corrupt) -> None:
-    """Replace kernels.attention_field by one whose ``call``-th evaluation is passed through ``corrupt(X, F)``."""
-    real = kernels.attention_field
+    """Replace kernels.field_with_kernel by one whose ``call``-th evaluation is passed through ``corrupt(X, F)``."""
+    real = kernels.field_with_kernel
     calls = {"n": 0}
 
     def field(X, *args, **kw):
@@ -250,7 +250,7 @@ def _corrupt_field_at_call(monkeypatch, call: int, corrupt) -> None:
         F = real(X, *args, **kw)
         return corrupt(X, F.copy()) if calls["n"] == call else F
 
-    monkeypatch.setattr(kernels, "attention_field", field)
+    monkeypatch.setattr(kernels, "field_with_kernel", field)
 
 
 def test_stage_stops_on_non_finite_positions_naming_step_beta_replica(tiny, tmp_path, monkeypatch):
@@ -277,7 +277,7 @@ def test_stage_outputs_norm_drift(tiny, tmp_path, caplog):
     simulate_stage.stage_zero_temperature(
         "tiny", exp, seed, root / "matrices.nc", root / "tokens.nc", tmp_path / "zero.nc"
     )
-    zero = io.read_netcdf(tmp_path / "zero.nc", "zero_temperature")
+    zero = netcdf.read_netcdf(tmp_path / "zero.nc", "zero_temperature")
     for ds in (fin, zero):
         drift = ds["norm_drift"]
         assert drift.dims == ("replica", "time")
@@ -315,7 +315,7 @@ def test_stage_stops_on_a_step_far_too_large_naming_step_beta_replica(tiny, tmp_
 def test_stage_stops_on_non_finite_effective_sample_size(tiny, tmp_path, monkeypatch):
     """A NaN ESS would slip through the ``median < ess_threshold`` warning (NaN < x is False) into
     the claims; the stage raises instead, naming experiment, β, snapshot time, replica and token."""
-    real = kernels.effective_sample_size
+    real = kernels.ess_with_kernel
     calls = {"n": 0}
 
     def poisoned(X, *args, **kw):
@@ -326,7 +326,7 @@ def test_stage_stops_on_non_finite_effective_sample_size(tiny, tmp_path, monkeyp
             ess[1, 23] = np.nan
         return ess
 
-    monkeypatch.setattr(kernels, "effective_sample_size", poisoned)
+    monkeypatch.setattr(kernels, "ess_with_kernel", poisoned)
     with pytest.raises(
         FloatingPointError,
         match=r"tiny: beta = 50: the effective sample size is nan at t = 1\.4 "
@@ -347,7 +347,7 @@ def _run_distances(tiny, root, out, **kw):
     distances_stage.stage_distances_beta(
         "tiny", exp, seed, base / "matrices.nc", base / "tokens.nc", root / "finite.nc", root / "zero.nc", out, **kw
     )
-    return io.read_netcdf(out, "distances_beta")
+    return netcdf.read_netcdf(out, "distances_beta")
 
 
 def test_distances_stage_resumes_its_exact_w2_loop_losing_at_most_one_solve(tiny, tmp_path, monkeypatch):
@@ -370,7 +370,7 @@ def test_distances_stage_resumes_its_exact_w2_loop_losing_at_most_one_solve(tiny
     with pytest.raises(Interrupt):
         _run_distances(tiny, tmp_path, tmp_path / "resumed.nc", checkpoint_path=ckpt)
     assert not (tmp_path / "resumed.nc").exists()
-    stored = io.read_netcdf(ckpt, "checkpoint")
+    stored = netcdf.read_netcdf(ckpt, "checkpoint")
     assert int(stored["done"].values.sum()) == 3  # every finished solve is kept: only the fourth is lost
     calls["n"] = -(10**9)  # no more kills
     resumed = _run_distances(tiny, tmp_path, tmp_path / "resumed.nc", checkpoint_path=ckpt)

@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 
 import lowtemp
-from lowtemp.store import compare, io, version
+from lowtemp.store import compare, netcdf, version
 
 ROOT = Path(__file__).resolve().parents[2]
 GIT = shutil.which("git")
@@ -127,7 +127,7 @@ def _all_commits() -> set[str]:
 
 
 def test_provenance_records_the_code():
-    prov = io.provenance("tiny", {"dim": 3}, 7)
+    prov = netcdf.provenance("tiny", {"dim": 3}, 7)
     record = version.code_version()
     assert {k: prov[k] for k in version.PROVENANCE_KEYS} == {
         "version": record.version,
@@ -143,10 +143,10 @@ def test_a_copy_without_git_imports_writes_and_reports_unknown(tmp_path):
     shutil.copytree(ROOT / "workflow" / "lowtemp", tmp_path / "src" / "workflow" / "lowtemp")
     script = (
         "import json, sys, numpy as np, xarray as xr, lowtemp\n"
-        "from lowtemp.store import io\n"
+        "from lowtemp.store import netcdf\n"
         "assert lowtemp.__file__.startswith(sys.argv[2]), lowtemp.__file__\n"
         "ds = xr.Dataset({'gamma': ((), np.float64(1.25))})\n"
-        "io.write_netcdf(ds, sys.argv[1], 'demo', io.provenance('tiny', {'dim': 3}, 7))\n"
+        "netcdf.write_netcdf(ds, sys.argv[1], 'demo', netcdf.provenance('tiny', {'dim': 3}, 7))\n"
         "print(json.dumps(lowtemp.__version__))\n"
     )
     out = tmp_path / "copy" / "a.nc"
@@ -155,21 +155,23 @@ def test_a_copy_without_git_imports_writes_and_reports_unknown(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script, str(out), src], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout) == "unknown"
-    prov = json.loads(xr.open_dataset(out, engine=io.ENGINE).attrs["provenance"])
+    prov = json.loads(xr.open_dataset(out, engine=netcdf.ENGINE).attrs["provenance"])
     assert (prov["version"], prov["commit"], prov["dirty"]) == ("unknown", "unknown", None)
     assert prov["version_source"].startswith(f"no git checkout at {tmp_path / 'src'}")
 
     here = tmp_path / "checkout" / "a.nc"
-    io.write_netcdf(xr.Dataset({"gamma": ((), np.float64(1.25))}), here, "demo", io.provenance("tiny", {"dim": 3}, 7))
+    netcdf.write_netcdf(
+        xr.Dataset({"gamma": ((), np.float64(1.25))}), here, "demo", netcdf.provenance("tiny", {"dim": 3}, 7)
+    )
     assert compare.compare_results(here.parent, out.parent) == []
 
 
 def _file(path: Path, value: float, prov: dict) -> None:
-    io.write_netcdf(xr.Dataset({"gamma": ((), np.float64(value))}), path, "demo", prov)
+    netcdf.write_netcdf(xr.Dataset({"gamma": ((), np.float64(value))}), path, "demo", prov)
 
 
 def test_compare_skips_the_code_record_but_not_the_config_or_the_values(tmp_path):
-    base = io.provenance("tiny", {"dim": 3}, 7)
+    base = netcdf.provenance("tiny", {"dim": 3}, 7)
     other_code = {**base, "version": "9.9.9+3.gdeadbee.dirty", "commit": "f" * 40, "dirty": True}
     other_code["version_source"] = "elsewhere"
     _file(tmp_path / "a" / "x.nc", 1.25, base)
@@ -186,7 +188,7 @@ def test_compare_skips_the_code_record_but_not_the_config_or_the_values(tmp_path
 
 def test_compare_reports_an_unreadable_file_instead_of_crashing(tmp_path):
     """A truncated file on one side is a difference to report, naming the file; the other files are still compared."""
-    base = io.provenance("tiny", {"dim": 3}, 7)
+    base = netcdf.provenance("tiny", {"dim": 3}, 7)
     for folder in ("a", "b"):
         _file(tmp_path / folder / "x.nc", 1.25, base)
         _file(tmp_path / folder / "y.nc", 2.5, base)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lowtemp.transport import assignment
+from lowtemp.transport import assignment, guide, neighbours, pricing
 
 
 def _sphere(rng, n, d):
@@ -74,7 +74,7 @@ def test_equals_emd2(seed, n, d, kind, k, dense_base, guide):
     _assert_same_w2(res.value, _emd2_value(X, Y))
     assert res.certified
     assert np.array_equal(np.sort(res.perm), np.arange(n))
-    cert = assignment.certify(X, Y, res.perm, res.u, res.v, 1e-9)
+    cert = pricing.certify(X, Y, res.perm, res.u, res.v, 1e-9)
     assert cert.ok
 
 
@@ -89,13 +89,13 @@ def test_medium_clouds(kind):
 def test_certificate_rejects_swapped_pairs():
     X, Y = _clouds(3, 300, 3, "perturbed")
     res = assignment.w2_exact(X, Y)
-    assert assignment.certify(X, Y, res.perm, res.u, res.v).ok
+    assert pricing.certify(X, Y, res.perm, res.u, res.v).ok
     bad = res.perm.copy()
     cost = np.sum((X - Y[bad]) ** 2, axis=1)
     i, j = 0, int(np.argmax(np.sum((X - X[0]) ** 2, axis=1)))  # swap partners of two far-apart tokens
     bad[[i, j]] = bad[[j, i]]
     assert np.sum((X - Y[bad]) ** 2) > np.sum(cost)
-    cert = assignment.certify(X, Y, bad, res.u, res.v)
+    cert = pricing.certify(X, Y, bad, res.u, res.v)
     assert not cert.ok and cert.max_slack > 1e-3
 
 
@@ -104,7 +104,7 @@ def test_certificate_reports_violating_pairs_of_perturbed_duals():
     res = assignment.w2_exact(X, Y)
     u = res.u.copy()
     u[17] += 0.05  # row 17 now claims more than its cheapest column allows
-    cert = assignment.certify(X, Y, res.perm, u, res.v, per_row=3)
+    cert = pricing.certify(X, Y, res.perm, u, res.v, per_row=3)
     assert not cert.ok and cert.n_violations >= 1 and cert.min_reduced < -1e-3
     assert set(cert.pairs[:, 0]) == {17} and len(cert.pairs) == min(3, cert.n_violations)
     # the reported pairs are the most violated ones, most negative first; ties in the order the row scans its
@@ -113,7 +113,7 @@ def test_certificate_reports_violating_pairs_of_perturbed_duals():
     order = np.lexsort(((np.arange(300) - 17) % 300, red))
     assert np.array_equal(cert.pairs[:, 1], order[: len(cert.pairs)])
     # bounded list
-    assert len(assignment.certify(X, Y, res.perm, u + 0.05, res.v, max_pairs=10).pairs) == 10
+    assert len(pricing.certify(X, Y, res.perm, u + 0.05, res.v, max_pairs=10).pairs) == 10
 
 
 def test_candidate_growth_reaches_the_optimum():
@@ -168,8 +168,8 @@ def test_separation_on_a_shifted_grid():
     h, D = 0.01, 0.37
     Y = np.column_stack([h * np.arange(50), np.zeros(50), np.zeros(50)])
     X = Y + np.array([0.0, D, 0.0])
-    assert assignment.candidate_neighbours(X, Y, 2, 2)[1] == pytest.approx(D / h, rel=1e-12)
-    assert assignment.candidate_neighbours(Y, Y, 2, 2)[1] == 0.0
+    assert neighbours.candidate_neighbours(X, Y, 2, 2)[1] == pytest.approx(D / h, rel=1e-12)
+    assert neighbours.candidate_neighbours(Y, Y, 2, 2)[1] == 0.0
 
 
 def _departed(rng, n):
@@ -208,7 +208,7 @@ def test_far_clouds_are_solved_from_matched_cells(n):
 @given(n=st.integers(1, 200), size=st.integers(1, 9), seed=st.integers(0, 2**16))
 def test_balanced_cells_partition_the_cloud(n, size, seed):
     P = np.random.default_rng(seed).standard_normal((n, 3))
-    cells = assignment.balanced_cells(P, size)
+    cells = guide.balanced_cells(P, size)
     tokens = cells[cells >= 0]
     assert np.array_equal(np.sort(tokens), np.arange(n))  # every token in exactly one cell
     counts = np.sum(cells >= 0, axis=1)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp.transport import assignment
+from lowtemp.transport import assignment, neighbours, pricing
 from lowtemp.transport import w2 as transport
 
 
@@ -161,18 +161,18 @@ def test_the_rounding_terms_are_what_keeps_the_certificate_honest(monkeypatch):
     wrong = assignment.w2_exact(X, Y, fallback=False)
     assert wrong.value**2 > 1.2 * w2sq and not wrong.certified
     assert wrong.value**2 - w2sq <= wrong.error_bound
-    monkeypatch.setattr(assignment, "_rounding_constants", lambda d: (0.0, 0.0, 0.0))
-    blind = assignment._certificate(X, Y, wrong.perm, wrong.v, np.inf)
+    monkeypatch.setattr(pricing, "_rounding_constants", lambda d: (0.0, 0.0, 0.0))
+    blind = pricing._certificate(X, Y, wrong.perm, wrong.v, np.inf)
     floor = 1e-14 * max(np.max(np.abs(wrong.u)), np.max(np.abs(wrong.v)), np.max(_cost(X, Y[wrong.perm])))
     assert blind.gap <= floor
 
 
 def test_a_bound_at_or_above_w2_squared_is_never_certified():
-    pricing = None
-    small = assignment._Bound(gap=1e-16, plain_gap=0.0, value_sq=1e-16, value_err=0.0, pricing=pricing)
-    assert not assignment._meets(small, target=1.0)  # bound = W2²: says nothing about W2
-    assert assignment._meets(assignment._Bound(0.0, 0.0, 0.0, 0.0, pricing), target=0.0)  # W2 = 0, bound 0
-    assert not assignment._meets(assignment._Bound(1e-300, 0.0, 0.0, 0.0, pricing), target=1.0)
+    passes = None
+    small = pricing._Bound(gap=1e-16, plain_gap=0.0, value_sq=1e-16, value_err=0.0, pricing=passes)
+    assert not pricing._meets(small, target=1.0)  # bound = W2²: says nothing about W2
+    assert pricing._meets(pricing._Bound(0.0, 0.0, 0.0, 0.0, passes), target=0.0)  # W2 = 0, bound 0
+    assert not pricing._meets(pricing._Bound(1e-300, 0.0, 0.0, 0.0, passes), target=1.0)
     X, Y, _ = _clusters(1, 300, 3, 2, 1e-8)
     res = assignment.w2_exact(X, Y, tol=10.0)  # a target above W2² itself cannot certify a loose bound
     assert not res.certified or res.error_bound < res.value**2
@@ -199,7 +199,7 @@ def test_permuted_duplicates_finish_with_w2_zero_and_bound_zero(n, d, copies):
 
 def test_rank_pairs_pair_copies_at_zero_cost():
     X, Y = _permuted_duplicates(3, 600, 3, 75)
-    assert np.all(X == Y[assignment.rank_pairs(X, Y)[:, 0]])
+    assert np.all(X == Y[neighbours.rank_pairs(X, Y)[:, 0]])
 
 
 def _tie_heavy(kind, rng):

@@ -1,4 +1,4 @@
-"""The pricing kernel (``assignment._price_all_pairs``) against a naive computation of every pair in NumPy.
+"""The pricing kernel (``pricing._price_all_pairs``) against a naive computation of every pair in NumPy.
 
 The kernel sums the squares dimension by dimension over whole rows of Y (so that its loops vectorise) and
 takes the row minima with four running minima; the reference computes each pair on its own, with the same
@@ -14,19 +14,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp.transport import assignment
+from lowtemp.transport import pricing
 
 
 def _reference(X, Y, perm, v, tol, base, per_row):
     n, d = X.shape
-    g, e, uf = assignment._rounding_constants(d)
+    g, e, uf = pricing._rounding_constants(d)
     T = X[:, None, :] - Y[None, :, :]  # (i, j, a): one rounding per difference, as in the kernel
     s = T[:, :, 0] * T[:, :, 0]
     for a in range(1, d):
         s = s + T[:, :, a] * T[:, :, a]
     r = s - v[None, :]
     bound = g * s + e * np.abs(r)
-    underflow = (s < assignment._TINY) & np.any(T != 0.0, axis=2)
+    underflow = (s < pricing._TINY) & np.any(T != 0.0, axis=2)
     bound = np.where(underflow, bound + uf, bound)
     rows = np.arange(n)
     assigned = r[rows, perm]
@@ -83,7 +83,7 @@ def test_the_kernel_equals_the_naive_pairs_to_the_last_bit(seed, n, d, kind, pot
     ]
     perm = rng.permutation(n)
     base = rng.standard_normal(n) * scale if with_base else None
-    got = assignment._price_all_pairs(X, Y, perm, v, tol * scale, base=base, per_row=per_row)
+    got = pricing._price_all_pairs(X, Y, perm, v, tol * scale, base=base, per_row=per_row)
     want = _reference(X, Y, perm, v, tol * scale, base, per_row)
     for key, value in want.items():
         assert np.array_equal(getattr(got, key), value), key
@@ -95,10 +95,10 @@ def test_the_reference_sees_what_a_broken_kernel_gets_wrong(monkeypatch):
     X, Y = _clouds(3, 40, 3, "subnormal squares")
     perm, v = np.arange(40), np.zeros(40)
     want = _reference(X, Y, perm, v, 0.0, None, 4)
-    assert np.any(np.abs(X - Y) > 0) and np.any(np.sum((X - Y) ** 2, axis=1) < assignment._TINY)
-    g, e, _ = assignment._rounding_constants(3)
-    monkeypatch.setattr(assignment, "_rounding_constants", lambda d: (g, e, 0.0))
-    blind = assignment._price_all_pairs(X, Y, perm, v, 0.0, per_row=4)
+    assert np.any(np.abs(X - Y) > 0) and np.any(np.sum((X - Y) ** 2, axis=1) < pricing._TINY)
+    g, e, _ = pricing._rounding_constants(3)
+    monkeypatch.setattr(pricing, "_rounding_constants", lambda d: (g, e, 0.0))
+    blind = pricing._price_all_pairs(X, Y, perm, v, 0.0, per_row=4)
     assert not np.array_equal(blind.rowmin_lo, want["rowmin_lo"])
 
 
@@ -110,4 +110,4 @@ def test_row_minima_cover_every_column(n):
         red[where] = -1.0
         low = red.copy()
         low[where] = -2.0
-        assert assignment._row_minima(red, low) == (-1.0, -2.0)
+        assert pricing._row_minima(red, low) == (-1.0, -2.0)

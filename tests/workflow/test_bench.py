@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import benchmark_module
 
-from lowtemp.store import io
+from lowtemp.store import netcdf
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_ORTOOLS = importlib.util.find_spec("ortools") is not None
@@ -33,7 +33,7 @@ def test_bench_quick_writes_table(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ds = io.read_netcdf(out, "bench")
+    ds = netcdf.read_netcdf(out, "bench")
     assert set(ds["kernel"].values) == {"numpy", "dense", "cap"}
     for var in ("ns_per_pair", "speedup", "peak_mb"):
         assert np.all(np.isfinite(ds[var].values)) and np.all(ds[var].values > 0), var
@@ -68,7 +68,7 @@ def test_w2_bench_reports_the_solvers_side_by_side(tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ds = io.read_netcdf(out, "bench")
+    ds = netcdf.read_netcdf(out, "bench")
     solvers = ds["solver"].values.tolist()
     expected = ["emd2", "emd2_lazy", "emd2_lazy_warm"] + ["ortools"] * HAS_ORTOOLS + ["w2_exact"]
     assert sorted(set(solvers)) == expected
@@ -118,7 +118,7 @@ def test_w2_bench_independent_truth_agrees_at_tiny_n(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ds = io.read_netcdf(out, "bench")
+    ds = netcdf.read_netcdf(out, "bench")
     truth = ds.where(ds["solver"] == "ortools", drop=True)
     assert truth.sizes["row"] == 3
     assert np.all(truth["truth_flag"].values == 0)
@@ -133,12 +133,13 @@ def test_w2_bench_runs_without_the_independent_truth(tmp_path):
     argv = ["bench_w2.py", "--sizes", "64", "--kinds", "perturbed", "--repeats", "1", "--out", str(out)]
     code = (
         f"import runpy, sys; sys.modules['ortools'] = None; sys.argv = {argv!r}; "
+        f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); "  # as `python benchmarks/bench_w2.py` would
         f"runpy.run_path({str(ROOT / 'benchmarks' / 'bench_w2.py')!r}, run_name='__main__')"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ortools not installed" in proc.stdout
-    assert "ortools" not in io.read_netcdf(out, "bench")["solver"].values.tolist()
+    assert "ortools" not in netcdf.read_netcdf(out, "bench")["solver"].values.tolist()
 
 
 def test_truth_rounding_bound_and_flag():
@@ -194,7 +195,7 @@ def test_ess_scaling_measures_the_growth_with_n(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ds = io.read_netcdf(out, "bench")
+    ds = netcdf.read_netcdf(out, "bench")
     ess0 = ds["ess_median"].isel(time=0).mean("replica").values
     np.testing.assert_allclose(ess0[1:] / ess0[:-1], 2.0, rtol=0.15)
     assert np.all(np.isfinite(ds["w2"].values))
@@ -249,7 +250,7 @@ def test_mean_field_departure_runs_on_a_tiny_circle(tmp_path):
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ds = io.read_netcdf(out, "bench")
+    ds = netcdf.read_netcdf(out, "bench")
     mf = ds["mf_dist_leading_A"].values
     assert np.all(np.isfinite(mf)) and np.all(np.diff(mf, axis=-1) < 0)  # both β still approach E1(A) by t = 2
     err = ds["particle_error_w2"].values  # (beta, tokens, replica, time)
@@ -284,7 +285,7 @@ def test_integrator_bench_reports_every_scheme_against_the_reference(tmp_path):
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ds = io.read_netcdf(out, "bench")
+    ds = netcdf.read_netcdf(out, "bench")
     runs = ds["run"].values.tolist()
     assert runs == ["rk4", "euler", "dopri5 tol x1", "dopri5 tol x10", "bs3 tol x1", "bs3 tol x10"]
     row = ds.sel(beta=10.0)
@@ -348,7 +349,7 @@ def test_w2_snapshot_page_states_each_speed_up_against_its_definition(tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ds = io.read_netcdf(out, "bench")
+    ds = netcdf.read_netcdf(out, "bench")
     text = page.read_text()
     assert text.count("## N = 200") == 2
     sections = text.split("## N = 200")[1:]

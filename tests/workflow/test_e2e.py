@@ -30,10 +30,10 @@ from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.config import params
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import integrate, meanfield, reduction
-from lowtemp.model import exact, matrices, measures, projection, seeding
+from lowtemp.model import exact, layout, matrices, measures, projection, seeding
 from lowtemp.plotting import figures
 from lowtemp.stages import simulate as simulate_stage
-from lowtemp.store import compare, io, layout
+from lowtemp.store import compare, netcdf
 
 pytestmark = pytest.mark.e2e
 
@@ -146,7 +146,7 @@ def _all_netcdf(results):
 def test_every_netcdf_has_schema_and_provenance(results, config):
     for path in _all_netcdf(results):
         ds = _open(path)
-        assert ds.attrs["lowtemp_schema"] == io.SCHEMA_VERSION, path
+        assert ds.attrs["lowtemp_schema"] == netcdf.SCHEMA_VERSION, path
         prov = json.loads(ds.attrs["provenance"])
         experiment = path.relative_to(results).parts[0]
         assert prov["experiment"] == experiment
@@ -156,7 +156,7 @@ def test_every_netcdf_has_schema_and_provenance(results, config):
         assert re.fullmatch(r"[0-9a-f]{40}", prov["commit"]) and isinstance(prov["dirty"], bool), prov
         # each file records the slice of the config its stage reads (lowtemp.config.params)
         assert prov["config"] == params.stage_slice(config["experiments"][experiment], ds.attrs["lowtemp_kind"])
-        io.read_netcdf(path)  # the package's own reader accepts it
+        netcdf.read_netcdf(path)  # the package's own reader accepts it
     assert not [p for p in results.rglob("*") if ".tmp-" in p.name]  # no leftovers of atomic writes
 
 
@@ -174,7 +174,7 @@ def test_positions_layout(results, config):
 
 
 def test_every_output_is_in_the_one_layout(results):
-    """Every variable of every file has its dimensions in lowtemp.store.layout.ORDER; in particular replica before
+    """Every variable of every file has its dimensions in lowtemp.model.layout.ORDER; in particular replica before
     time before token, wherever they meet (the files are read as stored, not through the package's reader)."""
     seen = set()
     for path in _all_netcdf(results):

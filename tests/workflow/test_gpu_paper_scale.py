@@ -19,7 +19,7 @@ from scipy.optimize import linear_sum_assignment
 from lowtemp.config import validation
 from lowtemp.dynamics import torch_field
 from lowtemp.stages import initial_tokens, matrices, simulate
-from lowtemp.store import datasets, io
+from lowtemp.store import datasets, netcdf
 
 gpu = benchmark_module("gpu_paper_scale")
 needs_torch = pytest.mark.skipif(
@@ -95,7 +95,7 @@ SHIFT = np.array([3e-3, -4e-3, 0.0])
 
 def _fake_gpu_folder(results, folder, summary_extra=None, npz_extra=None):
     """A GPU run's folder whose replica 0 is the CPU run's at t = 0 and the CPU run's shifted by SHIFT after it."""
-    ds = io.read_netcdf(results / NAME / "finite_temperature" / "beta1000.nc", "finite_temperature")
+    ds = netcdf.read_netcdf(results / NAME / "finite_temperature" / "beta1000.nc", "finite_temperature")
     X0 = datasets.load_initial_tokens(results / NAME / "initial_tokens.nc")
     exact = np.arange(ds.sizes["time"]) % 2 == 0
     positions = ds["positions"].values[0, exact].copy()
@@ -161,14 +161,14 @@ def test_the_report_holds_each_number_to_its_definition(tmp_path):
     pairs = 4 * 64 * 64
     cells = [f"{sec * 1e3:.1f} ({sec / pairs * 1e9:.3f})" for sec in SECONDS.values()]
     assert f"| t = 0 | {' | '.join(cells)} | 20.0x, 100.0x | 1.0e-15 |" in text
-    ds = io.read_netcdf(results / NAME / "finite_temperature" / "beta1000.nc", "finite_temperature")
+    ds = netcdf.read_netcdf(results / NAME / "finite_temperature" / "beta1000.nc", "finite_temperature")
     per_evaluation = 2.5 / (int(ds["field_evaluations"].sum()) + ds.sizes["time"]) * 1e3
     assert f"| 2.5 | {2.5 / int(ds['accepted_steps'].sum()):.3f} | {per_evaluation:.1f} |" in text
     table = _agreement(text)
     assert table.shape == (3, 5) and table[0, 1] == 0.0
     np.testing.assert_allclose(table[1:, 1], np.linalg.norm(SHIFT), rtol=2e-3)  # the table prints 4 digits
     assert np.all(table[:, 2] > 1e-2)  # two independent samples of the same measure
-    zero = io.read_netcdf(results / NAME / "zero_temperature.nc", "zero_temperature")
+    zero = netcdf.read_netcdf(results / NAME / "zero_temperature.nc", "zero_temperature")
     G = np.load(tmp_path / "gpu" / "replica0.npz")["positions"]
     for row, k, g in zip(table, (0, 2, 4), G):
         Z0 = zero["positions"].values[0, k]

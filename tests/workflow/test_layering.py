@@ -141,7 +141,14 @@ def test_the_layer_check_sees_the_imports():
         "stages.simulate"
     )
     assert {"analysis.particle_budget", "dynamics.integrate", "config.experiment"} <= package_imports("config.studies")
-    assert package_imports("transport.assignment") == {"transport.limits", "transport.simplex"}
+    assert package_imports("transport.assignment") == {
+        "transport.duals",
+        "transport.guide",
+        "transport.limits",
+        "transport.neighbours",
+        "transport.pricing",
+        "transport.simplex",
+    }
     assert layer_violations({"model.matrices": {"dynamics.kernels"}}) == [
         "model.matrices imports dynamics.kernels (layer dynamics comes after model)"
     ]

@@ -18,8 +18,8 @@ from conftest import ROOT
 SCRIPT = r"""
 import hashlib, pickle, sys
 import numpy as np
-from lowtemp.dynamics import meanfield
-from lowtemp.transport import assignment
+from lowtemp.dynamics import meanfield, meanfield_softmax
+from lowtemp.transport import assignment, pricing
 from lowtemp.dynamics import reduction
 rng = np.random.default_rng(3)
 out = []
@@ -33,7 +33,7 @@ for n, d, spread in ((300, 3, 1e-3), (1200, 3, None), (600, 2, 1e-7)):
 for B, V in ((np.diag([1.5, 0.5]), np.diag([1.2, 0.6])), (np.diag([1.5, 0.5, 0.5]), np.diag([1.2, 0.6, 0.6]))):
     s = meanfield.solve(reduction.reduce(B, V), 100.0, np.linspace(0.0, 0.5, 3), width=0.1, depth=0.01)
     out.append(pickle.dumps(s))
-hits = sum(sum(f.stats.cache_hits.values()) for f in (assignment._price_kernel, meanfield._softmax_sums))
+hits = sum(sum(f.stats.cache_hits.values()) for f in (pricing._price_kernel, meanfield_softmax._softmax_sums))
 print(hashlib.sha256(pickle.dumps(out)).hexdigest(), hits)
 """
 

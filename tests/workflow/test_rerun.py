@@ -37,7 +37,7 @@ from lowtemp.stages import fit as fit_stage
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
 from lowtemp.stages import simulate as simulate_stage
-from lowtemp.store import io
+from lowtemp.store import netcdf
 
 
 # ------------------------------------------------------------------ the table itself
@@ -229,7 +229,7 @@ def test_experiments() -> dict:
 
 
 def _prov(path):
-    return io.read_provenance(io.read_netcdf(path))
+    return netcdf.read_provenance(netcdf.read_netcdf(path))
 
 
 @pytest.mark.e2e

@@ -12,6 +12,41 @@ from lowtemp.config import validation
 
 RESULTS = "results"
 
+# Every file a rule writes, named once: a rule reads another rule's output through its pattern here, and the
+# target lists fill the patterns in (``result``). Logs, benchmarks and checkpoints sit beside them (``job_file``,
+# ``CHECKPOINTS``).
+OUTPUTS = {
+    "matrices": f"{RESULTS}/{{experiment}}/matrices.nc",
+    "initial_tokens": f"{RESULTS}/{{experiment}}/initial_tokens.nc",
+    "finite_temperature": f"{RESULTS}/{{experiment}}/finite_temperature/beta{{beta}}.nc",
+    "zero_temperature": f"{RESULTS}/{{experiment}}/zero_temperature.nc",
+    "distances_beta": f"{RESULTS}/{{experiment}}/distances/beta{{beta}}.nc",
+    "distances": f"{RESULTS}/{{experiment}}/distances.nc",
+    "particle_error_beta": f"{RESULTS}/{{experiment}}/particle_error/beta{{beta}}.nc",
+    "particle_error": f"{RESULTS}/{{experiment}}/particle_error.nc",
+    "convergence": f"{RESULTS}/{{experiment}}/convergence.nc",
+    "fit": f"{RESULTS}/{{experiment}}/fit.nc",
+    "claims": f"{RESULTS}/{{experiment}}/claims.nc",
+    "figure": f"{RESULTS}/{{experiment}}/figures/{{figure}}.{{ext}}",
+    "claims_summary": f"{RESULTS}/claims_summary.md",
+}
+
+
+def result(key, **wildcards):
+    """The path of output ``key`` with ``wildcards`` filled in; those not given stay wildcards."""
+    names = set(re.findall(r"{(\w+)}", OUTPUTS[key]))
+    return OUTPUTS[key].format(**{name: wildcards.get(name, "{" + name + "}") for name in names})
+
+
+def job_file(kind, name):
+    """A job's ``log`` or ``benchmark`` file; ``name`` may hold wildcards ("distances_beta{beta}")."""
+    folder, ext = {"log": ("logs", "log"), "benchmark": ("benchmarks", "tsv")}[kind]
+    return f"{RESULTS}/{{experiment}}/{folder}/{name}.{ext}"
+
+
+# where a job keeps what it has done, so that a killed job resumes (``lowtemp.store.checkpoint``)
+CHECKPOINTS = f"{RESULTS}/{{experiment}}/checkpoints"
+
 # Duplicate keys, schema (defaults filled in), assumptions, memory, results folder:
 # a bad config stops here with one error naming the key, before any job and any output.
 MATRICES = validation.validate_config(  # experiment name -> its checked K, Q, V (AttentionMatrices)
@@ -44,6 +79,11 @@ beta_label = lowtemp_experiment.beta_label
 BETAS = {name: {beta_label(b): float(b) for b in exp["betas"]} for name, exp in EXPERIMENTS.items()}
 
 
+def beta_value(wildcards):
+    """The β a job's ``{beta}`` label stands for, as the config gives it."""
+    return BETAS[wildcards.experiment][wildcards.beta]
+
+
 wildcard_constraints:
     experiment="|".join(re.escape(name) for name in EXPERIMENTS),
     beta=r"[0-9][0-9.e+\-]*",
@@ -72,21 +112,21 @@ def convergence_reused_run(wildcards):
     betas = lowtemp_studies.reused_betas(exp, settings)
     if not betas:
         return {}
-    return {"finite": [f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{beta_label(b)}.nc" for b in betas]}
+    return {
+        "finite": [result("finite_temperature", experiment=wildcards.experiment, beta=beta_label(b)) for b in betas]
+    }
 
 
 def finite_temperature_files(wildcards):
-    return [
-        f"{RESULTS}/{wildcards.experiment}/finite_temperature/beta{label}.nc" for label in BETAS[wildcards.experiment]
-    ]
+    return [result("finite_temperature", experiment=wildcards.experiment, beta=b) for b in BETAS[wildcards.experiment]]
 
 
 def distance_parts(wildcards):
-    return [f"{RESULTS}/{wildcards.experiment}/distances/beta{label}.nc" for label in BETAS[wildcards.experiment]]
+    return [result("distances_beta", experiment=wildcards.experiment, beta=b) for b in BETAS[wildcards.experiment]]
 
 
 def particle_error_parts(wildcards):
-    return [f"{RESULTS}/{wildcards.experiment}/particle_error/beta{label}.nc" for label in BETAS[wildcards.experiment]]
+    return [result("particle_error_beta", experiment=wildcards.experiment, beta=b) for b in BETAS[wildcards.experiment]]
 
 
 def figure_labels(wildcards):
@@ -114,26 +154,26 @@ def fit_inputs(wildcards):
     """The fit's inputs; with a ``convergence`` block, also the particle-number study, which then decides with the
     ESS which beta are resolved (so the study runs before the fit of that experiment)."""
     e = wildcards.experiment
-    inputs = {"matrices": f"{RESULTS}/{e}/matrices.nc", "distances": f"{RESULTS}/{e}/distances.nc"}
+    inputs = {key: result(key, experiment=e) for key in ("matrices", "distances")}
     if "convergence" in EXPERIMENTS[e]:
-        inputs["convergence"] = f"{RESULTS}/{e}/convergence.nc"
+        inputs["convergence"] = result("convergence", experiment=e)
     return inputs
 
 
 def experiment_figures(name):
     figures = lowtemp_experiment.figures_for(EXPERIMENTS[name])
-    return [f"{RESULTS}/{name}/figures/{fig}.{ext}" for fig in figures for ext in ("pdf", "png")]
+    return [result("figure", experiment=name, figure=fig, ext=ext) for fig in figures for ext in ("pdf", "png")]
 
 
 def all_targets():
     targets = []
     for name in EXPERIMENTS:
-        targets += [f"{RESULTS}/{name}/distances.nc", f"{RESULTS}/{name}/fit.nc", f"{RESULTS}/{name}/claims.nc"]
+        targets += [result(key, experiment=name) for key in ("distances", "fit", "claims")]
         targets += experiment_figures(name)
         if "convergence" in EXPERIMENTS[name]:  # its study decides the fit: its figure shows the budget
-            targets += [f"{RESULTS}/{name}/figures/convergence.{ext}" for ext in ("pdf", "png")]
+            targets += [result("figure", experiment=name, figure="convergence", ext=ext) for ext in ("pdf", "png")]
         if lowtemp_experiment.particle_error_tokens(name, EXPERIMENTS[name]):  # mean_field.particles
-            targets.append(f"{RESULTS}/{name}/particle_error.nc")
+            targets.append(result("particle_error", experiment=name))
         if lowtemp_experiment.animated(EXPERIMENTS[name]):  # on S¹ and S²: the tokens' animation
-            targets.append(f"{RESULTS}/{name}/figures/tokens.gif")
-    return targets + [f"{RESULTS}/claims_summary.md"]
+            targets.append(result("figure", experiment=name, figure="tokens", ext="gif"))
+    return targets + [result("claims_summary")]

@@ -8,14 +8,14 @@
 rule convergence:
     input:
         unpack(convergence_reused_run),
-        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
-        tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
+        matrices=OUTPUTS["matrices"],
+        tokens=OUTPUTS["initial_tokens"],
     output:
-        f"{RESULTS}/{{experiment}}/convergence.nc",
+        OUTPUTS["convergence"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/convergence.log",
+        job_file("log", "convergence"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/convergence.tsv"
+        job_file("benchmark", "convergence")
     conda:
         SOFTWARE
     threads: stage_threads("convergence")
@@ -26,15 +26,16 @@ rule convergence:
         gpu=stage_gpus("convergence"),
     params:
         stage=stage_params("convergence"),
-        checkpoints=f"{RESULTS}/{{experiment}}/checkpoints",
+        checkpoints=CHECKPOINTS,
     script:
         "../scripts/convergence.py"
 
 
 rule convergence_all:
     input:
-        [
-            f"{RESULTS}/{name}/{path}"
+        [result("convergence", experiment=name) for name in EXPERIMENTS]
+        + [
+            result("figure", experiment=name, figure="convergence", ext=ext)
             for name in EXPERIMENTS
-            for path in ("convergence.nc", "figures/convergence.pdf", "figures/convergence.png")
+            for ext in ("pdf", "png")
         ],

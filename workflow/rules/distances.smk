@@ -3,16 +3,16 @@
 
 rule distances_beta:
     input:
-        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
-        tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
-        finite=f"{RESULTS}/{{experiment}}/finite_temperature/beta{{beta}}.nc",
-        zero=f"{RESULTS}/{{experiment}}/zero_temperature.nc",
+        matrices=OUTPUTS["matrices"],
+        tokens=OUTPUTS["initial_tokens"],
+        finite=OUTPUTS["finite_temperature"],
+        zero=OUTPUTS["zero_temperature"],
     output:
-        f"{RESULTS}/{{experiment}}/distances/beta{{beta}}.nc",
+        OUTPUTS["distances_beta"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/distances_beta{{beta}}.log",
+        job_file("log", "distances_beta{beta}"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/distances_beta{{beta}}.tsv"
+        job_file("benchmark", "distances_beta{beta}")
     group:
         stage_group("distances_beta")
     conda:
@@ -23,23 +23,23 @@ rule distances_beta:
         cpus_per_task=stage_cpus("distances_beta"),
     params:
         stage=stage_params("distances_beta"),
-        checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/distances_beta{{beta}}.nc",
+        checkpoint=f"{CHECKPOINTS}/distances_beta{{beta}}.nc",
     script:
         "../scripts/distances_beta.py"
 
 
 rule distances:
     input:
-        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
-        tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
-        zero=f"{RESULTS}/{{experiment}}/zero_temperature.nc",
+        matrices=OUTPUTS["matrices"],
+        tokens=OUTPUTS["initial_tokens"],
+        zero=OUTPUTS["zero_temperature"],
         parts=distance_parts,
     output:
-        f"{RESULTS}/{{experiment}}/distances.nc",
+        OUTPUTS["distances"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/distances.log",
+        job_file("log", "distances"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/distances.tsv"
+        job_file("benchmark", "distances")
     group:
         stage_group("distances")
     conda:
@@ -61,15 +61,15 @@ rule distances:
 
 rule particle_error_beta:
     input:
-        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
-        tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
-        finite=f"{RESULTS}/{{experiment}}/finite_temperature/beta{{beta}}.nc",
+        matrices=OUTPUTS["matrices"],
+        tokens=OUTPUTS["initial_tokens"],
+        finite=OUTPUTS["finite_temperature"],
     output:
-        f"{RESULTS}/{{experiment}}/particle_error/beta{{beta}}.nc",
+        OUTPUTS["particle_error_beta"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/particle_error_beta{{beta}}.log",
+        job_file("log", "particle_error_beta{beta}"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/particle_error_beta{{beta}}.tsv"
+        job_file("benchmark", "particle_error_beta{beta}")
     conda:
         SOFTWARE
     threads: stage_threads("particle_error_beta")
@@ -80,7 +80,7 @@ rule particle_error_beta:
         gpu=stage_gpus("particle_error_beta"),
     params:
         stage=stage_params("particle_error_beta"),
-        checkpoints=f"{RESULTS}/{{experiment}}/checkpoints/particle_error_beta{{beta}}",
+        checkpoints=f"{CHECKPOINTS}/particle_error_beta{{beta}}",
     script:
         "../scripts/particle_error_beta.py"
 
@@ -89,11 +89,11 @@ rule particle_error:
     input:
         parts=particle_error_parts,
     output:
-        f"{RESULTS}/{{experiment}}/particle_error.nc",
+        OUTPUTS["particle_error"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/particle_error.log",
+        job_file("log", "particle_error"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/particle_error.tsv"
+        job_file("benchmark", "particle_error")
     conda:
         SOFTWARE
     resources:

@@ -4,24 +4,24 @@
 
 rule figure:
     input:
-        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
-        distances=f"{RESULTS}/{{experiment}}/distances.nc",
-        fit=f"{RESULTS}/{{experiment}}/fit.nc",
-        zero=f"{RESULTS}/{{experiment}}/zero_temperature.nc",
+        matrices=OUTPUTS["matrices"],
+        distances=OUTPUTS["distances"],
+        fit=OUTPUTS["fit"],
+        zero=OUTPUTS["zero_temperature"],
         finite=finite_temperature_files,
     output:
-        pdf=f"{RESULTS}/{{experiment}}/figures/{{figure}}.pdf",
+        pdf=result("figure", ext="pdf"),
         png=report(
-            f"{RESULTS}/{{experiment}}/figures/{{figure}}.png",
+            result("figure", ext="png"),
             caption="../report/figure.rst",
             category="{experiment}",
             subcategory="figures",
             labels=figure_labels,
         ),
     log:
-        f"{RESULTS}/{{experiment}}/logs/figure_{{figure}}.log",
+        job_file("log", "figure_{figure}"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/figure_{{figure}}.tsv"
+        job_file("benchmark", "figure_{figure}")
     group:
         stage_group("figure")
     conda:
@@ -38,20 +38,20 @@ rule figure:
 
 rule convergence_figure:
     input:
-        convergence=f"{RESULTS}/{{experiment}}/convergence.nc",
+        convergence=OUTPUTS["convergence"],
     output:
-        pdf=f"{RESULTS}/{{experiment}}/figures/convergence.pdf",
+        pdf=result("figure", figure="convergence", ext="pdf"),
         png=report(
-            f"{RESULTS}/{{experiment}}/figures/convergence.png",
+            result("figure", figure="convergence", ext="png"),
             caption="../report/convergence.rst",
             category="{experiment}",
             subcategory="convergence",
             labels=convergence_labels,
         ),
     log:
-        f"{RESULTS}/{{experiment}}/logs/figure_convergence.log",
+        job_file("log", "figure_convergence"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/figure_convergence.tsv"
+        job_file("benchmark", "figure_convergence")
     conda:
         SOFTWARE
     resources:
@@ -66,20 +66,20 @@ rule convergence_figure:
 
 rule animation:
     input:
-        zero=f"{RESULTS}/{{experiment}}/zero_temperature.nc",
+        zero=OUTPUTS["zero_temperature"],
         finite=finite_temperature_files,
     output:
         gif=report(
-            f"{RESULTS}/{{experiment}}/figures/tokens.gif",
+            result("figure", figure="tokens", ext="gif"),
             caption="../report/animation.rst",
             category="{experiment}",
             subcategory="animation",
             labels=animation_labels,
         ),
     log:
-        f"{RESULTS}/{{experiment}}/logs/animation.log",
+        job_file("log", "animation"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/animation.tsv"
+        job_file("benchmark", "animation")
     conda:
         SOFTWARE
     resources:

@@ -5,11 +5,11 @@ rule fit:
     input:
         unpack(fit_inputs),
     output:
-        f"{RESULTS}/{{experiment}}/fit.nc",
+        OUTPUTS["fit"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/fit.log",
+        job_file("log", "fit"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/fit.tsv"
+        job_file("benchmark", "fit")
     group:
         stage_group("fit")
     conda:
@@ -26,14 +26,14 @@ rule fit:
 
 rule claims:
     input:
-        distances=f"{RESULTS}/{{experiment}}/distances.nc",
-        fit=f"{RESULTS}/{{experiment}}/fit.nc",
+        distances=OUTPUTS["distances"],
+        fit=OUTPUTS["fit"],
     output:
-        f"{RESULTS}/{{experiment}}/claims.nc",
+        OUTPUTS["claims"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/claims.log",
+        job_file("log", "claims"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/claims.tsv"
+        job_file("benchmark", "claims")
     group:
         stage_group("claims")
     conda:
@@ -56,10 +56,10 @@ localrules:
 # experiments in name order: reordering them in the config changes no input or param, so reruns nothing
 rule claims_summary:
     input:
-        expand(f"{RESULTS}/{{experiment}}/claims.nc", experiment=sorted(EXPERIMENTS)),
+        expand(OUTPUTS["claims"], experiment=sorted(EXPERIMENTS)),
     output:
         report(
-            f"{RESULTS}/claims_summary.md",
+            result("claims_summary"),
             category="Claims",
             labels={"experiment": "all", "figure": "claims of every experiment"},
         ),

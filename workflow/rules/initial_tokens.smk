@@ -3,13 +3,13 @@
 
 rule initial_tokens:
     input:
-        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
+        matrices=OUTPUTS["matrices"],
     output:
-        f"{RESULTS}/{{experiment}}/initial_tokens.nc",
+        OUTPUTS["initial_tokens"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/initial_tokens.log",
+        job_file("log", "initial_tokens"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/initial_tokens.tsv"
+        job_file("benchmark", "initial_tokens")
     conda:
         SOFTWARE
     resources:

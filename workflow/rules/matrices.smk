@@ -3,11 +3,11 @@
 
 rule matrices:
     output:
-        f"{RESULTS}/{{experiment}}/matrices.nc",
+        OUTPUTS["matrices"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/matrices.log",
+        job_file("log", "matrices"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/matrices.tsv"
+        job_file("benchmark", "matrices")
     conda:
         SOFTWARE
     resources:

@@ -26,28 +26,48 @@ def _resource_estimate(stage, wildcards, threads=1, attempt=1):
 
 def stage_mem_mb(stage):
     """``mem_mb`` of a rule's jobs (grows with ``attempt`` on retries)."""
-    return lambda wildcards, threads, attempt: _resource_estimate(stage, wildcards, threads, attempt).mem_mb
+
+    def mem_mb(wildcards, threads, attempt):
+        return _resource_estimate(stage, wildcards, threads, attempt).mem_mb
+
+    return mem_mb
 
 
 def stage_runtime(stage):
     """``runtime`` (minutes) of a rule's jobs (grows with ``attempt`` on retries)."""
-    return lambda wildcards, threads, attempt: _resource_estimate(stage, wildcards, threads, attempt).runtime_min
+
+    def runtime(wildcards, threads, attempt):
+        return _resource_estimate(stage, wildcards, threads, attempt).runtime_min
+
+    return runtime
 
 
 def stage_cpus(stage):
     """``cpus_per_task`` of a rule's jobs: the rule's threads (finite temperature) or 1."""
-    return lambda wildcards, threads: _resource_estimate(stage, wildcards, threads).cpus
+
+    def cpus_per_task(wildcards, threads):
+        return _resource_estimate(stage, wildcards, threads).cpus
+
+    return cpus_per_task
 
 
 def stage_gpus(stage):
     """``gpu`` of a rule's jobs: 1 where the field runs on PyTorch (``kernel: torch``), else 0 (the SLURM
     plugin then asks for no GPU)."""
-    return lambda wildcards: lowtemp_resources.gpus(stage, EXPERIMENTS[wildcards.experiment])
+
+    def gpu(wildcards):
+        return lowtemp_resources.gpus(stage, EXPERIMENTS[wildcards.experiment])
+
+    return gpu
 
 
 def stage_group(stage):
     """Job group of a rule's jobs on a cluster: short jobs of one experiment go as one job."""
-    return lambda wildcards: lowtemp_resources.group_of(stage, EXPERIMENTS[wildcards.experiment])
+
+    def group(wildcards):
+        return lowtemp_resources.group_of(stage, EXPERIMENTS[wildcards.experiment])
+
+    return group
 
 
 def stage_threads(stage):

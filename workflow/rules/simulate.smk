@@ -3,14 +3,14 @@
 
 rule finite_temperature:
     input:
-        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
-        tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
+        matrices=OUTPUTS["matrices"],
+        tokens=OUTPUTS["initial_tokens"],
     output:
-        f"{RESULTS}/{{experiment}}/finite_temperature/beta{{beta}}.nc",
+        OUTPUTS["finite_temperature"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/finite_temperature_beta{{beta}}.log",
+        job_file("log", "finite_temperature_beta{beta}"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/finite_temperature_beta{{beta}}.tsv"
+        job_file("benchmark", "finite_temperature_beta{beta}")
     conda:
         SOFTWARE
     threads: stage_threads("finite_temperature")
@@ -21,22 +21,22 @@ rule finite_temperature:
         gpu=stage_gpus("finite_temperature"),
     params:
         stage=stage_params("finite_temperature"),
-        beta=lambda w: BETAS[w.experiment][w.beta],
-        checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/finite_temperature_beta{{beta}}.nc",
+        beta=beta_value,
+        checkpoint=f"{CHECKPOINTS}/finite_temperature_beta{{beta}}.nc",
     script:
         "../scripts/finite_temperature.py"
 
 
 rule zero_temperature:
     input:
-        matrices=f"{RESULTS}/{{experiment}}/matrices.nc",
-        tokens=f"{RESULTS}/{{experiment}}/initial_tokens.nc",
+        matrices=OUTPUTS["matrices"],
+        tokens=OUTPUTS["initial_tokens"],
     output:
-        f"{RESULTS}/{{experiment}}/zero_temperature.nc",
+        OUTPUTS["zero_temperature"],
     log:
-        f"{RESULTS}/{{experiment}}/logs/zero_temperature.log",
+        job_file("log", "zero_temperature"),
     benchmark:
-        f"{RESULTS}/{{experiment}}/benchmarks/zero_temperature.tsv"
+        job_file("benchmark", "zero_temperature")
     conda:
         SOFTWARE
     resources:
@@ -45,6 +45,6 @@ rule zero_temperature:
         cpus_per_task=stage_cpus("zero_temperature"),
     params:
         stage=stage_params("zero_temperature"),
-        checkpoint=f"{RESULTS}/{{experiment}}/checkpoints/zero_temperature.nc",
+        checkpoint=f"{CHECKPOINTS}/zero_temperature.nc",
     script:
         "../scripts/zero_temperature.py"

@@ -2,5 +2,5 @@
 particle-number budget, Richardson's reading of the step-halving studies, and the paper's statements judged on
 them.
 
-Imports: model, store.
+Imports: model.
 """

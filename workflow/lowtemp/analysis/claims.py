@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import xarray as xr
 
-from ..store import io, layout
+from ..model import layout
 from . import fitting
 
 
@@ -87,7 +87,7 @@ class Claim:
     interval: tuple[float, float] = NAN2
     target: tuple[float, float] = NAN2
     numbers: str = ""
-    per_beta: dict = field(default_factory=dict)  # name -> (values over β, attrs)
+    per_beta: dict = field(default_factory=dict)  # name -> (values over β, long name)
 
     def line(self) -> str:
         """The log line: status word, name, numbers."""
@@ -164,76 +164,72 @@ def fitted_bound(fit: xr.Dataset) -> tuple[float, float, float, float]:
     return tuple(float(fit[k]) for k in ("bound_a", "bound_C1", "bound_b", "bound_c"))
 
 
-def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -> Claim:
-    """The calibrated bound against W2(ρ^β_t, Π♯ρ0) of every held-out (β, replica) curve, up to its departure."""
-    name, statement = "bound_above_data", "the calibrated bound lies above held-out W2(ρ^β_t, Π♯ρ0) up to departure"
-    t = dist.time.values
+def _bound_not_judged(fit: xr.Dataset, cal_beta: np.ndarray, resolved: np.ndarray, above: np.ndarray):
+    """(status, numbers) where the calibrated bound cannot be judged on held-out data (nothing resolved, no bound,
+    nothing above the calibration β, every such β under-resolved, a = 0), else None."""
     beta = fit.beta.values
     a, C1, b, c = fitted_bound(fit)
-    cal_beta = fit["calibration_beta"].values.astype(bool)
-    resolved = fit["resolved_to_departure"].values.astype(bool)
-    above = beta > (beta[cal_beta].max() if cal_beta.any() else np.inf)
-    held = above & resolved
-    fractions = np.full(beta.size, np.nan)
-    per_beta = {
-        "bound_fraction_above": (
-            fractions,
-            io.attrs("fraction of held-out points (t up to departure) where the bound is above"),
-        )
-    }
     if not resolved.any():
-        return Claim(
-            name,
-            statement,
+        return (
             Status.UNDER_RESOLVED,
-            per_beta=per_beta,
-            numbers=f"every β under-resolved up to departure ({_unresolved_rule(fit)}): nothing to calibrate on",
+            f"every β under-resolved up to departure ({_unresolved_rule(fit)}): nothing to calibrate on",
         )
     if not np.all(np.isfinite([a, C1, b, c])):
-        return Claim(
-            name,
-            statement,
+        return (
             Status.NOT_EVALUABLE,
-            per_beta=per_beta,
-            numbers="the bound could not be calibrated: no resolved β with a growth window of "
+            "the bound could not be calibrated: no resolved β with a growth window of "
             "W2(ρ^β_t, ρ^∞_t), or no decay window at β = ∞ (see logs/fit.log)",
         )
     if not above.any():
-        return Claim(
-            name,
-            statement,
-            Status.NOT_EVALUABLE,
-            per_beta=per_beta,
-            numbers=f"no β above the calibration β {_betas(beta, cal_beta)} to test the bound on",
-        )
-    if not held.any():
-        return Claim(
-            name,
-            statement,
+        return Status.NOT_EVALUABLE, f"no β above the calibration β {_betas(beta, cal_beta)} to test the bound on"
+    if not (above & resolved).any():
+        return (
             Status.UNDER_RESOLVED,
-            per_beta=per_beta,
-            numbers=f"calibrated on β {_betas(beta, cal_beta)}; every β above it is under-resolved "
+            f"calibrated on β {_betas(beta, cal_beta)}; every β above it is under-resolved "
             f"({_unresolved_rule(fit)}: "
             f"{_betas(beta, above & ~resolved)})",
         )
     if not a > 0:
-        return Claim(
-            name,
-            statement,
+        return (
             Status.NOT_EVALUABLE,
-            per_beta=per_beta,
-            numbers=f"a = 0: the calibration data never exceed b·e^(−ct) = {b:.3g}·e^(−{c:.3g} t), so the "
+            f"a = 0: the calibration data never exceed b·e^(−ct) = {b:.3g}·e^(−{c:.3g} t), so the "
             f"β term of the bound is untested",
         )
+    return None
+
+
+def _held_out_fractions(fit: xr.Dataset, dist: xr.Dataset, held: np.ndarray) -> tuple[dict, np.ndarray]:
+    """{(β index, replica): the fraction of its judged points under the bound} of every held-out curve, and the
+    worst fraction per β (NaN where none is judged)."""
+    t, beta = dist.time.values, fit.beta.values
+    a, C1, b, c = fitted_bound(fit)
     w = dist["w2_projection"].sel(beta=beta).values
     judged = fitting.judged_mask(t, fit["judged_until"].values) & np.isfinite(w)
-    curves = {}  # (β index, replica) -> fraction of its judged points under the bound
+    curves, fractions = {}, np.full(beta.size, np.nan)
     for i in np.flatnonzero(held):
         bound = fitting.bound_curve(t, beta[i], a, C1, b, c)
         for r in range(w.shape[1]):
             if judged[i, r].any():
                 curves[i, r] = float(np.mean(bound[judged[i, r]] >= w[i, r, judged[i, r]]))
         fractions[i] = min((f for (j, _), f in curves.items() if j == i), default=np.nan)
+    return curves, fractions
+
+
+def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -> Claim:
+    """The calibrated bound against W2(ρ^β_t, Π♯ρ0) of every held-out (β, replica) curve, up to its departure."""
+    name, statement = "bound_above_data", "the calibrated bound lies above held-out W2(ρ^β_t, Π♯ρ0) up to departure"
+    beta = fit.beta.values
+    cal_beta = fit["calibration_beta"].values.astype(bool)
+    resolved = fit["resolved_to_departure"].values.astype(bool)
+    above = beta > (beta[cal_beta].max() if cal_beta.any() else np.inf)
+    held = above & resolved
+    long_name = "fraction of held-out points (t up to departure) where the bound is above"
+    refusal = _bound_not_judged(fit, cal_beta, resolved, above)
+    if refusal is not None:
+        per_beta = {"bound_fraction_above": (np.full(beta.size, np.nan), long_name)}
+        return Claim(name, statement, refusal[0], per_beta=per_beta, numbers=refusal[1])
+    curves, fractions = _held_out_fractions(fit, dist, held)
+    per_beta = {"bound_fraction_above": (fractions, long_name)}
     if not curves:
         return Claim(
             name,
@@ -242,6 +238,7 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
             per_beta=per_beta,
             numbers=f"no held-out curve reached the metastable phase (β {_betas(beta, held)})",
         )
+    a, C1, b, c = fitted_bound(fit)
     worst = min(curves, key=curves.get)
     value = curves[worst]
     skipped = f"; β {_betas(beta, above & ~resolved)} under-resolved, not judged" if (above & ~resolved).any() else ""
@@ -262,6 +259,54 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
 
 
 # --------------------------------------------------------- 3. the error decays in β at least as fast as the bound
+def _temperature_verdict(fit: xr.Dataset, lo: float, hi: float, theory: float) -> tuple[Status, str]:
+    """The status of temperature_scaling from the exponent's interval [lo, hi] against the bound's local exponent
+    ``theory`` and from every pair of consecutive β, with the words on the pairs."""
+    pairs = fit["temperature_pair_interval"].values
+    pair_bound = fit["temperature_pair_bound_exponent"].values
+    slower = [str(p) for p, (p_lo, _), pb in zip(fit.pair.values, pairs, pair_bound) if p_lo > pb]
+    unsure = [str(p) for p, (_, p_hi), pb in zip(fit.pair.values, pairs, pair_bound) if p_hi > pb]
+    status = (
+        Status.FAILED
+        if lo > theory or slower
+        else Status.PASSED
+        if hi <= theory and not unsure
+        else Status.INCONCLUSIVE
+    )
+    pair_text = (
+        f"; slower between β {', '.join(slower)}"
+        if slower
+        else f"; not resolved pair by pair between β {', '.join(unsure)}"
+        if unsure
+        else "; every pair of consecutive β too"
+    )
+    return status, pair_text
+
+
+def _temperature_not_judged(fit: xr.Dataset):
+    """(status, numbers) where the β exponent cannot be fitted (no exact W2 near the early time, fewer than two
+    usable β), else None."""
+    beta = fit.beta.values
+    used = fit["temperature_beta_used"].values.astype(bool)
+    t_early = float(fit.attrs["early_time"])
+    if not np.isfinite(t_early):
+        return (
+            Status.NOT_EVALUABLE,
+            f"no exact W2(ρ^β_t, ρ^∞_t) within half of fit.early_time = "
+            f"{float(fit.attrs['requested_early_time']):g} (distances.exact_every skips it)",
+        )
+    if used.sum() < 2:
+        low_ess = ~fit["resolved_early"].values.astype(bool)
+        status = Status.UNDER_RESOLVED if (low_ess & ~used).any() else Status.NOT_EVALUABLE
+        why = (
+            f"under-resolved over [0, {t_early:g}] ({_unresolved_rule(fit)}) at β = {_betas(beta, low_ess)}"
+            if status == Status.UNDER_RESOLVED
+            else f"fewer than two β with a positive exact W2 at t = {t_early:g} that had not departed by then"
+        )
+        return status, f"{why}: fewer than two β to fit an exponent"
+    return None
+
+
 def check_temperature_scaling(fit: xr.Dataset) -> Claim:
     """One-sided: the error decays in β at least as fast as sqrt(log(β+1)/β), over the whole range and pair by pair.
 
@@ -281,27 +326,12 @@ def check_temperature_scaling(fit: xr.Dataset) -> Claim:
     per_beta = {
         "early_error_mean": (
             fit["early_error"].values.mean(axis=1),
-            io.attrs(f"W2(rho^beta_t, rho^inf_t) at t = {t_early:g}, replica mean"),
+            f"W2(rho^beta_t, rho^inf_t) at t = {t_early:g}, replica mean",
         )
     }
-    if not np.isfinite(t_early):
-        return Claim(
-            name,
-            statement,
-            Status.NOT_EVALUABLE,
-            per_beta=per_beta,
-            numbers=f"no exact W2(ρ^β_t, ρ^∞_t) within half of fit.early_time = "
-            f"{float(fit.attrs['requested_early_time']):g} (distances.exact_every skips it)",
-        )
-    if used.sum() < 2:
-        low_ess = ~fit["resolved_early"].values.astype(bool)
-        status = Status.UNDER_RESOLVED if (low_ess & ~used).any() else Status.NOT_EVALUABLE
-        why = (
-            f"under-resolved over [0, {t_early:g}] ({_unresolved_rule(fit)}) at β = {_betas(beta, low_ess)}"
-            if status == Status.UNDER_RESOLVED
-            else f"fewer than two β with a positive exact W2 at t = {t_early:g} that had not departed by then"
-        )
-        return Claim(name, statement, status, numbers=f"{why}: fewer than two β to fit an exponent", per_beta=per_beta)
+    refusal = _temperature_not_judged(fit)
+    if refusal is not None:
+        return Claim(name, statement, refusal[0], per_beta=per_beta, numbers=refusal[1])
     mean = float(np.mean(alpha[np.isfinite(alpha)])) if np.isfinite(alpha).any() else float("nan")
     if not np.isfinite(hi):
         return Claim(
@@ -314,29 +344,12 @@ def check_temperature_scaling(fit: xr.Dataset) -> Claim:
             f"exponent {mean:.3f} from one replica: no interval",
             per_beta,
         )
-    pairs = fit["temperature_pair_interval"].values
-    pair_bound = fit["temperature_pair_bound_exponent"].values
-    slower = [str(p) for p, (p_lo, _), pb in zip(fit.pair.values, pairs, pair_bound) if p_lo > pb]
-    unsure = [str(p) for p, (_, p_hi), pb in zip(fit.pair.values, pairs, pair_bound) if p_hi > pb]
-    status = (
-        Status.FAILED
-        if lo > theory or slower
-        else Status.PASSED
-        if hi <= theory and not unsure
-        else Status.INCONCLUSIVE
-    )
+    status, pair_text = _temperature_verdict(fit, lo, hi, theory)
     relation = {
         Status.PASSED: "decays at least as fast as",
         Status.FAILED: "decays slower than",
         Status.INCONCLUSIVE: "is not shown to decay as fast as",
     }
-    pair_text = (
-        f"; slower between β {', '.join(slower)}"
-        if slower
-        else f"; not resolved pair by pair between β {', '.join(unsure)}"
-        if unsure
-        else "; every pair of consecutive β too"
-    )
     return Claim(
         name,
         statement,
@@ -389,6 +402,30 @@ def departure_law_text(fit: xr.Dataset) -> str:
     )
 
 
+def _departures_not_judged(fit: xr.Dataset, shown: str):
+    """(status, numbers) where the departures cannot be judged against log β (no end phase, fewer than two β
+    resolved or reaching the metastable phase), else None; ``shown`` lists the departure times."""
+    beta = fit.beta.values
+    used = fit["metastable_beta_used"].values.astype(bool)
+    gap = float(fit.attrs["end_phase_gap"])
+    if not gap > 0:
+        return Status.NOT_EVALUABLE, "V's leading eigenspace meets E1(A): there is no end phase to depart for"
+    arrived = np.isfinite(fit["departure_time"].values) | fit["departure_censored"].values.astype(bool)
+    if used.sum() < 2:
+        status = Status.UNDER_RESOLVED if (arrived.any(axis=1) & ~used).any() else Status.NOT_EVALUABLE
+        return (
+            status,
+            f"fewer than two β whose departure is resolved (not {_unresolved_rule(fit, departure=True)}); "
+            f"under-resolved β {_betas(beta, ~used)} ({shown})",
+        )
+    if arrived[used].any(axis=1).sum() < 2:
+        return (
+            Status.NOT_EVALUABLE,
+            f"fewer than two resolved β reached the metastable phase (within {gap / 2:.3g} of E1(A)) ({shown})",
+        )
+    return None
+
+
 def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
     """The departure time grows with log β: PASSED when the slope's one-sided lower bound is above 0, FAILED when
     its upper bound is below 0, INCONCLUSIVE in between (NOT EVALUABLE when censoring leaves it unbounded below
@@ -399,84 +436,39 @@ def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
     dep = fit["departure_time"].values
     cen = fit["departure_censored"].values.astype(bool)
     used = fit["metastable_beta_used"].values.astype(bool)
-    gap = float(fit.attrs["end_phase_gap"])
     mean = fitting.mean_of_finite(dep)
     per_beta = {
-        "departure_time_mean": (mean, io.attrs("departure time, mean over the replicas that departed", "1")),
+        "departure_time_mean": (mean, "departure time, mean over the replicas that departed"),
         "departure_censored_count": (
             cen.sum(axis=1).astype(float),
-            io.attrs("replicas still in the metastable phase at the horizon"),
+            "replicas still in the metastable phase at the horizon",
         ),
     }
     shown = ", ".join(
         f"β={b:g}: {m:.2f}" + (f" ({n} censored)" if n else "") for b, m, n in zip(beta, mean, cen.sum(axis=1))
     )
-    if not gap > 0:
-        return Claim(
-            name,
-            statement,
-            Status.NOT_EVALUABLE,
-            per_beta=per_beta,
-            numbers="V's leading eigenspace meets E1(A): there is no end phase to depart for",
-        )
-    arrived = np.isfinite(dep) | cen
-    if used.sum() < 2:
-        status = Status.UNDER_RESOLVED if (arrived.any(axis=1) & ~used).any() else Status.NOT_EVALUABLE
-        return Claim(
-            name,
-            statement,
-            status,
-            per_beta=per_beta,
-            numbers=f"fewer than two β whose departure is resolved (not {_unresolved_rule(fit, departure=True)}); "
-            f"under-resolved β {_betas(beta, ~used)} ({shown})",
-        )
-    if arrived[used].any(axis=1).sum() < 2:
-        return Claim(
-            name,
-            statement,
-            Status.NOT_EVALUABLE,
-            per_beta=per_beta,
-            numbers=f"fewer than two resolved β reached the metastable phase (within {gap / 2:.3g} of E1(A)) ({shown})",
-        )
+    refusal = _departures_not_judged(fit, shown)
+    if refusal is not None:
+        return Claim(name, statement, refusal[0], per_beta=per_beta, numbers=refusal[1])
     lo, hi = (float(v) for v in fit["metastable_slope_interval"].values)
     bounds = fit["metastable_slope"].values
     value = float(np.mean(bounds[np.isfinite(bounds)])) if np.isfinite(bounds).any() else float("nan")
     if np.isnan(lo) or np.isnan(hi):
-        return Claim(
-            name,
-            statement,
-            Status.NOT_EVALUABLE,
-            value,
-            (lo, hi),
-            (0.0, np.inf),
-            f"fewer than two replicas with a slope: no bound ({shown})" + departure_law_text(fit),
-            per_beta,
-        )
-    if np.isneginf(lo) and not hi < 0:
-        return Claim(
-            name,
-            statement,
-            Status.NOT_EVALUABLE,
-            value,
-            (lo, hi),
-            (0.0, np.inf),
+        status, numbers = Status.NOT_EVALUABLE, f"fewer than two replicas with a slope: no bound ({shown})"
+    elif np.isneginf(lo) and not hi < 0:
+        status = Status.NOT_EVALUABLE
+        numbers = (
             f"a smaller β was still metastable at the horizon in some replica, so the slope has no lower "
-            f"bound; lengthen time.horizon ({shown})" + departure_law_text(fit),
-            per_beta,
+            f"bound; lengthen time.horizon ({shown})"
         )
-    status = Status.PASSED if lo > 0 else Status.FAILED if hi < 0 else Status.INCONCLUSIVE
-    return Claim(
-        name,
-        statement,
-        status,
-        value,
-        (lo, hi),
-        (0.0, np.inf),
-        f"slope of the departure time against log β over β {_betas(beta, used)}: one-sided bounds "
-        f"[{lo:.3f}, {hi:.3f}] (departures known to a snapshot step; censored ones beyond the horizon); "
-        f"departure times {shown}" + departure_law_text(fit),
-        per_beta,
-    )
+    else:
+        status = Status.PASSED if lo > 0 else Status.FAILED if hi < 0 else Status.INCONCLUSIVE
+        numbers = (
+            f"slope of the departure time against log β over β {_betas(beta, used)}: one-sided bounds "
+            f"[{lo:.3f}, {hi:.3f}] (departures known to a snapshot step; censored ones beyond the horizon); "
+            f"departure times {shown}"
+        )
+    return Claim(name, statement, status, value, (lo, hi), (0.0, np.inf), numbers + departure_law_text(fit), per_beta)
 
 
 # ---------------------------------------------------------------- 5. Conjecture 1
@@ -509,10 +501,9 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
     names = list(EIGENSPACES)
     chosen = np.array([names[i] for i in np.argmin(np.stack([means[k] for k in names]), axis=0)], dtype=object)
     per_beta = {
-        f"final_{EIGENSPACES[k]}": (means[k], io.attrs(f"distance to {k} at the last snapshot, replica mean"))
-        for k in names
+        f"final_{EIGENSPACES[k]}": (means[k], f"distance to {k} at the last snapshot, replica mean") for k in names
     }
-    per_beta["chosen_eigenspace"] = (chosen, io.attrs("the eigenspace the tokens are closest to at the last snapshot"))
+    per_beta["chosen_eigenspace"] = (chosen, "the eigenspace the tokens are closest to at the last snapshot")
     departed = np.isfinite(fit["departure_time"].values) & np.isfinite(dist["dist_leading_V"].values[..., -1])
     resolved = fit["resolved_to_horizon"].values.astype(bool)
     to_v = final["E1(V), largest real part"]
@@ -661,80 +652,3 @@ def evaluate(dist: xr.Dataset, fit: xr.Dataset, cfg: dict) -> list[Claim]:
     for c in claims[2:]:  # the claims that judge β by β (the rates are fitted at β = ∞)
         c.numbers += particles_needed(fit, interval, departure=c.name == "metastable_log_beta")
     return claims
-
-
-def claims_dataset(claims: list[Claim], fit: xr.Dataset) -> xr.Dataset:
-    """claims.nc: one row per claim, and per β the numbers behind them."""
-    ds = xr.Dataset(
-        {
-            "status": (
-                ("claim",),
-                np.array([c.status for c in claims], np.int8),
-                io.attrs(
-                    "1 passed, 0 failed, -1 not evaluable, -2 under-resolved (the particle-number "
-                    "budget exceeded where measured, else median ESS below ess_threshold over the judged window), "
-                    "-3 inconclusive (the interval straddles "
-                    "the target)"
-                ),
-            ),
-            "value": (
-                ("claim",),
-                np.array([c.value for c in claims]),
-                io.attrs("the number the claim is about (read from fit.nc or counted on held-out data)"),
-            ),
-            "interval_low": (
-                ("claim",),
-                np.array([c.interval[0] for c in claims]),
-                io.attrs("lower end of the value's interval over replicas (fit.nc)"),
-            ),
-            "interval_high": (
-                ("claim",),
-                np.array([c.interval[1] for c in claims]),
-                io.attrs("upper end of the value's interval over replicas (fit.nc)"),
-            ),
-            "target_low": (("claim",), np.array([c.target[0] for c in claims]), io.attrs("the claim's target, low")),
-            "target_high": (("claim",), np.array([c.target[1] for c in claims]), io.attrs("the claim's target, high")),
-            "statement": (("claim",), np.array([c.statement for c in claims], dtype=object), io.attrs("the claim")),
-            "summary": (
-                ("claim",),
-                np.array([c.line() for c in claims], dtype=object),
-                io.attrs("status and the numbers behind it"),
-            ),
-            "min_ess_median": (
-                ("beta",),
-                fit["ess_min_to_horizon"].values,
-                io.attrs("smallest median effective sample size over the run"),
-            ),
-        },
-        coords={"claim": [c.name for c in claims], "beta": fit.beta.values},
-    )
-    for c in claims:
-        for key, (values, attrs) in c.per_beta.items():
-            ds[key] = (("beta",), values, attrs)
-    ds.attrs.update(early_time=fit.attrs["early_time"], ess_threshold=fit.attrs["ess_threshold"])
-    return ds
-
-
-def summary_markdown(claims_files: dict) -> str:
-    """A Markdown page of every experiment's claims, generated from their claims.nc (experiment -> path).
-
-    One table per experiment (claim, status, the logged line); nothing in it is
-    written by hand, so it says what the numbers of this run say.
-    """
-    lines = [
-        "# What the paper's statements say on these numbers",
-        "",
-        "Generated from each experiment's `claims.nc` (statuses: PASSED, FAILED, UNDER-RESOLVED = the particle "
-        "system does not stand for the mean field over the judged window (for a `model: mean_field` experiment: "
-        "the mean-field reference's own error is too large there), INCONCLUSIVE = the interval straddles the "
-        "target, NOT EVALUABLE = nothing to judge; docs/claims.md says how each is decided).",
-        "",
-    ]
-    for name, path in claims_files.items():
-        ds = io.read_netcdf(path, "claims")
-        lines += [f"## {name}", "", "| claim | status | numbers |", "|---|---|---|"]
-        for claim, status, summary in zip(ds.claim.values, ds["status"].values, ds["summary"].values):
-            numbers = str(summary).split(": ", 1)[1].replace("|", "\\|")
-            lines.append(f"| `{claim}` | {Status(int(status)).word} | {numbers} |")
-        lines.append("")
-    return "\n".join(lines)

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from ..model import rates
+from ..model import layout, rates
 from ..model.matrices import AttentionMatrices
-from ..store import datasets, layout
 from . import fitting, particle_budget
 
 log = logging.getLogger("lowtemp")
@@ -260,31 +259,39 @@ REGIMES = ("early", "late")
 
 
 @dataclass(frozen=True)
+class FitNumbers:
+    """What the fit found: ``values`` (name -> array, one per variable of fit.nc), the coordinates they are over
+    (β, replica, regime, pair of β) and the settings behind them (``attrs``)."""
+
+    values: dict
+    coords: dict
+    attrs: dict
+
+
+@dataclass(frozen=True)
 class Curves:
-    """distances.nc's curves as the estimators read them: times, β (sorted) and arrays (beta, replica, time)."""
+    """distances.nc's curves as the estimators read them, under the file's names: times, β (sorted) and arrays
+    (beta, replica, time)."""
 
     t: np.ndarray
     beta: np.ndarray
     replicas: np.ndarray
-    w0: np.ndarray  # W2(ρ^∞_t, Π♯ρ0), (replica, time)
-    w2_zero: np.ndarray  # W2(ρ^β_t, ρ^∞_t)
-    w2_proj: np.ndarray  # W2(ρ^β_t, Π♯ρ0)
-    ess: np.ndarray  # median ESS
-    dist_A: np.ndarray  # distance to measures on E1(A)
+    w2_zero_to_projection: np.ndarray  # W2(ρ^∞_t, Π♯ρ0)
+    w2_zero_temperature: np.ndarray  # W2(ρ^β_t, ρ^∞_t)
+    w2_projection: np.ndarray  # W2(ρ^β_t, Π♯ρ0)
+    ess_median: np.ndarray  # median ESS over the tokens
+    dist_leading_A: np.ndarray  # distance to measures on E1(A)
 
     @classmethod
     def of(cls, dist: xr.Dataset) -> Curves:
         """The curves of distances.nc, sorted by β."""
         dist = dist.sortby("beta")
+        names = ("w2_zero_to_projection", "w2_zero_temperature", "w2_projection", "ess_median", "dist_leading_A")
         return cls(
             t=dist.time.values,
             beta=dist.beta.values,
             replicas=dist.replica.values,
-            w0=dist["w2_zero_to_projection"].values,
-            w2_zero=dist["w2_zero_temperature"].values,
-            w2_proj=dist["w2_projection"].values,
-            ess=dist["ess_median"].values,
-            dist_A=dist["dist_leading_A"].values,
+            **{n: dist[n].values for n in names},
         )
 
     @property
@@ -324,12 +331,12 @@ def resolution_of(c: Curves, dist: xr.Dataset, M: AttentionMatrices, cfg: dict, 
     """The ``Resolution`` of an experiment's curves (``budgets``: its particle-number budgets, one per β of the
     study, or None)."""
     gap = fitting.subspace_gap(M.E1, M.E1_V_real)
-    departure, censored = fitting.geometric_departure(c.t, c.dist_A, gap)
+    departure, censored = fitting.geometric_departure(c.t, c.dist_leading_A, gap)
     until = fitting.judged_until(c.t, departure, censored, gap)
     judged = fitting.judged_mask(c.t, until)
     fraction = float(cfg["particle_error_fraction"])
     measured, w2_within, departure_within = particle_budget_verdicts(c.beta, budgets, fraction)
-    k_early, _ = _early_snapshot(c.t, c.w2_zero, float(cfg["early_time"]))
+    k_early, _ = _early_snapshot(c.t, c.w2_zero_temperature, float(cfg["early_time"]))
     reference = reference_budget(dist, k_early, judged, departure, censored, gap) if "reference_error" in dist else None
     return Resolution(
         gap=gap,
@@ -359,7 +366,7 @@ def decay_rates(c: Curves, M: AttentionMatrices, n_tokens: int, cfg: dict, name:
     t_transient = rates.transient_end(M)
     predictions = {"early": rates.early_rate(M), "late": rates.late_rate(M)}
     ranges = {"early": (t_transient, band[0]), "late": (max(band[1], t_transient), np.inf)}
-    fits = {k: _rate_in_regime(c.t, c.w0, ranges[k], cfg, name, k) for k in REGIMES}
+    fits = {k: _rate_in_regime(c.t, c.w2_zero_to_projection, ranges[k], cfg, name, k) for k in REGIMES}
     c_regime = np.array([fits[k].slope if fits[k] else np.full(nr, np.nan) for k in REGIMES])
     return {
         "c_regime": c_regime,
@@ -379,7 +386,7 @@ def decay_rates(c: Curves, M: AttentionMatrices, n_tokens: int, cfg: dict, name:
 def collapse_growth(c: Curves, cfg: dict, name: str, conf: float) -> dict:
     """C1 over all β (the data collapse of W2(ρ^β_t, ρ^∞_t)/sqrt(log(β+1)/β)), and per β alone."""
     nb, nr = c.shape
-    growth = _growth(c.t, c.beta, c.w2_zero, cfg, name, "C1 over all beta")
+    growth = _growth(c.t, c.beta, c.w2_zero_temperature, cfg, name, "C1 over all beta")
     C1 = growth.C1 if growth else np.full(nr, np.nan)
     return {
         "C1": C1,
@@ -395,7 +402,7 @@ def bound_constants(c: Curves, res: Resolution, decay: dict, resolved_to_departu
     """The bound's constants: a and C1 calibrated on the smallest resolved β, b and c on β = ∞ (``decay``);
     the bound is tested on the other β."""
     cal_beta, cal_growth = calibration_betas(
-        c.t, c.beta, c.w2_zero, resolved_to_departure, int(cfg["calibration_betas"]), cfg, name
+        c.t, c.beta, c.w2_zero_temperature, resolved_to_departure, int(cfg["calibration_betas"]), cfg, name
     )
     bound_C1 = cal_growth.mean if cal_growth else np.nan
     fitted_rates = decay["c_regime"].mean(axis=1)
@@ -405,10 +412,12 @@ def bound_constants(c: Curves, res: Resolution, decay: dict, resolved_to_departu
     c_window = decay["c_regime_window"]
     verified = c.t <= (np.nanmax(c_window[:, 1]) if np.isfinite(c_window).any() else -np.inf)
     bound_b = (
-        fitting.calibrated_decay_prefactor(c.t[verified], c.w0[:, verified], bound_c) if verified.any() else np.nan
+        fitting.calibrated_decay_prefactor(c.t[verified], c.w2_zero_to_projection[:, verified], bound_c)
+        if verified.any()
+        else np.nan
     )
     bound_a = fitting.calibrated_growth_prefactor(
-        c.t, c.beta[cal_beta], c.w2_proj[cal_beta], res.judged[cal_beta], bound_C1, bound_b, bound_c
+        c.t, c.beta[cal_beta], c.w2_projection[cal_beta], res.judged[cal_beta], bound_C1, bound_b, bound_c
     )
     return {
         "calibration_beta": cal_beta,
@@ -425,10 +434,10 @@ def temperature_scaling(c: Curves, res: Resolution, cfg: dict, conf: float) -> t
     departed by then (after it the error measures the end phase). Returns the values, the pair labels and the
     early time used."""
     nb, nr = c.shape
-    k_early, t_early = _early_snapshot(c.t, c.w2_zero, float(cfg["early_time"]))
-    early_error = c.w2_zero[..., k_early] if k_early is not None else np.full((nb, nr), np.nan)
+    k_early, t_early = _early_snapshot(c.t, c.w2_zero_temperature, float(cfg["early_time"]))
+    early_error = c.w2_zero_temperature[..., k_early] if k_early is not None else np.full((nb, nr), np.nan)
     ess_early = (
-        min_median_ess(c.ess, np.broadcast_to(c.t <= t_early, (nb, c.t.size)))
+        min_median_ess(c.ess_median, np.broadcast_to(c.t <= t_early, (nb, c.t.size)))
         if k_early is not None
         else np.full(nb, np.nan)
     )
@@ -459,7 +468,7 @@ def departure_slopes(c: Curves, res: Resolution, ess_to_departure, conf: float) 
     (``fitting.departure_law_bounds``, ``fitting.departure_law``: log β or a power of β, from its curvature against
     log β with ≥ 3 β), with the exponent of the power law."""
     nb, nr = c.shape
-    ess_to_horizon = min_median_ess(c.ess, np.ones((nb, c.t.size), bool))
+    ess_to_horizon = min_median_ess(c.ess_median, np.ones((nb, c.t.size), bool))
     meta_used = np.where(res.measured, res.departure_within, ess_to_departure >= res.ess_threshold)
     slack = 0.0
     if res.reference is not None:
@@ -545,9 +554,9 @@ def fit_experiment(
     ess_threshold: float,
     n_tokens: int,
     particle_budgets: tuple[ParticleBudget, ...] | None = None,
-) -> xr.Dataset:
-    """fit.nc from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied): the
-    estimators' numbers in ``lowtemp.store.datasets.fit_dataset``'s layout.
+) -> FitNumbers:
+    """fit.nc's numbers from distances.nc (``cfg``: the experiment's ``fit`` block, schema defaults applied);
+    ``lowtemp.store.analyses.fit_dataset`` lays them out.
 
     A β is *resolved* over a window when the particle-number budget measured at it
     (``particle_budgets``, see ``particle_budget_verdicts``) says its N error is within
@@ -559,7 +568,7 @@ def fit_experiment(
     c = Curves.of(dist)
     conf = float(cfg["confidence"])
     res = resolution_of(c, dist, M, cfg, ess_threshold, particle_budgets)
-    ess_to_departure = min_median_ess(c.ess, np.any(res.judged, axis=1))
+    ess_to_departure = min_median_ess(c.ess_median, np.any(res.judged, axis=1))
     resolved_to_departure = res.resolved(
         ess_to_departure, None if res.reference is None else res.reference.to_departure
     )
@@ -576,7 +585,7 @@ def fit_experiment(
         "ess_min_to_departure": ess_to_departure,
         **reference_values(res.reference),
     }
-    return datasets.fit_dataset(
+    return FitNumbers(
         values,
         coords={
             "beta": c.beta,
@@ -639,4 +648,49 @@ def describe(fit: xr.Dataset, name: str) -> list[str]:
             else "the bound could not be calibrated (see the warnings above)"
         )
     )
+    return lines
+
+
+def describe_resolution(fit: xr.Dataset, name: str, budgets, fraction: float) -> list[tuple[int, str]]:
+    """(logging level, line) per β of fit.nc: what decided whether it stands for the mean field there (the
+    mean-field reference's error, the particle-number budget measured at it, else its median ESS against
+    ``fit.attrs["ess_threshold"]``: a warning where it falls below)."""
+    lines = []
+    threshold, tokens = float(fit.attrs["ess_threshold"]), int(fit.attrs["tokens"])
+    for beta, low in zip(fit.beta.values, fit["ess_min_to_horizon"].values):
+        if "reference_error_to_horizon" in fit:  # a mean-field experiment: no ESS, its reference's error decides
+            early, to_departure, shift = (
+                float(fit[k].sel(beta=beta))
+                for k in ("reference_error_early", "reference_error_to_departure", "reference_departure_shift")
+            )
+            lines.append(
+                (
+                    logging.INFO,
+                    f"{name}: beta = {beta:g}: mean-field reference error over W2, early {early:.3g}, to departure "
+                    f"{to_departure:.3g}; departure shift against the coarser solution {shift:.3g}",
+                )
+            )
+            continue
+        budget = next((b for b in budgets or () if np.isclose(beta, b.beta)), None)
+        if budget is not None:  # the budget decides here, the ESS is a diagnostic
+            lo, hi = budget.slope_interval
+            lines.append(
+                (
+                    logging.INFO,
+                    f"{name}: beta = {beta:g}, N = {int(budget.tokens):d}: particle-number budget: remaining N error "
+                    f"of W2 <= {budget.w2_ratio:.3g} x W2 (95%; {fraction:.3g} x W2 reached at N ~ "
+                    f"{budget.tokens_needed:.3g}), departure time per doubling of N in [{lo:.3g}, {hi:.3g}]; "
+                    f"median ESS down to {low:.1f} (a diagnostic here)",
+                )
+            )
+            continue
+        if not low >= threshold:
+            lines.append(
+                (
+                    logging.WARNING,
+                    f"{name}: beta = {beta:g}, N = {tokens:d}: median effective sample size falls to {low:.1f} < "
+                    f"{threshold:g}; the particle system does not stand for the mean field there (N must grow like "
+                    "beta^((d-1)/2)); the claims leave this beta out where it falls inside their window",
+                )
+            )
     return lines

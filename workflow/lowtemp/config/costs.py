@@ -20,7 +20,7 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
     snapshot array, the dataset written from it and a checkpoint copy (3 P) and
     the ESS of every token at every snapshot; ``zero_temperature`` holds the
     integrated and the exact solution and their difference (5 P); readers load
-    whole files (``io.read_netcdf``), so ``distances_beta`` holds the finite
+    whole files (``netcdf.read_netcdf``), so ``distances_beta`` holds the finite
     file, the zero-temperature file (both solutions) and a transposed copy (4 P);
   - the integrator's working set: about 12 arrays of R·N·d (RK4 stages, sums,
     normalisation), plus the kernel's own: ``dense`` a coordinate-major copy,
@@ -43,7 +43,7 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
     snapshot for the effective sample size. Costs per pair and evaluation
     with 2 threads, budgeted at the slowest 2-core machine they were measured on:
     ``dense`` 0.27 ns (β = 10) to 0.51 ns (β = 1000, exact row max) on the
-    machine of the ``make bench`` table in docs/kernels.md, but 1.2 ns (β = 10)
+    machine of the ``make bench`` table in docs/decisions/0009-numba-kernels.md, but 1.2 ns (β = 10)
     to 2.2–2.5 ns (β = 1000) on a later one (the pipeline's own β = 1000 runs,
     RK4 included: 2.4 ns), budgeted at 2.5 ns; ``cap`` 0.21–0.24 ns at β = 1000,
     N = 32768 on the first machine, 0.49 of the dense kernel's cost there (0.69 at
@@ -109,6 +109,7 @@ from .experiment import (
     animation_size,
     exact_w2_snapshots,
     field_kernel,
+    measure_of,
     particle_error_tokens,
     time_grid,
 )
@@ -190,8 +191,7 @@ MEAN_FIELD_SECONDS_PER_TIME = 12.0
 
 
 def _mean_field_geometry(experiment, matrices) -> str:
-    params = dict(experiment["initial_measure"])
-    return reduction.geometry(matrices.B, matrices.V, params.pop("name"), params)
+    return reduction.geometry(matrices.B, matrices.V, *measure_of(experiment))
 
 
 def _mean_field(experiment):
@@ -256,7 +256,7 @@ def _particle_run(experiment, n, threads):
     """One particle run of n tokens × R replicas on the experiment's grid with its integrator and the kernel its
     rule picks for n, and the ESS at every snapshot: (peak bytes, seconds)."""
     _, d, r, times = _sizes(experiment)
-    kernel = field_kernel({**experiment, "tokens": n})
+    kernel = field_kernel(experiment, n)
     tokens = r * n * d * _F
     positions = times * tokens
     ess = times * r * n * _F
@@ -377,14 +377,14 @@ def convergence_cost(experiment, *, beta=None, matrices=None, threads=1):
     # adaptive integrator at three tolerances that halve its steps: 1 + 2 + 4 times its budget at the first
     st = s.steps
     grids = studies.halving_grids(max(st.times), interval, st.dt)
-    methods = studies.study_methods(experiment)
+    methods = s.methods
     evals = sum(integrate.budgeted_evaluations(m, g) for m in studies.NOMINAL_ORDER for g in grids)
     evals += sum(
         (2**studies.STEP_LEVELS - 1) * integrate.budgeted_evaluations(m, grids[0])
         for m in methods
         if m in integrate.ADAPTIVE
     )
-    kernel = field_kernel({**experiment, "tokens": st.tokens})
+    kernel = s.kernel(st.tokens)
     speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
     r, n = st.replicas, st.tokens
     checks = len(st.times)
@@ -398,16 +398,16 @@ def convergence_cost(experiment, *, beta=None, matrices=None, threads=1):
     step_bytes = (snapshots + 12 + 2 * len(methods) * studies.STEP_LEVELS * checks) * r * n * d * _F
     # particle number: one run per N on the experiment's step, W2 at every snapshot
     pa = s.particles
-    grid = studies.particle_grid(experiment, s)
+    grid = s.grid
     snapshots = grid.snapshots
-    evals = integrate.budgeted_evaluations(experiment["integrator"], grid)
+    evals = integrate.budgeted_evaluations(s.integrator, grid)
     for beta_study in pa.betas:  # the same runs at every β of the particle study
-        reused = int(experiment["tokens"]) if studies.reusable_run(experiment, s, beta_study) else None
+        reused = s.tokens if beta_study in s.reused else None
         for n in pa.tokens:
             seconds += (snapshots + 1) * pa.replicas * w2_cost(n)
             if n == reused:  # the experiment's own run stands in for this N: read, not simulated
                 continue
-            kernel = field_kernel({**experiment, "tokens": n})
+            kernel = s.kernel(n)
             speedup = 1.0 if kernel == "numpy" else max(1, int(threads)) / KERNEL_THREADS
             # evaluations of the run, and one per snapshot for the effective sample size
             seconds += (evals + snapshots + 1) * pa.replicas * n * n * ns_per_pair(

@@ -140,14 +140,15 @@ def particle_error_tokens(name: str, experiment: dict) -> tuple[int, ...]:
     return tuple(int(n) for n in tokens)
 
 
-def field_kernel(experiment: dict) -> str:
-    """The kernel of the finite-temperature field: the config's ``kernel``, or for ``auto`` the automatic rule
-    (``kernel_choice.choose_kernel``: ``auto`` itself, a choice per field evaluation, at N ≥ 16384 in
-    d = 2, 3; ``dense`` below; ``numpy`` in other dimensions): β and the matrices do not enter it, the cloud
-    does, at run time."""
+def field_kernel(experiment: dict, n_tokens: int | None = None) -> str:
+    """The kernel of the finite-temperature field for a run of ``n_tokens`` tokens (default ``tokens``): the
+    config's ``kernel``, or for ``auto`` the automatic rule (``kernel_choice.choose_kernel``: ``auto`` itself, a
+    choice per field evaluation, at N ≥ 16384 in d = 2, 3; ``dense`` below; ``numpy`` in other dimensions): β and
+    the matrices do not enter it, the cloud does, at run time."""
     kernel = experiment["kernel"]
     if kernel == "auto":
-        return choose_kernel(int(experiment["tokens"]), int(experiment["dim"]))
+        n = int(experiment["tokens"] if n_tokens is None else n_tokens)
+        return choose_kernel(n, int(experiment["dim"]))
     return kernel
 
 
@@ -172,6 +173,12 @@ def build_matrices(name: str, experiment: dict, root_seed: int) -> matrices.Atte
     return matrices.generate_matrices(family, int(experiment["dim"]), rng, **params)
 
 
+def measure_of(experiment: dict) -> tuple[str, dict]:
+    """ρ0 as the config gives it: its name and a copy of its other keys (its parameters)."""
+    params = dict(experiment["initial_measure"])
+    return params.pop("name"), params
+
+
 def initial_measure(name: str, experiment: dict, root_seed: int) -> tuple[str, dict]:
     """The experiment's ρ0 (name, parameters) with anything random fixed as the pipeline fixed it.
 
@@ -179,8 +186,7 @@ def initial_measure(name: str, experiment: dict, root_seed: int) -> tuple[str, d
     stream (``measures.vmf_mixture``); they are drawn the same way here and passed
     explicitly, so every N samples the same ρ0.
     """
-    params = dict(experiment["initial_measure"])
-    measure = params.pop("name")
+    measure, params = measure_of(experiment)
     params.pop("positive_density", None)
     if measure == "vmf_mixture" and params.get("means") is None:
         rng = generator(root_seed, stream_name(name, experiment), "initial_tokens")

@@ -6,7 +6,7 @@ reruns only the stages that read the edited key and what depends on their output
 The slice is canonical: keys sorted at every level and integral floats written as
 integers (10.0 -> 10), so a config whose keys are merely reordered, or whose numbers
 are written 10.0 instead of 10, reruns nothing. The slice is also what the stage
-passes on to ``store.io.provenance``: each output records the keys it depends on.
+passes on to ``store.netcdf.provenance``: each output records the keys it depends on.
 
 ``tests/workflow/test_rerun.py`` runs every stage function on its slice with a guard that
 fails on any read outside it, and checks which jobs a dry run reruns after each kind

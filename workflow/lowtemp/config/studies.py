@@ -6,13 +6,13 @@ before any job; the studies themselves run in ``lowtemp.stages.convergence`` (do
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..analysis import particle_budget
 from ..dynamics import integrate
-from .experiment import ConfigError, time_grid
+from .experiment import ConfigError, field_kernel, integration_tolerance, time_grid
 
 #: the steps h, h/2, h/4
 STEP_LEVELS = 3
@@ -48,12 +48,28 @@ class ParticleStudy:
 
 @dataclass(frozen=True)
 class Settings:
-    """Both studies of one experiment, with every default resolved (``study_settings``)."""
+    """Both studies of one experiment, with every default and every per-run choice resolved once
+    (``study_settings``): the stage reads these, never the experiment's config."""
 
     beta: float  # the step study's: the largest of the particle study's
     interval: float  # the experiment's snapshot interval time.horizon / time.snapshots
     steps: StepStudy
     particles: ParticleStudy
+    methods: tuple[str, ...] = ()  # the step study's integrators (``study_methods``)
+    integrator: str = "rk4"  # the particle runs' (the experiment's own)
+    tokens: int = 0  # the experiment's N: where the particle-number budget is judged
+    grid: integrate.TimeGrid | None = None  # of every particle run (``particle_grid``)
+    reused: tuple[float, ...] = ()  # the particle study's β whose run at N = tokens is the experiment's own
+    kernels: dict = field(default_factory=dict)  # N -> the field kernel of a run of N tokens (``field_kernel``)
+    tolerances: dict = field(default_factory=dict)  # N -> the adaptive integrator's tolerance (None: fixed steps)
+
+    def kernel(self, n: int) -> str:
+        """The kernel of the study's runs of ``n`` tokens."""
+        return self.kernels[int(n)]
+
+    def tolerance(self, n: int) -> float | None:
+        """The local error tolerance of the study's runs of ``n`` tokens (``integration_tolerance``)."""
+        return self.tolerances[int(n)]
 
 
 def _is_multiple(x: float, unit: float) -> bool:
@@ -91,26 +107,8 @@ def narrowed_slice(experiment_slice: dict) -> dict:
     return {**experiment_slice, "betas": [b for b in experiment_slice["betas"] if float(b) in betas]}
 
 
-def study_settings(name: str, experiment: dict) -> Settings:
-    """The experiment's ``convergence`` block with its defaults resolved; ConfigError names the key.
-
-    Cheap (no arrays): the config check calls it before any job.
-    """
-    where = f"experiments.{name}.convergence"
-    cfg = experiment.get("convergence") or {}
-    grid = time_grid(experiment)
-    interval = grid.horizon / grid.snapshots
-    try:
-        betas = study_betas(experiment)
-    except (TypeError, ValueError):
-        raise ConfigError(
-            f"{where}.beta must be a positive number or a list of them, got {cfg.get('beta')!r}"
-        ) from None
-    if not betas or not all(np.isfinite(b) and b > 0 for b in betas) or len(set(betas)) != len(betas):
-        raise ConfigError(f"{where}.beta must be positive finite numbers without repeats, got {list(betas)}")
-    beta = max(betas)
-
-    st = cfg.get("steps") or {}
+def _step_study(where: str, st: dict, experiment: dict, grid: integrate.TimeGrid, interval: float) -> StepStudy:
+    """The ``convergence.steps`` block ``st`` with its defaults resolved; ConfigError names the key."""
     h = float(st.get("dt", grid.step))
     if not (np.isfinite(h) and h > 0) or h > interval * (1 + 1e-12) or not _is_multiple(interval, h):
         raise ConfigError(
@@ -141,7 +139,13 @@ def study_settings(name: str, experiment: dict) -> Settings:
             f"{where}.steps.replicas = {r_steps} must be between 1 and replicas = {experiment['replicas']}"
         )
 
-    pa = cfg.get("particles") or {}
+    return StepStudy(dt=h, times=times, tokens=n_steps, replicas=r_steps)
+
+
+def _particle_study(
+    where: str, pa: dict, experiment: dict, grid: integrate.TimeGrid, interval: float, betas: tuple[float, ...]
+) -> ParticleStudy:
+    """The ``convergence.particles`` block ``pa`` with its defaults resolved; ConfigError names the key."""
     numbers = [int(n) for n in pa.get("tokens", default_particle_numbers(int(experiment["tokens"])))]
     if len(numbers) < MIN_PARTICLE_NUMBERS:
         raise ConfigError(
@@ -163,11 +167,60 @@ def study_settings(name: str, experiment: dict) -> Settings:
             f"{grid.horizon:g}] (a multiple of time.horizon/time.snapshots = {interval:g})"
         )
     horizon = float(interval * round(horizon / interval))
-    return Settings(
+    return ParticleStudy(tokens=tuple(numbers), replicas=r_particles, horizon=horizon, betas=betas)
+
+
+def study_settings(name: str, experiment: dict) -> Settings:
+    """The experiment's ``convergence`` block with its defaults resolved; ConfigError names the key.
+
+    Cheap (no arrays): the config check calls it before any job.
+    """
+    where = f"experiments.{name}.convergence"
+    cfg = experiment.get("convergence") or {}
+    grid = time_grid(experiment)
+    interval = grid.horizon / grid.snapshots
+    try:
+        betas = study_betas(experiment)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{where}.beta must be a positive number or a list of them, got {cfg.get('beta')!r}"
+        ) from None
+    if not betas or not all(np.isfinite(b) and b > 0 for b in betas) or len(set(betas)) != len(betas):
+        raise ConfigError(f"{where}.beta must be positive finite numbers without repeats, got {list(betas)}")
+    beta = max(betas)
+
+    steps = _step_study(where, cfg.get("steps") or {}, experiment, grid, interval)
+    particles = _particle_study(where, cfg.get("particles") or {}, experiment, grid, interval, betas)
+    settings = Settings(
         beta=beta,
         interval=interval,
-        steps=StepStudy(dt=h, times=times, tokens=n_steps, replicas=r_steps),
-        particles=ParticleStudy(tokens=tuple(numbers), replicas=r_particles, horizon=horizon, betas=betas),
+        steps=steps,
+        particles=particles,
+    )
+    return _with_runs(where, experiment, settings)
+
+
+def _with_runs(where: str, experiment: dict, settings: Settings) -> Settings:
+    """``settings`` with what each run takes from the experiment: integrators, kernels and tolerances per N, the
+    particle runs' grid and which β reuse the experiment's own run; ConfigError names the key where the
+    particle runs' horizon is shorter than the experiment's step."""
+    sizes = sorted({settings.steps.tokens, *settings.particles.tokens})
+    try:
+        grid = particle_grid(experiment, settings)
+    except ValueError as exc:  # TimeGrid's own refusal, which names no key
+        raise ConfigError(
+            f"{where}.particles.horizon = {settings.particles.horizon:g} cannot hold a step of time.dt = "
+            f"{float(experiment['time']['dt']):g}: {exc}"
+        ) from None
+    return replace(
+        settings,
+        methods=tuple(study_methods(experiment)),
+        integrator=str(experiment["integrator"]),
+        tokens=int(experiment["tokens"]),
+        grid=grid,
+        reused=reused_betas(experiment, settings),
+        kernels={n: field_kernel(experiment, n) for n in sizes},
+        tolerances={n: integration_tolerance(experiment, n) for n in sizes},
     )
 
 

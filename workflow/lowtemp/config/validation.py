@@ -45,6 +45,7 @@ from .experiment import (
     beta_label,
     build_matrices,
     initial_measure,
+    measure_of,
     particle_error_tokens,
     snapshot_times,
     time_grid,
@@ -391,8 +392,7 @@ def _check_mean_field(where: str, experiment: dict, M, rho0: tuple[str, dict]) -
             f"{where}.convergence: a model: mean_field experiment has no particles to study; put the "
             f"particle-number study in a model: particles experiment"
         )
-    params = dict(experiment["initial_measure"])
-    measure = params.pop("name")
+    measure, params = measure_of(experiment)
     try:
         geometry = reduction.geometry(M.B, M.V, measure, params)
     except (reduction.SymmetryBroken, ValueError) as exc:

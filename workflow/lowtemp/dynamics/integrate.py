@@ -429,6 +429,53 @@ def snapshot(trajectory: np.ndarray, k: int) -> np.ndarray:
     return np.ascontiguousarray(trajectory[..., k, :, :])
 
 
+def _is_adaptive(method: str) -> bool:
+    """Whether ``method`` is an embedded pair (``ADAPTIVE``) rather than a fixed-step scheme; ValueError names the
+    known integrators when it is neither."""
+    if method not in ADAPTIVE and method not in INCREMENTS:
+        raise ValueError(f"unknown integrator {method!r}; known: {sorted(INCREMENTS) + sorted(ADAPTIVE)}")
+    return method in ADAPTIVE
+
+
+def _adaptive_limits(n_tokens: int, grid: TimeGrid, tolerance: float | None, max_step: float | None):
+    """(local error tolerance, longest step) of an adaptive run: ``tolerance`` (default ``default_tolerance`` of
+    N) and ``max_step`` capped at the snapshot interval; ValueError where either is not a positive number."""
+    tol = default_tolerance(n_tokens) if tolerance is None else float(tolerance)
+    if not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"the local error tolerance must be a positive finite number, got {tolerance}")
+    interval = grid.horizon / grid.snapshots
+    longest = interval if max_step is None else min(float(max_step), interval)
+    if not longest > 0:
+        raise ValueError(f"the largest step must be positive, got {max_step}")
+    return tol, longest
+
+
+def _restore(resume: Resume, out: np.ndarray, record: StepRecord) -> int:
+    """Copy the snapshots 0..k and their record from ``resume = (k, positions, record)`` into ``out`` and
+    ``record`` (whose snapshot 0 holds the run's initial positions) and return k; ValueError where the
+    checkpoint's shapes or initial positions are not this run's."""
+    k0, done, done_record = resume
+    done = np.asarray(done, dtype=float)
+    times = out.shape[-3]
+    replicas = out.shape[:-3]
+    expected = out.shape[:-3] + (k0 + 1,) + out.shape[-2:]
+    if not (0 <= k0 < times) or done.shape != expected:
+        raise ValueError(f"resume: expected snapshots 0..{k0} of shape {expected}, got {done.shape}")
+    if done_record.drift.shape != replicas + (k0 + 1,) or any(
+        getattr(done_record, f).shape != (k0 + 1,) for f in FIELDS[1:]
+    ):
+        raise ValueError(
+            f"resume: expected the step record of snapshots 0..{k0}, norm drift of shape "
+            f"{replicas + (k0 + 1,)}, got {done_record.drift.shape}"
+        )
+    if not np.array_equal(done[..., 0, :, :], out[..., 0, :, :]):
+        raise ValueError("resume: the checkpoint starts from other initial positions")
+    out[..., : k0 + 1, :, :] = done
+    for f in FIELDS:
+        getattr(record, f)[..., : k0 + 1] = getattr(done_record, f)
+    return k0
+
+
 def simulate(
     field: Field,
     X0: np.ndarray,
@@ -445,7 +492,7 @@ def simulate(
 ):
     """Positions at the snapshot times, shape (replica, time, token, dim): the time axis is inserted before the
     tokens of ``X0`` (replica, token, dim) (or (token, dim): then (time, token, dim)), the package's one
-    layout (``lowtemp.store.layout``).
+    layout (``lowtemp.model.layout``).
 
     ``method`` is ``rk4`` or ``euler`` (the fixed step ``grid.step``) or ``dopri5`` (the step from
     error control: the root mean square over tokens of the local error estimate, max over
@@ -464,44 +511,18 @@ def simulate(
     the record's entries 0..k are final), e.g. to write a checkpoint. ``progress(t, k, record)``
     after every snapshot.
     """
-    adaptive = method in ADAPTIVE
-    if not adaptive and method not in INCREMENTS:
-        raise ValueError(f"unknown integrator {method!r}; known: {sorted(INCREMENTS) + sorted(ADAPTIVE)}")
+    adaptive = _is_adaptive(method)
     X = normalise(np.asarray(X0, dtype=float))
     if adaptive:
-        tol = default_tolerance(X.shape[-2]) if tolerance is None else float(tolerance)
-        if not (np.isfinite(tol) and tol > 0):
-            raise ValueError(f"the local error tolerance must be a positive finite number, got {tolerance}")
-        interval = grid.horizon / grid.snapshots
-        longest = interval if max_step is None else min(float(max_step), interval)
-        if not longest > 0:
-            raise ValueError(f"the largest step must be positive, got {max_step}")
+        tol, longest = _adaptive_limits(X.shape[-2], grid, tolerance, max_step)
     times = grid.times
-    replicas = X.shape[:-2]
     out = np.empty(trajectory_shape(X.shape, times.size))
     out[..., 0, :, :] = X
-    record = StepRecord.empty(times.size, replicas, grid.step)
+    record = StepRecord.empty(times.size, X.shape[:-2], grid.step)
     first = 1
     if resume is not None:
-        k0, done, done_record = resume
-        done = np.asarray(done, dtype=float)
-        expected = trajectory_shape(X.shape, k0 + 1)
-        if not (0 <= k0 < times.size) or done.shape != expected:
-            raise ValueError(f"resume: expected snapshots 0..{k0} of shape {expected}, got {done.shape}")
-        if done_record.drift.shape != replicas + (k0 + 1,) or any(
-            getattr(done_record, f).shape != (k0 + 1,) for f in FIELDS[1:]
-        ):
-            raise ValueError(
-                f"resume: expected the step record of snapshots 0..{k0}, norm drift of shape "
-                f"{replicas + (k0 + 1,)}, got {done_record.drift.shape}"
-            )
-        if not np.array_equal(done[..., 0, :, :], out[..., 0, :, :]):
-            raise ValueError("resume: the checkpoint starts from other initial positions")
-        out[..., : k0 + 1, :, :] = done
-        for f in FIELDS:
-            getattr(record, f)[..., : k0 + 1] = getattr(done_record, f)
-        X = out[..., k0, :, :].copy()
-        first = k0 + 1
+        first = _restore(resume, out, record) + 1
+        X = out[..., first - 1, :, :].copy()
     counted = _CountedField(field)
     if adaptive and first < times.size:
         # f(X) depends on X alone: a resumed run recomputes it bit for bit (and does not record it)
@@ -510,20 +531,8 @@ def simulate(
     before = 0  # the first interval of a fresh adaptive run counts the evaluation of k1 above
     for k in range(first, times.size):
         if adaptive:
-            X, k1, h = _adaptive_interval(
-                ADAPTIVE[method],
-                counted,
-                X,
-                k1,
-                float(times[k - 1]),
-                float(times[k]),
-                h,
-                tol,
-                longest,
-                label,
-                record,
-                k,
-            )
+            t0, t1 = float(times[k - 1]), float(times[k])
+            X, k1, h = _adaptive_interval(ADAPTIVE[method], counted, X, k1, t0, t1, h, tol, longest, label, record, k)
             record.next_step[k] = h
         else:
             X = _fixed_interval(INCREMENTS[method], counted, X, grid, label, record, k)
@@ -534,3 +543,15 @@ def simulate(
         if progress is not None:
             progress(float(times[k]), k, record)
     return (out, record) if return_record else out
+
+
+def simulate_resumable(field: Field, X0: np.ndarray, grid: TimeGrid, method: str, checkpoint=None, **run):
+    """``simulate`` (``run``: its keyword arguments) resumed from, and writing, ``checkpoint``; returns the
+    positions and the ``StepRecord``.
+
+    ``checkpoint`` is None (start from t = 0, write nothing) or an object with ``load(shape)`` (a ``Resume`` or
+    None) that is also the snapshot hook (``lowtemp.store.checkpoint.SimulationCheckpoint``): the integrator
+    never sees where or how it is stored.
+    """
+    resume = None if checkpoint is None else checkpoint.load(X0.shape)
+    return simulate(field, X0, grid, method, resume=resume, on_snapshot=checkpoint, return_record=True, **run)

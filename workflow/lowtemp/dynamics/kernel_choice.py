@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-#: the kernels of ``kernels.attention_field`` that are always there
+#: the kernels of ``kernels.field_with_kernel`` that are always there
 KERNELS = ("numpy", "dense", "cap")
 #: kernels that need an optional package: ``torch`` (PyTorch, float64, on a CUDA device when there is one;
 #: ``lowtemp.dynamics.torch_field``)
@@ -50,7 +50,8 @@ def choose_kernel(n_tokens: int, d: int) -> str:
 
     Why at run time: the cap kernel's cost follows the cloud, not the config. On the spread initial cloud at
     β = 1000 (d = 3) it is 2× faster than the dense kernel; once the tokens cluster, one cell of its grid holds
-    a whole cluster and it is 6× slower (docs/kernels.md). A choice made once from (β, N, d) is wrong in one of
+    a whole cluster and it is 6× slower
+    (docs/decisions/0008-kernel-choice-at-run-time.md). A choice made once from (β, N, d) is wrong in one of
     the two phases of every low-temperature run.
     """
     if d not in (2, 3):

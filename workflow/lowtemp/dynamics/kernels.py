@@ -33,7 +33,7 @@
   m_i that fixes a cap which provably holds every token that can matter, and
   m_i itself is the max over that cap. d = 2 and d = 3.
 
-``attention_field(X, B, V, beta, kernel)`` dispatches on the kernel's name; ``auto`` (what
+``field_with_kernel(X, B, V, beta, kernel)`` (and ``ess_with_kernel``) dispatches on the kernel's name; ``auto`` (what
 ``kernel_choice.choose_kernel`` gives ``kernel: auto`` at N ≥ 16384 in d = 2, 3) picks ``cap`` or
 ``dense`` at each call from the cloud itself (``kernel_choice.choose_for_cloud``).
 """
@@ -41,6 +41,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -238,14 +239,30 @@ def _cell_lists(X, h, G, origin):
     return start, order.astype(np.int64)
 
 
+class CellGrid(NamedTuple):
+    """The uniform grid of cells the cap kernel finds a query's cap with (``_cell_lists``), for one replica: every
+    token lies within ``rho_max`` of the origin; the grid's lower corner is ``origin`` on every axis, its cells have
+    side ``h``, ``G`` of them per axis; the tokens sorted by cell, CSR: cell f holds ``order[start[f]:start[f + 1]]``
+    (cells numbered axis by axis, the last fastest)."""
+
+    rho_max: float
+    origin: float
+    h: float
+    G: int
+    start: np.ndarray
+    order: np.ndarray
+
+
 @njit(fastmath=False, cache=False)
-def _cap_pass(X, a, m, c, lo, hi, G, start, order, acc, total):
-    """One sweep over the tokens of the cell box lo..hi.
+def _cap_pass(X, a, m, c, box, grid, acc, total):
+    """One sweep over the tokens of the cell box ``box`` = (lo, hi) (first and last cell per axis, inclusive).
 
     ``total`` False: return the largest score ⟨a, x_j⟩ in the box. ``total`` True:
     accumulate, over tokens with score ≥ m − c, Z, Z2 and Σ w x_j into ``acc``
     (acc[0] = Z, acc[1] = Z2, acc[2:] = Σ w x_j); return Z.
     """
+    lo, hi = box
+    G, start, order = grid.G, grid.start, grid.order
     d = X.shape[1]
     best = -np.inf
     cell = lo.copy()
@@ -279,9 +296,11 @@ def _cap_pass(X, a, m, c, lo, hi, G, start, order, acc, total):
 
 
 @njit(parallel=True, fastmath=False, cache=False)
-def _cap_sum(X, At, V, m_lower, rho_max, c, origin, h, G, start, order, out, ess):
-    """For each query i: the exact max score over a cell box that provably holds every token
-    with score ≥ m_lower_i − c, then the sum over tokens with score ≥ max − c."""
+def _cap_sum(X, At, V, m_lower, c, grid, out, ess):
+    """For each query i (a_i = At x_i): the exact max score over a cell box of ``grid`` that provably holds every
+    token with score ≥ m_lower_i − c, then the sum over tokens with score ≥ max − c; the field P⊥(x_i) V Σ w x_j / Z
+    into ``out`` and the ESS Z²/Σ w² into ``ess``."""
+    rho_max, origin, h, G = grid.rho_max, grid.origin, grid.h, grid.G
     N, d = X.shape
     for i in prange(N):
         a = np.zeros(d)
@@ -302,8 +321,8 @@ def _cap_sum(X, At, V, m_lower, rho_max, c, origin, h, G, start, order, out, ess
                 lo[k] = min(G - 1, max(0, int(np.floor((qk - rad - origin) / h))))
                 hi[k] = min(G - 1, max(0, int(np.floor((qk + rad - origin) / h))))
         acc = np.zeros(2 + d)
-        m = _cap_pass(X, a, 0.0, c, lo, hi, G, start, order, acc, False)
-        Z = _cap_pass(X, a, m, c, lo, hi, G, start, order, acc, True)
+        m = _cap_pass(X, a, 0.0, c, (lo, hi), grid, acc, False)
+        Z = _cap_pass(X, a, m, c, (lo, hi), grid, acc, True)
         dot = 0.0
         f = np.zeros(d)
         for k in range(d):
@@ -343,7 +362,8 @@ def cap_field(X, B, V, beta, tail: float = DEFAULT_TAIL, with_ess: bool = False)
         _, _, rho_max, h, G = cap_geometry(Xr, A, m_lower, c)
         origin = -rho_max
         start, order = _cell_lists(Xr, h, G, origin)
-        _cap_sum(Xr, np.ascontiguousarray(At), V, m_lower, rho_max, c, origin, h, G, start, order, out[r], ess[r])
+        grid = CellGrid(rho_max, origin, h, G, start, order)
+        _cap_sum(Xr, np.ascontiguousarray(At), V, m_lower, c, grid, out[r], ess[r])
     return (out, ess) if with_ess else out
 
 
@@ -367,14 +387,14 @@ def _kernel_functions(kernel: str, X, B, beta):
         ) from None
 
 
-def attention_field(X, B, V, beta, kernel: str = "dense"):
+def field_with_kernel(X, B, V, beta, kernel: str = "dense"):
     """The finite-temperature field with the named kernel (``numpy``, ``dense``, ``cap``, ``torch`` (optional,
     ``lowtemp.dynamics.torch_field``); ``auto``: the one ``kernel_choice.choose_for_cloud`` predicts cheaper on this
     cloud)."""
     return _kernel_functions(kernel, X, B, beta)[0](X, B, V, beta)
 
 
-def effective_sample_size(X, B, V, beta, kernel: str = "dense"):
+def ess_with_kernel(X, B, V, beta, kernel: str = "dense"):
     """ESS_i = 1/Σ_j w_ij² with the named kernel, shape (replica, token)."""
     return _kernel_functions(kernel, X, B, beta)[1](X, B, V, beta)
 
@@ -391,11 +411,11 @@ class AttentionField:
     kernel: str
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
-        return attention_field(X, self.B, self.V, self.beta, self.kernel)
+        return field_with_kernel(X, self.B, self.V, self.beta, self.kernel)
 
     def effective_sample_size(self, X: np.ndarray) -> np.ndarray:
-        """ESS_i = 1/Σ_j w_ij² of every token (``effective_sample_size``), shape (replica, token)."""
-        return effective_sample_size(X, self.B, self.V, self.beta, self.kernel)
+        """ESS_i = 1/Σ_j w_ij² of every token (``ess_with_kernel``), shape (replica, token)."""
+        return ess_with_kernel(X, self.B, self.V, self.beta, self.kernel)
 
     def trajectory_ess(self, positions: np.ndarray) -> np.ndarray:
         """The effective sample size of every token at every snapshot of a trajectory (…, time, token, dim):

@@ -85,6 +85,41 @@ def _expanded(x, centre, sm_centre: Softmax, cov_slope, B: np.ndarray, beta: flo
     return Softmax(log_z, mean, cov, zeros, zeros, zeros)
 
 
+def _group_points(queries: np.ndarray, group: np.ndarray, members: np.ndarray, n_groups: int, B: np.ndarray):
+    """(centres (group, 3), check point (group,): a member's index, tangent basis (group, 2, 3), the two probes
+    [(group, 3)] * 2) of every group: the centre is the normalised mean of its members."""
+    centre = np.zeros((n_groups, 3))
+    np.add.at(centre, group[members], queries[members])
+    centre /= np.linalg.norm(centre, axis=1, keepdims=True)
+    offset = queries[members] - centre[group[members]]
+    # the check point: the member with the largest |Bᵀδ|; the probes: the centre moved by the group's radius along
+    # each tangent direction, for the covariance's slope
+    order = np.lexsort((-np.linalg.norm(offset @ B, axis=1), group[members]))
+    check = members[order[np.searchsorted(group[members][order], np.arange(n_groups))]]
+    radius = np.zeros(n_groups)
+    np.maximum.at(radius, group[members], np.linalg.norm(offset, axis=1))
+    radius = np.maximum(radius, 1e-12)
+    basis = _tangent_basis(centre)
+    probes = [centre + radius[:, None] * basis[:, k] for k in range(2)]
+    probes = [p / np.linalg.norm(p, axis=1, keepdims=True) for p in probes]
+    return centre, check, basis, probes
+
+
+def _covariance_slope(probe_cov: np.ndarray, centre_cov: np.ndarray, centre, basis, probes) -> np.ndarray:
+    """(group, 2, 3, 3): C's slope along each tangent direction of every group, one-sided from the probes'
+    covariances (``probe_cov``: every group's first probe, then every group's second) and the centres'."""
+    n_groups = centre.shape[0]
+    # slope of C per unit of each tangent component: the probe's tangent component is e_k·(p_k − x_c)
+    return np.stack(
+        [
+            (probe_cov[k * n_groups : (k + 1) * n_groups] - centre_cov)
+            / np.einsum("qj,qj->q", basis[:, k], probes[k] - centre)[:, None, None]
+            for k in range(2)
+        ],
+        axis=1,
+    )
+
+
 def aggregated_field(
     mesh: SphereMesh,
     B: np.ndarray,
@@ -102,44 +137,22 @@ def aggregated_field(
     queries = np.ascontiguousarray(queries, dtype=float)
     log_c = log_normalisers(mesh)  # shared by both exact passes
     group, n_groups = query_cells(queries, cell)
-    alone = np.flatnonzero(group < 0)
-    members = np.flatnonzero(group >= 0)
-    centre = np.zeros((n_groups, 3))
-    np.add.at(centre, group[members], queries[members])
-    centre /= np.linalg.norm(centre, axis=1, keepdims=True)
-    offset = queries[members] - centre[group[members]]
-    # the check point: the member with the largest |Bᵀδ|; the probes: the centre moved by the group's radius along
-    # each tangent direction, for the covariance's slope
-    order = np.lexsort((-np.linalg.norm(offset @ B, axis=1), group[members]))
-    check = members[order[np.searchsorted(group[members][order], np.arange(n_groups))]]
-    radius = np.zeros(n_groups)
-    np.maximum.at(radius, group[members], np.linalg.norm(offset, axis=1))
-    radius = np.maximum(radius, 1e-12)
-    basis = _tangent_basis(centre)
-    probes = [centre + radius[:, None] * basis[:, k] for k in range(2)]
-    probes = [p / np.linalg.norm(p, axis=1, keepdims=True) for p in probes]
+    alone, members = np.flatnonzero(group < 0), np.flatnonzero(group >= 0)
+    centre, check, basis, probes = _group_points(queries, group, members, n_groups, B)
     exact = np.concatenate([queries[alone], centre, *probes, queries[check]])
     sm = softmax(mesh, B, beta, exact, variation, depth, log_c)
     v_exact, div_exact = velocity_divergence(exact, sm, B, V, beta)
-    v, div = np.empty_like(queries), np.empty(queries.shape[0])
-    a, g0 = alone.size, alone.size + n_groups
-    v[alone], div[alone] = v_exact[:a], div_exact[:a]
+    a, g0, g2 = alone.size, alone.size + n_groups, alone.size + 3 * n_groups
     at_centre = _take(sm, slice(a, g0))
-    # slope of C per unit of each tangent component: the probe's tangent component is e_k·(p_k − x_c)
-    slope = np.stack(
-        [
-            (sm.cov[g0 + k * n_groups : g0 + (k + 1) * n_groups] - at_centre.cov)
-            / np.einsum("qj,qj->q", basis[:, k], probes[k] - centre)[:, None, None]
-            for k in range(2)
-        ],
-        axis=1,
-    )
-    v_check, div_check = v_exact[g0 + 2 * n_groups :], div_exact[g0 + 2 * n_groups :]
+    slope = _covariance_slope(sm.cov[g0:g2], at_centre.cov, centre, basis, probes)
+    v_check, div_check = v_exact[g2:], div_exact[g2:]
     guess = _expanded(queries[check], centre, at_centre, (slope, basis), B, beta)
     v_guess, div_guess = velocity_divergence(queries[check], guess, B, V, beta)
     good = (np.linalg.norm(v_guess - v_check, axis=1) <= VELOCITY_TOLERANCE) & (
         np.abs(div_guess - div_check) <= DIVERGENCE_TOLERANCE
     )
+    v, div = np.empty_like(queries), np.empty(queries.shape[0])
+    v[alone], div[alone] = v_exact[:a], div_exact[:a]
     trusted = members[good[group[members]]]
     g = group[trusted]
     sm_members = _expanded(queries[trusted], centre[g], _take(at_centre, g), (slope[g], basis[g]), B, beta)
@@ -149,13 +162,10 @@ def aggregated_field(
         sm_refused = softmax(mesh, B, beta, queries[refused], variation, depth, log_c)
         v[refused], div[refused] = velocity_divergence(queries[refused], sm_refused, B, V, beta)
     v[check], div[check] = v_check, div_check  # computed exactly anyway
-    return (
-        v,
-        div,
-        {
-            "groups": n_groups,
-            "expanded": int(trusted.size - np.count_nonzero(good)),
-            "refused": int(np.count_nonzero(~good)),
-            "exact": int(alone.size + refused.size + 4 * n_groups),
-        },
-    )
+    counts = {
+        "groups": n_groups,
+        "expanded": int(trusted.size - np.count_nonzero(good)),
+        "refused": int(np.count_nonzero(~good)),
+        "exact": int(alone.size + refused.size + 4 * n_groups),
+    }
+    return v, div, counts

@@ -25,8 +25,8 @@ import math
 import numpy as np
 
 from .sphere_geometry import orientation, spherical_area
-from .sphere_mesh import NORMALISER_VARIATION, SphereMesh, log_normalisers
-from .sphere_remesh import _TABLES, _remap
+from .sphere_mesh import NORMALISER_VARIATION, SUB_RULES, SphereMesh, log_normalisers
+from .sphere_remesh import _remap_patch
 
 #: most rings of triangles a fold's region may grow by before the fold is left unrepaired
 MAX_RINGS = 4
@@ -176,8 +176,7 @@ def _refill(mesh: SphereMesh, region: np.ndarray):
     patch = np.flatnonzero(region)
     corners = np.ascontiguousarray(mesh.points[new])
     log_mass = np.empty(new.shape[0])
-    _remap(corners, new.shape[0], mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass, patch, patch.size,
-           NORMALISER_VARIATION, log_mass, _TABLES)  # fmt: skip
+    _remap_patch(mesh.arrays(), patch, patch.size, corners, new.shape[0], log_mass, NORMALISER_VARIATION, SUB_RULES)
     return loop, new, log_mass, float(np.arccos(min(reach, 1.0)))
 
 

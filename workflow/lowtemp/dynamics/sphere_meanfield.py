@@ -336,6 +336,98 @@ def repair_and_adapt(mesh: SphereMesh, edge: float) -> tuple[SphereMesh, dict]:
     return mesh, {**counts, **{f"fold_{key}": value for key, value in repairs.items()}}
 
 
+@dataclass
+class _March:
+    """Where a solve stands: the mesh and the tracers (token, 3) at time ``t``, DOP853's step carried across stops,
+    the counts, and what the snapshots so far recorded (a mesh, the tracers and the diagnostics each)."""
+
+    mesh: SphereMesh
+    tracers: np.ndarray
+    start: float  # perf_counter() when the solve began
+    t: float = 0.0
+    step: float | None = None
+    nfev: list = field(default_factory=lambda: [0])  # the right-hand side counts its calls in nfev[0]
+    steps: int = 0
+    halvings: int = 0  # stretches between stops halved because the flow stretched a triangle too far for β
+    remeshings: int = 0
+    repaired_w2: float = 0.0  # the W2 bound of every fold repair so far (``sphere_folds``)
+    meshes: list = field(default_factory=list)
+    paths: list = field(default_factory=list)
+    diagnostics: list = field(default_factory=list)
+
+
+def _checked_tracers(tracers0: np.ndarray | None) -> np.ndarray:
+    """The tracers (…, token, 3) as a float array ((0, 3) when None); ValueError unless finite and non-zero."""
+    tracers0 = np.zeros((0, 3)) if tracers0 is None else np.asarray(tracers0, dtype=float)
+    if tracers0.ndim < 2 or tracers0.shape[-1] != 3 or not np.all(np.isfinite(tracers0)):
+        raise ValueError(f"S² mean field: tracers must be finite (…, token, 3), got shape {tracers0.shape}")
+    if tracers0.size and not np.all(np.linalg.norm(tracers0, axis=-1) > 0):
+        raise ValueError("S² mean field: a tracer is the zero vector (tracers are points of the sphere)")
+    return tracers0
+
+
+def _advance(march: _March, stop: float, B, V, beta: float, settings: SphereSettings) -> None:
+    """Move the mesh and the tracers from ``march.t`` to ``stop`` on the mesh's fixed triangles (MeshTooCoarse, the
+    march unchanged, where the flow stretches a triangle too far for the softmax on the way)."""
+    rhs = _field(march.mesh, B, V, beta, settings, march.tracers.shape[0], march.nfev)
+    y, taken, march.step = _advance_edges(
+        rhs, march.t, stop, _pack(march.mesh, march.tracers), settings.rtol, settings.atol, march.step
+    )
+    march.mesh, march.tracers = _unpack(y, march.mesh, march.tracers.shape[0])
+    march.steps += taken
+    march.t = stop
+
+
+def _halfway(err: MeshTooCoarse, t: float, stop: float, settings: SphereSettings, remeshed: bool) -> float:
+    """The stop to insert halfway through the stretch t … stop on which the softmax refused a triangle; the refusal,
+    naming the stretch, where nothing remeshes or the stretch is already as short as ``SHORTEST_STRETCH`` allows."""
+    # the flow stretched a triangle beyond what the softmax integrates at this β before the next remeshing (in the
+    # tail, where the flow splits towards two clusters): remesh halfway and try again
+    if not remeshed or stop - t <= settings.remesh_every * SHORTEST_STRETCH:
+        raise MeshTooCoarse(f"{err} (between t = {t:g} and {stop:g})") from None
+    return 0.5 * (t + stop)
+
+
+def _at_stop(march: _March, stop: float, times: np.ndarray, remesh, progress) -> None:
+    """At a stop: remesh (when a remeshing is given), then record a snapshot for every time equal to the stop and
+    report it to ``progress``."""
+    if remesh is not None:
+        march.mesh, counts = remesh(march.mesh, march.t)
+        march.remeshings += 1
+        march.repaired_w2 += counts.get("fold_w2_moved", 0.0)
+    for _ in range(int(np.sum(times == stop))):
+        march.meshes.append(march.mesh.copy())
+        march.paths.append(march.tracers.copy())
+        march.diagnostics.append({**_mesh_diagnostics(march.mesh), "repaired_w2": march.repaired_w2})
+    if np.any(times == stop) and progress is not None:
+        progress(float(stop), {**march.diagnostics[-1], "nfev": march.nfev[0], "steps": march.steps})
+
+
+def _solution(march: _March, beta: float, times: np.ndarray, tracers0: np.ndarray) -> SphereMeanFieldSolution:
+    """The solution from the snapshots recorded: the tracers NaN at the snapshots not reached, in the layout of
+    ``tracers0`` (…, token, 3) with a time axis before the token's; None when no tracers were given."""
+    resolved_until = float(times[len(march.meshes) - 1])
+    paths = march.paths + [np.full_like(march.tracers, np.nan)] * (times.size - len(march.paths))
+    trajectory = np.stack(paths, axis=0).reshape((times.size, *tracers0.shape[:-1], 3))
+    # (time, …, token, 3) → (…, time, token, 3), the package's layout
+    trajectory = np.moveaxis(trajectory, 0, -3)
+    return SphereMeanFieldSolution(
+        beta,
+        times,
+        march.meshes,
+        trajectory if tracers0.size else None,
+        info={
+            "nfev": march.nfev[0],
+            "steps": march.steps,
+            "seconds": _time.perf_counter() - march.start,
+            "remeshings": march.remeshings,
+            "remesh_halvings": march.halvings,
+            "resolved_until": resolved_until,
+        },
+        diagnostics={key: np.array([d[key] for d in march.diagnostics]) for key in march.diagnostics[0]},
+    )
+
+
 def solve(
     B,
     V,
@@ -360,71 +452,24 @@ def solve(
     mesh0.check()
     check_covers_sphere(mesh0)
     check_resolution(mesh0, B, float(beta), settings.variation, settings.depth, settings.edge)
-    tracers0 = np.zeros((0, 3)) if tracers0 is None else np.asarray(tracers0, dtype=float)
-    if tracers0.ndim < 2 or tracers0.shape[-1] != 3 or not np.all(np.isfinite(tracers0)):
-        raise ValueError(f"S² mean field: tracers must be finite (…, token, 3), got shape {tracers0.shape}")
-    if tracers0.size and not np.all(np.linalg.norm(tracers0, axis=-1) > 0):
-        raise ValueError("S² mean field: a tracer is the zero vector (tracers are points of the sphere)")
-    lead = tracers0.shape[:-1]
-    tracers = tracers0.reshape(-1, 3) / np.linalg.norm(tracers0.reshape(-1, 3), axis=1, keepdims=True)
+    tracers0 = _checked_tracers(tracers0)
     if remesh is None and settings.edge is not None:
         remesh = lambda m, _t: repair_and_adapt(m, settings.edge)  # noqa: E731
-    mesh, counter = mesh0.copy(), [0]
+    flat = tracers0.reshape(-1, 3)
+    march = _March(mesh0.copy(), flat / np.linalg.norm(flat, axis=1, keepdims=True), start=_time.perf_counter())
     stops = list(np.union1d(times, np.arange(0.0, times[-1], settings.remesh_every)))
-    meshes, paths, diagnostics, remesh_counts = [], [], [], []
-    t_now, steps, step, start = 0.0, 0, None, _time.perf_counter()
-    repaired_w2 = 0.0  # the W2 bound of every fold repair so far (``sphere_folds``)
-    halvings = 0  # stretches between stops halved because the flow stretched a triangle too far for β
     k = 0
     while k < len(stops):
         stop = stops[k]
-        if stop > t_now:
-            rhs = _field(mesh, B, V, float(beta), settings, tracers.shape[0], counter)
+        if stop > march.t:
             try:
-                y, taken, step = _advance_edges(
-                    rhs, t_now, float(stop), _pack(mesh, tracers), settings.rtol, settings.atol, step
-                )
+                _advance(march, float(stop), B, V, float(beta), settings)
             except MeshTooCoarse as err:
-                # the flow stretched a triangle beyond what the softmax integrates at this β before the next
-                # remeshing (in the tail, where the flow splits towards two clusters): remesh halfway and try again
-                if remesh is None or stop - t_now <= settings.remesh_every * SHORTEST_STRETCH:
-                    raise MeshTooCoarse(f"{err} (between t = {t_now:g} and {stop:g})") from None
-                stops.insert(k, 0.5 * (t_now + float(stop)))
-                halvings += 1
+                stops.insert(k, _halfway(err, march.t, float(stop), settings, remesh is not None))
+                march.halvings += 1
                 continue
-            mesh, tracers = _unpack(y, mesh, tracers.shape[0])
-            steps += taken
-            t_now = float(stop)
         k += 1
-        if remesh is not None:
-            mesh, counts = remesh(mesh, t_now)
-            remesh_counts.append(counts)
-            repaired_w2 += counts.get("fold_w2_moved", 0.0)
-        for _ in range(int(np.sum(times == stop))):
-            meshes.append(mesh.copy())
-            paths.append(tracers.copy())
-            diagnostics.append({**_mesh_diagnostics(mesh), "repaired_w2": repaired_w2})
-        if np.any(times == stop) and progress is not None:
-            progress(float(stop), {**diagnostics[-1], "nfev": counter[0], "steps": steps})
-        if np.any(times == stop) and settings.max_triangles and mesh.triangles.shape[0] > settings.max_triangles:
+        _at_stop(march, stop, times, remesh, progress)
+        if np.any(times == stop) and settings.max_triangles and march.mesh.triangles.shape[0] > settings.max_triangles:
             break
-    resolved_until = float(times[len(meshes) - 1])
-    paths += [np.full_like(tracers, np.nan)] * (times.size - len(paths))
-    trajectory = np.stack(paths, axis=0).reshape((times.size, *lead, 3))
-    # (time, …, token, 3) → (…, time, token, 3), the package's layout
-    trajectory = np.moveaxis(trajectory, 0, -3)
-    return SphereMeanFieldSolution(
-        float(beta),
-        times,
-        meshes,
-        trajectory if tracers0.size else None,
-        info={
-            "nfev": counter[0],
-            "steps": steps,
-            "seconds": _time.perf_counter() - start,
-            "remeshings": len(remesh_counts),
-            "remesh_halvings": halvings,
-            "resolved_until": resolved_until,
-        },
-        diagnostics={key: np.array([d[key] for d in diagnostics]) for key in diagnostics[0]},
-    )
+    return _solution(march, float(beta), times, tracers0)

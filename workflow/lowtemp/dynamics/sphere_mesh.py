@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
@@ -72,6 +73,30 @@ def _sub_rules(nmax: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 SUB_BARY, SUB_WEIGHTS, SUB_COUNT = _sub_rules(MAX_SUBDIVISION)
 
 
+class SubRules(NamedTuple):
+    """The 7-point rule on n × n sub-triangles for every n ≤ MAX_SUBDIVISION, as the numba kernels take it
+    (``_sub_rules``): barycentric nodes ``bary`` (n, node, 3), their weights (n, node) and how many nodes each n has
+    (n,)."""
+
+    bary: np.ndarray
+    weights: np.ndarray
+    count: np.ndarray
+
+
+SUB_RULES = SubRules(SUB_BARY, SUB_WEIGHTS, SUB_COUNT)
+
+
+class MeshArrays(NamedTuple):
+    """A ``SphereMesh``'s arrays as the numba kernels take them: vertices on S² (vertex, 3), ℓ = log ρ at each
+    vertex (vertex,), triangles (triangle, 3) counter-clockwise seen from outside, log m_T of each (triangle,). The
+    arrays are the mesh's own: a kernel that writes to them changes the mesh."""
+
+    points: np.ndarray
+    log_density: np.ndarray
+    triangles: np.ndarray
+    log_mass: np.ndarray
+
+
 @dataclass
 class SphereMesh:
     """Vertices on S² with their log-density, triangles with their log-mass (layouts: module docstring)."""
@@ -84,6 +109,10 @@ class SphereMesh:
     def copy(self) -> SphereMesh:
         """An independent copy (every array copied)."""
         return SphereMesh(self.points.copy(), self.log_density.copy(), self.triangles.copy(), self.log_mass.copy())
+
+    def arrays(self) -> MeshArrays:
+        """The mesh's arrays (not copies) for a numba kernel."""
+        return MeshArrays(self.points, self.log_density, self.triangles, self.log_mass)
 
     @property
     def masses(self) -> np.ndarray:
@@ -126,8 +155,11 @@ def _chord_frame(a, b, c):
 
 
 @njit(cache=True)
-def _log_integral(a, b, c, la, lb, lc, n, sub_bary, sub_weights, sub_count):
-    """log ∫_T exp(ℓ_lin) dΩ on the radially projected chord triangle, 7-point rule on n × n sub-triangles."""
+def _log_integral(a, b, c, ell, n, sub_bary, sub_weights, sub_count):
+    """log ∫_T exp(ℓ_lin) dΩ on the radially projected chord triangle (a, b, c), ℓ = ``ell`` = (ℓ_a, ℓ_b, ℓ_c) at its
+    vertices, 7-point rule on n × n sub-triangles (``SubRules``' arrays). It takes arrays, not a ``SubRules``: a
+    parallel loop that passed a tuple of arrays would rebuild it, counting references, at every triangle."""
+    la, lb, lc = ell
     area, dist = _chord_frame(a, b, c)
     top = max(la, lb, lc)
     total = 0.0
@@ -155,30 +187,22 @@ NORMALISER_VARIATION = 0.5
 
 
 @njit(cache=True, parallel=True)
-def _log_normalisers(points, log_density, triangles, log_mass, tolerance, sub_bary, sub_weights, sub_count, out):
+def _log_normalisers(mesh, tolerance, rules, out):
+    """log c_T of every triangle into ``out`` (``log_normalisers``)."""
+    points, log_density, triangles, log_mass = mesh
+    sub_bary, sub_weights, sub_count = rules
     for t in prange(triangles.shape[0]):
         i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
         la, lb, lc = log_density[i], log_density[j], log_density[k]
         n = min(subdivision(max(la, lb, lc) - min(la, lb, lc), tolerance), MAX_SUBDIVISION)
-        out[t] = log_mass[t] - _log_integral(
-            points[i], points[j], points[k], la, lb, lc, n, sub_bary, sub_weights, sub_count
-        )
+        ell = (la, lb, lc)
+        out[t] = log_mass[t] - _log_integral(points[i], points[j], points[k], ell, n, sub_bary, sub_weights, sub_count)
 
 
 def log_normalisers(mesh: SphereMesh, tolerance: float = NORMALISER_VARIATION) -> np.ndarray:
     """log c_T of every triangle: the constant that makes its exp-linear density hold exactly m_T."""
     out = np.empty(mesh.triangles.shape[0])
-    _log_normalisers(
-        mesh.points,
-        mesh.log_density,
-        mesh.triangles,
-        mesh.log_mass,
-        tolerance,
-        SUB_BARY,
-        SUB_WEIGHTS,
-        SUB_COUNT,
-        out,
-    )
+    _log_normalisers(mesh.arrays(), tolerance, SUB_RULES, out)
     return out
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -33,9 +34,7 @@ from scipy.spatial import cKDTree
 from lowtemp.dynamics.sphere_mesh import (
     MAX_SUBDIVISION,
     NORMALISER_VARIATION,
-    SUB_BARY,
-    SUB_COUNT,
-    SUB_WEIGHTS,
+    SUB_RULES,
     SphereMesh,
     _chord_frame,
     _log_integral,
@@ -60,6 +59,43 @@ _MAX_PATCH = 64
 _FLIP_MARGIN = 1e-10
 
 
+class Edges(NamedTuple):
+    """Every edge once (``_edges``): its ends a, b as the first triangle t1 runs them (local edge j1 = (v_j1,
+    v_j1+1)), and the second triangle t2, which runs it b → a (local edge j2); each (edge,)."""
+
+    a: np.ndarray
+    b: np.ndarray
+    t1: np.ndarray
+    j1: np.ndarray
+    t2: np.ndarray
+    j2: np.ndarray
+
+
+class Stars(NamedTuple):
+    """Every vertex's star as it was when a pass began, CSR: the triangles around vertex v are
+    ``triangles[start[v]:start[v + 1]]`` (start (vertex + 1,))."""
+
+    start: np.ndarray
+    triangles: np.ndarray
+
+
+class CollapseLimits(NamedTuple):
+    """What a collapse must respect: the target edge length at every vertex ``size_at`` (vertex,), the split ratio
+    (a fan edge longer than split_ratio · target would be split again) and the sliver aspect ratio (the worst shape
+    a collapse may keep where the patch was worse)."""
+
+    size_at: np.ndarray
+    split_ratio: float
+    sliver_aspect: float
+
+
+class Alive(NamedTuple):
+    """Which triangles (triangle,) and vertices (vertex,) a collapse pass has not removed yet."""
+
+    triangles: np.ndarray
+    vertices: np.ndarray
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the old reconstruction on a patch, in log space
 
@@ -81,7 +117,9 @@ def _ray_barycentric(y, a, b, c):
 @njit(cache=True)
 def _patch_log_density(y, points, log_density, triangles, patch_c, patch, npatch):
     """log ρ of the reconstruction at unit y, from the patch triangle that holds y (the one y is deepest inside:
-    a node on a shared edge gets either side's value, which the rule weighs with measure zero)."""
+    a node on a shared edge gets either side's value, which the rule weighs with measure zero). Called at every
+    node, so it takes the mesh's arrays one by one: unpacking a ``MeshArrays`` here would count references at
+    every node."""
     best, bl0, bl1, bl2, depth = -1, 0.0, 0.0, 0.0, -np.inf
     for k in range(npatch):
         t = patch[k]
@@ -107,11 +145,13 @@ def _patch_variation(log_density, triangles, patch_c, patch, npatch):
 
 
 @njit(cache=True)
-def _log_integral_on(
-    a, b, c, n, points, log_density, triangles, patch_c, patch, npatch, sub_bary, sub_weights, sub_count
-):
-    """log I_T': the old reconstruction of the patch integrated over the new chord triangle (a, b, c) (module
-    docstring), 7-point rule on n × n sub-triangles, summed with a running maximum (log-sum-exp)."""
+def _log_integral_on(corners, n, mesh, patch_c, patch, npatch, rules):
+    """log I_T': the old reconstruction of the patch (the first ``npatch`` triangles of ``patch``, log c_T
+    ``patch_c``) integrated over the new chord triangle ``corners`` = (a, b, c) (3, 3) (module docstring), 7-point
+    rule on n × n sub-triangles, summed with a running maximum (log-sum-exp)."""
+    sub_bary, sub_weights, sub_count = rules
+    points, log_density, triangles, _ = mesh
+    a, b, c = corners[0], corners[1], corners[2]
     area, dist = _chord_frame(a, b, c)
     y = np.empty(3)
     top, total = -np.inf, 0.0
@@ -132,23 +172,27 @@ def _log_integral_on(
 
 
 @njit(cache=True)
-def _log_normaliser(t, points, log_density, triangles, log_mass, tolerance, tables):
+def _log_normaliser(t, mesh, tolerance, rules):
     """log c_T of one triangle (``sphere_mesh.log_normalisers``), computed where an operation needs it."""
-    sub_bary, sub_weights, sub_count = tables
+    points, log_density, triangles, log_mass = mesh
+    sub_bary, sub_weights, sub_count = rules
     i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
     la, lb, lc = log_density[i], log_density[j], log_density[k]
     n = min(subdivision(max(la, lb, lc) - min(la, lb, lc), tolerance), MAX_SUBDIVISION)
-    return log_mass[t] - _log_integral(points[i], points[j], points[k], la, lb, lc, n, sub_bary, sub_weights, sub_count)
+    ell = (la, lb, lc)
+    return log_mass[t] - _log_integral(points[i], points[j], points[k], ell, n, sub_bary, sub_weights, sub_count)
 
 
 @njit(cache=True)
-def _remap(corners, count, points, log_density, triangles, log_mass, patch, npatch, tolerance, out, tables):
-    """log m of the ``count`` new triangles ``corners`` (new, vertex, 3) that replace the patch: the patch's mass
-    in proportion to each one's integral of the old reconstruction (module docstring); written to ``out``."""
-    sub_bary, sub_weights, sub_count = tables
+def _remap_patch(mesh, patch, npatch, corners, count, out, tolerance, rules):
+    """log m of the ``count`` new triangles ``corners`` (new, vertex, 3) that replace the ``npatch`` old triangles
+    ``patch``: the patch's mass in proportion to each one's integral of the old reconstruction (module docstring);
+    written to ``out``. The two counts are integers, not read off the arrays: a split and a flip pass them as
+    constants, for which numba compiles (and unrolls) a version of its own."""
+    _, log_density, triangles, log_mass = mesh
     patch_c = np.empty(npatch)
     for k in range(npatch):
-        patch_c[k] = _log_normaliser(patch[k], points, log_density, triangles, log_mass, tolerance, tables)
+        patch_c[k] = _log_normaliser(patch[k], mesh, tolerance, rules)
     n = min(subdivision(_patch_variation(log_density, triangles, patch_c, patch, npatch), tolerance), MAX_SUBDIVISION)
     if npatch > 1:
         n = max(n, 2)  # the old reconstruction has kinks across the new triangles
@@ -160,10 +204,7 @@ def _remap(corners, count, points, log_density, triangles, log_mass, patch, npat
         mass += math.exp(log_mass[patch[k]] - top)
     log_patch_mass = top + math.log(mass)
     for i in range(count):
-        out[i] = _log_integral_on(
-            corners[i, 0], corners[i, 1], corners[i, 2], n, points, log_density, triangles, patch_c, patch, npatch,
-            sub_bary, sub_weights, sub_count,
-        )  # fmt: skip
+        out[i] = _log_integral_on(corners[i], n, mesh, patch_c, patch, npatch, rules)
     top = -np.inf
     for i in range(count):
         top = max(top, out[i])
@@ -221,9 +262,11 @@ def _independent(order, t1, t2, ntri):
 
 
 @njit(cache=True)
-def _split(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, nv, nt, tolerance, tables):
+def _split(chosen, edges, mesh, nv, nt, tolerance, rules):
     """Split every chosen edge at its great-circle midpoint; each of its two triangles becomes two halves sharing
-    that triangle's mass. Arrays have room for the new vertices (from nv) and triangles (from nt)."""
+    that triangle's mass. The mesh's arrays have room for the new vertices (from nv) and triangles (from nt)."""
+    _, _, t1, j1, t2, j2 = edges
+    points, log_density, triangles, log_mass = mesh
     corners = np.empty((2, 3, 3))
     out = np.empty(2)
     patch = np.empty(1, dtype=np.int64)
@@ -232,8 +275,8 @@ def _split(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, nv,
         mid = points[a] + points[b]
         points[nv] = mid / math.sqrt(np.sum(mid * mid))
         # the chord midpoint has λ = (½, ½, 0) on either side; average the two sides' log ρ there
-        c1 = _log_normaliser(t1[e], points, log_density, triangles, log_mass, tolerance, tables)
-        c2 = _log_normaliser(t2[e], points, log_density, triangles, log_mass, tolerance, tables)
+        c1 = _log_normaliser(t1[e], mesh, tolerance, rules)
+        c2 = _log_normaliser(t2[e], mesh, tolerance, rules)
         log_density[nv] = 0.5 * (log_density[a] + log_density[b]) + 0.5 * (c1 + c2)
         for side in range(2):
             t, j = (t1[e], j1[e]) if side == 0 else (t2[e], j2[e])
@@ -241,7 +284,7 @@ def _split(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, nv,
             corners[0, 0], corners[0, 1], corners[0, 2] = points[p], points[nv], points[r]
             corners[1, 0], corners[1, 1], corners[1, 2] = points[nv], points[q], points[r]
             patch[0] = t
-            _remap(corners, 2, points, log_density, triangles, log_mass, patch, 1, tolerance, out, tables)
+            _remap_patch(mesh, patch, 1, corners, 2, out, tolerance, rules)
             triangles[t, 0], triangles[t, 1], triangles[t, 2] = p, nv, r
             triangles[nt, 0], triangles[nt, 1], triangles[nt, 2] = nv, q, r
             log_mass[t], log_mass[nt] = out[0], out[1]
@@ -251,8 +294,10 @@ def _split(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, nv,
 
 
 @njit(cache=True)
-def _flip(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, tolerance, tables):
+def _flip(chosen, edges, mesh, tolerance, rules):
     """Flip every chosen edge: (a, b, c), (b, a, d) → (a, d, c), (d, b, c), the pair's mass remapped."""
+    _, _, t1, j1, t2, j2 = edges
+    points, _, triangles, log_mass = mesh
     corners = np.empty((2, 3, 3))
     out = np.empty(2)
     patch = np.empty(2, dtype=np.int64)
@@ -263,7 +308,7 @@ def _flip(chosen, t1, j1, t2, j2, points, log_density, triangles, log_mass, tole
         corners[0, 0], corners[0, 1], corners[0, 2] = points[a], points[d], points[c]
         corners[1, 0], corners[1, 1], corners[1, 2] = points[d], points[b], points[c]
         patch[0], patch[1] = s, u
-        _remap(corners, 2, points, log_density, triangles, log_mass, patch, 2, tolerance, out, tables)
+        _remap_patch(mesh, patch, 2, corners, 2, out, tolerance, rules)
         triangles[s, 0], triangles[s, 1], triangles[s, 2] = a, d, c
         triangles[u, 0], triangles[u, 1], triangles[u, 2] = d, b, c
         log_mass[s], log_mass[u] = out[0], out[1]
@@ -279,8 +324,9 @@ def _holds(triangles, t, v):
 
 
 @njit(cache=True)
-def _adjacent(v, w, star_start, star, triangles):
+def _adjacent(v, w, stars, triangles):
     """Whether vertex w lies on a triangle of v's star (the star as it was when the pass began)."""
+    star_start, star = stars
     for s in range(star_start[v], star_start[v + 1]):
         if _holds(triangles, star[s], w):
             return True
@@ -288,13 +334,16 @@ def _adjacent(v, w, star_start, star, triangles):
 
 
 @njit(cache=True)
-def _collapse(cand_a, cand_b, star_start, star, size_at, split_ratio, sliver_aspect, points, log_density, triangles,
-              log_mass, alive_t, alive_v, tolerance, tables):  # fmt: skip
+def _collapse(cand_a, cand_b, stars, limits, mesh, alive, tolerance, rules):
     """Collapse the candidate edges (va, vb) in order, each into one vertex (at the midpoint, else at va, else at
     vb: the first position that passes), rebuilding the star of the edge as the fan of the new vertex. Refused:
     a patch touched earlier in this pass (so every star read is still current), the link condition broken (a
     vertex adjacent to both ends other than the two opposite the edge: the collapse would pinch the surface), a
     fan triangle inverted or worse shaped than the patch allows, or a fan edge that a split would cut again."""
+    star_start, star = stars
+    size_at, split_ratio, sliver_aspect = limits
+    points, log_density, triangles, log_mass = mesh
+    alive_t, alive_v = alive
     locked = np.zeros(triangles.shape[0], dtype=np.bool_)
     patch = np.empty(_MAX_PATCH, dtype=np.int64)
     rest = np.empty(_MAX_PATCH, dtype=np.int64)
@@ -330,7 +379,7 @@ def _collapse(cand_a, cand_b, star_start, star, size_at, split_ratio, sliver_asp
         for i in range(nrest):
             for j in range(3):
                 w = triangles[rest[i], j]
-                if w != va and _adjacent(vb, w, star_start, star, triangles):
+                if w != va and _adjacent(vb, w, stars, triangles):
                     shared += 1
         if shared != 2:
             continue
@@ -357,8 +406,8 @@ def _collapse(cand_a, cand_b, star_start, star, size_at, split_ratio, sliver_asp
             if option == 0:
                 x = points[va] + points[vb]
                 x = x / math.sqrt(np.sum(x * x))
-                c1 = _log_normaliser(both[0], points, log_density, triangles, log_mass, tolerance, tables)
-                c2 = _log_normaliser(both[1], points, log_density, triangles, log_mass, tolerance, tables)
+                c1 = _log_normaliser(both[0], mesh, tolerance, rules)
+                c2 = _log_normaliser(both[1], mesh, tolerance, rules)
                 l_new = 0.5 * (log_density[va] + log_density[vb]) + 0.5 * (c1 + c2)
             elif option == 1:
                 x, l_new = points[va].copy(), log_density[va]
@@ -383,7 +432,7 @@ def _collapse(cand_a, cand_b, star_start, star, size_at, split_ratio, sliver_asp
                 break
         if not accepted:
             continue
-        _remap(corners, nrest, points, log_density, triangles, log_mass, patch, npatch, tolerance, out, tables)
+        _remap_patch(mesh, patch, npatch, corners, nrest, out, tolerance, rules)
         points[va] = x
         log_density[va] = l_new
         for i in range(nrest):
@@ -404,7 +453,7 @@ def _collapse(cand_a, cand_b, star_start, star, size_at, split_ratio, sliver_asp
 # passes
 
 
-def _edges(triangles: np.ndarray, n_vertices: int):
+def _edges(triangles: np.ndarray, n_vertices: int) -> Edges:
     """Every edge once: its ends (a, b) as the first triangle t1 runs them (local edge j1 = (v_j1, v_j1+1)), and
     the second triangle t2 (which runs it b → a, local edge j2)."""
     m = triangles.shape[0]
@@ -415,7 +464,7 @@ def _edges(triangles: np.ndarray, n_vertices: int):
     if m == 0 or key.size % 2 or np.any(key[order[0::2]] != key[order[1::2]]):
         raise ValueError("sphere remesh: the triangles do not form a closed 2-manifold")
     first, second = order[0::2], order[1::2]
-    return a[first], b[first], first // 3, first % 3, second // 3, second % 3
+    return Edges(a[first], b[first], first // 3, first % 3, second // 3, second % 3)
 
 
 def _arc(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -426,12 +475,10 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-_TABLES = (SUB_BARY, SUB_WEIGHTS, SUB_COUNT)
-
-
 def _split_pass(mesh: SphereMesh, size, ratio: float, tolerance: float) -> int:
     P, F = mesh.points, mesh.triangles
-    a, b, t1, j1, t2, j2 = _edges(F, P.shape[0])
+    edges = _edges(F, P.shape[0])
+    a, b, t1, _, t2, _ = edges
     length = _arc(P[a], P[b])
     long = np.flatnonzero(length > ratio * size(_unit(P[a] + P[b])))
     chosen = _independent(long[np.argsort(-length[long], kind="stable")], t1, t2, F.shape[0])
@@ -442,14 +489,14 @@ def _split_pass(mesh: SphereMesh, size, ratio: float, tolerance: float) -> int:
     mesh.log_density = np.concatenate([mesh.log_density, np.empty(k)])
     mesh.triangles = np.concatenate([F, np.empty((2 * k, 3), dtype=np.int64)])
     mesh.log_mass = np.concatenate([mesh.log_mass, np.empty(2 * k)])
-    _split(chosen, t1, j1, t2, j2, mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass, nv, nt, tolerance,
-           _TABLES)  # fmt: skip
+    _split(chosen, edges, mesh.arrays(), nv, nt, tolerance, SUB_RULES)
     return k
 
 
 def _flip_pass(mesh: SphereMesh, tolerance: float) -> int:
     P, F = mesh.points, mesh.triangles
-    a, b, t1, j1, t2, j2 = _edges(F, P.shape[0])
+    edges = _edges(F, P.shape[0])
+    a, b, t1, j1, t2, j2 = edges
     c, d = F[t1, (j1 + 2) % 3], F[t2, (j2 + 2) % 3]
     # Delaunay on S²: the plane of (a, b, c) cuts the sphere along its circumcircle, the cap beyond it (away from
     # the origin) is the circumdisc; d inside it iff ((b − a) × (c − a))·(d − a) > 0
@@ -464,7 +511,7 @@ def _flip_pass(mesh: SphereMesh, tolerance: float) -> int:
     cand = np.flatnonzero(ok)
     chosen = _independent(cand[np.argsort(-inside[cand], kind="stable")], t1, t2, F.shape[0])
     if chosen.size:
-        _flip(chosen, t1, j1, t2, j2, P, mesh.log_density, F, mesh.log_mass, tolerance, _TABLES)
+        _flip(chosen, edges, mesh.arrays(), tolerance, SUB_RULES)
     return chosen.size
 
 
@@ -497,8 +544,9 @@ def _collapse_pass(mesh: SphereMesh, size, collapse_ratio, split_ratio, sliver_a
     star = by_vertex // 3
     star_start = np.searchsorted(flat[by_vertex], np.arange(nv + 1))
     alive_t, alive_v = np.ones(nt, dtype=bool), np.ones(nv, dtype=bool)
-    done = _collapse(ca, cb, star_start, star, np.asarray(size(P), dtype=float), split_ratio, sliver_aspect, P,
-                     mesh.log_density, F, mesh.log_mass, alive_t, alive_v, tolerance, _TABLES)  # fmt: skip
+    limits = CollapseLimits(np.asarray(size(P), dtype=float), split_ratio, sliver_aspect)
+    stars, alive = Stars(star_start, star), Alive(alive_t, alive_v)
+    done = _collapse(ca, cb, stars, limits, mesh.arrays(), alive, tolerance, SUB_RULES)
     if done:
         renumber = np.cumsum(alive_v) - 1
         mesh.points, mesh.log_density = P[alive_v], mesh.log_density[alive_v]
@@ -631,6 +679,5 @@ def reconstruction_log_integrals(
     patch_c = np.ascontiguousarray(log_c[patch])
     out = np.empty(corners.shape[0])
     for i in range(corners.shape[0]):
-        out[i] = _log_integral_on(corners[i, 0], corners[i, 1], corners[i, 2], n, mesh.points, mesh.log_density,
-                                  mesh.triangles, patch_c, patch, patch.size, *_TABLES)  # fmt: skip
+        out[i] = _log_integral_on(corners[i], n, mesh.arrays(), patch_c, patch, patch.size, SUB_RULES)
     return out

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
@@ -56,6 +57,63 @@ class Softmax:
     nodes: np.ndarray
     kept: np.ndarray
     bounded: np.ndarray
+
+
+class TriangleTables(NamedTuple):
+    """What one evaluation knows of every triangle T before its queries: ``log_c`` = log c_T, the normaliser
+    (``sphere_mesh.log_normalisers``) (triangle,); T's bounding cap (``_caps``): its centre g_T (triangle, 3), cos
+    and sin of its radius r_T (triangle,), and the range of ℓ over T's vertices ``log_range`` (triangle,); the
+    one-piece 7-point rule on T (``_static_nodes``), shared by every query: nodes on S² ``node_y`` (triangle·7, 3)
+    and log-weights ``node_lw`` (triangle·7,) = log(rule weight · solid-angle Jacobian) + ℓ + log c_T."""
+
+    log_c: np.ndarray
+    centre: np.ndarray
+    cos_r: np.ndarray
+    sin_r: np.ndarray
+    log_range: np.ndarray
+    node_y: np.ndarray
+    node_lw: np.ndarray
+
+
+class PassSettings(NamedTuple):
+    """How finely one softmax pass integrates: the largest ``variation`` of the exponent κ⟨b̂, y⟩ + ℓ over one
+    sub-triangle, the pruning ``depth`` (e-folds below the proven lower bound L of log Z), and the 7-point rule on
+    n × n sub-triangles for every n (``sphere_mesh.SubRules``: nodes (n, node, 3), weights (n, node), counts
+    (n,)); flat, because a parallel loop takes no nested tuple."""
+
+    variation: float
+    depth: float
+    sub_bary: np.ndarray
+    sub_weights: np.ndarray
+    sub_count: np.ndarray
+
+
+class QueryBatch(NamedTuple):
+    """The queries of one pass: the kernel's centre b̂ = Bᵀx/|Bᵀx| (query, 3), κ = β|Bᵀx| (query,), and the group
+    whose candidate triangles each query integrates (query,)."""
+
+    bhat: np.ndarray
+    kappa: np.ndarray
+    group: np.ndarray
+
+
+class Candidates(NamedTuple):
+    """Every group's candidate triangles (``_group_fill``), CSR: group g's are ``triangles[offsets[g]:offsets[g +
+    1]]``, increasing."""
+
+    offsets: np.ndarray
+    triangles: np.ndarray
+
+
+class QueryGroups(NamedTuple):
+    """Groups of queries (``query_groups``): the centre of each group's kernel centres b̂ (group, 3), cos and sin of
+    the group's radius R about it (group,), and its smallest and largest κ (group,), both with margins."""
+
+    centre: np.ndarray
+    cos_R: np.ndarray
+    sin_R: np.ndarray
+    kappa_lo: np.ndarray
+    kappa_hi: np.ndarray
 
 
 @njit(cache=True, parallel=True)
@@ -91,15 +149,18 @@ def _cap_cosines(bx, by, bz, gx, gy, gz, cos_r, sin_r):
 
 
 @njit(cache=True, parallel=True)
-def _static_nodes(points, log_density, triangles, log_c, bary, weights, node_y, node_lw):
-    """The 7 nodes of the one-piece rule on every triangle, shared by all queries of an evaluation: positions on
-    the sphere (triangle·7, 3) and log-weights (triangle·7,) = log(rule weight · solid-angle Jacobian) + ℓ + log c_T."""
+def _static_nodes(mesh, tables, bary, weights):
+    """The 7 nodes of the one-piece rule (nodes ``bary``, ``weights``) on every triangle, shared by all queries of
+    an evaluation, into ``tables``: positions on the sphere (triangle·7, 3) and log-weights (triangle·7,) =
+    log(rule weight · solid-angle Jacobian) + ℓ + log c_T."""
+    points, log_density, triangles, _ = mesh
+    log_c, node_y, node_lw = tables.log_c, tables.node_y, tables.node_lw
     for t in prange(triangles.shape[0]):
         i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
         ax, ay, az = points[i, 0], points[i, 1], points[i, 2]
         qx, qy, qz = points[j, 0], points[j, 1], points[j, 2]
         cx, cy, cz = points[k, 0], points[k, 1], points[k, 2]
-        log_geom = _log_area_distance(ax, ay, az, qx, qy, qz, cx, cy, cz) + log_c[t]
+        log_geom = _log_area_distance((ax, ay, az), (qx, qy, qz), (cx, cy, cz)) + log_c[t]
         la, lb, lc = log_density[i], log_density[j], log_density[k]
         for q in range(7):
             l0, l1, l2 = bary[q, 0], bary[q, 1], bary[q, 2]
@@ -113,8 +174,13 @@ def _static_nodes(points, log_density, triangles, log_c, bary, weights, node_y, 
 
 
 @njit(cache=True, inline="always")
-def _log_area_distance(ax, ay, az, qx, qy, qz, cx, cy, cz):
-    """log(flat area × distance of the chord plane from the origin) = log(|n·a|/2), n = (q − a) × (c − a)."""
+def _log_area_distance(a, q, c):
+    """log(flat area × distance of the chord plane from the origin) = log(|n·a|/2), n = (q − a) × (c − a), for the
+    chord triangle of the vertices a, q, c, each a tuple (x, y, z) (scalars, so an inlined call adds no reference
+    counting to the loops)."""
+    ax, ay, az = a
+    qx, qy, qz = q
+    cx, cy, cz = c
     e1x, e1y, e1z = qx - ax, qy - ay, qz - az
     e2x, e2y, e2z = cx - ax, cy - ay, cz - az
     nx = e1y * e2z - e1z * e2y
@@ -138,15 +204,18 @@ def _scaled(s, c):
 
 
 @njit(cache=True)
-def _query(
-    bx, by, bz, kappa, points, log_density, triangles, log_mass, log_c, centre, cos_r, sin_r, log_range,
-    node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, candidates, upper, spread, acc,
-):  # fmt: skip
-    """Softmax sums of one query into acc = (S0, S1[3], S2[6], shift, nodes, kept, too_coarse); the exponent is
-    κ(⟨b̂, y⟩ − 1) = −κ|y − b̂|²/2, never positive and free of cancellation at the kernel's centre. A triangle that
-    needs one piece takes the evaluation's static nodes; finer ones are sub-divided here. Only the ``candidates``
-    (increasing triangle indices) are visited: every triangle its group's bounds could not rule out
-    (``_group_candidates``), which holds every triangle the query itself keeps and the one that sets its lower bound."""
+def _query(bhat, kappa, candidates, mesh, tables, settings, acc):
+    """Softmax sums of one query (kernel centre ``bhat`` (3,), ``kappa``) into acc = (S0, S1[3], S2[6], shift, nodes,
+    kept, too_coarse); the exponent is κ(⟨b̂, y⟩ − 1) = −κ|y − b̂|²/2, never positive and free of cancellation at the
+    kernel's centre. A triangle that needs one piece takes the evaluation's static nodes; finer ones are sub-divided
+    here. Only the ``candidates`` (increasing triangle indices) are visited: every triangle its group's bounds could
+    not rule out (``_group_fill``), which holds every triangle the query itself keeps and the one that sets its lower
+    bound."""
+    bx, by, bz = bhat[0], bhat[1], bhat[2]
+    points, log_density, triangles, log_mass = mesh
+    log_c, centre, cos_r, sin_r, log_range, node_y, node_lw = tables
+    variation, depth, sub_bary, sub_weights, sub_count = settings
+    upper, spread = np.empty(candidates.size), np.empty(candidates.size)
     lower = -np.inf
     for c in range(candidates.size):
         t = candidates[c]
@@ -184,7 +253,7 @@ def _query(
         ax, ay, az = points[i, 0], points[i, 1], points[i, 2]
         qx, qy, qz = points[j, 0], points[j, 1], points[j, 2]
         cx, cy, cz = points[k, 0], points[k, 1], points[k, 2]
-        log_geom = _log_area_distance(ax, ay, az, qx, qy, qz, cx, cy, cz) + log_c[t] - shift
+        log_geom = _log_area_distance((ax, ay, az), (qx, qy, qz), (cx, cy, cz)) + log_c[t] - shift
         la, lb, lc = log_density[i], log_density[j], log_density[k]
         for q in range(sub_count[n]):
             l0, l1, l2 = sub_bary[n, q, 0], sub_bary[n, q, 1], sub_bary[n, q, 2]
@@ -218,74 +287,82 @@ def _frames(queries, B, beta, bhat, kappa):
 
 
 @njit(cache=True, inline="always")
-def _group_keeps(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, t, centre, cos_r, sin_r, log_mass):
-    """(upper bound over the group's queries, lower bound under them) of triangle t's log-share: its cap widened by
-    the group's radius R, the upper bound at the group's smallest κ, the lower at its largest (both exponents are
-    ≤ 0, so a larger κ lowers them)."""
-    if cos_r[t] + cos_R[g] < 0.0:  # r_t + R > π: the widened cap is the whole sphere
-        c = -1.0
-    else:
-        c = max(-1.0, cos_r[t] * cos_R[g] - sin_r[t] * sin_R[g] - 4e-16)  # cos(r_t + R), a hair outwards
-    sn = math.sqrt(max(0.0, 1.0 - c * c))
-    hi, lo = _cap_cosines(gb[g, 0], gb[g, 1], gb[g, 2], centre[t, 0], centre[t, 1], centre[t, 2], c, sn)
-    return log_mass[t] + kappa_lo[g] * (hi - 1.0), log_mass[t] + kappa_hi[g] * (lo - 1.0)
+def _group(groups, g):
+    """Group g of ``groups`` as a tuple of scalars: (centre x, y, z, cos R, sin R, smallest κ, largest κ)."""
+    gb, cos_R, sin_R, kappa_lo, kappa_hi = groups
+    return gb[g, 0], gb[g, 1], gb[g, 2], cos_R[g], sin_R[g], kappa_lo[g], kappa_hi[g]
 
 
 @njit(cache=True, inline="always")
-def _group_lower(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, centre, cos_r, sin_r, log_mass):
+def _group_keeps(group, t, centre, cos_r, sin_r, log_mass):
+    """(upper bound over the ``group``'s queries (``_group``), lower bound under them) of triangle t's log-share:
+    its cap (centre, cos r, sin r) widened by the group's radius R, the upper bound at the group's smallest κ, the
+    lower at its largest (both exponents are ≤ 0, so a larger κ lowers them). The triangles' arrays come one by one,
+    not as ``TriangleTables``: an inlined call that unpacked a tuple of arrays would count references in the loop."""
+    gx, gy, gz, cos_R, sin_R, kappa_lo, kappa_hi = group
+    if cos_r[t] + cos_R < 0.0:  # r_t + R > π: the widened cap is the whole sphere
+        c = -1.0
+    else:
+        c = max(-1.0, cos_r[t] * cos_R - sin_r[t] * sin_R - 4e-16)  # cos(r_t + R), a hair outwards
+    sn = math.sqrt(max(0.0, 1.0 - c * c))
+    hi, lo = _cap_cosines(gx, gy, gz, centre[t, 0], centre[t, 1], centre[t, 2], c, sn)
+    return log_mass[t] + kappa_lo * (hi - 1.0), log_mass[t] + kappa_hi * (lo - 1.0)
+
+
+@njit(cache=True, inline="always")
+def _group_lower(group, centre, cos_r, sin_r, log_mass):
     """The largest lower bound under the group's queries: a lower bound of every member's own."""
     lower = -np.inf
     for t in range(centre.shape[0]):
-        _, lo = _group_keeps(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, t, centre, cos_r, sin_r, log_mass)
+        _, lo = _group_keeps(group, t, centre, cos_r, sin_r, log_mass)
         lower = max(lower, lo)
     return lower
 
 
 @njit(cache=True, parallel=True)
-def _group_counts(gb, cos_R, sin_R, kappa_lo, kappa_hi, centre, cos_r, sin_r, log_mass, depth, counts, lowers):
+def _group_counts(groups, tables, log_mass, depth, counts, lowers):
     """How many candidate triangles each group of queries has (``_group_fill``), and the group's lower bound."""
-    for g in prange(gb.shape[0]):
-        lower = _group_lower(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, centre, cos_r, sin_r, log_mass)
+    centre, cos_r, sin_r = tables.centre, tables.cos_r, tables.sin_r
+    for g in prange(groups.centre.shape[0]):
+        group = _group(groups, g)
+        lower = _group_lower(group, centre, cos_r, sin_r, log_mass)
         lowers[g] = lower
         k = 0
         for t in range(centre.shape[0]):
-            hi, _ = _group_keeps(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, t, centre, cos_r, sin_r, log_mass)
+            hi, _ = _group_keeps(group, t, centre, cos_r, sin_r, log_mass)
             if hi >= lower - depth:
                 k += 1
         counts[g] = k
 
 
 @njit(cache=True, parallel=True)
-def _group_fill(gb, cos_R, sin_R, kappa_lo, kappa_hi, centre, cos_r, sin_r, log_mass, depth, lowers, offsets, out):
+def _group_fill(groups, tables, log_mass, depth, lowers, offsets, out):
     """Per group of queries (centre gb, radius R, κ in [kappa_lo, kappa_hi]) the triangles none of its queries can
     skip, in increasing order: upper bound over the group ≥ (the largest lower bound under it) − depth. A triangle a
     member keeps has its own upper bound ≥ that member's lower bound − depth ≥ the group's lower bound − depth, so it
     is a candidate; so is the triangle that sets a member's lower bound (its upper bound is at least that bound)."""
-    for g in prange(gb.shape[0]):
+    centre, cos_r, sin_r = tables.centre, tables.cos_r, tables.sin_r
+    for g in prange(groups.centre.shape[0]):
+        group = _group(groups, g)
         lower = lowers[g]
         k = offsets[g]
         for t in range(centre.shape[0]):
-            hi, _ = _group_keeps(g, gb, cos_R, sin_R, kappa_lo, kappa_hi, t, centre, cos_r, sin_r, log_mass)
+            hi, _ = _group_keeps(group, t, centre, cos_r, sin_r, log_mass)
             if hi >= lower - depth:
                 out[k] = t
                 k += 1
 
 
 @njit(cache=True, parallel=True)
-def _softmax_pass(
-    bhat, kappa, group, offsets, candidates, points, log_density, triangles, log_mass, log_c, centre, cos_r, sin_r,
-    log_range, node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, out,
-):  # fmt: skip
+def _softmax_pass(queries, candidates, mesh, tables, settings, out):
+    """Every query's row of ``out`` (query, 19): κ, b̂, the sums of ``_query`` and how many candidates it bounded."""
+    bhat, kappa, group = queries
+    offsets, triangles = candidates
     for s in prange(bhat.shape[0]):
         g = group[s]
-        cand = candidates[offsets[g] : offsets[g + 1]]
-        upper, spread = np.empty(cand.size), np.empty(cand.size)
+        cand = triangles[offsets[g] : offsets[g + 1]]
         acc = np.empty(14)
-        _query(
-            bhat[s, 0], bhat[s, 1], bhat[s, 2], kappa[s], points, log_density, triangles, log_mass, log_c, centre,
-            cos_r, sin_r, log_range, node_y, node_lw, variation, depth, sub_bary, sub_weights, sub_count, cand, upper,
-            spread, acc,
-        )  # fmt: skip
+        _query(bhat[s], kappa[s], cand, mesh, tables, settings, acc)
         out[s, 0] = kappa[s]  # κ, the exponent's shift
         out[s, 1] = bhat[s, 0]
         out[s, 2] = bhat[s, 1]
@@ -342,16 +419,16 @@ def query_groups(bhat: np.ndarray, kappa: np.ndarray, depth: float):
     return group, centres, np.cos(radius), np.sin(radius), lo * (1 - _KAPPA_MARGIN), hi * (1 + _KAPPA_MARGIN)
 
 
-def _candidates(groups, centre, cos_r, sin_r, log_mass, depth):
-    """CSR lists (offsets (group + 1,), triangles) of every group's candidate triangles (``_group_fill``)."""
-    _, gb, cos_R, sin_R, k_lo, k_hi = groups
-    counts, lowers = np.empty(gb.shape[0], dtype=np.int64), np.empty(gb.shape[0])
-    _group_counts(gb, cos_R, sin_R, k_lo, k_hi, centre, cos_r, sin_r, log_mass, depth, counts, lowers)
-    offsets = np.zeros(gb.shape[0] + 1, dtype=np.int64)
+def _candidates(groups: QueryGroups, tables: TriangleTables, log_mass: np.ndarray, depth: float) -> Candidates:
+    """Every group's candidate triangles (``_group_fill``)."""
+    n = groups.centre.shape[0]
+    counts, lowers = np.empty(n, dtype=np.int64), np.empty(n)
+    _group_counts(groups, tables, log_mass, depth, counts, lowers)
+    offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     out = np.empty(int(offsets[-1]), dtype=np.int64)
-    _group_fill(gb, cos_R, sin_R, k_lo, k_hi, centre, cos_r, sin_r, log_mass, depth, lowers, offsets, out)
-    return offsets, out
+    _group_fill(groups, tables, log_mass, depth, lowers, offsets, out)
+    return Candidates(offsets, out)
 
 
 def check_settings(B, beta, variation, depth):
@@ -389,38 +466,41 @@ def softmax(
     queries = np.ascontiguousarray(queries, dtype=float)
     if queries.ndim != 2 or queries.shape[1] != 3:
         raise ValueError(f"sphere softmax: queries must be (query, 3), got {queries.shape}")
-    if log_c is None:
-        log_c = log_normalisers(mesh)
-    m = mesh.triangles.shape[0]
-    centre, cos_r, sin_r, log_range = np.empty((m, 3)), np.empty(m), np.empty(m), np.empty(m)
-    _caps(mesh.points, mesh.triangles, centre, cos_r, sin_r, log_range, mesh.log_density)
-    node_y, node_lw = np.empty((7 * m, 3)), np.empty(7 * m)
-    _static_nodes(mesh.points, mesh.log_density, mesh.triangles, log_c, SUB_BARY[1], SUB_WEIGHTS[1], node_y, node_lw)
+    tables = _triangle_tables(mesh, log_normalisers(mesh) if log_c is None else log_c)
     bhat, kappa = np.empty((queries.shape[0], 3)), np.empty(queries.shape[0])
     _frames(queries, B, float(beta), bhat, kappa)
     if grouped and queries.shape[0]:
-        groups = query_groups(bhat, kappa, float(depth))
-        group = groups[0]
-        offsets, candidates = _candidates(groups, centre, cos_r, sin_r, mesh.log_mass, float(depth))
+        group, *groups = query_groups(bhat, kappa, float(depth))
+        candidates = _candidates(QueryGroups(*groups), tables, mesh.log_mass, float(depth))
     else:  # every query bounds every triangle itself
+        m = mesh.triangles.shape[0]
         group = np.zeros(queries.shape[0], dtype=np.int64)
-        offsets, candidates = np.array([0, m], dtype=np.int64), np.arange(m, dtype=np.int64)
+        candidates = Candidates(np.array([0, m], dtype=np.int64), np.arange(m, dtype=np.int64))
     out = np.empty((queries.shape[0], 19))
-    _softmax_pass(
-        bhat, kappa, group, offsets, candidates, mesh.points, mesh.log_density, mesh.triangles, mesh.log_mass,
-        log_c, centre, cos_r, sin_r, log_range, node_y, node_lw, float(variation), float(depth), SUB_BARY, SUB_WEIGHTS,
-        SUB_COUNT, out,
-    )  # fmt: skip
+    settings = PassSettings(float(variation), float(depth), SUB_BARY, SUB_WEIGHTS, SUB_COUNT)
+    _softmax_pass(QueryBatch(bhat, kappa, group), candidates, mesh.arrays(), tables, settings, out)
     coarse = out[:, 17]
     if np.any(coarse >= 0):
         s = int(np.argmax(coarse >= 0))
         t = int(coarse[s])
+        radius = math.acos(min(1.0, tables.cos_r[t]))
         raise MeshTooCoarse(
-            f"sphere softmax: at beta = {beta:g} triangle {t} (cap radius {math.acos(min(1.0, cos_r[t])):.3g} rad) "
+            f"sphere softmax: at beta = {beta:g} triangle {t} (cap radius {radius:.3g} rad) "
             f"needs more than {MAX_SUBDIVISION} sub-triangles per edge for query {s} (kernel width "
             f"{out[s, 0] ** -0.5:.3g} rad): refine the mesh"
         )
     return _moments(out)
+
+
+def _triangle_tables(mesh: SphereMesh, log_c: np.ndarray) -> TriangleTables:
+    """Every triangle's normaliser, bounding cap and one-piece nodes (``TriangleTables``)."""
+    m = mesh.triangles.shape[0]
+    tables = TriangleTables(
+        log_c, np.empty((m, 3)), np.empty(m), np.empty(m), np.empty(m), np.empty((7 * m, 3)), np.empty(7 * m)
+    )
+    _caps(mesh.points, mesh.triangles, tables.centre, tables.cos_r, tables.sin_r, tables.log_range, mesh.log_density)
+    _static_nodes(mesh.arrays(), tables, SUB_BARY[1], SUB_WEIGHTS[1])
+    return tables
 
 
 def _moments(out: np.ndarray) -> Softmax:

@@ -29,7 +29,7 @@ def exact_time_change(
     X0: np.ndarray, A: np.ndarray, B: np.ndarray, times: np.ndarray, rtol: float = 1e-13, atol: float = 1e-13
 ) -> np.ndarray:
     """s(t) at the given times for every token of X0 (…, token, dim), shape (…, time, token): the time axis goes
-    before the tokens, as in every trajectory of the package (``lowtemp.store.layout``)."""
+    before the tokens, as in every trajectory of the package (``lowtemp.model.layout``)."""
     X0 = np.asarray(X0, dtype=float)
     shape = X0.shape[:-1]
     flat = X0.reshape(-1, X0.shape[-1])

@@ -13,7 +13,7 @@ from matplotlib.colors import to_rgb  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from ..config import experiment as experiment_config  # noqa: E402
-from ..store import io  # noqa: E402
+from ..store import netcdf  # noqa: E402
 
 #: frames per second of the animation
 ANIMATION_FPS = 10
@@ -134,7 +134,7 @@ def write_animation(panels, path, *, experiment_name=""):
     sphere = "S²" if panels[0][1].shape[-1] == 3 else "S¹"
     title = fig.text(0.5, 1 - strip / 2 / height, "", ha="center", va="center", fontsize=9)
     writer = _OnePaletteWriter(fps=ANIMATION_FPS)
-    with io.atomic_path(path) as tmp:
+    with netcdf.atomic_path(path) as tmp:
         with writer.saving(fig, tmp, dpi=_ANIMATION_DPI):
             for j, snapshot in enumerate(frames):
                 for artists, X, index in drawn:

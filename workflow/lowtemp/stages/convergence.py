@@ -39,12 +39,13 @@ E W2_N = W2∞ + a·N^−p, relative to W2, before the earliest departure; and t
 departure time's slope per doubling of N. The fit decides with them which claims the
 study's β is resolved for (``estimates.particle_budget_verdicts``).
 
-Arrays are in the package's one layout (``lowtemp.store.layout``): tokens (replica, token, dim), a run
+Arrays are in the package's one layout (``lowtemp.model.layout``): tokens (replica, token, dim), a run
 (replica, time, token, dim), the runs of the step study stacked as (level, replica, time, token, dim).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time as _time
 
@@ -60,24 +61,22 @@ from ..analysis.richardson import (
     richardson_error,
     successive_differences,
 )
-from ..config.experiment import ConfigError, field_kernel, initial_measure, integration_tolerance, stream_name
+from ..config.experiment import ConfigError, initial_measure, stream_name
 from ..config.studies import (
     NOMINAL_ORDER,
     STEP_LEVELS,
+    Settings,
     halving_grids,
     halving_steps,
     level_max_steps,
     level_tolerances,
     nominal_order,
-    particle_grid,
-    reusable_run,
-    study_methods,
     study_settings,
 )
 from ..dynamics import fields, integrate, kernels
 from ..model import exact, measures, projection
 from ..model.seeding import generator
-from ..store import checkpoint, datasets, io
+from ..store import analyses, checkpoint, datasets, netcdf
 from ..transport.w2 import w2_to_projection
 from .joblog import progress_logger
 
@@ -142,25 +141,25 @@ def particle_tokens(name: str, experiment: dict, root_seed: int, n: int, replica
 # ------------------------------------------------------------------ stage
 
 
-def _finite_field(experiment, beta, M, n_tokens):
+def _finite_field(S: Settings, beta, M, n_tokens):
     """The field at β for runs of ``n_tokens`` tokens, with the kernel the experiment's rule picks for N."""
-    return kernels.AttentionField(M.B, M.V, beta, field_kernel({**experiment, "tokens": int(n_tokens)}))
+    return kernels.AttentionField(M.B, M.V, beta, S.kernel(n_tokens))
 
 
-def _step_study(label, experiment, S, M, X0):
+def _step_study(label, S: Settings, M, X0):
     """Finite β (Richardson) and zero temperature (Richardson and exact) for every integrator of
     ``study_methods``; also the tolerances (NaN for the fixed steps) and the field evaluations of each run."""
     st = S.steps
     grids = halving_grids(max(st.times), S.interval, st.dt)
     indices = [int(round(t / S.interval)) for t in st.times]
     X0s = np.ascontiguousarray(X0[: st.replicas, : st.tokens])
-    field = _finite_field(experiment, S.beta, M, st.tokens)
+    field = _finite_field(S, S.beta, M, st.tokens)
     zero_field = fields.ZeroTemperatureField(M.A, M.B)
     reference = exact.exact_zero_temperature(X0s, M.A, M.B, np.asarray(st.times))
     out = {k: [] for k in ("finite", "zero", "w2", "tolerance", "evaluations", "zero_evaluations")}
-    for method in study_methods(experiment):
+    for method in S.methods:
         tolerances = (
-            level_tolerances(method, integration_tolerance(experiment, st.tokens))
+            level_tolerances(method, S.tolerance(st.tokens))
             if method in integrate.ADAPTIVE
             else np.full(STEP_LEVELS, np.nan)
         )
@@ -185,17 +184,18 @@ def median_ess(positions: np.ndarray, field: kernels.AttentionField) -> np.ndarr
     return np.median(field.trajectory_ess(positions), axis=-1)
 
 
-def _particle_study(
-    name, label, experiment, root_seed, S, M, beta, finite_path=None, checkpoint_dir=None, checkpoint_every=300.0
-):
+def _particle_study(label, S: Settings, M, beta, sample, finite_path=None, checkpoint_dir=None, checkpoint_every=300.0):
+    """The particle-number study's runs at one β: W2 to Π♯ρ0, the distance to E1(A) and the median ESS per N,
+    (N, replica, time); whether each N reused the experiment's run, the grid, the kernels. ``sample(n, replicas)``
+    draws a run's initial tokens (``particle_tokens``)."""
     pa = S.particles
-    grid = particle_grid(experiment, S)
-    method = experiment["integrator"]
+    grid = S.grid
+    method = S.integrator
     w2, dist_A, ess, used, reused = [], [], [], [], []
     for n in pa.tokens:
         run = f"{label} beta = {beta:g}, N = {n}"
-        if finite_path is not None and n == int(experiment["tokens"]):
-            fin = io.read_netcdf(finite_path, "finite_temperature")
+        if finite_path is not None and n == S.tokens:
+            fin = netcdf.read_netcdf(finite_path, "finite_temperature")
             k = grid.times.size
             positions = fin["positions"].values[: pa.replicas, :k]
             X0 = integrate.snapshot(positions, 0)
@@ -209,25 +209,19 @@ def _particle_study(
                 pa.replicas - 1,
             )
         else:
-            X0 = particle_tokens(name, experiment, root_seed, n, pa.replicas)
-            field = _finite_field(experiment, beta, M, n)
-            tolerance = integration_tolerance(experiment, n)
+            X0 = sample(n, pa.replicas)
+            field = _finite_field(S, beta, M, n)
+            tolerance = S.tolerance(n)
             used.append(field.kernel)
             reused.append(False)
             log.info(
                 "%s: %s, %s, kernel %s", run, method, integrate.describe_steps(grid, method, tolerance), field.kernel
             )
             path = None if checkpoint_dir is None else f"{checkpoint_dir}/convergence_particles_beta{beta!r}_N{n}.nc"
-            positions, _, ckpt = checkpoint.simulate_resumable(
-                field,
-                X0,
-                grid,
-                method,
-                run,
-                path,
-                checkpoint_every,
-                progress_logger(run, grid, n, pa.replicas),
-                tolerance=tolerance,
+            ckpt = checkpoint.simulation_checkpoint(path, field, X0, grid, method, tolerance, checkpoint_every)
+            progress = progress_logger(run, grid, n, pa.replicas)
+            positions, _ = integrate.simulate_resumable(
+                field, X0, grid, method, ckpt, progress=progress, label=run, tolerance=tolerance
             )
             ess.append(median_ess(positions, field))
             checkpoint.discard(ckpt)
@@ -243,11 +237,21 @@ def _particle_study(
     return np.stack(w2), np.stack(dist_A), np.stack(ess), reused, grid, used
 
 
-def _step_study_values(label, experiment, S, M, X0) -> tuple[dict, str]:
+def _step_study_values(label, S: Settings, M, X0) -> tuple[dict, str]:
     """The step-halving (and tolerance) study's values of convergence.nc, logged per integrator, and the kernel
     its finite-β runs used."""
-    methods = study_methods(experiment)
-    runs, reference, step_kernel = _step_study(label, experiment, S, M, X0)
+    methods, st = S.methods, S.steps
+    log.info(
+        "%s: step halving at beta = %g, steps %s (and tolerances for %s), %d tokens x %d replicas, times %s",
+        label,
+        S.beta,
+        halving_steps(st.dt).tolist(),
+        methods[len(NOMINAL_ORDER) :],
+        st.tokens,
+        st.replicas,
+        list(st.times),
+    )
+    runs, reference, step_kernel = _step_study(label, S, M, X0)
     diff = np.stack([successive_differences(r) for r in runs["finite"]])  # (integrator, pair, time)
     zero_diff = np.stack([successive_differences(r) for r in runs["zero"]])
     zero_err = np.stack([errors_against(r, reference) for r in runs["zero"]])  # (integrator, level, time)
@@ -291,27 +295,25 @@ def _step_study_values(label, experiment, S, M, X0) -> tuple[dict, str]:
     }, step_kernel
 
 
-def _particle_study_values(
-    name, label, experiment, root_seed, S, M, beta, finite_path, checkpoint_dir, checkpoint_every
-):
+def _particle_study_values(label, S: Settings, M, beta, sample, finite_path, checkpoint_dir, checkpoint_every):
     """The particle-number study's values at one β (one entry of convergence.nc's beta dimension) and its budget at
     the experiment's N (logged, with a warning where the remaining N error may exceed W2), its grid, budget
     exponents and the kernels of its runs."""
     pa = S.particles
-    if finite_path is not None and not reusable_run(experiment, S, beta):
+    if beta not in S.reused:
         finite_path = None
     w2, dist_A, ess, reused, grid, particle_kernels = _particle_study(
-        name, label, experiment, root_seed, S, M, beta, finite_path, checkpoint_dir, checkpoint_every
+        label, S, M, beta, sample, finite_path, checkpoint_dir, checkpoint_every
     )
     stats = replica_statistics(w2)
-    budget = particle_budget.study_budget(pa.tokens, w2, dist_A, grid, int(experiment["tokens"]), M)
+    budget = particle_budget.study_budget(pa.tokens, w2, dist_A, grid, S.tokens, M)
     log.info(
         "%s: beta = %g: W2(rho^beta_t, Pi_# rho0) at N = %d: remaining N error <= %.3g x W2 (95%% bound, p in "
         "[%g, %g], t in (0, %g], before the earliest departure); departure time per doubling of N in [%.3g, %.3g] "
         "(95%%)",
         label,
         beta,
-        int(experiment["tokens"]),
+        S.tokens,
         budget["w2_budget_ratio"],
         *particle_budget.P_RANGE,
         budget["budget_window_end"],
@@ -323,7 +325,7 @@ def _particle_study_values(
             "system does not stand for the mean field there",
             label,
             beta,
-            int(experiment["tokens"]),
+            S.tokens,
         )
 
     values = {
@@ -354,8 +356,40 @@ def _finite_runs_by_beta(paths) -> dict[float, str]:
     paths = [paths] if isinstance(paths, str) else list(paths or ())
     out = {}
     for path in paths:
-        out[float(io.read_netcdf(path, "finite_temperature")["beta"])] = path
+        out[float(netcdf.read_netcdf(path, "finite_temperature")["beta"])] = path
     return out
+
+
+def _check_step_tokens(X0: np.ndarray, S: Settings, name: str, tokens_path) -> None:
+    """ConfigError where the stored initial tokens hold fewer replicas or tokens than the step study runs on."""
+    if X0.shape[0] < S.steps.replicas or X0.shape[1] < S.steps.tokens:
+        raise ConfigError(
+            f"{tokens_path}: holds {X0.shape[0]} replicas x {X0.shape[1]} tokens, fewer than the "
+            f"step study's {S.steps.replicas} x {S.steps.tokens} (experiments.{name}.convergence.steps); "
+            f"rerun the initial_tokens stage for this config"
+        )
+
+
+def _particle_studies(label, S: Settings, M, sample, by_beta, checkpoint_dir, checkpoint_every):
+    """The particle-number study at each of its β: the values of convergence.nc stacked over β, the grid, the
+    budget exponents and the kernels its runs used (``by_beta``: β -> the experiment's run there)."""
+    pa = S.particles
+    per_beta = []
+    for beta in pa.betas:
+        log.info(
+            "%s: particle number at beta = %g, N = %s, %d replicas, horizon %g",
+            label,
+            beta,
+            list(pa.tokens),
+            pa.replicas,
+            pa.horizon,
+        )
+        per_beta.append(
+            _particle_study_values(label, S, M, beta, sample, by_beta.get(beta), checkpoint_dir, checkpoint_every)
+        )
+    values = {key: np.stack([v[0][key] for v in per_beta]) for key in per_beta[0][0]}
+    kernels_used = sorted({k for v in per_beta for k in v[3]})
+    return values, per_beta[0][1], per_beta[0][2], kernels_used
 
 
 def stage_convergence(
@@ -375,52 +409,22 @@ def stage_convergence(
     (``reusable_run``; each file says its β); ``checkpoint_dir``: where the fresh particle runs keep their
     checkpoints."""
     S = study_settings(name, experiment)
+    sample = functools.partial(particle_tokens, name, experiment, root_seed)
     M = datasets.load_matrices(matrices_path)
     X0 = datasets.load_initial_tokens(tokens_path)
-    if X0.shape[0] < S.steps.replicas or X0.shape[1] < S.steps.tokens:
-        raise ConfigError(
-            f"{tokens_path}: holds {X0.shape[0]} replicas x {X0.shape[1]} tokens, fewer than the "
-            f"step study's {S.steps.replicas} x {S.steps.tokens} (experiments.{name}.convergence.steps); "
-            f"rerun the initial_tokens stage for this config"
-        )
+    _check_step_tokens(X0, S, name, tokens_path)
     label = f"{name} convergence"
     start = _time.perf_counter()
     st, pa = S.steps, S.particles
-    log.info(
-        "%s: step halving at beta = %g, steps %s (and tolerances for %s), %d tokens x %d replicas, times %s",
-        label,
-        S.beta,
-        halving_steps(st.dt).tolist(),
-        study_methods(experiment)[len(NOMINAL_ORDER) :],
-        st.tokens,
-        st.replicas,
-        list(st.times),
-    )
-    step_values, step_kernel = _step_study_values(label, experiment, S, M, X0)
+    step_values, step_kernel = _step_study_values(label, S, M, X0)
     log.info("%s: step halving done, %.1f s elapsed", label, _time.perf_counter() - start)
 
-    by_beta = _finite_runs_by_beta(finite_paths)
-    per_beta = []
-    for beta in pa.betas:
-        log.info(
-            "%s: particle number at beta = %g, N = %s, %d replicas, horizon %g",
-            label,
-            beta,
-            list(pa.tokens),
-            pa.replicas,
-            pa.horizon,
-        )
-        per_beta.append(
-            _particle_study_values(
-                name, label, experiment, root_seed, S, M, beta, by_beta.get(beta), checkpoint_dir, checkpoint_every
-            )
-        )
-    particle_values = {key: np.stack([v[0][key] for v in per_beta]) for key in per_beta[0][0]}
-    grid, budget_exponents = per_beta[0][1], per_beta[0][2]
-    particle_kernels = sorted({k for v in per_beta for k in v[3]})
-    ds = datasets.convergence_dataset(
+    particle_values, grid, budget_exponents, particle_kernels = _particle_studies(
+        label, S, M, sample, _finite_runs_by_beta(finite_paths), checkpoint_dir, checkpoint_every
+    )
+    ds = analyses.convergence_dataset(
         step_values | particle_values,
-        methods=study_methods(experiment),
+        methods=list(S.methods),
         steps=halving_steps(st.dt),
         check_times=st.times,
         step_replicas=st.replicas,
@@ -434,14 +438,14 @@ def stage_convergence(
             step_tokens=st.tokens,
             step_replicas=st.replicas,
             step_kernel=step_kernel,
-            particle_integrator=experiment["integrator"],
+            particle_integrator=S.integrator,
             particle_step=grid.step,
             particle_kernels=",".join(particle_kernels),
             rounding_floor=ROUNDING_FLOOR,
             budget_exponent_range=list(particle_budget.P_RANGE),
             budget_confidence=BUDGET_CONFIDENCE,
-            budget_tokens=int(experiment["tokens"]),
+            budget_tokens=S.tokens,
         ),
     )
     log.info("%s: done, %.1f s", label, _time.perf_counter() - start)
-    io.write_netcdf(ds, output, "convergence", io.provenance(name, experiment, root_seed))
+    netcdf.write_netcdf(ds, output, "convergence", netcdf.provenance(name, experiment, root_seed))

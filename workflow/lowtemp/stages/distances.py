@@ -24,7 +24,7 @@ from ..config.experiment import (
 )
 from ..dynamics import integrate, kernels
 from ..model import projection
-from ..store import checkpoint, datasets, io
+from ..store import checkpoint, datasets, netcdf
 from ..transport import w2
 from .joblog import progress_logger
 
@@ -50,9 +50,9 @@ def stage_distances_beta(
     job resumes and loses at most the solve it was in.
     """
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
-    fin = io.read_netcdf(finite_path, "finite_temperature")
+    fin = netcdf.read_netcdf(finite_path, "finite_temperature")
     Y = fin["positions"].values  # (replica, time, token, dim)
-    Z = io.read_netcdf(zero_path, "zero_temperature")["positions"].values
+    Z = netcdf.read_netcdf(zero_path, "zero_temperature")["positions"].values
     nr, nt = Y.shape[:2]
     beta = float(fin.beta)
     out = {k: np.full((nr, nt), np.nan) for k in ("w2_projection", "coupling_zero_temperature")}
@@ -63,11 +63,11 @@ def stage_distances_beta(
     exact, ckpt = _exact_w2_loop(name, beta, Y, Z, exact_w2_snapshots(experiment, nt), checkpoint_path)
     out["w2_zero_temperature"], out["w2_zero_temperature_sq_bound"] = exact["w2"], exact["w2_sq_bound"]
     out.update(_eigenspace_distances(Y, M))
-    io.write_netcdf(
+    netcdf.write_netcdf(
         datasets.distances_beta_dataset(out, fin),
         output,
         "distances_beta",
-        io.provenance(name, experiment, root_seed, beta=beta),
+        netcdf.provenance(name, experiment, root_seed, beta=beta),
     )
     checkpoint.discard(ckpt)
 
@@ -112,16 +112,16 @@ def _exact_w2_loop(name, beta, Y, Z, exact_at, checkpoint_path):
 def stage_distances(name, experiment, root_seed, matrices_path, tokens_path, zero_path, parts, output):
     """Stack the per-β distances along ``beta`` and add the zero-temperature curves; write distances.nc."""
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
-    Z = io.read_netcdf(zero_path, "zero_temperature")["positions"].values  # (replica, time, token, dim)
+    Z = netcdf.read_netcdf(zero_path, "zero_temperature")["positions"].values  # (replica, time, token, dim)
     nr, nt = Z.shape[:2]
     w0 = np.array([[w2.w2_to_projection(Z[r, k], X0[r], M.E1) for k in range(nt)] for r in range(nr)])
     ds = datasets.distances_dataset(
-        [io.read_netcdf(p, "distances_beta") for p in parts],
+        [netcdf.read_netcdf(p, "distances_beta") for p in parts],
         w0,
         _eigenspace_distances(Z, M, datasets.ZERO_SUFFIX),
     )
     log.info("%s: distances collected for beta = %s", name, ds.beta.values.tolist())
-    io.write_netcdf(ds, output, "distances", io.provenance(name, experiment, root_seed))
+    netcdf.write_netcdf(ds, output, "distances", netcdf.provenance(name, experiment, root_seed))
 
 
 # ------------------------------------------------------------------ particles against the mean-field reference
@@ -203,42 +203,22 @@ def stage_particle_error_beta(
     the same measure. Beside it: the coupling bound, the particles' median ESS (a diagnostic) and the reference's
     own error estimate. With ``checkpoint_prefix`` every run and every solve is checkpointed
     (``<prefix>_N<n>.nc``, ``<prefix>_N<n>_w2.nc``), so a killed job resumes."""
-    numbers = particle_error_tokens(name, experiment)
-    if not numbers:
-        raise ConfigError(f"experiments.{name}.mean_field.particles is absent: there are no particle runs to measure")
+    numbers = _particle_numbers(name, experiment)
     grid = time_grid(experiment)
     method = experiment["integrator"]
     exact_at = exact_w2_snapshots(experiment, grid.times.size)
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
-    fin = io.read_netcdf(finite_path, "finite_temperature")
+    fin = netcdf.read_netcdf(finite_path, "finite_temperature")
     P = reference_positions(fin, X0, grid.times, finite_path)
     beta = float(fin.beta)
     rows = {key: [] for key in (*datasets.PARTICLE_ERROR_VARIABLES,) if key != "reference_error"}
     used, tolerances, ckpts = [], [], []
     for n in numbers:
         label = f"{name} beta = {beta:g}, particles N = {n}"
-        field = kernels.AttentionField(M.B, M.V, beta, field_kernel({**experiment, "tokens": n}))
+        field = kernels.AttentionField(M.B, M.V, beta, field_kernel(experiment, n))
         tolerance = integration_tolerance(experiment, n)
-        log.info(
-            "%s: the first %d initial tokens of each replica, %s, %s, kernel %s",
-            label,
-            n,
-            method,
-            integrate.describe_steps(grid, method, tolerance),
-            field.kernel,
-        )
         prefix = None if checkpoint_prefix is None else f"{checkpoint_prefix}_N{n}"
-        X, _, run_ckpt = checkpoint.simulate_resumable(
-            field,
-            np.ascontiguousarray(X0[:, :n]),
-            grid,
-            method,
-            label,
-            None if prefix is None else f"{prefix}.nc",
-            checkpoint_every,
-            progress_logger(label, grid, n, X0.shape[0]),
-            tolerance=tolerance,
-        )
+        X, run_ckpt = _particle_run(label, field, X0[:, :n], grid, method, tolerance, prefix, checkpoint_every)
         curves, w2_ckpt = particle_error_curves(
             f"{name} particles N = {n}", beta, X, P[:, :, :n], exact_at, None if prefix is None else f"{prefix}_w2.nc"
         )
@@ -252,14 +232,44 @@ def stage_particle_error_beta(
     values = {key: np.stack(value) for key, value in rows.items()}
     values["reference_error"] = fin["reference_error"].values
     attrs = dict(integrator=method, step=grid.step, kernels=used, tolerances=tolerances)  # datasets.PARTICLE_RUN_ATTRS
-    io.write_netcdf(
+    netcdf.write_netcdf(
         datasets.particle_error_beta_dataset(values, numbers, fin, attrs),
         output,
         "particle_error_beta",
-        io.provenance(name, experiment, root_seed, beta=beta),
+        netcdf.provenance(name, experiment, root_seed, beta=beta),
     )
     for ckpt in ckpts:
         checkpoint.discard(ckpt)
+
+
+def _particle_numbers(name: str, experiment: dict) -> list[int]:
+    """``mean_field.particles.tokens``; ConfigError where the block is absent (nothing to measure)."""
+    numbers = particle_error_tokens(name, experiment)
+    if not numbers:
+        raise ConfigError(f"experiments.{name}.mean_field.particles is absent: there are no particle runs to measure")
+    return numbers
+
+
+def _particle_run(label, field, X0, grid, method, tolerance, prefix, checkpoint_every):
+    """The particle system from tokens ``X0`` (replica, n, dim) on ``grid``, resumable from ``<prefix>.nc``: its
+    positions and its checkpoint (None without ``prefix``)."""
+    n = X0.shape[1]
+    log.info(
+        "%s: the first %d initial tokens of each replica, %s, %s, kernel %s",
+        label,
+        n,
+        method,
+        integrate.describe_steps(grid, method, tolerance),
+        field.kernel,
+    )
+    X0 = np.ascontiguousarray(X0)
+    path = None if prefix is None else f"{prefix}.nc"
+    ckpt = checkpoint.simulation_checkpoint(path, field, X0, grid, method, tolerance, checkpoint_every)
+    progress = progress_logger(label, grid, n, X0.shape[0])
+    X, _ = integrate.simulate_resumable(
+        field, X0, grid, method, ckpt, progress=progress, label=label, tolerance=tolerance
+    )
+    return X, ckpt
 
 
 def _log_particle_error(label, times, error, reference_error):
@@ -280,8 +290,8 @@ def _log_particle_error(label, times, error, reference_error):
 
 def stage_particle_error(name, experiment, root_seed, parts, output):
     """Stack the per-β particle errors along ``beta``; write particle_error.nc."""
-    ds = datasets.particle_error_dataset([io.read_netcdf(p, "particle_error_beta") for p in parts])
+    ds = datasets.particle_error_dataset([netcdf.read_netcdf(p, "particle_error_beta") for p in parts])
     log.info(
         "%s: particle errors collected for beta = %s, N = %s", name, ds.beta.values.tolist(), ds.tokens.values.tolist()
     )
-    io.write_netcdf(ds, output, "particle_error", io.provenance(name, experiment, root_seed))
+    netcdf.write_netcdf(ds, output, "particle_error", netcdf.provenance(name, experiment, root_seed))

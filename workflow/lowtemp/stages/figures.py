@@ -13,12 +13,12 @@ import seaborn as sns  # noqa: E402
 
 from ..config import experiment as experiment_config  # noqa: E402
 from ..plotting import animation, convergence, figures  # noqa: E402
-from ..store import io  # noqa: E402
+from ..store import netcdf  # noqa: E402
 
 
 def _save_atomic(fig, path):
     path = Path(path)
-    with io.atomic_path(path) as tmp:
+    with netcdf.atomic_path(path) as tmp:
         fig.savefig(tmp, format=path.suffix.lstrip("."), dpi=150, bbox_inches="tight")
 
 
@@ -32,13 +32,13 @@ def stage_figure(
         raise ValueError(f"unknown figure {figure!r}; known: {sorted(figures.FIGURES)}") from None
     sns.set_theme(style="ticks", context="paper")
     data = {
-        "matrices": io.read_netcdf(matrices_path, "matrices"),
-        "distances": io.read_netcdf(distances_path, "distances"),
-        "fit": io.read_netcdf(fit_path, "fit"),
+        "matrices": netcdf.read_netcdf(matrices_path, "matrices"),
+        "distances": netcdf.read_netcdf(distances_path, "distances"),
+        "fit": netcdf.read_netcdf(fit_path, "fit"),
     }
     if figure in experiment_config.SPHERE_FIGURES:  # drawn from the positions themselves
-        data["zero"] = io.read_netcdf(zero_path, "zero_temperature")
-        data["finite"] = [io.read_netcdf(p, "finite_temperature") for p in finite_paths]
+        data["zero"] = netcdf.read_netcdf(zero_path, "zero_temperature")
+        data["finite"] = [netcdf.read_netcdf(p, "finite_temperature") for p in finite_paths]
     fig = plot(data, experiment)
     try:
         _save_atomic(fig, pdf)
@@ -50,7 +50,7 @@ def stage_figure(
 def stage_convergence_figure(name, experiment, *, convergence_path, pdf, png):
     """Draw the convergence figure of one experiment from its convergence.nc, save PDF and PNG."""
     sns.set_theme(style="ticks", context="paper")
-    fig = convergence.plot_convergence(io.read_netcdf(convergence_path, "convergence"), experiment)
+    fig = convergence.plot_convergence(netcdf.read_netcdf(convergence_path, "convergence"), experiment)
     try:
         _save_atomic(fig, pdf)
         _save_atomic(fig, png)
@@ -62,6 +62,6 @@ def stage_animation(name, experiment, *, zero_path, finite_paths, gif):
     """The animation of one experiment's tokens (``figures/tokens.gif``) from its finite_temperature/beta<β>.nc
     and zero_temperature.nc: replica 0 at ``experiment.animation_frames`` of the snapshots, one panel per β and
     one at zero temperature, on S¹ the circle and on S² an orthographic view. Reads no config key."""
-    zero = io.read_netcdf(zero_path, "zero_temperature")
-    finite = [io.read_netcdf(p, "finite_temperature") for p in finite_paths]
+    zero = netcdf.read_netcdf(zero_path, "zero_temperature")
+    finite = [netcdf.read_netcdf(p, "finite_temperature") for p in finite_paths]
     animation.write_animation(animation.animation_panels(zero, finite), gif, experiment_name=name)

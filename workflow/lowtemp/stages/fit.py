@@ -12,7 +12,8 @@ import logging
 import numpy as np
 
 from ..analysis import claims, estimates
-from ..store import datasets, io
+from ..plotting import summary
+from ..store import analyses, datasets, netcdf
 
 log = logging.getLogger("lowtemp")
 
@@ -24,10 +25,10 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     particle-number budgets decide for which claims each of the study's β is resolved.
     """
     M = datasets.load_matrices(matrices_path)
-    ds = io.read_netcdf(distances_path, "distances")
+    ds = netcdf.read_netcdf(distances_path, "distances")
     budgets = None
     if convergence_path is not None:
-        conv = io.read_netcdf(convergence_path, "convergence")
+        conv = netcdf.read_netcdf(convergence_path, "convergence")
         budgets = estimates.study_budgets(conv, float(experiment["fit"]["particle_error_fraction"]))
         betas = [float(b) for b in ds["beta"].values]  # the betas of the runs (the slice holds no betas key)
         for b in budgets:
@@ -38,7 +39,7 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
                     b.beta,
                     betas,
                 )
-    out = estimates.fit_experiment(
+    numbers = estimates.fit_experiment(
         name,
         ds,
         M,
@@ -47,57 +48,22 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
         int(experiment["tokens"]),
         particle_budgets=budgets,
     )
+    out = analyses.fit_dataset(numbers.values, numbers.coords, numbers.attrs)
     for line in estimates.describe(out, name):
         log.info("%s", line)
-    for beta, low in zip(out.beta.values, out["ess_min_to_horizon"].values):
-        if "reference_error_to_horizon" in out:  # a mean-field experiment: no ESS, its reference's error decides
-            log.info(
-                "%s: beta = %g: mean-field reference error over W2, early %.3g, to departure %.3g; departure "
-                "shift against the coarser solution %.3g",
-                name,
-                beta,
-                *(
-                    float(out[k].sel(beta=beta))
-                    for k in ("reference_error_early", "reference_error_to_departure", "reference_departure_shift")
-                ),
-            )
-            continue
-        budget = next((b for b in budgets or () if np.isclose(beta, b.beta)), None)
-        if budget is not None:  # the budget decides here, the ESS is a diagnostic
-            log.info(
-                "%s: beta = %g, N = %d: particle-number budget: remaining N error of W2 <= %.3g x W2 (95%%; "
-                "%.3g x W2 reached at N ~ %.3g), departure time per doubling of N in [%.3g, %.3g]; median ESS "
-                "down to %.1f (a diagnostic here)",
-                name,
-                beta,
-                budget.tokens,
-                budget.w2_ratio,
-                float(experiment["fit"]["particle_error_fraction"]),
-                budget.tokens_needed,
-                *budget.slope_interval,
-                low,
-            )
-            continue
-        if not low >= experiment["ess_threshold"]:
-            log.warning(
-                "%s: beta = %g, N = %d: median effective sample size falls to %.1f < %g; the particle "
-                "system does not stand for the mean field there (N must grow like beta^((d-1)/2)); the "
-                "claims leave this beta out where it falls inside their window",
-                name,
-                beta,
-                int(experiment["tokens"]),
-                low,
-                experiment["ess_threshold"],
-            )
-    io.write_netcdf(out, output, "fit", io.provenance(name, experiment, root_seed))
+    for level, line in estimates.describe_resolution(
+        out, name, budgets, float(experiment["fit"]["particle_error_fraction"])
+    ):
+        log.log(level, "%s", line)
+    netcdf.write_netcdf(out, output, "fit", netcdf.provenance(name, experiment, root_seed))
 
 
 def stage_claims(name, experiment, root_seed, distances_path, fit_path, output):
     """claims.nc: the paper's statements judged on fit.nc and distances.nc (``claims.evaluate``)."""
-    dist = io.read_netcdf(distances_path, "distances")
-    fit = io.read_netcdf(fit_path, "fit")
+    dist = netcdf.read_netcdf(distances_path, "distances")
+    fit = netcdf.read_netcdf(fit_path, "fit")
     found = claims.evaluate(dist, fit, experiment["claims"])
-    ds = claims.claims_dataset(found, fit)
+    ds = analyses.claims_dataset(found, fit)
     counts = {s.word: sum(c.status == s for c in found) for s in claims.Status}
     log.info(
         "%s: %s (intervals: %g%% Student-t over %d replicas)",
@@ -108,14 +74,14 @@ def stage_claims(name, experiment, root_seed, distances_path, fit_path, output):
     )
     for c in found:
         (log.info if c.status == claims.Status.PASSED else log.warning)("%s: %s", name, c.line())
-    io.write_netcdf(ds, output, "claims", io.provenance(name, experiment, root_seed))
+    netcdf.write_netcdf(ds, output, "claims", netcdf.provenance(name, experiment, root_seed))
 
 
 def stage_claims_summary(claims_files: dict, output) -> None:
     """results/claims_summary.md: every experiment's verdicts as one markdown table, generated from its
-    claims.nc (``claims.summary_markdown``; ``claims_files`` maps experiment name to path)."""
-    text = claims.summary_markdown(claims_files)
-    with io.atomic_path(output) as tmp:
+    claims.nc (``plotting.summary.claims_summary``; ``claims_files`` maps experiment name to path)."""
+    text = summary.claims_summary({name: netcdf.read_netcdf(path, "claims") for name, path in claims_files.items()})
+    with netcdf.atomic_path(output) as tmp:
         with open(tmp, "w") as fh:
             fh.write(text)
     log.info("claims summary of %d experiments written to %s", len(claims_files), output)

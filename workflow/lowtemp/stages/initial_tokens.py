@@ -10,10 +10,10 @@ import logging
 
 import numpy as np
 
-from ..config.experiment import stream_name
+from ..config.experiment import measure_of, stream_name
 from ..model import measures
 from ..model.seeding import generator
-from ..store import datasets, io
+from ..store import datasets, netcdf
 
 log = logging.getLogger("lowtemp")
 
@@ -22,8 +22,7 @@ def stage_initial_tokens(name, experiment, root_seed, matrices_path, output):
     """Sample the tokens from ρ0 (stream ``(streams, "initial_tokens")``, ``experiment.stream_name``) and write
     initial_tokens.nc."""
     M = datasets.load_matrices(matrices_path)
-    params = dict(experiment["initial_measure"])
-    measure = params.pop("name")
+    measure, params = measure_of(experiment)
     rng = generator(root_seed, stream_name(name, experiment), "initial_tokens")
     X0 = measures.sample_initial_tokens(
         measure, rng, experiment["replicas"], experiment["tokens"], experiment["dim"], **params
@@ -37,9 +36,9 @@ def stage_initial_tokens(name, experiment, root_seed, matrices_path, output):
         measure,
         np.array2string(moment, precision=3),
     )
-    io.write_netcdf(
+    netcdf.write_netcdf(
         datasets.initial_tokens_dataset(X0, moment),
         output,
         "initial_tokens",
-        io.provenance(name, experiment, root_seed),
+        netcdf.provenance(name, experiment, root_seed),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from ..config.experiment import build_matrices
-from ..store import datasets, io
+from ..store import datasets, netcdf
 
 log = logging.getLogger("lowtemp")
 
@@ -27,4 +27,6 @@ def stage_matrices(name, experiment, root_seed, output):
         M.E1.shape[1],
         *M.rate_bounds,
     )
-    io.write_netcdf(datasets.matrices_dataset(M), output, "matrices", io.provenance(name, experiment, root_seed))
+    netcdf.write_netcdf(
+        datasets.matrices_dataset(M), output, "matrices", netcdf.provenance(name, experiment, root_seed)
+    )

@@ -12,32 +12,25 @@ import time as _time
 
 import numpy as np
 
-from ..config.experiment import field_kernel, initial_measure, integration_tolerance, time_grid
+from ..config.experiment import field_kernel, initial_measure, integration_tolerance, measure_of, time_grid
 from ..dynamics import fields, integrate, kernels, meanfield, reduction, sphere_levels, sphere_meanfield
 from ..model import exact, projection
-from ..store import checkpoint, datasets, io
+from ..store import checkpoint, datasets, netcdf
 from .joblog import progress_logger
 
 log = logging.getLogger("lowtemp")
 
 
 def _simulate_with_checkpoint(field, X0, grid, method, tolerance, label, checkpoint_path, checkpoint_every):
-    """``checkpoint.simulate_resumable`` with the job's progress log; logs the integrator's record.
+    """``integrate.simulate_resumable`` with the job's checkpoint and progress log; logs the integrator's record.
 
     Returns the positions, the ``integrate.StepRecord`` and the checkpoint (call ``discard()``
     once the output is written), or None.
     """
+    ckpt = checkpoint.simulation_checkpoint(checkpoint_path, field, X0, grid, method, tolerance, checkpoint_every)
     progress = progress_logger(label, grid, X0.shape[1], X0.shape[0])
-    positions, record, ckpt = checkpoint.simulate_resumable(
-        field,
-        X0,
-        grid,
-        method,
-        label,
-        checkpoint_path,
-        checkpoint_every,
-        progress,
-        tolerance=tolerance,
+    positions, record = integrate.simulate_resumable(
+        field, X0, grid, method, ckpt, progress=progress, label=label, tolerance=tolerance
     )
     drift = record.drift  # (replica, time)
     r, k = np.unravel_index(np.argmax(drift), drift.shape)
@@ -108,7 +101,7 @@ def stage_finite_temperature(
         beta,
         float(np.min(np.median(ds["ess_median"].values, axis=0))),
     )
-    io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
+    netcdf.write_netcdf(ds, output, "finite_temperature", netcdf.provenance(name, experiment, root_seed, beta=beta))
     checkpoint.discard(ckpt)
 
 
@@ -130,35 +123,18 @@ def stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_pa
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
     grid = time_grid(experiment)
     beta = float(beta)
-    measure = dict(experiment["initial_measure"])
-    measure_name = measure.pop("name")
+    measure_name, measure = measure_of(experiment)
     if reduction.geometry(M.B, M.V, measure_name, measure) == "sphere":
         # vMF means drawn as the initial tokens drew them: the mesh carries the density the tokens sample
         ds = _sphere_mean_field(name, experiment, beta, M, X0, grid, *initial_measure(name, experiment, root_seed))
-        io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
+        netcdf.write_netcdf(ds, output, "finite_temperature", netcdf.provenance(name, experiment, root_seed, beta=beta))
         return
     width, depth = float(experiment["mean_field"]["width"]), float(experiment["mean_field"]["depth"])
     red = reduction.reduce(M.B, M.V, measure_name, measure)
-    solutions = {}
-    for w in (width, 2 * width):
-        label = f"{name} beta = {beta:g}: mean field, cells of width {w:g}"
-        log.info("%s graded to %g (%s)", label, depth, red.geometry)
-        start = _time.perf_counter()
-        solutions[w] = meanfield.solve(
-            red,
-            beta,
-            grid.times,
-            measure=measure_name,
-            params=measure,
-            width=w,
-            depth=depth,
-            rtol=MEAN_FIELD_RTOL,
-            atol=MEAN_FIELD_ATOL,
-            progress=lambda t, info, label=label: log.info(
-                "%s: t = %g, %d cells, %d field evaluations", label, t, info["cells"], info["nfev"]
-            ),
-        )
-        log.info("%s: done in %.1f s (%s)", label, _time.perf_counter() - start, solutions[w].info)
+    solutions = {
+        w: _one_dimensional_reference(name, red, beta, grid, measure_name, measure, w, depth)
+        for w in (width, 2 * width)
+    }
     fine, coarse = solutions[width], solutions[2 * width]
     positions, coarse_positions = fine.push_forward(X0), coarse.push_forward(X0)
     error = np.sqrt(np.mean(np.sum((positions - coarse_positions) ** 2, axis=-1), axis=-1))  # (replica, time)
@@ -185,7 +161,31 @@ def stage_mean_field(name, experiment, root_seed, beta, matrices_path, tokens_pa
         float(error.max()),
         float(grid.times[np.argmax(error.max(axis=0))]),
     )
-    io.write_netcdf(ds, output, "finite_temperature", io.provenance(name, experiment, root_seed, beta=beta))
+    netcdf.write_netcdf(ds, output, "finite_temperature", netcdf.provenance(name, experiment, root_seed, beta=beta))
+
+
+def _one_dimensional_reference(name, red, beta, grid, measure_name, measure, width, depth):
+    """The one-dimensional mean-field reference (``meanfield.solve``) with cells of ``width`` graded to ``depth``,
+    its progress and cost logged."""
+    label = f"{name} beta = {beta:g}: mean field, cells of width {width:g}"
+    log.info("%s graded to %g (%s)", label, depth, red.geometry)
+    start = _time.perf_counter()
+    solution = meanfield.solve(
+        red,
+        beta,
+        grid.times,
+        measure=measure_name,
+        params=measure,
+        width=width,
+        depth=depth,
+        rtol=MEAN_FIELD_RTOL,
+        atol=MEAN_FIELD_ATOL,
+        progress=lambda t, info: log.info(
+            "%s: t = %g, %d cells, %d field evaluations", label, t, info["cells"], info["nfev"]
+        ),
+    )
+    log.info("%s: done in %.1f s (%s)", label, _time.perf_counter() - start, solution.info)
+    return solution
 
 
 def _sphere_mean_field(name, experiment, beta, M, X0, grid, measure_name, measure):
@@ -306,5 +306,5 @@ def stage_zero_temperature(
     log.info(
         "%s: zero temperature: max deviation from the exact solution %.3e (at t = %g)", name, error.max(), grid.horizon
     )
-    io.write_netcdf(ds, output, "zero_temperature", io.provenance(name, experiment, root_seed))
+    netcdf.write_netcdf(ds, output, "zero_temperature", netcdf.provenance(name, experiment, root_seed))
     checkpoint.discard(ckpt)

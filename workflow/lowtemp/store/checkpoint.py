@@ -4,7 +4,7 @@ A checkpoint is a NetCDF file (kind ``checkpoint``) beside the results, holding
 the snapshots computed so far and a *fingerprint* of everything the remaining
 steps depend on: the initial positions, B, V, β, the integrator, the time grid,
 the field kernel and the package version. It is written atomically (temporary
-name + rename, ``io.write_netcdf``) at most every ``every_seconds`` seconds of
+name + rename, ``netcdf.write_netcdf``) at most every ``every_seconds`` seconds of
 wall time, at snapshot boundaries; ``every_seconds = 0`` writes one at every
 snapshot. The integrator's state is the positions and, for an adaptive
 integrator, the step its controller proposes there (no random numbers are drawn
@@ -38,7 +38,7 @@ import numpy as np
 import xarray as xr
 
 from ..dynamics import integrate
-from . import datasets, io, version
+from . import datasets, netcdf, version
 
 log = logging.getLogger("lowtemp")
 
@@ -49,7 +49,7 @@ def fingerprint(*arrays: np.ndarray, **values) -> str:
     """SHA-256 over the bytes of ``arrays`` (with shape and dtype) and the sorted ``values``, after the declared
     release and the schema (not the commit: a commit or an edit in the tree keeps a running job's checkpoints)."""
     h = hashlib.sha256()
-    h.update(f"lowtemp {version.distribution_version()} schema {io.SCHEMA_VERSION}".encode())
+    h.update(f"lowtemp {version.distribution_version()} schema {netcdf.SCHEMA_VERSION}".encode())
     for a in arrays:
         a = np.ascontiguousarray(a)
         h.update(f"{a.dtype.str}{a.shape}".encode())
@@ -72,8 +72,8 @@ class _Checkpoint:
         if not self.path.exists():
             return None
         try:
-            ds = io.read_netcdf(self.path, KIND)
-        except (io.NetCDFSchemaError, OSError) as exc:
+            ds = netcdf.read_netcdf(self.path, KIND)
+        except (netcdf.NetCDFSchemaError, OSError) as exc:
             log.warning("checkpoint %s is unreadable (%s); starting from the beginning", self.path, exc)
             return None
         if ds.attrs.get("fingerprint") != self.fingerprint:
@@ -83,7 +83,7 @@ class _Checkpoint:
 
     def _write(self, ds: xr.Dataset, **attrs) -> None:
         ds.attrs["fingerprint"] = self.fingerprint
-        io.write_netcdf(ds, self.path, KIND, {"fingerprint": self.fingerprint, **attrs})
+        netcdf.write_netcdf(ds, self.path, KIND, {"fingerprint": self.fingerprint, **attrs})
         self.writes += 1
 
     def discard(self) -> None:
@@ -232,29 +232,24 @@ class SolveCheckpoint(_Checkpoint):
         self._write(ds, solves=int(np.sum(done)))
 
 
-def simulate_resumable(
+def simulation_checkpoint(
+    path: str | Path | None,
     field,
     X0: np.ndarray,
     grid: integrate.TimeGrid,
     method: str,
-    label: str,
-    path: str | Path | None,
+    tolerance: float | None,
     every_seconds: float,
-    progress=None,
-    *,
-    tolerance: float | None = None,
-):
-    """``integrate.simulate`` resuming from, and writing, the checkpoint at ``path`` (None: no checkpoint).
+) -> SimulationCheckpoint | None:
+    """The checkpoint of one simulation at ``path`` (None: no checkpoint), handed to
+    ``integrate.simulate_resumable``.
 
-    The fingerprint covers X0, the field (its ``identity()``: matrices, β, kernel; ``kernels.AttentionField``,
-    ``fields.ZeroTemperatureField``), the integrator and its ``tolerance`` and the time grid. Returns the
-    positions, the ``integrate.StepRecord`` and the checkpoint (call ``discard()`` once the
-    output is written), or None.
+    Its fingerprint covers X0, the field (its ``identity()``: matrices, β, kernel; ``kernels.AttentionField``,
+    ``fields.ZeroTemperatureField``), the integrator and its ``tolerance`` and the time grid, so a checkpoint of
+    another problem is never resumed. Call ``discard()`` once the output is written.
     """
-    run = dict(progress=progress, label=label, tolerance=tolerance, return_record=True)
     if path is None:
-        positions, record = integrate.simulate(field, X0, grid, method, **run)
-        return positions, record, None
+        return None
     arrays, settings = field.identity()
     fp = fingerprint(
         X0,
@@ -266,6 +261,4 @@ def simulate_resumable(
         tolerance=tolerance,
         **settings,
     )
-    ckpt = SimulationCheckpoint(path, fp, grid.times, every_seconds)
-    positions, record = integrate.simulate(field, X0, grid, method, resume=ckpt.load(X0.shape), on_snapshot=ckpt, **run)
-    return positions, record, ckpt
+    return SimulationCheckpoint(path, fp, grid.times, every_seconds)

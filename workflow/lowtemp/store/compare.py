@@ -23,7 +23,7 @@ import numpy as np
 import xarray as xr
 
 from . import version
-from .io import ENGINE
+from .netcdf import ENGINE
 
 #: provenance keys that say which code wrote a file, not what it holds (``store.version.CodeVersion``)
 VOLATILE_PROVENANCE: frozenset[str] = frozenset(version.PROVENANCE_KEYS)

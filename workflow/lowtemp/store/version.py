@@ -15,7 +15,7 @@ version is ``unknown``, the commit ``unknown`` and ``source`` says why and which
 distribution declares; nothing raises. git runs with ``--no-optional-locks``: a job reading the version
 never takes ``.git/index.lock`` from someone committing in the same tree.
 
-The record goes into every NetCDF's provenance (``store.io.provenance``) but never into a rule's params:
+The record goes into every NetCDF's provenance (``store.netcdf.provenance``) but never into a rule's params:
 a new commit does not make Snakemake rerun anything, and ``store.compare`` does not compare it
 (``VOLATILE_PROVENANCE``). A checkpoint's fingerprint (``store.checkpoint``) holds the declared release
 only, so a commit or an edit in the tree does not throw away the checkpoints of a running simulation.
@@ -51,7 +51,7 @@ class CodeVersion:
     source: str
 
     def as_provenance(self) -> dict:
-        """The record's keys as ``store.io.provenance`` stores them."""
+        """The record's keys as ``store.netcdf.provenance`` stores them."""
         return dict(zip(PROVENANCE_KEYS, (self.version, self.commit, self.dirty, self.source), strict=True))
 
 

@@ -38,6 +38,7 @@ search. Everything is sequential: the same input gives the same bits.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numba
@@ -55,6 +56,23 @@ SWEEP_BLOCKS = 4
 #: the block search's block, times √(arcs): half of the usual √(arcs) scans 28 % fewer arcs for 8 % more
 #: pivots on the same snapshots
 BLOCK_FACTOR = 0.5
+
+# The kernels' structured arguments (numba compiles a namedtuple of arrays and scalars into one typed argument; the
+# kernels unpack them on entry).
+#: the arc arrays, over the arcs' capacity (the arcs in use, 0..m−1, come first; the root's arcs are 0..n−1): tail
+#: node src, head node tgt, cost, flow, and state (TREE or LOWER)
+Arcs = namedtuple("Arcs", "src tgt cost flow state")
+#: the spanning tree, arrays over the 2n + 1 nodes (the module's docstring): parent node, pred (the tree arc to the
+#: parent), pred_dir (UP or DOWN), size (of the subtree), and the children as first_child and the doubly linked
+#: sibling lists next_sib, prev_sib (−1: none)
+Tree = namedtuple("Tree", "parent pred pred_dir size first_child next_sib prev_sib")
+#: what ``_pivots`` prices and when it stops: arcs n_root_arcs..m−1 are priced, an arc is eligible below −tol, the
+#: block search's block, the pivot budget max_pivots, and sweep_after, the arcs a search scans before it finishes
+#: its pass and lists the eligible arcs
+PivotRule = namedtuple("PivotRule", "n_root_arcs m tol block max_pivots sweep_after")
+#: ``_pivots``' work buffers: path and path_b (the two sides of a cycle, 2n + 1 nodes each), stack (a subtree
+#: walk, 2n + 1), listed (the eligible arcs a sweep lists, at least one slot)
+PivotBuffers = namedtuple("PivotBuffers", "path path_b stack listed")
 
 
 @numba.njit(cache=True)
@@ -99,10 +117,13 @@ def _shift_subtree(r, sigma, first_child, next_sib, pi, stack):
 
 
 @numba.njit(cache=True)
-def _potentials_from_root(root, parent, pred, pred_dir, first_child, next_sib, cost, pi, size, stack, order):
+def _potentials_from_root(root, tree, cost, pi, stack, order):
     """Potentials of every node from the root along the tree arcs (each tight), and the subtree sizes.
 
-    Recomputing them from the root removes the rounding that the pivots' shifts accumulate."""
+    Recomputing them from the root removes the rounding that the pivots' shifts accumulate. ``stack`` and
+    ``order`` are work arrays over the nodes."""
+    parent, pred, pred_dir, size = tree.parent, tree.pred, tree.pred_dir, tree.size
+    first_child, next_sib = tree.first_child, tree.next_sib
     n_order = 0
     top = 0
     pi[root] = 0.0
@@ -133,37 +154,18 @@ def _potentials_from_root(root, parent, pred, pred_dir, first_child, next_sib, c
 
 
 @numba.njit(cache=True)
-def _pivots(
-    n_root_arcs,
-    src,
-    tgt,
-    cost,
-    m,
-    flow,
-    state,
-    parent,
-    pred,
-    pred_dir,
-    size,
-    first_child,
-    next_sib,
-    prev_sib,
-    pi,
-    tol,
-    block,
-    max_pivots,
-    next_arc,
-    path,
-    path_b,
-    stack,
-    sweep_after,
-    listed,
-):
-    """Simplex pivots until no priced arc (indices n_root_arcs..m−1) has reduced cost below −tol.
+def _pivots(arcs, tree, pi, rule, buffers, next_arc):
+    """Simplex pivots until no priced arc (indices n_root_arcs..m−1 of ``rule``) has reduced cost below −tol.
 
-    ``listed`` (at least one slot) holds the eligible arcs found by a search that scanned more than
-    ``sweep_after`` arcs (the module's docstring). Returns (pivots, degenerate pivots, where the next block
-    search starts)."""
+    The block search starts at arc ``next_arc``. ``buffers.listed`` (at least one slot) holds the eligible arcs
+    found by a search that scanned more than ``rule.sweep_after`` arcs (the module's docstring). Returns (pivots,
+    degenerate pivots, where the next block search starts)."""
+    src, tgt, cost, flow, state = arcs.src, arcs.tgt, arcs.cost, arcs.flow, arcs.state
+    parent, pred, pred_dir, size = tree.parent, tree.pred, tree.pred_dir, tree.size
+    first_child, next_sib, prev_sib = tree.first_child, tree.next_sib, tree.prev_sib
+    n_root_arcs, m, tol, block = rule.n_root_arcs, rule.m, rule.tol, rule.block
+    max_pivots, sweep_after = rule.max_pivots, rule.sweep_after
+    path, path_b, stack, listed = buffers.path, buffers.path_b, buffers.stack, buffers.listed
     pivots = 0
     degenerate = 0
     total = m - n_root_arcs
@@ -327,7 +329,12 @@ def _pivots(
 
 
 @numba.njit(cache=True)
-def _start_tree(n, perm, assign_arc, parent, pred, pred_dir, first_child, next_sib, prev_sib, state, flow):
+def _start_tree(n, perm, assign_arc, tree, arcs):
+    """The starting basis (the module's docstring): every row below the root, column n + perm[i] below row i
+    through its arc assign_arc[i] at flow 1."""
+    parent, pred, pred_dir = tree.parent, tree.pred, tree.pred_dir
+    first_child, next_sib, prev_sib = tree.first_child, tree.next_sib, tree.prev_sib
+    state, flow = arcs.state, arcs.flow
     root = 2 * n
     for i in range(n):
         _attach(i, root, parent, first_child, next_sib, prev_sib)
@@ -340,6 +347,19 @@ def _start_tree(n, perm, assign_arc, parent, pred, pred_dir, first_child, next_s
         pred_dir[c] = DOWN
         state[assign_arc[i]] = TREE
         flow[assign_arc[i]] = 1
+
+
+def _arcs_of_assignment(rows: np.ndarray, cols: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """The index among the arcs (rows, cols) of each arc (i, perm[i]); ValueError if one is not among them."""
+    n = perm.shape[0]
+    key = rows * n + cols
+    # arcs from a CSR (rows increasing, columns increasing within a row) need no sort
+    order = np.arange(key.size) if np.all(key[1:] > key[:-1]) else np.argsort(key, kind="stable")
+    want = np.arange(n, dtype=np.int64) * n + perm
+    pos = np.searchsorted(key[order], want)
+    if np.any(pos >= key.size) or np.any(key[order][np.minimum(pos, key.size - 1)] != want):
+        raise ValueError("the starting assignment's arcs are not all among the arcs")
+    return order[pos]
 
 
 @dataclass
@@ -387,13 +407,16 @@ class SparseAssignment:
         n = perm.shape[0]
         rows = np.asarray(rows, dtype=np.int64)
         cols = np.asarray(cols, dtype=np.int64)
-        key = rows * n + cols
-        # arcs from a CSR (rows increasing, columns increasing within a row) need no sort
-        order = np.arange(key.size) if np.all(key[1:] > key[:-1]) else np.argsort(key, kind="stable")
-        want = np.arange(n, dtype=np.int64) * n + perm
-        pos = np.searchsorted(key[order], want)
-        if np.any(pos >= key.size) or np.any(key[order][np.minimum(pos, key.size - 1)] != want):
-            raise ValueError("the starting assignment's arcs are not all among the arcs")
+        assign_arc = n + _arcs_of_assignment(rows, cols, perm)
+        S = cls._without_basis(n, rows, cols, costs, root_cost)
+        _start_tree(n, np.asarray(perm, np.int64), assign_arc, S._tree(), S._arcs())
+        S._refresh()
+        return S
+
+    @classmethod
+    def _without_basis(cls, n, rows, cols, costs, root_cost) -> SparseAssignment:
+        """The root's arcs and the candidate arcs (room for as many again to be added), every arc at flow 0,
+        and empty tree arrays: ``_start_tree`` builds the basis."""
         m = n + rows.size
         cap = n + 2 * rows.size
         src = np.empty(cap, np.int64)
@@ -403,7 +426,7 @@ class SparseAssignment:
         cost[:n] = 0.0 if root_cost is None else root_cost
         src[n:m], tgt[n:m], cost[n:m] = rows, n + cols, costs
         nodes = 2 * n + 1
-        S = cls(
+        return cls(
             n=n,
             m=m,
             src=src,
@@ -421,36 +444,19 @@ class SparseAssignment:
             pi=np.zeros(nodes),
             next_arc=n,
         )
-        _start_tree(
-            n,
-            np.asarray(perm, np.int64),
-            n + order[pos],
-            S.parent,
-            S.pred,
-            S.pred_dir,
-            S.first_child,
-            S.next_sib,
-            S.prev_sib,
-            S.state,
-            S.flow,
-        )
-        S._refresh()
-        return S
+
+    def _arcs(self) -> Arcs:
+        """The arc arrays as the kernels take them (built anew: ``add_arcs`` may replace the arrays)."""
+        return Arcs(self.src, self.tgt, self.cost, self.flow, self.state)
+
+    def _tree(self) -> Tree:
+        """The tree arrays as the kernels take them."""
+        return Tree(self.parent, self.pred, self.pred_dir, self.size, self.first_child, self.next_sib, self.prev_sib)
 
     def _refresh(self) -> None:
         nodes = 2 * self.n + 1
         _potentials_from_root(
-            2 * self.n,
-            self.parent,
-            self.pred,
-            self.pred_dir,
-            self.first_child,
-            self.next_sib,
-            self.cost,
-            self.pi,
-            self.size,
-            np.empty(nodes, np.int64),
-            np.empty(nodes, np.int64),
+            2 * self.n, self._tree(), self.cost, self.pi, np.empty(nodes, np.int64), np.empty(nodes, np.int64)
         )
 
     def add_arcs(self, rows: np.ndarray, cols: np.ndarray, costs: np.ndarray) -> None:
@@ -483,34 +489,22 @@ class SparseAssignment:
             block = max(16, int(BLOCK_FACTOR * np.sqrt(self.n_arcs)))
         if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
             raise ValueError(f"block must be an integer ≥ 1, got {block!r}")
-        stack = np.empty(2 * self.n + 1, np.int64)
-        path = np.empty(2 * self.n + 1, np.int64)
-        piv, deg, self.next_arc = _pivots(
-            self.n,
-            self.src,
-            self.tgt,
-            self.cost,
-            self.m,
-            self.flow,
-            self.state,
-            self.parent,
-            self.pred,
-            self.pred_dir,
-            self.size,
-            self.first_child,
-            self.next_sib,
-            self.prev_sib,
-            self.pi,
-            float(tol),
-            int(block),
-            int(max_pivots),
-            self.next_arc,
-            path,
-            np.empty(2 * self.n + 1, np.int64),
-            stack,
-            int(min(SWEEP_BLOCKS * block, self.n_arcs + 1)),  # no search scans more than all arcs
-            np.empty(min(block, max(1, self.n_arcs)), np.int64),  # a list never holds more than the arcs
+        nodes = 2 * self.n + 1
+        rule = PivotRule(
+            n_root_arcs=self.n,
+            m=self.m,
+            tol=float(tol),
+            block=int(block),
+            max_pivots=int(max_pivots),
+            sweep_after=int(min(SWEEP_BLOCKS * block, self.n_arcs + 1)),  # no search scans more than all arcs
         )
+        buffers = PivotBuffers(
+            path=np.empty(nodes, np.int64),
+            path_b=np.empty(nodes, np.int64),
+            stack=np.empty(nodes, np.int64),
+            listed=np.empty(min(block, max(1, self.n_arcs)), np.int64),  # a list never holds more than the arcs
+        )
+        piv, deg, self.next_arc = _pivots(self._arcs(), self._tree(), self.pi, rule, buffers, self.next_arc)
         if piv < 0:
             raise RuntimeError("network simplex met a cycle of forward arcs (not a bipartite assignment graph)")
         self.pivots += piv

@@ -26,7 +26,7 @@ import numpy as np
 import ot
 
 from ..model.projection import check_basis, check_tokens, projection_map, two_atom_masses
-from . import assignment
+from . import assignment, pricing
 
 #: POT's result code for an optimal solution of the network simplex
 _OPTIMAL = 1
@@ -87,8 +87,8 @@ def w2_certified(
 ) -> tuple[float, float]:
     """(W2, bound): exact W2 as ``w2`` computes it and a certified bound on |W2² − W2²_opt| for the exact
     costs of the given coordinates (``assignment.W2Result.error_bound`` or ``NetworkSimplexResult.error_bound``)."""
-    X = assignment.as_cloud(X, "X")
-    Y = assignment.as_cloud(Y, "Y")
+    X = pricing.as_cloud(X, "X")
+    Y = pricing.as_cloud(Y, "Y")
     if X.shape[1] != Y.shape[1]:
         raise ValueError(f"X and Y must live in the same dimension, got {X.shape} and {Y.shape}")
     _check_max_iterations(max_iterations)
@@ -152,8 +152,8 @@ def network_simplex(
     their joint extent into [0.5, 1) (exact; W2(sX, sY) = s·W2(X, Y)). ``_dual_bound`` then bounds the
     plan's distance to the optimum. Raises ``TransportNotConverged`` if POT stops before an optimal plan.
     """
-    X = assignment.as_cloud(X, "X")
-    Y = assignment.as_cloud(Y, "Y")
+    X = pricing.as_cloud(X, "X")
+    Y = pricing.as_cloud(Y, "Y")
     if X.shape[1] != Y.shape[1]:
         raise ValueError(f"X and Y must live in the same dimension, got {X.shape} and {Y.shape}")
     _check_max_iterations(max_iterations)
@@ -236,9 +236,9 @@ def _dual_bound(X, Y, C, a, b, G, v) -> tuple[float, float]:
     miss a and b̂ by rounding (measured exactly, in rationals); removing the excess and spreading the defect
     as a product plan gives a feasible plan costing at most W2²(G) + max c·defect. The computed costs are
     within g·ĉ of the exact ones (plus the subnormal spacing where a square may have underflowed,
-    ``assignment._rounding_constants``).
+    ``pricing._rounding_constants``).
     """
-    g, _, uf = assignment._rounding_constants(X.shape[1])
+    g, _, uf = pricing._rounding_constants(X.shape[1])
     rows, cols = np.nonzero(G)
     used = G[rows, cols] * C[rows, cols]
     value_sq = math.fsum(used.tolist())

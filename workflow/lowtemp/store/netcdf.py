@@ -28,7 +28,8 @@ import h5py  # h5netcdf's own backend: the checksum is added to a written file i
 import numpy as np
 import xarray as xr
 
-from . import layout, version
+from ..model import layout
+from . import version
 
 #: 2: trajectories are stored (replica, time, token, dim), every file in ``layout.ORDER``; 3: every file carries
 #: ``lowtemp_checksum``

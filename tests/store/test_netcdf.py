@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lowtemp import __version__
-from lowtemp.store import datasets, io, layout
+from lowtemp.model import layout
+from lowtemp.store import analyses, netcdf
 
 
 def _dataset():
@@ -25,27 +26,27 @@ def _dataset():
             "positions": (
                 ("replica", "time", "token", "dim"),
                 rng.standard_normal((2, 3, 5, 3)),
-                io.attrs("positions", flag=True, meta={"a": 1}),
+                netcdf.attrs("positions", flag=True, meta={"a": 1}),
             ),
-            "gamma": ((), 1.25, io.attrs("gap")),
+            "gamma": ((), 1.25, netcdf.attrs("gap")),
         },
-        coords={"time": ("time", np.linspace(0, 1, 3), io.attrs("time", "1")), "replica": np.arange(2)},
+        coords={"time": ("time", np.linspace(0, 1, 3), netcdf.attrs("time", "1")), "replica": np.arange(2)},
         attrs={"integrator": "rk4", "optional": None},
     )
 
 
 def test_round_trip_with_provenance(tmp_path):
     ds = _dataset()
-    prov = io.provenance("tiny", {"dim": 3, "betas": [5.0, 50.0]}, 7, beta=np.float64(5.0))
-    path = io.write_netcdf(ds, tmp_path / "sub" / "out.nc", "demo", prov)
+    prov = netcdf.provenance("tiny", {"dim": 3, "betas": [5.0, 50.0]}, 7, beta=np.float64(5.0))
+    path = netcdf.write_netcdf(ds, tmp_path / "sub" / "out.nc", "demo", prov)
     assert path == tmp_path / "sub" / "out.nc"
-    back = io.read_netcdf(path, "demo")
+    back = netcdf.read_netcdf(path, "demo")
     xr.testing.assert_identical(back[["positions", "gamma"]].drop_attrs(), ds[["positions", "gamma"]].drop_attrs())
     assert back["positions"].dtype == np.float64
-    assert back.attrs["lowtemp_schema"] == io.SCHEMA_VERSION
+    assert back.attrs["lowtemp_schema"] == netcdf.SCHEMA_VERSION
     assert back.attrs["lowtemp_kind"] == "demo"
     assert back.attrs["integrator"] == "rk4"
-    record = io.read_provenance(back)
+    record = netcdf.read_provenance(back)
     assert record == json.loads(json.dumps(prov, default=float))
     assert record["version"] == __version__ and record["root_seed"] == 7 and record["beta"] == 5.0
     assert record["config"] == {"dim": 3, "betas": [5.0, 50.0]}
@@ -58,19 +59,19 @@ def test_round_trip_with_provenance(tmp_path):
 
 def test_no_temporary_files_left(tmp_path):
     for k in range(3):
-        io.write_netcdf(_dataset(), tmp_path / f"f{k}.nc", "demo", {})
-    io.write_netcdf(_dataset(), tmp_path / "f0.nc", "demo", {"again": True})  # overwrite
+        netcdf.write_netcdf(_dataset(), tmp_path / f"f{k}.nc", "demo", {})
+    netcdf.write_netcdf(_dataset(), tmp_path / "f0.nc", "demo", {"again": True})  # overwrite
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f0.nc", "f1.nc", "f2.nc"]
 
 
 def test_failed_write_leaves_previous_file_and_no_temporary(tmp_path):
     path = tmp_path / "out.nc"
-    io.write_netcdf(_dataset(), path, "demo", {"first": 1})
+    netcdf.write_netcdf(_dataset(), path, "demo", {"first": 1})
     bad = xr.Dataset({"x": (("token",), np.array([{"k": 1}, None, 3], dtype=object))})
     with pytest.raises(ValueError):  # a dict cannot be stored in a NetCDF variable
-        io.write_netcdf(bad, path, "demo", {"second": 2})
+        netcdf.write_netcdf(bad, path, "demo", {"second": 2})
     assert [p.name for p in tmp_path.iterdir()] == ["out.nc"]
-    assert io.read_provenance(io.read_netcdf(path, "demo")) == {"first": 1}
+    assert netcdf.read_provenance(netcdf.read_netcdf(path, "demo")) == {"first": 1}
 
 
 def test_a_dataset_out_of_the_layout_is_refused_before_anything_is_written(tmp_path):
@@ -79,13 +80,13 @@ def test_a_dataset_out_of_the_layout_is_refused_before_anything_is_written(tmp_p
     ds = _dataset()
     swapped = ds.transpose("time", "replica", "token", "dim")
     with pytest.raises(layout.LayoutError, match=r"'positions' has dimensions \('time', 'replica'"):
-        io.write_netcdf(swapped, tmp_path / "swapped.nc", "demo", {})
+        netcdf.write_netcdf(swapped, tmp_path / "swapped.nc", "demo", {})
     unknown = ds.rename_dims(token="particle")
     with pytest.raises(layout.LayoutError, match=r"\['particle'\] have no place"):
-        io.write_netcdf(unknown, tmp_path / "unknown.nc", "demo", {})
+        netcdf.write_netcdf(unknown, tmp_path / "unknown.nc", "demo", {})
     assert list(tmp_path.iterdir()) == []
-    io.write_netcdf(swapped, tmp_path / "checkpoint.nc", "checkpoint", {})  # a writer's own file: its own axes
-    io.write_netcdf(ds, tmp_path / "ok.nc", "demo", {})
+    netcdf.write_netcdf(swapped, tmp_path / "checkpoint.nc", "checkpoint", {})  # a writer's own file: its own axes
+    netcdf.write_netcdf(ds, tmp_path / "ok.nc", "demo", {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.nc", "ok.nc"]
 
 
@@ -96,10 +97,10 @@ def test_the_layout_places_every_dimension_once():
 
 
 def test_wrong_kind_is_refused(tmp_path):
-    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "matrices", {})
-    with pytest.raises(io.NetCDFSchemaError, match="expected 'distances'"):
-        io.read_netcdf(path, "distances")
-    io.read_netcdf(path)  # no kind requested: accepted
+    path = netcdf.write_netcdf(_dataset(), tmp_path / "out.nc", "matrices", {})
+    with pytest.raises(netcdf.NetCDFSchemaError, match="expected 'distances'"):
+        netcdf.read_netcdf(path, "distances")
+    netcdf.read_netcdf(path)  # no kind requested: accepted
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, "3", None])
@@ -109,32 +110,32 @@ def test_wrong_or_missing_schema_version_is_refused(tmp_path, version):
     if version is not None:
         ds.attrs["lowtemp_schema"] = version
     path = tmp_path / "old.nc"
-    ds.to_netcdf(path, engine=io.ENGINE)
-    with pytest.raises(io.NetCDFSchemaError, match="schema version"):
-        io.read_netcdf(path, "demo")
+    ds.to_netcdf(path, engine=netcdf.ENGINE)
+    with pytest.raises(netcdf.NetCDFSchemaError, match="schema version"):
+        netcdf.read_netcdf(path, "demo")
 
 
 def test_truncated_file_is_refused(tmp_path):
-    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
+    path = netcdf.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(io.NetCDFSchemaError, match="cannot be read"):
-        io.read_netcdf(path, "demo")
+    with pytest.raises(netcdf.NetCDFSchemaError, match="cannot be read"):
+        netcdf.read_netcdf(path, "demo")
 
 
 def test_garbage_file_is_refused_and_missing_file_is_not_found(tmp_path):
     path = tmp_path / "garbage.nc"
     path.write_bytes(b"this is not HDF5 at all" * 10)
-    with pytest.raises(io.NetCDFSchemaError):
-        io.read_netcdf(path)
+    with pytest.raises(netcdf.NetCDFSchemaError):
+        netcdf.read_netcdf(path)
     with pytest.raises(FileNotFoundError):
-        io.read_netcdf(tmp_path / "missing.nc")
+        netcdf.read_netcdf(tmp_path / "missing.nc")
 
 
 def test_read_loads_into_memory(tmp_path):
     """The file handle is closed on return: the file can be replaced while the data are in use."""
-    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
-    ds = io.read_netcdf(path, "demo")
+    path = netcdf.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
+    ds = netcdf.read_netcdf(path, "demo")
     path.unlink()
     assert np.all(np.isfinite(ds["positions"].values))
 
@@ -145,7 +146,7 @@ def test_atomic_path_removes_stale_temporaries_of_the_same_target_only(tmp_path)
     other = tmp_path / ".b.tmp-99999.nc"  # another target's: not ours to remove
     stale.write_bytes(b"half")
     other.write_bytes(b"half")
-    with io.atomic_path(target) as tmp:
+    with netcdf.atomic_path(target) as tmp:
         assert tmp.parent == tmp_path and tmp.name.startswith(".a.tmp-")
         assert not stale.exists()
         tmp.write_bytes(b"complete")
@@ -158,22 +159,22 @@ def test_atomic_path_removes_stale_temporaries_of_the_same_target_only(tmp_path)
 def test_atomic_path_pauses_before_the_rename_only_when_fault_injection_asks(tmp_path, monkeypatch):
     import time
 
-    monkeypatch.setenv(io.FAULT_PAUSE_ENV, "0.3")
+    monkeypatch.setenv(netcdf.FAULT_PAUSE_ENV, "0.3")
     start = time.perf_counter()
-    with io.atomic_path(tmp_path / "x.png") as tmp:
+    with netcdf.atomic_path(tmp_path / "x.png") as tmp:
         tmp.write_bytes(b"png")
     assert time.perf_counter() - start >= 0.3
     assert (tmp_path / "x.png").read_bytes() == b"png"
 
 
 def test_fit_dataset_lays_out_exactly_its_table():
-    """fit.nc's layout (datasets.FIT_VARIABLES) takes one value per name: a missing and an unknown name are
+    """fit.nc's layout (analyses.FIT_VARIABLES) takes one value per name: a missing and an unknown name are
     refused by name; the long names are filled with the coverage and the early time."""
 
     def value(dims):
         return np.zeros([{"beta": 2, "replica": 3, "bound": 2, "regime": 2, "pair": 1}[d] for d in dims])
 
-    values = {name: value(dims) for name, (dims, _, _) in datasets.FIT_VARIABLES.items()}
+    values = {name: value(dims) for name, (dims, _, _) in analyses.FIT_VARIABLES.items()}
     coords = {
         "beta": [10.0, 100.0],
         "replica": [0, 1, 2],
@@ -182,19 +183,19 @@ def test_fit_dataset_lays_out_exactly_its_table():
         "pair": ["10-100"],
     }
     attrs = {"confidence": 0.9, "early_time": 1.5}
-    ds = datasets.fit_dataset(values, coords, attrs)
-    assert list(ds.data_vars) == list(datasets.FIT_VARIABLES)
+    ds = analyses.fit_dataset(values, coords, attrs)
+    assert list(ds.data_vars) == list(analyses.FIT_VARIABLES)
     assert ds["C1_interval"].attrs["long_name"] == "C1, 90% Student-t interval over replicas of the mean"
     assert "t = 1.5 (NaN" in ds["early_error"].attrs["long_name"]
     assert "{" not in "".join(ds[v].attrs["long_name"].replace("e^{", "") for v in ds.data_vars)
     with pytest.raises(ValueError, match=r"no value for \['C1'\]"):
-        datasets.fit_dataset({k: v for k, v in values.items() if k != "C1"}, coords, attrs)
+        analyses.fit_dataset({k: v for k, v in values.items() if k != "C1"}, coords, attrs)
     with pytest.raises(ValueError, match=r"no layout for \['C2'\]"):
-        datasets.fit_dataset({**values, "C2": value(())}, coords, attrs)
+        analyses.fit_dataset({**values, "C2": value(())}, coords, attrs)
 
 
 def test_convergence_dataset_refuses_a_missing_or_unknown_variable():
-    values = {name: None for name in datasets.CONVERGENCE_VARIABLES}
+    values = {name: None for name in analyses.CONVERGENCE_VARIABLES}
     sizes = dict(
         methods=["rk4"],
         steps=[0.1, 0.05],
@@ -208,9 +209,9 @@ def test_convergence_dataset_refuses_a_missing_or_unknown_variable():
         attrs={},
     )
     with pytest.raises(ValueError, match=r"no value for \['w2_mean'\]"):
-        datasets.convergence_dataset({k: v for k, v in values.items() if k != "w2_mean"}, **sizes)
+        analyses.convergence_dataset({k: v for k, v in values.items() if k != "w2_mean"}, **sizes)
     with pytest.raises(ValueError, match=r"no layout for \['w2_median'\]"):
-        datasets.convergence_dataset({**values, "w2_median": None}, **sizes)
+        analyses.convergence_dataset({**values, "w2_median": None}, **sizes)
 
 
 # ---------------------------------------------------------------- the content checksum
@@ -218,15 +219,15 @@ def test_convergence_dataset_refuses_a_missing_or_unknown_variable():
 
 def test_the_same_dataset_is_written_to_the_same_bytes(tmp_path):
     """The checksum is added to the file in place: two writes must still be bit-for-bit equal (reruns compare so)."""
-    a = io.write_netcdf(_dataset(), tmp_path / "a.nc", "demo", {"x": 1})
-    b = io.write_netcdf(_dataset(), tmp_path / "b.nc", "demo", {"x": 1})
+    a = netcdf.write_netcdf(_dataset(), tmp_path / "a.nc", "demo", {"x": 1})
+    b = netcdf.write_netcdf(_dataset(), tmp_path / "b.nc", "demo", {"x": 1})
     assert a.read_bytes() == b.read_bytes()
-    assert io.read_netcdf(a).attrs[io.CHECKSUM_ATTR] == io.content_checksum(io.read_netcdf(b))
+    assert netcdf.read_netcdf(a).attrs[netcdf.CHECKSUM_ATTR] == netcdf.content_checksum(netcdf.read_netcdf(b))
 
 
 def test_a_flipped_byte_in_the_data_is_named(tmp_path):
     """One bit of one stored float flipped, the timestamp kept: the read must refuse it, naming the checksum."""
-    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
+    path = netcdf.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
     raw = bytearray(path.read_bytes())
     values = np.ascontiguousarray(_dataset()["positions"].values).tobytes()
     at = raw.find(values[:16])
@@ -235,24 +236,24 @@ def test_a_flipped_byte_in_the_data_is_named(tmp_path):
     raw[at + 3] ^= 0x10
     path.write_bytes(bytes(raw))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    with pytest.raises(io.NetCDFSchemaError, match=r"out\.nc: its content does not match its checksum"):
-        io.read_netcdf(path, "demo")
+    with pytest.raises(netcdf.NetCDFSchemaError, match=r"out\.nc: its content does not match its checksum"):
+        netcdf.read_netcdf(path, "demo")
 
 
 def test_an_edited_attribute_is_named(tmp_path):
-    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {"experiment": "a"})
+    path = netcdf.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {"experiment": "a"})
     with h5py.File(path, "r+") as fh:
         fh.attrs["integrator"] = "euler"
-    with pytest.raises(io.NetCDFSchemaError, match="does not match its checksum"):
-        io.read_netcdf(path)
+    with pytest.raises(netcdf.NetCDFSchemaError, match="does not match its checksum"):
+        netcdf.read_netcdf(path)
 
 
 def test_a_file_without_a_checksum_is_refused(tmp_path):
-    path = io.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
+    path = netcdf.write_netcdf(_dataset(), tmp_path / "out.nc", "demo", {})
     with h5py.File(path, "r+") as fh:
-        del fh.attrs[io.CHECKSUM_ATTR]
-    with pytest.raises(io.NetCDFSchemaError, match=r"checksum \(stored None\)"):
-        io.read_netcdf(path)
+        del fh.attrs[netcdf.CHECKSUM_ATTR]
+    with pytest.raises(netcdf.NetCDFSchemaError, match=r"checksum \(stored None\)"):
+        netcdf.read_netcdf(path)
 
 
 @settings(max_examples=40, deadline=None)
@@ -260,10 +261,10 @@ def test_a_file_without_a_checksum_is_refused(tmp_path):
 def test_any_one_bit_of_the_values_changes_the_checksum(index, bit):
     """The checksum reads every bit of every value: flipping any one (here of ``positions``) changes it."""
     ds = _dataset()
-    before = io.content_checksum(ds)
+    before = netcdf.content_checksum(ds)
     flat = ds["positions"].values.reshape(-1).view(np.uint64)
     flat[index] ^= np.uint64(1) << np.uint64(bit)
-    assert io.content_checksum(ds) != before
+    assert netcdf.content_checksum(ds) != before
 
 
 def test_an_edit_that_turns_data_into_coordinates_is_named(tmp_path):
@@ -271,17 +272,17 @@ def test_an_edit_that_turns_data_into_coordinates_is_named(tmp_path):
     hashed, so rewriting it (which changes what a reader gets as data) fails the check."""
     ds = _dataset()
     ds["label"] = (("replica",), np.array(["a", "b"]))
-    path = io.write_netcdf(ds, tmp_path / "out.nc", "demo", {})
+    path = netcdf.write_netcdf(ds, tmp_path / "out.nc", "demo", {})
     with h5py.File(path, "r+") as fh:
         fh["positions"].attrs["coordinates"] = "label"
-    with pytest.raises(io.NetCDFSchemaError, match="does not match its checksum"):
-        io.read_netcdf(path)
+    with pytest.raises(netcdf.NetCDFSchemaError, match="does not match its checksum"):
+        netcdf.read_netcdf(path)
 
 
 def test_lists_of_strings_that_join_alike_hash_apart():
     a = xr.Dataset({"s": (("k",), np.array(["a\x1fb", "c"], dtype=object))})
     b = xr.Dataset({"s": (("k",), np.array(["a", "b\x1fc"], dtype=object))})
-    assert io.content_checksum(a) != io.content_checksum(b)
+    assert netcdf.content_checksum(a) != netcdf.content_checksum(b)
 
 
 # ---------------------------------------------------------------- a full disk
@@ -309,7 +310,7 @@ def test_a_file_too_big_for_the_disk_is_refused_before_writing(small_disk):
     """On a 2 MiB disk a 16 MiB file is refused with ENOSPC naming the file and the room, and nothing is left
     behind (no file, no temporary)."""
     with pytest.raises(OSError, match=r"out\.nc: not enough disk space to write it: it needs about 20\.0 MiB") as err:
-        io.write_netcdf(_big_dataset(16), small_disk / "run" / "out.nc", "demo", {})
+        netcdf.write_netcdf(_big_dataset(16), small_disk / "run" / "out.nc", "demo", {})
     assert err.value.errno == errno.ENOSPC
     assert not any(small_disk.rglob("*.nc"))
 
@@ -318,12 +319,12 @@ def test_the_room_check_lets_a_file_that_fits_through(tmp_path, monkeypatch):
     """The check must be able to pass: with the disk reported 1 MiB larger than the need, the write goes through;
     1 byte smaller, it is refused."""
     ds = _big_dataset(1)
-    need = ds.nbytes + io.FILE_OVERHEAD_BYTES
+    need = ds.nbytes + netcdf.FILE_OVERHEAD_BYTES
     for free, ok in ((need + 2**20, True), (need - 1, False)):
-        monkeypatch.setattr(io.shutil, "disk_usage", lambda _p, free=free: SimpleNamespace(free=free))
+        monkeypatch.setattr(netcdf.shutil, "disk_usage", lambda _p, free=free: SimpleNamespace(free=free))
         if ok:
-            io.write_netcdf(ds, tmp_path / "fits.nc", "demo", {})
+            netcdf.write_netcdf(ds, tmp_path / "fits.nc", "demo", {})
         else:
             with pytest.raises(OSError, match="not enough disk space"):
-                io.write_netcdf(ds, tmp_path / "tight.nc", "demo", {})
+                netcdf.write_netcdf(ds, tmp_path / "tight.nc", "demo", {})
     assert (tmp_path / "fits.nc").exists() and not (tmp_path / "tight.nc").exists()

@@ -8,7 +8,7 @@ is (replica, time), a β's curves are (beta, replica, time), a cloud is (replica
 (``dynamics.integrate.trajectory_shape``); statistics over replicas reduce axis −2 of a curve, and
 ``[..., -1]`` is the last time.
 
-``store.io.write_netcdf`` refuses a dataset out of this order (``require_canonical``), so every output
+``store.netcdf.write_netcdf`` refuses a dataset out of this order (``require_canonical``), so every output
 file is in it and no reader transposes. The exceptions are files that are not outputs of the pipeline
 (``OWN_AXES_KINDS``): a checkpoint of a loop of solves (``store.checkpoint.SolveCheckpoint``), whose generic axes
 only its writer reads back, and a benchmark's table.
@@ -56,7 +56,7 @@ def ordered_dims(dims) -> tuple[str, ...]:
     """``dims`` sorted into ``ORDER``; LayoutError names any dimension it does not place."""
     unknown = sorted(set(dims) - set(ORDER))
     if unknown:
-        raise LayoutError(f"dimensions {unknown} have no place in lowtemp.store.layout.ORDER; add them there")
+        raise LayoutError(f"dimensions {unknown} have no place in lowtemp.model.layout.ORDER; add them there")
     return tuple(d for d in ORDER if d in dims)
 
 
@@ -69,5 +69,5 @@ def require_canonical(data: xr.Dataset, kind: str) -> None:
         if tuple(v.dims) != ordered_dims(v.dims):
             raise LayoutError(
                 f"{kind}: variable {name!r} has dimensions {tuple(v.dims)}, the package's layout is "
-                f"{ordered_dims(v.dims)} (lowtemp.store.layout.ORDER)"
+                f"{ordered_dims(v.dims)} (lowtemp.model.layout.ORDER)"
             )
