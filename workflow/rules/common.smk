@@ -12,8 +12,8 @@ from lowtemp.config import validation
 
 RESULTS = "results"
 
-# Every file a rule writes, named once: a rule reads another rule's output through its pattern here, and the
-# target lists fill the patterns in (``result``). Logs, benchmarks and checkpoints sit beside them (``job_file``,
+# Every output file's pattern, named once. Rules read each other's outputs through these patterns, and the
+# target lists fill them in (``result``); logs, benchmarks and checkpoints sit beside them (``job_file``,
 # ``CHECKPOINTS``).
 OUTPUTS = {
     "matrices": f"{RESULTS}/{{experiment}}/matrices.nc",
@@ -35,7 +35,7 @@ OUTPUTS = {
 def result(key, **wildcards):
     """The path of output ``key`` with ``wildcards`` filled in; those not given stay wildcards."""
     names = set(re.findall(r"{(\w+)}", OUTPUTS[key]))
-    return OUTPUTS[key].format(**{name: wildcards.get(name, "{" + name + "}") for name in names})
+    return OUTPUTS[key].format(**{name: wildcards.get(name, f"{{{name}}}") for name in names})
 
 
 def job_file(kind, name):
