@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: captions demo sphere sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: captions readme-figure demo sphere sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ CONFIGFILE ?= config/config.yaml
 report: $(STAMP)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --configfile $(CONFIGFILE) --report results/report.html
 
+## readme-figure: the README's first figure, docs/img/mean_field_circle_w2_projection.png, copied from a finished
+## `make reproduce` (results/mean_field_circle/figures/w2_projection.png)
+readme-figure:
+	cp results/mean_field_circle/figures/w2_projection.png docs/img/mean_field_circle_w2_projection.png
+
 ## circle: the d = 2 experiment over four decades of beta (config/circle.yaml, ~20 min); results/circle/
 circle: $(STAMP)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES) --configfile config/circle.yaml
@@ -53,12 +58,12 @@ circle: $(STAMP)
 ## docs/mean_field_departure.md (about 30 min on 2 cores; BETAS= for others of the config's betas)
 BETAS ?= 10 100 1000
 mean-field-departure: $(STAMP)
-	$(BIN)/python benchmarks/mean_field_departure.py config/mean_field_circle.yaml --tokens 1024 4096 --replicas 2 \
+	$(BIN)/python studies/mean_field_departure.py config/mean_field_circle.yaml --tokens 1024 4096 --replicas 2 \
 		--w2-every 8 --betas $(BETAS) --markdown docs/mean_field_departure.md
 
 ## paper-scale-cost: the paper-scale run's cost per job from the resource model, before running it
 paper-scale-cost: $(STAMP)
-	$(BIN)/python benchmarks/estimate_cost.py config/paper_scale.yaml --cores $(or $(filter-out all,$(CORES)),2)
+	$(BIN)/python reports/estimate_cost.py config/paper_scale.yaml --cores $(or $(filter-out all,$(CORES)),2)
 
 ## paper-scale: d = 3 at N = 16 384 (config/paper_scale.yaml), with its particle-number study; about 3 h on 2 cores
 ## (docs/paper_scale.md), so PROFILE=slurm sends it through the SLURM profile
@@ -69,7 +74,7 @@ paper-scale: paper-scale-cost
 ## paper-scale-beta1000: the same at beta = 1000 only (config/overrides/paper_scale_beta1000.yaml merged over it): about
 ## 1.2 h on 2 cores by the resource model (make paper-scale-cost prints it first)
 paper-scale-beta1000: $(STAMP)
-	$(BIN)/python benchmarks/estimate_cost.py config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml --cores $(or $(filter-out all,$(CORES)),2)
+	$(BIN)/python reports/estimate_cost.py config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml --cores $(or $(filter-out all,$(CORES)),2)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/$(PROFILE) --cores $(CORES) all convergence_all --configfile config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml
 
 ## paper-scale-report: docs/paper_scale_results.md and its figures (docs/img/paper_scale_*.png), generated from a
@@ -77,7 +82,7 @@ paper-scale-beta1000: $(STAMP)
 ## time); PAPER_SCALE_CONFIG names the run's config files (default: the beta = 1000 run)
 PAPER_SCALE_CONFIG ?= config/paper_scale.yaml config/overrides/paper_scale_beta1000.yaml
 paper-scale-report: $(STAMP)
-	$(BIN)/python benchmarks/paper_scale_report.py results --config $(PAPER_SCALE_CONFIG) \
+	$(BIN)/python reports/paper_scale_report.py results --config $(PAPER_SCALE_CONFIG) \
 		--markdown docs/paper_scale_results.md --images docs/img
 
 ## gpu-paper-scale: on a machine with a CUDA device and PyTorch, the paper-scale simulation at GPU_BETA with the field on
@@ -85,33 +90,33 @@ paper-scale-report: $(STAMP)
 ## PyTorch into .venv first: `.venv/bin/pip install torch`)
 GPU_BETA ?= 1000
 gpu-paper-scale: $(STAMP)
-	$(BIN)/python benchmarks/gpu_paper_scale.py run config/paper_scale.yaml --beta $(GPU_BETA) \
+	$(BIN)/python studies/gpu_paper_scale.py run config/paper_scale.yaml --beta $(GPU_BETA) \
 		--out docs/data/gpu_paper_scale/beta$(GPU_BETA) --commit $$(git rev-parse --short HEAD)
 
 ## gpu-paper-scale-report: docs/gpu_paper_scale.md from the GPU runs' files and the CPU paper-scale run in results/
 gpu-paper-scale-report: $(STAMP)
-	$(BIN)/python benchmarks/gpu_paper_scale.py report $(wildcard docs/data/gpu_paper_scale/beta*) --results results \
+	$(BIN)/python studies/gpu_paper_scale.py report $(wildcard docs/data/gpu_paper_scale/beta*) --results results \
 		--backends docs/data/gpu_paper_scale/backends.json --markdown docs/gpu_paper_scale.md
 
 ## sphere: the paper's setting on the mean field itself (config/sphere.yaml: d = 3, `concentration`'s matrices, the
 ## S² mesh reference at beta = 10, 31.6, 100 with particles measured against it; under an hour on 2 cores), then
 ## docs/sphere_results.md and its figures (docs/img/sphere_*.png) generated from its outputs
 sphere: $(STAMP)
-	$(BIN)/python benchmarks/estimate_cost.py config/sphere.yaml --cores $(or $(filter-out all,$(CORES)),2)
+	$(BIN)/python reports/estimate_cost.py config/sphere.yaml --cores $(or $(filter-out all,$(CORES)),2)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES) --configfile config/sphere.yaml
-	$(BIN)/python benchmarks/sphere_report.py results --config config/sphere.yaml --markdown docs/sphere_results.md \
+	$(BIN)/python reports/sphere_report.py results --config config/sphere.yaml --markdown docs/sphere_results.md \
 		--images docs/img
 
 ## sphere-zero-temperature: docs/sphere_zero_temperature.md, the ALE sphere mesh moved by the zero-temperature field to
 ## t = 30 against the exact solution (W2 to the projection, log-density at the Laplace point; about 10 min on 2 cores)
 sphere-zero-temperature: $(STAMP)
-	$(BIN)/python benchmarks/sphere_zero_temperature.py --markdown docs/sphere_zero_temperature.md
+	$(BIN)/python studies/sphere_zero_temperature.py --markdown docs/sphere_zero_temperature.md
 
 ## sphere-departure: docs/sphere_departure.md, the d = 3 mean field of `concentration` (the S² mesh solver at two
 ## levels, at most 12 000 triangles) against its particles at N = 1024 and 4096: beta = 10 to t = 6 (levels 2, 3),
 ## then beta = 100 to t = 12 (levels 3, 4; level 2 is too coarse for it); the page is rewritten after each beta
 sphere-departure: $(STAMP)
-	$(BIN)/python benchmarks/sphere_departure.py --betas 10 100 --horizons 6 12 --levels 2 3 3 4 --tokens 1024 4096 \
+	$(BIN)/python studies/sphere_departure.py --betas 10 100 --horizons 6 12 --levels 2 3 3 4 --tokens 1024 4096 \
 		--replicas 2 --max-triangles 12000 \
 		--markdown docs/sphere_departure.md --out docs/data/sphere_departure.npz
 

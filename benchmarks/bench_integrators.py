@@ -22,18 +22,18 @@ pipeline's numbers inherit.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
-import harness
 import numpy as np
 import xarray as xr
 
-from lowtemp.config import experiment, validation
+from lowtemp.config import experiment, schema
 from lowtemp.dynamics import integrate, kernels
 from lowtemp.model import measures
 from lowtemp.model.seeding import generator
 from lowtemp.stages import convergence
-from lowtemp.store import netcdf
+from lowtemp.store import harness, netcdf
 
 #: (integrator, tolerance relative to the default) of every run; None: fixed step
 RUNS = (("rk4", None), ("euler", None), ("dopri5", 1.0), ("dopri5", 10.0), ("bs3", 1.0), ("bs3", 10.0))
@@ -57,8 +57,8 @@ def main(argv=None):
     ap.add_argument("--markdown", default=None)
     args = ap.parse_args(argv)
 
-    cfg = validation.load_config_file(args.config)
-    validation.check_schema(cfg, "workflow/schemas/config.schema.yaml")
+    cfg = schema.load_config_file(args.config)
+    schema.check_schema(cfg, "workflow/schemas/config.schema.yaml")
     exp = cfg["experiments"][args.experiment]
     M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
     measure, params = experiment.initial_measure(args.experiment, exp, cfg["root_seed"])
@@ -75,7 +75,7 @@ def main(argv=None):
         f"{grid.horizon:g}, {grid.snapshots} snapshots, dt = {grid.step:g}; reference rk4 at dt/{args.refine}; "
         f"default tolerance 1e-3/sqrt(N) = {tol0:.3g})",
         "",
-        harness.stamp("benchmarks/bench_integrators.py", "bench"),
+        harness.stamp(harness.command(__file__, sys.argv[1:] if argv is None else argv), "bench"),
         "",
         "| beta | integrator | evaluations | vs rk4 | steps (rejected) | wall time vs rk4 | max W2 error | "
         "max rms position error |",

@@ -30,13 +30,13 @@ import tracemalloc
 
 import numpy as np
 import xarray as xr
-from harness import best_time
 
 from lowtemp.dynamics import integrate, kernel_choice, kernels
 from lowtemp.model import matrices, measures
 from lowtemp.model.projection import two_atom_masses
 from lowtemp.model.seeding import generator
 from lowtemp.store import netcdf
+from lowtemp.store.harness import best_time
 from lowtemp.transport import w2 as transport
 
 NAIVE_BLOCK = 4096

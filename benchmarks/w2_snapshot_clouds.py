@@ -14,11 +14,9 @@ import logging
 import sys
 from pathlib import Path
 
-from lowtemp.config import validation
+from lowtemp.config import schema, validation
 from lowtemp.stages import initial_tokens, matrices, simulate
-
-sys.path.insert(0, str(Path(__file__).parent))
-from estimate_cost import SCHEMA  # noqa: E402  (this folder's cost script: the config's schema)
+from lowtemp.store.harness import SCHEMA
 
 
 def main(argv=None):
@@ -30,7 +28,7 @@ def main(argv=None):
     ap.add_argument("--out", default="results/bench/w2_snapshots")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
-    config = validation.load_config_file(args.config)
+    config = schema.load_config_file(args.config)
     out = Path(args.out)
     validation.validate_config(config, SCHEMA, configfiles=[args.config], results=str(out / "results"))
     if args.experiment not in config["experiments"]:

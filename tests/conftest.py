@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from lowtemp.config import experiment as lowtemp_experiment
-from lowtemp.config import validation
+from lowtemp.config import schema
 from lowtemp.model import matrices, seeding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,12 +34,15 @@ EIGENVALUES_OF_A = [1.5, 0.5, 0.25]
 SIGMA_MIN, SIGMA_MAX = 0.8, 1.25
 
 
-def benchmark_module(name: str):
-    """A script of benchmarks/ imported as a module (registered, so its dataclasses resolve their annotations), with
-    benchmarks/ on the path as when it runs as a script (for its ``harness``)."""
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+def script_module(path: str):
+    """A script of benchmarks/, studies/ or reports/ (``path`` from the repository root, e.g.
+    ``"reports/paper_scale_report.py"``) imported as a module (registered, so its dataclasses resolve their
+    annotations), with its folder on the path as when it runs as a script (sphere_report imports paper_scale_report
+    beside it; the shared harness is ``lowtemp.store.harness``)."""
+    script = ROOT / path
+    if str(script.parent) not in sys.path:
+        sys.path.insert(0, str(script.parent))
+    spec = importlib.util.spec_from_file_location(script.stem, script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -152,7 +155,7 @@ def test_config() -> dict:
 
 def validated(config: dict) -> dict:
     """Validate against the schema (fills defaults in place, as the workflow does) and return the config."""
-    validation.check_schema(config, SCHEMA)
+    schema.check_schema(config, SCHEMA)
     return config
 
 

@@ -18,7 +18,7 @@ import xarray as xr
 import yaml
 from conftest import TEST_CONFIG, resource_experiment, validated
 
-from lowtemp.analysis import claims, estimates, fitting
+from lowtemp.analysis import claims, estimates, fitting, resolution, verdicts
 from lowtemp.model import layout, matrices, rates
 from lowtemp.stages import fit as fit_stage
 from lowtemp.stages import matrices as matrices_stage
@@ -136,7 +136,7 @@ NAMES = ["rate_early", "rate_late", "bound_above_data", "temperature_scaling", "
 def test_every_claim_passes_on_curves_that_satisfy_it():
     fit, found = judge(synthetic())
     assert list(found) == NAMES
-    assert statuses(found) == {k: claims.Status.PASSED for k in NAMES}, [c.line() for c in found.values()]
+    assert statuses(found) == {k: verdicts.Status.PASSED for k in NAMES}, [c.line() for c in found.values()]
     # the fits recover the constants the curves were built with
     assert float(fit["C1_mean"]) == pytest.approx(C1_TRUE, rel=0.02)
     assert np.mean(fit["temperature_exponent"].values) == pytest.approx(-1.0, abs=0.02)
@@ -173,11 +173,11 @@ def test_curves_out_of_the_one_layout_are_refused_not_misread():
 )
 def test_a_violation_fails_its_check(changes, failing):
     _, found = judge(synthetic(**changes))
-    got = {k for k, c in found.items() if c.status == claims.Status.FAILED}
+    got = {k for k, c in found.items() if c.status == verdicts.Status.FAILED}
     assert got == failing, [c.line() for c in found.values()]
     # the others pass, or (a rate changed under the bound's b·e^(−ct)) say why they cannot judge
     assert all(
-        found[k].status in (claims.Status.PASSED, claims.Status.NOT_EVALUABLE) for k in NAMES if k not in failing
+        found[k].status in (verdicts.Status.PASSED, verdicts.Status.NOT_EVALUABLE) for k in NAMES if k not in failing
     )
 
 
@@ -189,12 +189,12 @@ def test_the_bound_is_tested_on_data_it_was_not_calibrated_on():
     assert fit["calibration_beta"].values.tolist() == [True, False, False, False]
     bad = dist.copy(deep=True)
     bad["w2_projection"][1:] *= 3.0
-    assert judge(bad)[1]["bound_above_data"].status == claims.Status.FAILED
+    assert judge(bad)[1]["bound_above_data"].status == verdicts.Status.FAILED
     calibrated = dist.copy(deep=True)
     calibrated["w2_projection"][0] *= 3.0
     fit2, found = judge(calibrated)
     assert float(fit2["bound_a"]) > float(fit["bound_a"])
-    assert found["bound_above_data"].status == claims.Status.PASSED
+    assert found["bound_above_data"].status == verdicts.Status.PASSED
 
 
 def test_the_bound_is_judged_per_replica_not_on_a_mean():
@@ -204,19 +204,19 @@ def test_the_bound_is_judged_per_replica_not_on_a_mean():
     bad["w2_projection"][1:, 0] *= 2.5
     bad["w2_projection"][1:, 1] *= 0.2
     found = judge(bad)[1]["bound_above_data"]
-    assert found.status == claims.Status.FAILED and found.value < 0.9
+    assert found.status == verdicts.Status.FAILED and found.value < 0.9
 
 
 def test_under_resolved_beta_give_their_own_status():
     """ESS ≈ 1 at every β (a d = 5 run at N ~ 10³): no verdict is about the mean field."""
     _, found = judge(synthetic(ess=1.0))
     assert statuses(found) == {
-        "rate_early": claims.Status.PASSED,
-        "rate_late": claims.Status.PASSED,
-        "bound_above_data": claims.Status.UNDER_RESOLVED,
-        "temperature_scaling": claims.Status.UNDER_RESOLVED,
-        "metastable_log_beta": claims.Status.UNDER_RESOLVED,
-        "conjecture_1": claims.Status.UNDER_RESOLVED,
+        "rate_early": verdicts.Status.PASSED,
+        "rate_late": verdicts.Status.PASSED,
+        "bound_above_data": verdicts.Status.UNDER_RESOLVED,
+        "temperature_scaling": verdicts.Status.UNDER_RESOLVED,
+        "metastable_log_beta": verdicts.Status.UNDER_RESOLVED,
+        "conjecture_1": verdicts.Status.UNDER_RESOLVED,
     }
     assert "UNDER-RESOLVED conjecture_1" in found["conjecture_1"].line()
 
@@ -228,7 +228,7 @@ def test_under_resolved_beta_are_left_out_of_the_verdict():
     dist["w2_zero_temperature"][-1] *= 1e3  # garbage at the under-resolved β only
     fit, found = judge(dist)
     assert not fit["temperature_beta_used"].values[-1]
-    assert statuses(found) == {k: claims.Status.PASSED for k in NAMES}, [c.line() for c in found.values()]
+    assert statuses(found) == {k: verdicts.Status.PASSED for k in NAMES}, [c.line() for c in found.values()]
     assert "10000" in found["bound_above_data"].numbers
 
 
@@ -236,11 +236,11 @@ def test_censored_departures_are_lower_bounds_not_dropped():
     """The largest β never departs: its departure lies beyond the horizon; the slope stays positive."""
     fit, found = judge(synthetic(never_depart=(10000.0,)))
     assert fit["departure_censored"].values[-1].all()
-    assert found["metastable_log_beta"].status == claims.Status.PASSED
+    assert found["metastable_log_beta"].status == verdicts.Status.PASSED
     # the smallest β never departs while all larger ones do, long before the horizon: even at its lower bound
     # (the horizon) its departure is later than theirs, so the slope's upper bound is negative
     fit, found = judge(synthetic(never_depart=(10.0,)))
-    assert found["metastable_log_beta"].status == claims.Status.FAILED
+    assert found["metastable_log_beta"].status == verdicts.Status.FAILED
     assert fit["metastable_slope_interval"].values[1] < 0 and np.isneginf(fit["metastable_slope_interval"].values[0])
 
 
@@ -264,13 +264,13 @@ def test_checks_that_lack_data_say_so():
     dist = synthetic()
     fit, found = judge(dist, M_=M0)
     assert fitting.subspace_gap(M0.E1, M0.E1_V_real) == pytest.approx(0.0, abs=1e-7)
-    assert found["metastable_log_beta"].status == claims.Status.NOT_EVALUABLE
-    assert found["conjecture_1"].status == claims.Status.NOT_EVALUABLE
+    assert found["metastable_log_beta"].status == verdicts.Status.NOT_EVALUABLE
+    assert found["conjecture_1"].status == verdicts.Status.NOT_EVALUABLE
     # one β: nothing held out of the calibration
     one = synthetic().isel(beta=[0])
     _, found = judge(one)
-    assert found["bound_above_data"].status == claims.Status.NOT_EVALUABLE
-    assert found["temperature_scaling"].status == claims.Status.NOT_EVALUABLE
+    assert found["bound_above_data"].status == verdicts.Status.NOT_EVALUABLE
+    assert found["temperature_scaling"].status == verdicts.Status.NOT_EVALUABLE
 
 
 def test_a_fit_without_a_window_is_recorded_as_nan_and_said_in_words(caplog):
@@ -281,8 +281,8 @@ def test_a_fit_without_a_window_is_recorded_as_nan_and_said_in_words(caplog):
     dist["w2_zero_to_projection"] = dist["w2_zero_to_projection"] * 0 + 0.5 * (1 + 0.3 * zigzag)
     fit, found = judge(dist)
     assert np.isnan(float(fit["C1_mean"])) and np.all(np.isnan(fit["c_regime_mean"].values))
-    assert found["rate_early"].status == found["rate_late"].status == claims.Status.NOT_EVALUABLE
-    assert found["bound_above_data"].status == claims.Status.NOT_EVALUABLE
+    assert found["rate_early"].status == found["rate_late"].status == verdicts.Status.NOT_EVALUABLE
+    assert found["bound_above_data"].status == verdicts.Status.NOT_EVALUABLE
     lines = " ".join(estimates.describe(fit, "synthetic"))
     assert "C1 not fitted" in lines and "could not be calibrated" in lines and "nan" not in lines
 
@@ -386,7 +386,7 @@ def test_one_held_out_curve_above_the_bound_fails_even_if_the_pooled_fraction_pa
     dist = synthetic()
     dist["w2_projection"][1, 2] *= 100.0  # one (β, replica) curve, wholly above the bound
     found = judge(dist)[1]["bound_above_data"]
-    assert found.status == claims.Status.FAILED and found.value == 0.0, found.line()
+    assert found.status == verdicts.Status.FAILED and found.value == 0.0, found.line()
 
 
 def test_a_calibration_beta_that_never_reached_e1_does_not_calibrate_on_its_end_phase():
@@ -396,7 +396,7 @@ def test_a_calibration_beta_that_never_reached_e1_does_not_calibrate_on_its_end_
     dist["dist_leading_A"][0] = 1.0
     fit, found = judge(dist)
     assert np.all(np.isnan(fit["judged_until"].values[0]))
-    assert found["bound_above_data"].status != claims.Status.PASSED, found["bound_above_data"].line()
+    assert found["bound_above_data"].status != verdicts.Status.PASSED, found["bound_above_data"].line()
 
 
 @pytest.mark.parametrize("error_power", [-0.2, 0.0])
@@ -407,7 +407,7 @@ def test_a_numerical_floor_does_not_pass_for_a_decay(error_power):
     dist["w2_zero_to_projection"] = np.maximum(dist["w2_zero_to_projection"], 1e-5)
     fit, found = judge(dist)
     assert not np.any(fit["c_regime_mean"].values < 0.1)  # no near-zero "rate" from the plateau
-    assert found["bound_above_data"].status != claims.Status.PASSED, found["bound_above_data"].line()
+    assert found["bound_above_data"].status != verdicts.Status.PASSED, found["bound_above_data"].line()
 
 
 def test_a_rate_whose_interval_straddles_the_target_is_inconclusive_not_passed():
@@ -420,7 +420,7 @@ def test_a_rate_whose_interval_straddles_the_target_is_inconclusive_not_passed()
         dist["w2_zero_to_projection"][r] *= np.exp(-0.15 * rng.standard_normal() * np.minimum(T, t_star))
     fit, found = judge(dist)
     lo, hi = fit["c_regime_interval"].sel(regime="early").values
-    assert found["rate_early"].status in (claims.Status.INCONCLUSIVE, claims.Status.FAILED), (
+    assert found["rate_early"].status in (verdicts.Status.INCONCLUSIVE, verdicts.Status.FAILED), (
         lo,
         hi,
         found["rate_early"].line(),
@@ -435,7 +435,7 @@ def test_a_pair_of_beta_where_the_error_stalls_fails_temperature_scaling():
     dist["w2_zero_temperature"] = dist["w2_zero_temperature"] * scale[:, None, None]
     fit, found = judge(dist)
     assert float(np.mean(fit["temperature_exponent"].values)) < float(fit["temperature_bound_exponent"])
-    assert found["temperature_scaling"].status == claims.Status.FAILED, found["temperature_scaling"].line()
+    assert found["temperature_scaling"].status == verdicts.Status.FAILED, found["temperature_scaling"].line()
     assert "slower between β" in found["temperature_scaling"].numbers
     assert dist["w2_zero_temperature"].values[1, 0, k] == pytest.approx(
         dist["w2_zero_temperature"].values[3, 0, k], rel=0.05
@@ -446,7 +446,7 @@ def test_early_time_far_from_every_exact_snapshot_is_not_evaluable():
     dist = synthetic()
     dist["w2_zero_temperature"][..., 1:-1] = np.nan  # exact W2 only at t = 0 and at the horizon
     fit, found = judge(dist)
-    assert found["temperature_scaling"].status == claims.Status.NOT_EVALUABLE, found["temperature_scaling"].line()
+    assert found["temperature_scaling"].status == verdicts.Status.NOT_EVALUABLE, found["temperature_scaling"].line()
     assert "within half of fit.early_time" in found["temperature_scaling"].numbers
 
 
@@ -455,12 +455,12 @@ def test_nan_curves_give_statuses_not_exceptions():
     dist["w2_zero_temperature"][2, 1] = np.nan
     dist["dist_leading_V"][0, 0, -1] = np.nan
     _, found = judge(dist)
-    assert set(c.status for c in found.values()) <= set(claims.Status)
-    assert found["conjecture_1"].status == claims.Status.PASSED
+    assert set(c.status for c in found.values()) <= set(verdicts.Status)
+    assert found["conjecture_1"].status == verdicts.Status.PASSED
 
 
 def _budget(w2_ratio, slope_bound, beta=1000.0):
-    return estimates.ParticleBudget(beta=beta, w2_ratio=w2_ratio, slope_bound=slope_bound, interval=0.2)
+    return resolution.ParticleBudget(beta=beta, w2_ratio=w2_ratio, slope_bound=slope_bound, interval=0.2)
 
 
 def test_a_particle_budget_decides_for_its_beta_claim_by_claim():
@@ -492,9 +492,9 @@ def test_a_particle_budget_decides_for_its_beta_claim_by_claim():
     every = dist.isel(beta=[2])
     fit = fit_of("synthetic", every, M, FIT, THRESHOLD, N, particle_budgets=(_budget(3.7, 0.9),))
     found = {c.name: c for c in claims.evaluate(every, fit, CFG)}
-    assert found["conjecture_1"].status == claims.Status.UNDER_RESOLVED
+    assert found["conjecture_1"].status == verdicts.Status.UNDER_RESOLVED
     assert "particle-number budget exceeded" in found["conjecture_1"].numbers
-    assert found["metastable_log_beta"].status == claims.Status.UNDER_RESOLVED
+    assert found["metastable_log_beta"].status == verdicts.Status.UNDER_RESOLVED
 
 
 def test_budgets_at_several_beta_each_decide_for_their_own_beta():
@@ -534,26 +534,26 @@ def test_claims_that_leave_out_a_budgeted_beta_say_what_n_it_would_need():
     assert not any("not judged" in found[f"rate_{r}"].numbers for r in ("early", "late"))
     wide = dataclasses.replace(over, slope_interval=(-0.4, 0.6), slope_bound=0.6)
     fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(wide,))
-    assert "more replicas of the study would narrow it" in claims.particles_needed(fit, interval, departure=True)
+    assert "more replicas of the study would narrow it" in verdicts.particles_needed(fit, interval, departure=True)
     no_law = dataclasses.replace(over, tokens_needed=np.inf)
     fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(no_law,))
-    assert "no power law in N fits the study" in claims.particles_needed(fit, interval)
+    assert "no power law in N fits the study" in verdicts.particles_needed(fit, interval)
     censored = dataclasses.replace(over, slope_interval=(-0.64, np.inf), slope_bound=np.inf)  # every run arrived
     fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(censored,))
-    assert "a longer study horizon would bound it" in claims.particles_needed(fit, interval, departure=True)
+    assert "a longer study horizon would bound it" in verdicts.particles_needed(fit, interval, departure=True)
     unknown = dataclasses.replace(over, w2_ratio=np.nan, tokens_needed=np.nan)
     fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(unknown,))
-    assert "could not be computed" in claims.particles_needed(fit, interval)
+    assert "could not be computed" in verdicts.particles_needed(fit, interval)
     # at the limit exactly (0.25 of the budget's interval 0.2, which the snapshot spacing equals only to rounding):
     # the fit resolves the departure, and the words follow the fit's verdict
     edge = dataclasses.replace(over, slope_interval=(-0.05, 0.05), slope_bound=0.05)
     fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(edge,))
     assert bool(fit["particle_budget_departure_resolved"].values[2])
-    assert claims.particles_needed(fit, interval * (1 - 1e-12), departure=True) == ""
+    assert verdicts.particles_needed(fit, interval * (1 - 1e-12), departure=True) == ""
     met = dataclasses.replace(over, w2_ratio=0.1, slope_bound=0.01, tokens_needed=100.0)
     fit = fit_of("synthetic", dist, M, FIT, THRESHOLD, N, particle_budgets=(met,))
-    assert claims.particles_needed(fit, interval) == "" == claims.particles_needed(fit, interval, departure=True)
-    assert claims.particles_needed(fit_of("synthetic", dist, M, FIT, THRESHOLD, N), interval) == ""
+    assert verdicts.particles_needed(fit, interval) == "" == verdicts.particles_needed(fit, interval, departure=True)
+    assert verdicts.particles_needed(fit_of("synthetic", dist, M, FIT, THRESHOLD, N), interval) == ""
 
 
 def with_reference(dist, error_fraction, shift=None):
@@ -582,7 +582,7 @@ def test_a_mean_field_reference_decides_by_its_own_error_claim_by_claim():
     name the reference."""
     base, found = judge(synthetic())
     fit, ok = judge(with_reference(synthetic(), [0.1] * 4))
-    assert statuses(ok) == statuses(found) == {k: claims.Status.PASSED for k in NAMES}
+    assert statuses(ok) == statuses(found) == {k: verdicts.Status.PASSED for k in NAMES}
     for var in ("resolved_early", "resolved_to_departure", "metastable_beta_used", "temperature_beta_used"):
         np.testing.assert_array_equal(fit[var].values, base[var].values)
     assert np.allclose(fit["reference_error_early"].values, 0.1)
@@ -607,9 +607,9 @@ def test_a_mean_field_reference_decides_by_its_own_error_claim_by_claim():
     np.testing.assert_array_equal(fit["resolved_early"].values, base["resolved_early"].values)
     fit, bad = judge(with_reference(synthetic(), [10.0] * 4))
     for name in ("bound_above_data", "temperature_scaling", "conjecture_1"):
-        assert bad[name].status == claims.Status.UNDER_RESOLVED, bad[name].line()
+        assert bad[name].status == verdicts.Status.UNDER_RESOLVED, bad[name].line()
         assert "mean-field reference" in bad[name].numbers
-    assert bad["metastable_log_beta"].status == claims.Status.PASSED  # its departures are resolved
+    assert bad["metastable_log_beta"].status == verdicts.Status.PASSED  # its departures are resolved
 
 
 def test_tokens_still_approaching_v_at_the_horizon_are_not_judged():
@@ -629,16 +629,16 @@ def test_tokens_still_approaching_v_at_the_horizon_are_not_judged():
     late["dist_leading_A"] = (("beta", "replica", "time"), dA)
     assert claims.still_approaching(late).all()
     fit, found = judge(late)
-    assert found["conjecture_1"].status == claims.Status.INCONCLUSIVE, found["conjecture_1"].line()
+    assert found["conjecture_1"].status == verdicts.Status.INCONCLUSIVE, found["conjecture_1"].line()
     assert "lengthen time.horizon" in found["conjecture_1"].numbers
     stuck = synthetic(end_at="A")
     assert not claims.still_approaching(stuck).any()
-    assert judge(stuck)[1]["conjecture_1"].status == claims.Status.FAILED
+    assert judge(stuck)[1]["conjecture_1"].status == verdicts.Status.FAILED
 
 
 def test_status_codes_and_words():
     """The integers claims.nc stores and the words of the logs and the summary (claims.nc's attribute says them)."""
-    assert [(int(s), s.word) for s in claims.Status] == [
+    assert [(int(s), s.word) for s in verdicts.Status] == [
         (1, "PASSED"),
         (0, "FAILED"),
         (-1, "NOT EVALUABLE"),
@@ -670,7 +670,7 @@ def test_metastable_log_beta_says_which_law_in_beta_the_departures_follow(depart
     }[departure]
     fit, found = judge(dist)
     claim = found["metastable_log_beta"]
-    assert claim.status == claims.Status.PASSED
+    assert claim.status == verdicts.Status.PASSED
     assert fitting.DepartureLaw(int(fit["departure_law"])) is law
     assert words in claim.numbers, claim.numbers
     for name in ("departure_curvature_linear", "departure_curvature_log", "departure_power"):

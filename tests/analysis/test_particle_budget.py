@@ -21,7 +21,7 @@ from conftest import ROOT, validated
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp.analysis import estimates, fitting, particle_budget
+from lowtemp.analysis import fitting, particle_budget, resolution
 from lowtemp.config import studies
 from lowtemp.config.experiment import build_matrices
 from lowtemp.stages import convergence
@@ -342,10 +342,10 @@ def test_arrival_that_depends_on_n_is_outside_the_departure_budget():
         == particle_budget.slope_magnitude_bound(interval)
         < 0.2
     )
-    measured, _, dep_ok = estimates.particle_budget_verdicts(
+    measured, _, dep_ok = resolution.particle_budget_verdicts(
         [1000.0],
         (
-            estimates.ParticleBudget(
+            resolution.ParticleBudget(
                 1000.0,
                 0.1,
                 particle_budget.departure_slope_bound(only_largest, cen, slope_interval(only_largest, cen)),
@@ -396,9 +396,9 @@ def test_a_real_particle_study_on_the_circle_at_beta_1000_is_outside_the_departu
     limited = results[1000.0]
     fraction = 0.25 * 0.25  # fit.particle_error_fraction × the snapshot interval
     assert limited["departure_slope_per_doubling"][0] > fraction, limited["departure_slope_per_doubling"]
-    measured, w2_ok, dep_ok = estimates.particle_budget_verdicts(
+    measured, w2_ok, dep_ok = resolution.particle_budget_verdicts(
         [10.0, 1000.0],
-        (estimates.ParticleBudget(1000.0, limited["w2_budget_ratio"], limited["departure_slope_bound"], 0.25),),
+        (resolution.ParticleBudget(1000.0, limited["w2_budget_ratio"], limited["departure_slope_bound"], 0.25),),
         0.25,
     )
     assert measured.tolist() == [False, True] and dep_ok.tolist() == [True, False]

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from conftest import SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG
 
-from lowtemp.config import validation
+from lowtemp.config import schema, validation
 from lowtemp.model import matrices
 from lowtemp.stages import initial_tokens as initial_tokens_stage
 from lowtemp.stages import matrices as matrices_stage
@@ -539,7 +539,7 @@ def every_numeric_key(base_config) -> dict:
     circle = base_config["experiments"]["tiny_circle"]
     circle["initial_measure"].update(means=[[1, 0], [0, 1]], weights=[0.25, 0.75])
     circle["matrices"].update(angle_V=45, V_shear=0.1)
-    validation.check_schema(base_config, SCHEMA)
+    schema.check_schema(base_config, SCHEMA)
     return base_config
 
 
@@ -600,7 +600,7 @@ def test_duplicate_experiment_names_in_the_yaml_file(tmp_path):
         match=rf"dup\.yaml, line {second}: duplicate key 'tiny' \(first at line {first}\); "
         r"YAML would silently keep only the last one",
     ):
-        validation.load_config_file(path)
+        schema.load_config_file(path)
 
 
 def _alias_bomb(levels: int) -> str:
@@ -620,11 +620,11 @@ def test_yaml_alias_bomb_is_refused(tmp_path, base_config):
     line = TEST_CONFIG.read_text().count("\n") + 3  # the first alias: the second line of the bomb
     message = (
         rf"bomb\.yaml: its YAML aliases \(the first: \*l0, line {line}\) expand it to more than "
-        rf"{validation.MAX_EXPANDED_NODES} keys and values, which Snakemake and this check would visit one by "
+        rf"{schema.MAX_EXPANDED_NODES} keys and values, which Snakemake and this check would visit one by "
         r"one; write a config of that size out, or use fewer aliases"
     )
     with pytest.raises(ConfigError, match=message):
-        validation.load_config_file(path)
+        schema.load_config_file(path)
     with pytest.raises(ConfigError, match=message):
         validation.validate_config(base_config, SCHEMA, configfiles=[path], results=tmp_path / "results")
     loop = tmp_path / "loop.yaml"
@@ -634,7 +634,7 @@ def test_yaml_alias_bomb_is_refused(tmp_path, base_config):
         match=r"loop\.yaml, line 3: this node contains a YAML alias to itself, which "
         r"would expand forever",
     ):
-        validation.load_config_file(loop)
+        schema.load_config_file(loop)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.yaml", "loop.yaml"]  # nothing written
 
 
@@ -647,18 +647,18 @@ def test_yaml_aliases_within_the_budget_are_read(tmp_path, base_config):
     assert "*id001" in text
     path = tmp_path / "shared.yaml"
     path.write_text(text)
-    assert validation.load_config_file(path) == yaml.safe_load(text)
+    assert schema.load_config_file(path) == yaml.safe_load(text)
     # n levels of doubling lists stand for 1 + Σ_i (key + list of 2**(i+2) - 1 nodes) = 2**(n+2) - 3 nodes
-    under = int(math.log2(validation.MAX_EXPANDED_NODES + 3)) - 2
-    assert 2 ** (under + 2) - 3 <= validation.MAX_EXPANDED_NODES < 2 ** (under + 3) - 3
+    under = int(math.log2(schema.MAX_EXPANDED_NODES + 3)) - 2
+    assert 2 ** (under + 2) - 3 <= schema.MAX_EXPANDED_NODES < 2 ** (under + 3) - 3
     for levels in (under, under + 1):
         lines = ["l0: &l0 [x, x]"] + [f"l{i}: &l{i} [*l{i - 1}, *l{i - 1}]" for i in range(1, levels)]
         (tmp_path / "doubling.yaml").write_text("\n".join(lines) + "\n")
         if levels == under:
-            assert len(validation.load_config_file(tmp_path / "doubling.yaml")) == under
+            assert len(schema.load_config_file(tmp_path / "doubling.yaml")) == under
         else:
             with pytest.raises(ConfigError, match=r"doubling\.yaml: its YAML aliases \(the first: \*l0, line 2\)"):
-                validation.load_config_file(tmp_path / "doubling.yaml")
+                schema.load_config_file(tmp_path / "doubling.yaml")
 
 
 @pytest.mark.parametrize(
@@ -673,9 +673,9 @@ def test_config_file_that_is_not_a_mapping(tmp_path, text, message):
     path = tmp_path / "c.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
-        validation.load_config_file(path)
+        schema.load_config_file(path)
     with pytest.raises(ConfigError, match=r"cannot read the config file"):
-        validation.load_config_file(tmp_path / "absent.yaml")
+        schema.load_config_file(tmp_path / "absent.yaml")
 
 
 def test_max_job_hours_admits_what_it_refused(tmp_path, base_config):
@@ -710,7 +710,7 @@ def test_config_file_that_is_not_data_is_named_with_its_line(tmp_path, content, 
     path = tmp_path / "c.yaml"
     path.write_bytes(content)
     with pytest.raises(ConfigError, match=message):
-        validation.load_config_file(path)
+        schema.load_config_file(path)
 
 
 def test_results_folder_that_is_a_file(tmp_path, base_config):
@@ -962,6 +962,6 @@ def test_shipped_configs_pass_every_check(tmp_path, name):
     """Through the project's loader (no duplicate keys, no aliases) and every check, memory included
     (paper_scale.yaml needs a bigger machine than the test's: tests/config/test_config.py checks it without memory)."""
     path = TEST_CONFIG.parent / name
-    config = validation.load_config_file(path)
+    config = schema.load_config_file(path)
     checked = validation.validate_config(config, SCHEMA, configfiles=[path], results=tmp_path / "results")
     assert set(checked) == set(config["experiments"])

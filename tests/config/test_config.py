@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import ROOT, SCHEMA, SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 
-from lowtemp.config import validation
+from lowtemp.config import schema, validation
 from lowtemp.model import matrices
 
 
@@ -89,7 +89,7 @@ def _delete(path):
 def test_schema_violation_names_the_key(test_config, mutate, expected):
     mutate(test_config)
     with pytest.raises(validation.ConfigError) as info:
-        validation.check_schema(test_config, SCHEMA)
+        schema.check_schema(test_config, SCHEMA)
     message = str(info.value)
     for fragment in expected:
         assert fragment in message, (fragment, message[:500])
@@ -120,10 +120,10 @@ def test_experiment_names_are_folder_names(test_config, name):
     and nothing after (Python's $ would match before a final newline)."""
     test_config["experiments"] = {name: test_config["experiments"]["tiny"]}
     if re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,63}", name):
-        validation.check_schema(test_config, SCHEMA)
+        schema.check_schema(test_config, SCHEMA)
     else:
         with pytest.raises(validation.ConfigError, match=r"^config key experiments: "):
-            validation.check_schema(test_config, SCHEMA)
+            schema.check_schema(test_config, SCHEMA)
 
 
 def test_schema_fills_defaults(test_config):
@@ -427,10 +427,10 @@ def test_shipped_configs_validate_and_every_schema_key_is_documented():
     paths = sorted((ROOT / "config").glob("*.yaml"))
     assert len(paths) >= 4
     for path in sorted((ROOT / "config" / "overrides").glob("*.yaml")):
-        validation.check_numbers(validation.load_config_file(path))
+        schema.check_numbers(schema.load_config_file(path))
     for path in paths:
-        cfg = validated(validation.load_config_file(path))
-        validation.check_numbers(cfg)
+        cfg = validated(schema.load_config_file(path))
+        schema.check_numbers(cfg)
         for name, exp in cfg["experiments"].items():
             validation.validate_experiment(name, exp, cfg["root_seed"])
     with open(ROOT / "workflow" / "schemas" / "config.schema.yaml") as fh:
@@ -443,7 +443,7 @@ def test_shipped_configs_validate_and_every_schema_key_is_documented():
 def _estimate_cost():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("estimate_cost", ROOT / "benchmarks" / "estimate_cost.py")
+    spec = importlib.util.spec_from_file_location("estimate_cost", ROOT / "reports" / "estimate_cost.py")
     est = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(est)
     return est

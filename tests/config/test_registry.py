@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, experiment_matrices, resource_experiment, rule_blocks, rule_script
 
 from lowtemp.config import costs, params, registry, resources
-from lowtemp.config import experiment as lowtemp_experiment
+from lowtemp.config import plan as lowtemp_plan
 from lowtemp.plotting import figures
 
 RULES = ROOT / "workflow" / "rules"
@@ -140,11 +140,19 @@ def test_threaded_rules_take_their_threads_from_the_registry():
 def test_the_config_slices_are_the_registry_keys():
     for name, spec in registry.STAGES.items():
         if spec.figure_keys:
-            assert set(spec.figure_keys) == set(lowtemp_experiment.FIGURES) == set(figures.FIGURES)
+            assert set(spec.figure_keys) == set(lowtemp_plan.FIGURES) == set(figures.FIGURES)
             for figure, keys in spec.figure_keys.items():
                 assert params.STAGE_KEYS[f"figure:{figure}"] == keys
         else:
             assert params.STAGE_KEYS[name] == spec.keys
+
+
+def test_every_stage_has_one_cost_and_a_stage_without_one_is_refused(monkeypatch):
+    assert set(costs.STAGE_COSTS) == set(registry.STAGES)
+    monkeypatch.delitem(costs.STAGE_COSTS, "fit")
+    exp = resource_experiment()
+    with pytest.raises(KeyError, match="fit"):
+        resources.estimate("fit", exp, matrices=experiment_matrices(exp))
 
 
 @pytest.mark.parametrize("name", sorted(registry.STAGES))
@@ -155,7 +163,7 @@ def test_each_estimate_is_the_registry_cost_turned_into_a_request(name):
     M = experiment_matrices(exp)
     spec = registry.stage(name)
     beta = 100.0 if name == "finite_temperature" else None
-    data, seconds = spec.cost(exp, beta=beta, matrices=M, threads=spec.threads)
+    data, seconds = costs.STAGE_COSTS[name](exp, beta=beta, matrices=M, threads=spec.threads)
     est = resources.estimate(name, exp, beta=beta, matrices=M, threads=spec.threads)
     base = resources.FIGURE_BASE_MB if spec.plotting else resources.BASE_MB
     assert est.mem_mb >= base + resources.MEMORY_MARGIN * data / 2**20 > est.mem_mb - 100

@@ -15,7 +15,7 @@ from conftest import SCHEMA, random_unit, validated
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from lowtemp.config import experiment, validation
+from lowtemp.config import experiment, schema, validation
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import kernel_choice, kernels
 from lowtemp.model import matrices
@@ -630,7 +630,7 @@ def test_schema_kernel_defaults_to_auto(test_config):
 def test_schema_rejects_unknown_kernel(test_config, kernel):
     test_config["experiments"]["tiny"]["kernel"] = kernel
     with pytest.raises(validation.ConfigError) as info:
-        validation.check_schema(test_config, SCHEMA)
+        schema.check_schema(test_config, SCHEMA)
     assert "kernel" in str(info.value)
 
 

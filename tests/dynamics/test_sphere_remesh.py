@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp.dynamics import sphere_mesh, sphere_remesh
+from lowtemp.dynamics import sphere_mesh, sphere_remap, sphere_remesh
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
-    "sphere_zero_temperature", ROOT / "benchmarks" / "sphere_zero_temperature.py"
+    "sphere_zero_temperature", ROOT / "studies" / "sphere_zero_temperature.py"
 )
 dry = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(dry)
@@ -105,7 +105,7 @@ def test_mass_total_and_untouched_triangles_are_kept():
     e = 7
     c, d = mesh.triangles[t1[e], (j1[e] + 2) % 3], mesh.triangles[t2[e], (j2[e] + 2) % 3]
     corners = mesh.points[np.array([[a[e], d, c], [d, b[e], c]])]
-    raw = sphere_remesh.reconstruction_log_integrals(mesh, [t1[e], t2[e]], corners, n=2)
+    raw = sphere_remap.reconstruction_log_integrals(mesh, [t1[e], t2[e]], corners, n=2)
     pair = np.logaddexp(mesh.log_mass[t1[e]], mesh.log_mass[t2[e]])
     assert abs(math.expm1(np.logaddexp.reduce(raw) - pair)) > 1e-10
 
@@ -163,14 +163,14 @@ def test_the_surface_checks_catch_a_broken_mesh():
 def test_refinement_converges_to_the_density():
     mesh = sphere_mesh.mesh_from_density(2, log_vmf)
     x = unit(np.random.default_rng(3).standard_normal((2000, 3)))
-    error = np.abs(sphere_remesh.log_density_at(mesh, x) - log_vmf(x)).max()
+    error = np.abs(sphere_remap.log_density_at(mesh, x) - log_vmf(x)).max()
     finer, _ = sphere_remesh.adapt(mesh, 0.1)
-    error_finer = np.abs(sphere_remesh.log_density_at(finer, x) - log_vmf(x)).max()
+    error_finer = np.abs(sphere_remap.log_density_at(finer, x) - log_vmf(x)).max()
     assert error_finer < 0.5 * error
     # coarsening (collapses only) must not pass the same check
     coarser, stats = sphere_remesh.adapt(mesh, 0.9, collapse_ratio=0.5)
     assert stats["collapses"] > 0
-    assert np.abs(sphere_remesh.log_density_at(coarser, x) - log_vmf(x)).max() > error
+    assert np.abs(sphere_remap.log_density_at(coarser, x) - log_vmf(x)).max() > error
 
 
 def test_pure_split_keeps_masses_and_shares_by_the_reconstruction():
@@ -197,7 +197,7 @@ def test_pure_split_keeps_masses_and_shares_by_the_reconstruction():
 def test_locate_finds_the_triangle_holding_the_point():
     mesh = distorted(sphere_mesh.mesh_from_density(3, log_vmf), seed=1, strength=0.15)
     x = unit(np.random.default_rng(5).standard_normal((500, 3)))
-    t, bary = sphere_remesh.locate(mesh, x)
+    t, bary = sphere_remap.locate(mesh, x)
     assert bary.min() > -1e-12
     np.testing.assert_allclose(bary.sum(axis=1), 1.0, atol=1e-12)
     p = np.einsum("ik,ikj->ij", bary, mesh.points[mesh.triangles[t]])

@@ -30,7 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lowtemp.config import resources, validation
-from lowtemp.config.experiment import ConfigError
+from lowtemp.config.plan import ConfigError
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import integrate, kernels, torch_field
 

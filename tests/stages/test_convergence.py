@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, benchmark_module, random_unit, spectral_matrices, validated
+from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, random_unit, script_module, spectral_matrices, validated
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp.analysis import estimates, fitting, particle_budget, richardson
+from lowtemp.analysis import fitting, particle_budget, resolution, richardson
 from lowtemp.config import experiment as experiment_config
 from lowtemp.config import studies, validation
 from lowtemp.dynamics import fields as dynamics
@@ -266,7 +266,7 @@ def test_w2_curves_against_an_assignment_solver(M):
     X0 = random_unit(np.random.default_rng(3), 2, 30, 3)
     grid = integrate.TimeGrid(2.0, 4, 0.1)
     positions = integrate.simulate(_finite(M, 10.0), X0, grid)
-    w2 = convergence.w2_to_projection_curves(positions, X0, M.E1)
+    w2 = transport.w2_to_projection_curves(positions, X0, M.E1)
     assert w2.shape == (2, 5)
     for r in range(2):
         target = M.E1 @ M.E1.T @ X0[r].T
@@ -378,11 +378,11 @@ def _open(path):
 
 @pytest.mark.e2e
 def test_the_paper_scale_report_is_generated_from_a_finished_run(run, tmp_path):
-    """benchmarks/paper_scale_report.py on the module's run (experiment tiny): the claims table is the run's
+    """reports/paper_scale_report.py on the module's run (experiment tiny): the claims table is the run's
     claims_summary section, the particle-number table has one row per N with W2 at t = 1 as convergence.nc holds
     it, the figures are copied, the cost table lists every job. A results folder without the studies is refused
     by name."""
-    report = benchmark_module("paper_scale_report")
+    report = script_module("reports/paper_scale_report.py")
     cfg_path = tmp_path / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(_config()))
     page = tmp_path / "docs" / "results.md"
@@ -431,7 +431,7 @@ def test_convergence_file_contract(run):
     finite = np.isfinite(ds["w2_remaining_bound"].values)
     np.testing.assert_array_equal(np.nanmax(per[:, finite], axis=0), ds["w2_remaining_bound"].values[finite])
     for fraction in (0.01, 0.25, 1.0, 100.0):
-        (budget,) = estimates.study_budgets(ds, fraction)
+        (budget,) = resolution.study_budgets(ds, fraction)
         assert (budget.tokens_needed > budget.tokens) == (budget.w2_ratio > fraction), (fraction, budget)
     # the orders: RK4 ≈ 4 and Euler ≈ 1 against the exact solution and by Richardson (β = 5, small steps)
     for method, p in (("rk4", 4), ("euler", 1)):
@@ -617,7 +617,7 @@ def test_the_particle_study_runs_at_every_beta_of_its_list(tmp_path):
         ess[beta] = ds["ess_particles"].sel(beta=beta, tokens=64).values
         np.testing.assert_array_equal(ess[beta], fin["ess_median"].values[:4, :k])
     assert not np.allclose(ess[5.0], ess[50.0])
-    budgets = estimates.study_budgets(ds, 0.25)
+    budgets = resolution.study_budgets(ds, 0.25)
     assert [b.beta for b in budgets] == [5.0, 50.0]
     for b in budgets:
         assert b.w2_ratio == pytest.approx(float(ds["w2_budget_ratio"].sel(beta=b.beta)))

@@ -17,7 +17,7 @@ from conftest import validated
 from scipy.optimize import linear_sum_assignment
 
 from lowtemp.config import params
-from lowtemp.config.experiment import ConfigError
+from lowtemp.config.plan import ConfigError
 from lowtemp.dynamics import fields, integrate, meanfield, reduction
 from lowtemp.model import measures, seeding
 from lowtemp.stages import distances, simulate
@@ -215,6 +215,35 @@ def test_the_check_fails_on_a_reference_of_other_tokens_and_on_a_shuffled_time_a
         shuffled[key].values = shuffled[key].values[..., ::-1].copy()
     found = problems(shuffled, naive)
     assert any("naive" in line for line in found) and any("t = 0" in line for line in found), found
+
+
+def projected_atoms_w2(X, X0, E1):
+    """W2 between the cloud X and the atoms Π(x0_i) = P1 x0_i / |P1 x0_i| of its own initial tokens, by a naive
+    assignment (an independent computation of ``w2.w2_to_projection``)."""
+    target = X0 @ E1 @ E1.T
+    return lsa_w2(X, target / np.linalg.norm(target, axis=1, keepdims=True))
+
+
+def test_the_particles_w2_to_the_projected_initial_measure_is_that_of_their_own_tokens(run):
+    """particle_error.nc's w2_projection (the particle runs beside the reference in the figure w2_projection): at the
+    smallest and the largest N, W2 of the particles at t to the projections of their own first n initial tokens, as
+    a naive assignment computes it; against the projections of the next n tokens it is off (the check can fail)."""
+    for n in (NUMBERS[0], NUMBERS[-2]):
+        X = particles_of(run, n)
+        stored = run.ds["w2_projection"].sel(beta=BETA, tokens=n).values
+        assert stored.shape == X.shape[:2]
+        own = np.array(
+            [
+                [projected_atoms_w2(X[r, k], run.X0[r, :n], run.M.E1) for k in range(X.shape[1])]
+                for r in range(X.shape[0])
+            ]
+        )
+        np.testing.assert_allclose(stored, own, rtol=1e-6, atol=1e-9)
+        other = run.X0[:, n : 2 * n]
+        wrong = np.array(
+            [[projected_atoms_w2(X[r, k], other[r], run.M.E1) for k in range(X.shape[1])] for r in range(X.shape[0])]
+        )
+        assert not np.allclose(stored, wrong, rtol=1e-3)
 
 
 def test_particle_error_falls_like_one_over_root_n_above_the_references_error(run):

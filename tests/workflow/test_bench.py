@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import benchmark_module
+from conftest import script_module
 
 from lowtemp.store import netcdf
 
@@ -21,7 +21,7 @@ HAS_ORTOOLS = importlib.util.find_spec("ortools") is not None
 
 
 def _bench_w2_module():
-    return benchmark_module("bench_w2")
+    return script_module("benchmarks/bench_w2.py")
 
 
 def test_bench_quick_writes_table(tmp_path):
@@ -133,7 +133,6 @@ def test_w2_bench_runs_without_the_independent_truth(tmp_path):
     argv = ["bench_w2.py", "--sizes", "64", "--kinds", "perturbed", "--repeats", "1", "--out", str(out)]
     code = (
         f"import runpy, sys; sys.modules['ortools'] = None; sys.argv = {argv!r}; "
-        f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); "  # as `python benchmarks/bench_w2.py` would
         f"runpy.run_path({str(ROOT / 'benchmarks' / 'bench_w2.py')!r}, run_name='__main__')"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
@@ -174,7 +173,7 @@ def test_ess_scaling_measures_the_growth_with_n(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "ess_scaling.py"),
+            str(ROOT / "studies" / "ess_scaling.py"),
             str(ROOT / "config" / "test.yaml"),
             "--experiment",
             "tiny",
@@ -216,7 +215,7 @@ def test_job_share_sums_the_runs_benchmark_files(tmp_path):
 
 
 def test_mean_field_departure_runs_on_a_tiny_circle(tmp_path):
-    """benchmarks/mean_field_departure.py end to end on a tiny copy of config/mean_field_circle.yaml: the reference's
+    """studies/mean_field_departure.py end to end on a tiny copy of config/mean_field_circle.yaml: the reference's
     distance to E1(A) and the particles' come back, the particle error falls from N = 64 to 256 on average."""
     import yaml
 
@@ -230,7 +229,7 @@ def test_mean_field_departure_runs_on_a_tiny_circle(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "mean_field_departure.py"),
+            str(ROOT / "studies" / "mean_field_departure.py"),
             str(config),
             "--tokens",
             "64",

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from lowtemp.config import experiment as lowtemp_experiment
+from lowtemp.config import plan as lowtemp_plan
 from lowtemp.plotting import figures
+from lowtemp.store import harness
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").rglob("*.md"))
@@ -124,6 +125,18 @@ def test_a_stamp_naming_a_missing_or_wrong_target_is_caught():
         "its stamp names no make target"
     )
     assert stamp_problems(good, targets, "sphere") and stamp_problems(good, targets, None)
+
+
+def test_the_harness_stamp_passes_the_check():
+    """The stamp every script of benchmarks/, studies/ and reports/ writes (``lowtemp.store.harness.stamp``) says the
+    page is generated and names its target; without a target (a tool no target runs) it names none."""
+    targets = makefile_targets("sphere-departure:\n\tpython studies/sphere_departure.py\n")
+    page = "# Departure (generated)\n\n" + harness.stamp("python studies/sphere_departure.py", "sphere-departure")
+    assert claims_generated(page) and not stamp_problems(page, targets, "sphere-departure")
+    untargeted = "# Before against after\n\n" + harness.stamp("python reports/compare_runs.py BEFORE AFTER", None)
+    assert claims_generated(untargeted) and stamp_problems(untargeted, targets, None)[0] == (
+        "its stamp names no make target"
+    )
 
 
 def test_a_machine_path_is_caught_and_a_relative_or_container_path_is_not():
@@ -276,7 +289,7 @@ def caption_misses(captions: dict[str, str]) -> list[str]:
         "phase": [figures.DISTANCE_LABEL, figures.DEPARTURE_RULE],
         "time_scale": [figures.DEPARTURE_RULE],
     }
-    missing = [f for f in lowtemp_experiment.FIGURES if f not in captions]
+    missing = [f for f in lowtemp_plan.FIGURES if f not in captions]
     return missing + [f for f, phrases in says.items() if any(p not in captions.get(f, "") for p in phrases)]
 
 
@@ -322,7 +335,7 @@ PACKAGE_NAME = re.compile(
     r"`((?:lowtemp\.)?(?:model|dynamics|transport|store|analysis|config|plotting|stages)\.[\w.]+)`"
 )
 REPOSITORY_FILE = re.compile(
-    r"(?<![\w/.])((?:workflow|benchmarks|tests|config|docs|envs)/[\w/.-]+\.(?:py|smk|yaml|yml|md|cff|sh|toml))\b"
+    r"(?<![\w/.])((?:workflow|benchmarks|studies|reports|tests|config|docs|envs)/[\w/.-]+\.(?:py|smk|yaml|yml|md|cff|sh|toml))\b"
 )
 
 
@@ -360,10 +373,12 @@ def test_every_name_and_file_the_manual_gives_exists(page):
 def test_a_name_or_file_that_does_not_exist_is_caught():
     text = (
         "`lowtemp.store.io.read_netcdf` and `store.netcdf.read_netcdf`, `analysis.claims.summary_markdown`, "
-        "`lowtemp.stages.F.stage_X`, workflow/rules/F.smk, workflow/rules/common.smk and benchmarks/gpu_backends.py"
+        "`lowtemp.stages.F.stage_X`, workflow/rules/F.smk, workflow/rules/common.smk and benchmarks/gpu_backends.py, "
+        "studies/ess_scaling.py, reports/no_such_report.py"
     )
     assert missing_names(text) == [
         "lowtemp.store.io.read_netcdf",
         "analysis.claims.summary_markdown",
         "benchmarks/gpu_backends.py",
+        "reports/no_such_report.py",
     ]

@@ -28,6 +28,7 @@ from scipy.optimize import linear_sum_assignment
 
 from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.config import params
+from lowtemp.config import plan as lowtemp_plan
 from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import integrate, meanfield, reduction
 from lowtemp.model import exact, layout, matrices, measures, projection, seeding
@@ -37,7 +38,7 @@ from lowtemp.store import compare, netcdf
 
 pytestmark = pytest.mark.e2e
 
-FIGURES = lowtemp_experiment.FIGURES
+FIGURES = lowtemp_plan.FIGURES
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +190,7 @@ def test_every_output_is_in_the_one_layout(results):
 
 def test_figures_exist_and_open(results, config):
     for name, exp in config["experiments"].items():
-        expected = lowtemp_experiment.figures_for(exp)
+        expected = lowtemp_plan.figures_for(exp)
         for fig in expected:
             pdf = results / name / "figures" / f"{fig}.pdf"
             png = results / name / "figures" / f"{fig}.png"
@@ -199,10 +200,80 @@ def test_figures_exist_and_open(results, config):
             assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50
         # the animation of the tokens (every experiment here is on S¹ or S²): a frame per snapshot, a panel per β
         # and one at zero temperature
-        assert lowtemp_experiment.animated(exp)
+        assert lowtemp_plan.animated(exp)
         with Image.open(results / name / "figures" / "tokens.gif") as gif:
             assert gif.format == "GIF" and gif.n_frames == exp["time"]["snapshots"] + 1
             assert gif.size == lowtemp_experiment.animation_size(len(exp["betas"]) + 1)
+
+
+def _particle_lines(results: Path, name: str, experiment: dict, particles=True) -> list[np.ndarray]:
+    """The y data of the dash-dotted lines (the particle runs) that the figure w2_projection draws for ``name``."""
+    data = {"distances": _open(results / name / "distances.nc"), "fit": _open(results / name / "fit.nc")}
+    if particles and (results / name / "particle_error.nc").exists():
+        data["particles"] = _open(results / name / "particle_error.nc")
+    fig = figures.plot_w2_projection(data, experiment)
+    try:
+        return [
+            np.asarray(line.get_ydata(), float)
+            for line in fig.axes[0].lines
+            if line.get_linestyle() == "-." and len(line.get_xdata())
+        ]
+    finally:
+        plt.close(fig)
+
+
+def test_w2_projection_draws_the_particle_runs_beside_the_mean_field(results, config):
+    """With particle runs beside a mean-field reference (tiny_mean_field's mean_field.particles), the figure
+    w2_projection draws, per β, the largest N's W2 to the projected initial measure, mean over replicas, as stored in
+    particle_error.nc; the rule hands it that file (the figure's job depends on the particle runs); an experiment
+    without particle runs, or the figure drawn without the file, draws none."""
+    name = "tiny_mean_field"
+    exp = config["experiments"][name]
+    stored = _open(results / name / "particle_error.nc")
+    n = int(stored.tokens.max())
+    expected = [stored["w2_projection"].sel(beta=b, tokens=n).mean("replica").values for b in stored.beta.values]
+    drawn = _particle_lines(results, name, exp)
+    assert len(drawn) == len(expected) > 0
+    for got, want in zip(drawn, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert not np.allclose(drawn[0], stored["w2_projection"].sel(beta=stored.beta.values[0]).min().values)
+    assert _particle_lines(results, name, exp, particles=False) == []
+    assert _particle_lines(results, "tiny", config["experiments"]["tiny"]) == []
+    proc = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "-s",
+            str(SNAKEFILE),
+            "--configfile",
+            str(TEST_CONFIG),
+            "--directory",
+            str(results.parent),
+            "-n",
+            "--forceall",
+            f"results/{name}/figures/w2_projection.png",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert re.search(r"^particle_error\s+1$", proc.stdout, re.M), proc.stdout[-2000:]
+    proc = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "-s",
+            str(SNAKEFILE),
+            "--configfile",
+            str(TEST_CONFIG),
+            "--directory",
+            str(results.parent),
+            "-n",
+            "--forceall",
+            f"results/{name}/figures/collapse.png",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and not re.search(r"^particle_error\s", proc.stdout, re.M), proc.stdout[-2000:]
 
 
 def _phase_panels(dist, fit, experiment: dict):
@@ -258,13 +329,13 @@ def test_every_rule_has_a_log(results, config):
     for name, exp in config["experiments"].items():
         logs = results / name / "logs"
         labels = [_beta_label(b) for b in exp["betas"]]
-        figs = lowtemp_experiment.figures_for(exp)
+        figs = lowtemp_plan.figures_for(exp)
         expected = (
             ["matrices", "initial_tokens", "zero_temperature", "distances", "fit", "claims"]
             + [f"finite_temperature_beta{b}" for b in labels]
             + [f"distances_beta{b}" for b in labels]
             + [f"figure_{f}" for f in figs]
-            + (["animation"] if lowtemp_experiment.animated(exp) else [])
+            + (["animation"] if lowtemp_plan.animated(exp) else [])
             + (
                 [f"particle_error_beta{b}" for b in labels] + ["particle_error"]
                 if "particles" in exp["mean_field"]

@@ -162,7 +162,7 @@ def test_the_reader_sees_the_names():
     assert {"envs/requirements.lock"} <= refs["ci.yml"]["paths"]
     assert {"snakemake", "actionlint", "shellcheck"} <= refs["ci.yml"]["venv"]
     assert refs["container.yml"]["targets"] == {"venv", "test-container"}
-    assert "benchmarks/estimate_cost.py" in refs["figure.yml"]["paths"]
+    assert "reports/estimate_cost.py" in refs["figure.yml"]["paths"]
     assert MODULE.findall("x && .venv/bin/python -m lowtemp.store.compare a b") == ["lowtemp.store.compare"]
 
 
@@ -262,9 +262,9 @@ BROKEN = [
     ("ci.yml", "--configfile config/test.yaml", "--configfile config/tset.yaml", "config/tset.yaml: no such file"),
     (
         "figure.yml",
-        "benchmarks/estimate_cost.py",
-        "benchmarks/estimate_costs.py",
-        "benchmarks/estimate_costs.py: no such file",
+        "reports/estimate_cost.py",
+        "reports/estimate_costs.py",
+        "reports/estimate_costs.py: no such file",
     ),
     (
         "ci.yml",

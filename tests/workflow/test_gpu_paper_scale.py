@@ -1,4 +1,4 @@
-"""benchmarks/gpu_paper_scale.py: the GPU run through the pipeline's own stages, and its report against a CPU run.
+"""studies/gpu_paper_scale.py: the GPU run through the pipeline's own stages, and its report against a CPU run.
 
 The run command needs PyTorch (on a CPU here: the same code path, on the device there); without it that test is
 skipped, and `make test-torch` runs it with LOWTEMP_REQUIRE_TORCH=1. The report is tested without PyTorch, on a
@@ -13,15 +13,15 @@ import os
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT, benchmark_module
+from conftest import ROOT, script_module
 from scipy.optimize import linear_sum_assignment
 
-from lowtemp.config import validation
+from lowtemp.config import schema, validation
 from lowtemp.dynamics import torch_field
 from lowtemp.stages import initial_tokens, matrices, simulate
 from lowtemp.store import datasets, netcdf
 
-gpu = benchmark_module("gpu_paper_scale")
+gpu = script_module("studies/gpu_paper_scale.py")
 needs_torch = pytest.mark.skipif(
     not torch_field.available() and not os.environ.get("LOWTEMP_REQUIRE_TORCH"),
     reason="PyTorch (the optional gpu extra) is not installed",
@@ -59,7 +59,7 @@ def _cpu_run(tmp_path, configs, folder):
     Snakemake benchmark file for the finite-temperature job."""
     config = {}
     for path in configs:
-        config = gpu.merged(config, validation.load_config_file(path))
+        config = gpu.merged(config, schema.load_config_file(path))
     validation.validate_config(config, gpu.SCHEMA, results=str(tmp_path / "unused"))
     exp, seed = config["experiments"][NAME], config["root_seed"]
     out = folder / NAME

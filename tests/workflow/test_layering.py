@@ -237,6 +237,28 @@ def test_the_config_layer_loads_no_numba_pot_or_matplotlib():
     assert "numba" in _heavy_after("lowtemp.stages.simulate")
 
 
+#: the modules that reading the workflow imports (beside the standard library: PyYAML and jsonschema only)
+READING = ("config.plan", "config.schema", "config.registry", "config.params")
+
+
+def _third_party_after(imports: str) -> list[str]:
+    """The top-level modules outside the standard library that ``imports`` leaves in ``sys.modules``."""
+    proc = _run(
+        f"import sys, {imports}; print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} - "
+        "set(sys.stdlib_module_names) - {'lowtemp'})))"
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [m for m in proc.stdout.strip().split(",") if m]
+
+
+def test_reading_the_workflow_imports_none_of_the_numerical_packages():
+    """The strict test, an environment holding Snakemake alone, is tests/workflow/test_catalog_lint.py."""
+    numerical = {"numpy", "scipy", "xarray", "pandas", "numba", "matplotlib", "ot", "torch", "h5netcdf", "netCDF4"}
+    assert not numerical & set(_third_party_after(", ".join(f"lowtemp.{m}" for m in READING)))
+    # the probe sees what the numerical config check imports
+    assert "numpy" in _third_party_after("lowtemp.config.validation")
+
+
 def test_transport_limits_load_no_numba():
     assert _heavy_after("lowtemp.transport.limits") == []
 

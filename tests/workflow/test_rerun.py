@@ -28,8 +28,8 @@ from conftest import SNAKEFILE, SNAKEMAKE, TEST_CONFIG, validated
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.config import params, studies
+from lowtemp.config import plan as lowtemp_plan
 from lowtemp.plotting import figures as plotting_figures
 from lowtemp.stages import convergence, figures
 from lowtemp.stages import distances as distances_stage
@@ -117,11 +117,9 @@ def test_every_path_of_the_table_is_a_config_key():
     for stage, paths in params.STAGE_KEYS.items():
         assert set(paths) <= known, (stage, set(paths) - known)
         assert list(paths) == sorted(paths), stage
-    # one slice per figure, no more, no fewer (the names are those of experiment.FIGURES)
-    assert {k for k in params.STAGE_KEYS if k.startswith("figure:")} == {
-        f"figure:{f}" for f in lowtemp_experiment.FIGURES
-    }
-    assert list(plotting_figures.FIGURES) == list(lowtemp_experiment.FIGURES)
+    # one slice per figure, no more, no fewer (the names are those of plan.FIGURES)
+    assert {k for k in params.STAGE_KEYS if k.startswith("figure:")} == {f"figure:{f}" for f in lowtemp_plan.FIGURES}
+    assert list(plotting_figures.FIGURES) == list(lowtemp_plan.FIGURES)
 
 
 def test_every_rule_takes_its_slice_from_the_table():
@@ -405,9 +403,9 @@ def test_every_stage_reads_exactly_its_slice(run_dir, test_experiments, tmp_path
 # ------------------------------------------------------------------ what an edit reruns
 BETAS = {"tiny": ["5", "50"], "tiny_circle": ["10"], "tiny_mean_field": ["10", "100"]}
 FIGURES = {
-    "tiny": lowtemp_experiment.figures_for({"dim": 3}),
-    "tiny_circle": lowtemp_experiment.figures_for({"dim": 2}),
-    "tiny_mean_field": lowtemp_experiment.figures_for({"dim": 2}),
+    "tiny": lowtemp_plan.figures_for({"dim": 3}),
+    "tiny_circle": lowtemp_plan.figures_for({"dim": 2}),
+    "tiny_mean_field": lowtemp_plan.figures_for({"dim": 2}),
 }
 SUMMARY = {"claims_summary"}
 
@@ -435,7 +433,8 @@ def from_distances(e, betas=None):
 def from_particle_error(e, betas=None):
     if e not in PARTICLE_ERROR:
         return set()
-    return _jobs(e, "particle_error_beta", betas) | _jobs(e, "particle_error")
+    # the figure w2_projection draws the particle runs beside the reference
+    return _jobs(e, "particle_error_beta", betas) | _jobs(e, "particle_error") | {f"figure[{e},w2_projection]"}
 
 
 def from_finite(e, betas=None):
@@ -521,9 +520,9 @@ EDITS = [
         from_distances("tiny_mean_field") | from_particle_error("tiny_mean_field"),
     ),
     (
-        "the particle runs switched off: no other job reads the block",
+        "the particle runs switched off: only the figure that drew them beside the reference is redrawn",
         lambda cfg: cfg["experiments"]["tiny_mean_field"]["mean_field"].pop("particles"),
-        set(),
+        {"figure[tiny_mean_field,w2_projection]"},
     ),
     ("another experiment's fit option", _set("experiments.tiny_circle.fit.confidence", 0.9), from_fit("tiny_circle")),
     (

@@ -36,7 +36,7 @@ def _ruff(*args, cwd=ROOT):
 
 
 def test_python_is_ruff_clean_and_formatted():
-    """`ruff check` and `ruff format --check` on the repository (package, scripts, tests, benchmarks)."""
+    """`ruff check` and `ruff format --check` on the repository (package, scripts, tests, the three script folders)."""
     check, fmt = _ruff("check", "."), _ruff("format", "--check", ".")
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
     assert fmt.returncode == 0, fmt.stdout[-3000:] + fmt.stderr[-2000:]

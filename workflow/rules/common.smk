@@ -5,10 +5,24 @@ import os
 
 from snakemake.sourcecache import LocalSourceFile
 
-from lowtemp.config import experiment as lowtemp_experiment
 from lowtemp.config import params as lowtemp_params
-from lowtemp.config import studies as lowtemp_studies
-from lowtemp.config import validation
+from lowtemp.config import plan as lowtemp_plan
+from lowtemp.config import schema as lowtemp_schema
+
+# Reading the workflow needs Snakemake's own dependencies only (lowtemp.config.plan, schema, params, registry).
+# The numerical config check, the studies' settings and the resource model need the package's (numpy, scipy):
+# where they are missing, as in the environment of the Snakemake workflow catalog's `snakemake --lint`, the
+# workflow is read with the structural checks alone, and building any job names what to install.
+try:
+    from lowtemp.config import resources as lowtemp_resources
+    from lowtemp.config import studies as lowtemp_studies
+    from lowtemp.config import validation
+except ModuleNotFoundError as missing:
+    if missing.name is None or missing.name.split(".")[0] == "lowtemp":
+        raise
+    lowtemp_resources = lowtemp_plan.MissingDependency("lowtemp.config.resources", missing.name)
+    lowtemp_studies = lowtemp_plan.MissingDependency("lowtemp.config.studies", missing.name)
+    validation = None
 
 RESULTS = "results"
 
@@ -49,14 +63,15 @@ CHECKPOINTS = f"{RESULTS}/{{experiment}}/checkpoints"
 
 # Duplicate keys, schema (defaults filled in), assumptions, memory, results folder:
 # a bad config stops here with one error naming the key, before any job and any output.
-MATRICES = validation.validate_config(  # experiment name -> its checked K, Q, V (AttentionMatrices)
-    config,
-    # relative to this file, wherever the Snakefile that includes it lies (workflow.basedir is the main
-    # Snakefile's folder: the repository root, workflow/, or a deployment's workflow/)
-    schema_path=workflow.source_path("../schemas/config.schema.yaml"),
-    configfiles=workflow.configfiles,
-    results=RESULTS,
-)
+# relative to this file, wherever the Snakefile that includes it lies (workflow.basedir is the main Snakefile's
+# folder: the repository root, workflow/, or a deployment's workflow/)
+SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
+if validation is None:  # the structural checks alone (lowtemp.config.schema): no matrices to check
+    lowtemp_schema.check_structure(config, SCHEMA, workflow.configfiles)
+    lowtemp_schema.check_results(RESULTS, config["experiments"])
+    MATRICES = {}
+else:  # experiment name -> its checked K, Q, V (AttentionMatrices)
+    MATRICES = validation.validate_config(config, SCHEMA, workflow.configfiles, results=RESULTS)
 
 # The software of every rule, named in its conda directive: the pinned environment, used
 # with --sdm conda (a plain run uses the environment Snakemake runs in, e.g. the .venv of
@@ -70,10 +85,10 @@ if isinstance(workflow.current_basedir, LocalSourceFile):
 ROOT_SEED = config["root_seed"]
 EXPERIMENTS = config["experiments"]
 
-FIGURES = lowtemp_experiment.FIGURES
+FIGURES = lowtemp_plan.FIGURES
 
 
-beta_label = lowtemp_experiment.beta_label
+beta_label = lowtemp_plan.beta_label
 
 
 BETAS = {name: {beta_label(b): float(b) for b in exp["betas"]} for name, exp in EXPERIMENTS.items()}
@@ -129,6 +144,15 @@ def particle_error_parts(wildcards):
     return [result("particle_error_beta", experiment=wildcards.experiment, beta=b) for b in BETAS[wildcards.experiment]]
 
 
+def figure_particle_runs(wildcards):
+    """{"particles": particle_error.nc} for the figure w2_projection of an experiment with particle runs beside its
+    mean-field reference (``mean_field.particles``), which it draws beside the reference; else nothing."""
+    name = wildcards.experiment
+    if wildcards.figure != "w2_projection" or not lowtemp_plan.particle_error_tokens(name, EXPERIMENTS[name]):
+        return {}
+    return {"particles": result("particle_error", experiment=name)}
+
+
 def figure_labels(wildcards):
     """Labels of a figure in the report: its experiment, the experiment's betas, the figure."""
     return {
@@ -161,7 +185,7 @@ def fit_inputs(wildcards):
 
 
 def experiment_figures(name):
-    figures = lowtemp_experiment.figures_for(EXPERIMENTS[name])
+    figures = lowtemp_plan.figures_for(EXPERIMENTS[name])
     return [result("figure", experiment=name, figure=fig, ext=ext) for fig in figures for ext in ("pdf", "png")]
 
 
@@ -172,8 +196,8 @@ def all_targets():
         targets += experiment_figures(name)
         if "convergence" in EXPERIMENTS[name]:  # its study decides the fit: its figure shows the budget
             targets += [result("figure", experiment=name, figure="convergence", ext=ext) for ext in ("pdf", "png")]
-        if lowtemp_experiment.particle_error_tokens(name, EXPERIMENTS[name]):  # mean_field.particles
+        if lowtemp_plan.particle_error_tokens(name, EXPERIMENTS[name]):  # mean_field.particles
             targets.append(result("particle_error", experiment=name))
-        if lowtemp_experiment.animated(EXPERIMENTS[name]):  # on S¹ and S²: the tokens' animation
+        if lowtemp_plan.animated(EXPERIMENTS[name]):  # on S¹ and S²: the tokens' animation
             targets.append(result("figure", experiment=name, figure="tokens", ext="gif"))
     return targets + [result("claims_summary")]

@@ -4,6 +4,7 @@
 
 rule figure:
     input:
+        unpack(figure_particle_runs),
         matrices=OUTPUTS["matrices"],
         distances=OUTPUTS["distances"],
         fit=OUTPUTS["fit"],

@@ -2,9 +2,8 @@
 # (lowtemp.config.resources: memory, wall time and CPUs from N, d, R, snapshots, the
 # time grid and the kernel). Used by any executor; the SLURM profile
 # (workflow/profiles/slurm) turns them into sbatch --mem, -t and --cpus-per-task.
-# Included after common.smk (EXPERIMENTS, BETAS, ROOT_SEED, MATRICES), before the rules.
+# Included after common.smk (EXPERIMENTS, BETAS, ROOT_SEED, MATRICES, lowtemp_resources), before the rules.
 from lowtemp.config import registry as lowtemp_registry
-from lowtemp.config import resources as lowtemp_resources
 
 # K, Q, V of each experiment, as checked by common.smk: the automatic kernel rule
 # needs σmin(B), so the estimate uses the kernel the job will use.

@@ -14,6 +14,7 @@ with joblog.logged(sm.log[0]):
         fit_path=sm.input.fit,
         zero_path=sm.input.zero,
         finite_paths=list(sm.input.finite),
+        particles_path=sm.input.get("particles"),
         pdf=sm.output.pdf,
         png=sm.output.png,
     )

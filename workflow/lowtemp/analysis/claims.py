@@ -2,19 +2,10 @@
 
 Every check reads the constants and intervals of ``fit.nc`` (``lowtemp.analysis.estimates``,
 computed once) and the curves of ``distances.nc``; it estimates nothing itself.
-Each returns a ``Claim``: its status, the number it is about, that number's
-interval over replicas (Student-t, from fit.nc), the target, and one line with the
-numbers. Statuses:
-
-* PASSED / FAILED: the data could have contradicted the statement and did not / did
-  (an interval-based check passes when its interval lies on the statement's side of the
-  target, and fails when it lies wholly on the other side);
-* INCONCLUSIVE: the interval straddles the target: the data neither support nor
-  contradict the statement at the stated confidence (more replicas narrow it);
-* UNDER-RESOLVED: the β the check needs have a median effective sample size below
-  ``ess_threshold`` over the window it judges, so their particle system does not
-  stand for the mean field and a verdict would be about N, not β;
-* NOT EVALUABLE: the data hold nothing to judge (no window, no departure, …).
+Each returns a ``verdicts.Claim``: its status (``verdicts.Status``: PASSED, FAILED, INCONCLUSIVE,
+UNDER-RESOLVED, NOT EVALUABLE; ``lowtemp.analysis.verdicts`` says when each is given), the number it is
+about, that number's interval over replicas (Student-t, from fit.nc), the target, and one line with the
+numbers.
 
 The checks (inequalities of the paper are one-sided checks):
 
@@ -42,64 +33,18 @@ The checks (inequalities of the paper are one-sided checks):
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-
 import numpy as np
 import xarray as xr
 
 from ..model import layout
 from . import fitting
-
-
-class Status(enum.IntEnum):
-    """A claim's verdict (module docstring); the integer is what claims.nc stores in ``status``."""
-
-    PASSED = 1
-    FAILED = 0
-    NOT_EVALUABLE = -1
-    UNDER_RESOLVED = -2
-    INCONCLUSIVE = -3
-
-    @property
-    def word(self) -> str:
-        """How logs and the summary write it: PASSED, FAILED, NOT EVALUABLE, UNDER-RESOLVED, INCONCLUSIVE."""
-        return self.name.replace("NOT_", "NOT ").replace("_", "-")
-
+from .verdicts import Claim, Status, listed_betas, particles_needed, passed_if, unresolved_rule
 
 EIGENSPACES = {
     "E1(A)": "dist_leading_A",
     "E1(V), largest real part": "dist_leading_V",
     "E1(V), largest modulus": "dist_leading_V_modulus",
 }
-
-NAN2 = (float("nan"), float("nan"))
-
-
-@dataclass
-class Claim:
-    """One checked statement: status, the number judged, its interval over replicas, the target, the numbers."""
-
-    name: str
-    statement: str
-    status: Status
-    value: float = float("nan")
-    interval: tuple[float, float] = NAN2
-    target: tuple[float, float] = NAN2
-    numbers: str = ""
-    per_beta: dict = field(default_factory=dict)  # name -> (values over β, long name)
-
-    def line(self) -> str:
-        """The log line: status word, name, numbers."""
-        return f"{self.status.word} {self.name}: {self.numbers}"
-
-
-def _status(ok: bool) -> Status:
-    return Status.PASSED if ok else Status.FAILED
-
-
-def _betas(beta, mask) -> str:
-    return "[" + ", ".join(f"{b:g}" for b in np.asarray(beta)[np.asarray(mask, bool)]) + "]"
 
 
 # ---------------------------------------------------------------- 1. the rate of each regime
@@ -172,7 +117,7 @@ def _bound_not_judged(fit: xr.Dataset, cal_beta: np.ndarray, resolved: np.ndarra
     if not resolved.any():
         return (
             Status.UNDER_RESOLVED,
-            f"every β under-resolved up to departure ({_unresolved_rule(fit)}): nothing to calibrate on",
+            f"every β under-resolved up to departure ({unresolved_rule(fit)}): nothing to calibrate on",
         )
     if not np.all(np.isfinite([a, C1, b, c])):
         return (
@@ -181,13 +126,13 @@ def _bound_not_judged(fit: xr.Dataset, cal_beta: np.ndarray, resolved: np.ndarra
             "W2(ρ^β_t, ρ^∞_t), or no decay window at β = ∞ (see logs/fit.log)",
         )
     if not above.any():
-        return Status.NOT_EVALUABLE, f"no β above the calibration β {_betas(beta, cal_beta)} to test the bound on"
+        return Status.NOT_EVALUABLE, f"no β above the calibration β {listed_betas(beta, cal_beta)} to test the bound on"
     if not (above & resolved).any():
         return (
             Status.UNDER_RESOLVED,
-            f"calibrated on β {_betas(beta, cal_beta)}; every β above it is under-resolved "
-            f"({_unresolved_rule(fit)}: "
-            f"{_betas(beta, above & ~resolved)})",
+            f"calibrated on β {listed_betas(beta, cal_beta)}; every β above it is under-resolved "
+            f"({unresolved_rule(fit)}: "
+            f"{listed_betas(beta, above & ~resolved)})",
         )
     if not a > 0:
         return (
@@ -236,23 +181,25 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
             statement,
             Status.NOT_EVALUABLE,
             per_beta=per_beta,
-            numbers=f"no held-out curve reached the metastable phase (β {_betas(beta, held)})",
+            numbers=f"no held-out curve reached the metastable phase (β {listed_betas(beta, held)})",
         )
     a, C1, b, c = fitted_bound(fit)
     worst = min(curves, key=curves.get)
     value = curves[worst]
-    skipped = f"; β {_betas(beta, above & ~resolved)} under-resolved, not judged" if (above & ~resolved).any() else ""
+    skipped = (
+        f"; β {listed_betas(beta, above & ~resolved)} under-resolved, not judged" if (above & ~resolved).any() else ""
+    )
     shown = ", ".join(f"β={beta[i]:g}: {fractions[i]:.2f}" for i in np.flatnonzero(held))
     return Claim(
         name,
         statement,
-        _status(value >= fraction),
+        passed_if(value >= fraction),
         value,
         (value, value),
         (fraction, 1.0),
         f"every held-out curve must lie under the bound at ≥ {fraction:g} of its points up to departure; "
         f"the worst of {len(curves)} (β = {beta[worst[0]]:g}, replica {worst[1]}) does at {value:.3f}; "
-        f"calibrated on β {_betas(beta, cal_beta)} and β = ∞: a = {a:.3g}, C1 = {C1:.3g}, b = {b:.3g}, "
+        f"calibrated on β {listed_betas(beta, cal_beta)} and β = ∞: a = {a:.3g}, C1 = {C1:.3g}, b = {b:.3g}, "
         f"c = {c:.3g}; worst curve per β {shown}{skipped}",
         per_beta,
     )
@@ -299,7 +246,7 @@ def _temperature_not_judged(fit: xr.Dataset):
         low_ess = ~fit["resolved_early"].values.astype(bool)
         status = Status.UNDER_RESOLVED if (low_ess & ~used).any() else Status.NOT_EVALUABLE
         why = (
-            f"under-resolved over [0, {t_early:g}] ({_unresolved_rule(fit)}) at β = {_betas(beta, low_ess)}"
+            f"under-resolved over [0, {t_early:g}] ({unresolved_rule(fit)}) at β = {listed_betas(beta, low_ess)}"
             if status == Status.UNDER_RESOLVED
             else f"fewer than two β with a positive exact W2 at t = {t_early:g} that had not departed by then"
         )
@@ -357,7 +304,7 @@ def check_temperature_scaling(fit: xr.Dataset) -> Claim:
         mean,
         (lo, hi),
         (-np.inf, theory),
-        f"exponent of β at t = {t_early:g}: {mean:.3f} [{lo:.3f}, {hi:.3f}] over β {_betas(beta, used)}; "
+        f"exponent of β at t = {t_early:g}: {mean:.3f} [{lo:.3f}, {hi:.3f}] over β {listed_betas(beta, used)}; "
         f"the error {relation[status]} sqrt(log(β+1)/β) (local exponent {theory:.3f}){pair_text}; "
         f"Laplace's method predicts {float(fit.attrs['laplace_exponent']):g} for a smooth positive density",
         per_beta,
@@ -415,8 +362,8 @@ def _departures_not_judged(fit: xr.Dataset, shown: str):
         status = Status.UNDER_RESOLVED if (arrived.any(axis=1) & ~used).any() else Status.NOT_EVALUABLE
         return (
             status,
-            f"fewer than two β whose departure is resolved (not {_unresolved_rule(fit, departure=True)}); "
-            f"under-resolved β {_betas(beta, ~used)} ({shown})",
+            f"fewer than two β whose departure is resolved (not {unresolved_rule(fit, departure=True)}); "
+            f"under-resolved β {listed_betas(beta, ~used)} ({shown})",
         )
     if arrived[used].any(axis=1).sum() < 2:
         return (
@@ -464,7 +411,7 @@ def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
     else:
         status = Status.PASSED if lo > 0 else Status.FAILED if hi < 0 else Status.INCONCLUSIVE
         numbers = (
-            f"slope of the departure time against log β over β {_betas(beta, used)}: one-sided bounds "
+            f"slope of the departure time against log β over β {listed_betas(beta, used)}: one-sided bounds "
             f"[{lo:.3f}, {hi:.3f}] (departures known to a snapshot step; censored ones beyond the horizon); "
             f"departure times {shown}"
         )
@@ -472,27 +419,6 @@ def check_metastable_log_beta(fit: xr.Dataset) -> Claim:
 
 
 # ---------------------------------------------------------------- 5. Conjecture 1
-def _unresolved_rule(fit: xr.Dataset, departure: bool = False) -> str:
-    """What makes a β under-resolved in this fit, in words: the mean-field reference's error estimate for a
-    mean-field experiment, else the particle-number budget where measured and the median ESS elsewhere."""
-    fraction = float(fit.attrs.get("particle_error_fraction", np.nan))
-    if "reference_departure_shift" in fit:
-        if departure:
-            return (
-                "the mean-field reference's departure moving by more than a snapshot interval in its coarser solution"
-            )
-        return (
-            f"the mean-field reference's error bound above {fraction:g} of the W2 the claim judges "
-            f"(reference_error_* in fit.nc)"
-        )
-    if departure:
-        return (
-            f"the departure's particle-number budget exceeded where measured, else median ESS below "
-            f"{float(fit.attrs['ess_threshold']):g} up to departure"
-        )
-    return f"median ESS below {float(fit.attrs['ess_threshold']):g}, or the particle-number budget exceeded"
-
-
 def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> Claim:
     """Every resolved (β, replica) that departed ends within ``tolerance`` of V's leading eigenspace."""
     beta = fit.beta.values
@@ -534,7 +460,7 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
             )
         status = Status.UNDER_RESOLVED if departed.any() else Status.NOT_EVALUABLE
         why = (
-            f"the β that departed are under-resolved ({_unresolved_rule(fit)}): {_betas(beta, ~resolved)}"
+            f"the β that departed are under-resolved ({unresolved_rule(fit)}): {listed_betas(beta, ~resolved)}"
             if status == Status.UNDER_RESOLVED
             else "no β left the metastable phase before the horizon"
         )
@@ -545,7 +471,7 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
     return Claim(
         name,
         statement,
-        _status(value <= tolerance),
+        passed_if(value <= tolerance),
         value,
         (value, value),
         (0.0, float(tolerance)),
@@ -570,66 +496,6 @@ def still_approaching(dist: xr.Dataset) -> np.ndarray:
     k = int(np.searchsorted(t, t[0] + 0.9 * (t[-1] - t[0])))
     with np.errstate(invalid="ignore"):
         return d[..., -1] < (1.0 - STILL_APPROACHING_DROP) * d[..., min(k, t.size - 1)]
-
-
-# ---------------------------------------------------------------- what N an under-resolved β would need
-def particles_needed(fit: xr.Dataset, interval: float, departure: bool = False) -> str:
-    """For every β whose particle-number budget was measured and not met (fit.nc's own verdicts,
-    ``particle_budget_w2_resolved`` and ``particle_budget_departure_resolved``), what N would resolve it, in words.
-
-    W2 (``departure`` False): the N at which the budget's bound would reach ``particle_error_fraction`` of W2
-    (fit.nc ``particle_budget_tokens_needed``, projected with the study's own power law). The departure, from its
-    slope per doubling of N (``interval``: the snapshot interval, which the fraction applies to): an interval
-    wholly beyond the allowed band is a departure set by N (growing like log N: no N resolves it), one that is
-    unbounded on a side comes from runs still metastable at the study's horizon (a longer horizon bounds it), a
-    finite wider one needs more replicas of the study, not more N. Empty where nothing was measured or it was met."""
-    if "particle_budget_departure_resolved" not in fit:
-        return ""
-    fraction = float(fit.attrs["particle_error_fraction"])
-    limit = fraction * interval
-    verdict = "particle_budget_departure_resolved" if departure else "particle_budget_w2_resolved"
-    failed = fit["particle_budget_measured"].values.astype(bool) & ~fit[verdict].values.astype(bool)
-    parts = []
-    for i in np.flatnonzero(failed):
-        head = f"β = {float(fit.beta.values[i]):g} not judged: "
-        if departure:
-            lo, hi = (float(v) for v in fit["particle_budget_departure_slope_interval"].values[i])
-            span = f"[{lo:.3g}, {hi:.3g}] per doubling of N (95 %)"
-            parts.append(
-                head
-                + (
-                    "some runs of the study reach the metastable phase and others do not (or too few depart): no N "
-                    "can be named"
-                    if np.isnan(lo) or np.isnan(hi)
-                    else f"its departure moves by {span}, beyond ±{limit:.3g}: N sets it, and no N resolves it"
-                    if lo > limit or hi < -limit
-                    else f"its departure's slope is in {span}, unbounded because runs of the study are still "
-                    f"metastable at its horizon: a longer study horizon would bound it"
-                    if np.isinf(lo) or np.isinf(hi)
-                    else f"its departure's slope is in {span}, wider than ±{limit:.3g}: more replicas of the study "
-                    f"would narrow it, not N"
-                )
-            )
-            continue
-        ratio = float(fit["particle_budget_w2_ratio"].values[i])
-        needed = float(fit["particle_budget_tokens_needed"].values[i])
-        n = int(fit.attrs["tokens"])
-        if np.isnan(ratio):
-            parts.append(head + "its W2 budget could not be computed (no W2 before the study's earliest departure)")
-            continue
-        own = f"its remaining N error of W2 is up to {ratio:.3g} × W2 (95 %) at N = {n}"
-        parts.append(
-            head
-            + own
-            + (
-                f"; ≤ {fraction:g} × W2 would need N ≈ {needed:.2g} (the study's power law in N, with the slowest "
-                f"decay it does not reject)"
-                if np.isfinite(needed)
-                else "; no N can be named (no power law in N fits the study at some time, or W2 is 0 or not "
-                "finite there)"
-            )
-        )
-    return "; " + "; ".join(parts) if parts else ""
 
 
 # ---------------------------------------------------------------- all of them

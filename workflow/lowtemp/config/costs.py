@@ -1,6 +1,6 @@
 """What each job of the pipeline costs: the arrays it holds at its peak (bytes) and its compute time (seconds),
 from the experiment's config. ``lowtemp.config.resources`` turns them into requests (memory MB, wall time
-minutes, CPUs); ``lowtemp.config.registry`` names each stage's cost function.
+minutes, CPUs); ``STAGE_COSTS`` names each stage's cost function (the stages: ``lowtemp.config.registry``).
 
 The SLURM profile (``workflow/profiles/slurm``) sends every job with the
 ``mem_mb``, ``runtime`` and ``cpus_per_task`` that these functions compute from
@@ -110,9 +110,9 @@ from .experiment import (
     exact_w2_snapshots,
     field_kernel,
     measure_of,
-    particle_error_tokens,
     time_grid,
 )
+from .plan import particle_error_tokens
 
 #: peak bytes of one exact W2 per token pair (POT network simplex on an N×N float64 cost)
 W2_BYTES_PER_PAIR = 5.5 * 8
@@ -432,3 +432,23 @@ def initial_tokens_cost(experiment, *, beta=None, matrices=None, threads=1):
 def fit_cost(experiment, *, beta=None, matrices=None, threads=1):
     """The fit (and the claims, which read the same curves): the collected curves, seconds of arithmetic."""
     return _curves(experiment), 10.0
+
+
+#: what one job of each stage of ``registry.STAGES`` costs: (experiment, *, beta, matrices, threads) -> (peak bytes,
+#: compute seconds)
+STAGE_COSTS = {
+    "matrices": matrices_cost,
+    "initial_tokens": initial_tokens_cost,
+    "finite_temperature": finite_temperature_cost,
+    "zero_temperature": zero_temperature_cost,
+    "distances_beta": distances_beta_cost,
+    "distances": distances_cost,
+    "particle_error_beta": particle_error_beta_cost,
+    "particle_error": particle_error_cost,
+    "fit": fit_cost,
+    "claims": fit_cost,
+    "figure": figure_cost,
+    "convergence": convergence_cost,
+    "animation": animation_cost,
+    "convergence_figure": figure_cost,
+}

@@ -19,26 +19,6 @@ from ..dynamics.kernel_choice import choose_kernel
 from ..model import matrices, measures
 from ..model.seeding import generator
 
-
-class ConfigError(ValueError):
-    """The config is inconsistent; the message names the key."""
-
-
-#: every figure of an experiment, in the order of the report (one job of the rule ``figure`` each)
-FIGURES = ("w2_projection", "collapse", "end_phase", "time_scale", "snapshots", "phase")
-#: figures drawn from the tokens' positions on S¹ or S² themselves: only for dim = 2 and 3
-SPHERE_FIGURES = ("snapshots",)
-#: the dimensions in which the tokens can be drawn where they are
-DRAWN_DIMS = (2, 3)
-
-
-def figures_for(experiment: dict) -> list[str]:
-    """The figures drawn for ``experiment``: all of ``FIGURES``, the sphere figures only for dim = 2 and 3."""
-    return [f for f in FIGURES if f not in SPHERE_FIGURES or int(experiment["dim"]) in DRAWN_DIMS]
-
-
-#: the animation of the tokens (rule ``animation``, ``figures/tokens.gif``) is drawn on S¹ and S² only
-ANIMATED_DIMS = (2, 3)
 #: at most this many frames: evenly spaced snapshots, the first and the last included
 ANIMATION_MAX_FRAMES = 60
 #: at most this many tokens of replica 0 drawn per panel: the first ones (the tokens are exchangeable)
@@ -47,11 +27,6 @@ ANIMATION_MAX_TOKENS = 2048
 ANIMATION_PANEL_PX = 200
 ANIMATION_TITLE_PX = 32
 ANIMATION_MAX_COLUMNS = 4
-
-
-def animated(experiment: dict) -> bool:
-    """Whether ``experiment``'s default target holds the animation of its tokens: on S¹ and S² (``ANIMATED_DIMS``)."""
-    return int(experiment["dim"]) in ANIMATED_DIMS
 
 
 def animation_frames(times: int) -> np.ndarray:
@@ -107,39 +82,6 @@ def exact_w2_snapshots(experiment: dict, n_times: int) -> np.ndarray:
     return mask
 
 
-def particle_error_tokens(name: str, experiment: dict) -> tuple[int, ...]:
-    """The particle numbers n of the particle runs measured against a ``model: mean_field`` experiment's reference
-    (``mean_field.particles.tokens``), checked: integers, increasing, 2 ≤ n ≤ ``tokens`` (each run starts from the
-    first n initial tokens of every replica); () where the block is absent. ConfigError names the key.
-
-    Cheap: the config check calls it before any job, and the stage before any work (a notebook's slice is checked
-    as the config is)."""
-    block = experiment["mean_field"].get("particles") if "mean_field" in experiment else None
-    if block is None:
-        return ()
-    where = f"experiments.{name}.mean_field.particles"
-    if experiment["model"] != "mean_field":
-        raise ConfigError(
-            f"{where}: particle runs are measured against the reference of a model: mean_field experiment, and "
-            f"this one is model: {experiment['model']} (its particle-number study is convergence.particles)"
-        )
-    tokens = block.get("tokens") if isinstance(block, dict) else None
-    if not isinstance(tokens, (list, tuple)) or not tokens:
-        raise ConfigError(f"{where}.tokens must be a non-empty list of particle numbers, got {tokens!r}")
-    n_max = int(experiment["tokens"])
-    for i, n in enumerate(tokens):
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-            raise ConfigError(f"{where}.tokens.{i}: {n!r} is not an integer (a number of tokens)")
-        if not 2 <= n <= n_max:
-            raise ConfigError(
-                f"{where}.tokens.{i}: {n} is outside [2, tokens = {n_max}]: every run starts from the first n of "
-                f"the experiment's {n_max} initial tokens per replica, which the reference pushes forward"
-            )
-    if any(b <= a for a, b in zip(tokens, tokens[1:])):
-        raise ConfigError(f"{where}.tokens must be increasing without repeats, got {list(tokens)}")
-    return tuple(int(n) for n in tokens)
-
-
 def field_kernel(experiment: dict, n_tokens: int | None = None) -> str:
     """The kernel of the finite-temperature field for a run of ``n_tokens`` tokens (default ``tokens``): the
     config's ``kernel``, or for ``auto`` the automatic rule (``kernel_choice.choose_kernel``: ``auto`` itself, a
@@ -150,12 +92,6 @@ def field_kernel(experiment: dict, n_tokens: int | None = None) -> str:
         n = int(experiment["tokens"] if n_tokens is None else n_tokens)
         return choose_kernel(n, int(experiment["dim"]))
     return kernel
-
-
-def beta_label(beta) -> str:
-    """Short, canonical label of a β in file names (``beta<label>.nc``): %g, 6 significant digits, no float noise.
-    The config check refuses betas that share one."""
-    return f"{float(beta):g}"
 
 
 def stream_name(name: str, experiment: dict) -> str:

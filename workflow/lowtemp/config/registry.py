@@ -1,5 +1,5 @@
-"""The pipeline's stages, each named once: the config keys its function reads, what one of its jobs costs, its
-threads, its job group, and whether the default target runs it.
+"""The pipeline's stages, each named once: the config keys its function reads, its threads, its job group, and
+whether the default target runs it (what one of its jobs costs: ``lowtemp.config.costs.STAGE_COSTS``).
 
 Every rule of ``workflow/rules/`` that runs a stage function is an entry of ``STAGES`` under its own name, and
 everything that needs a per-stage decision reads it from here: the rules' ``params`` (the config slice,
@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from . import costs, studies
-from .experiment import animated, particle_error_tokens
+from .plan import animated, narrowed_slice, particle_error_tokens
 
 
 @dataclass(frozen=True)
@@ -23,8 +22,6 @@ class Stage:
     #: config keys (dotted paths into one experiment) its stage function reads: a path names a whole block
     #: (``matrices``) or one key in it (``fit.confidence``); the rule reruns when, and only when, one changes
     keys: tuple[str, ...]
-    #: (experiment, *, beta, matrices, threads) -> (peak bytes, compute seconds) of one job (``lowtemp.config.costs``)
-    cost: Callable
     #: the rule's threads; a stage with more than one runs the numba kernels on them (and asks for that many CPUs)
     threads: int = 1
     #: it evaluates the finite-temperature field: with ``kernel: torch`` its jobs ask for a GPU
@@ -47,11 +44,9 @@ class Stage:
 
 STAGES: dict[str, Stage] = {
     # stages.matrices.stage_matrices -> experiment.build_matrices
-    "matrices": Stage(keys=("dim", "matrices", "streams"), cost=costs.matrices_cost),
+    "matrices": Stage(keys=("dim", "matrices", "streams")),
     # stages.initial_tokens.stage_initial_tokens
-    "initial_tokens": Stage(
-        keys=("dim", "initial_measure", "replicas", "streams", "tokens"), cost=costs.initial_tokens_cost
-    ),
+    "initial_tokens": Stage(keys=("dim", "initial_measure", "replicas", "streams", "tokens")),
     # stages.simulate.stage_finite_temperature: experiment.time_grid, the integrator and its tolerance
     # (experiment.integration_tolerance: time.tolerance, else one from tokens), experiment.field_kernel
     # (``kernel``; the automatic rule reads tokens and dim); the ESS it records is judged by the fit.
@@ -72,18 +67,17 @@ STAGES: dict[str, Stage] = {
             "time",
             "tokens",
         ),
-        cost=costs.finite_temperature_cost,
         threads=2,
         evaluates_field=True,
     ),
     # stages.simulate.stage_zero_temperature: experiment.time_grid, the integrator and its tolerance
-    "zero_temperature": Stage(keys=("integrator", "time", "tokens"), cost=costs.zero_temperature_cost),
+    "zero_temperature": Stage(keys=("integrator", "time", "tokens")),
     # stages.distances.stage_distances_beta -> experiment.exact_w2_snapshots
-    "distances_beta": Stage(keys=("distances.exact_every",), cost=costs.distances_beta_cost, group="distances"),
+    "distances_beta": Stage(keys=("distances.exact_every",), group="distances"),
     # stages.distances.stage_distances: nothing beyond its input files
-    "distances": Stage(keys=(), cost=costs.distances_cost, group="distances"),
+    "distances": Stage(keys=(), group="distances"),
     # stages.distances.stage_particle_error_beta (model: mean_field with mean_field.particles): the particle runs
-    # from the first n initial tokens (experiment.particle_error_tokens: mean_field.particles, model, tokens) with
+    # from the first n initial tokens (plan.particle_error_tokens: mean_field.particles, model, tokens) with
     # the finite-temperature stage's grid, integrator, tolerance and kernel (time, integrator, kernel; the
     # automatic rule reads dim and tokens), their exact W2 to the reference at experiment.exact_w2_snapshots
     "particle_error_beta": Stage(
@@ -97,7 +91,6 @@ STAGES: dict[str, Stage] = {
             "time",
             "tokens",
         ),
-        cost=costs.particle_error_beta_cost,
         threads=2,
         evaluates_field=True,
         default_target=False,
@@ -106,18 +99,16 @@ STAGES: dict[str, Stage] = {
     # stages.distances.stage_particle_error: nothing beyond its input files
     "particle_error": Stage(
         keys=(),
-        cost=costs.particle_error_cost,
         default_target=False,
         enabled_by=lambda experiment: bool(particle_error_tokens("experiment", experiment)),
     ),
     # stages.fit.stage_fit -> analysis.estimates.fit_experiment (the whole fit block)
-    "fit": Stage(keys=("ess_threshold", "fit", "tokens"), cost=costs.fit_cost, group="figures"),
+    "fit": Stage(keys=("ess_threshold", "fit", "tokens"), group="figures"),
     # stages.fit.stage_claims -> analysis.claims.evaluate (the claims block; the confidence level comes from fit.nc)
-    "claims": Stage(keys=("claims",), cost=costs.fit_cost, group="figures"),
-    # stages.figures.stage_figure -> figures.FIGURES[name]; one slice per name of experiment.FIGURES
+    "claims": Stage(keys=("claims",), group="figures"),
+    # stages.figures.stage_figure -> figures.FIGURES[name]; one slice per name of plan.FIGURES
     "figure": Stage(
         keys=(),
-        cost=costs.figure_cost,
         group="figures",
         plotting=True,
         figure_keys={
@@ -144,17 +135,16 @@ STAGES: dict[str, Stage] = {
             "time",
             "tokens",
         ),
-        cost=costs.convergence_cost,
-        narrow=studies.narrowed_slice,  # betas: only the study's β matters
+        narrow=narrowed_slice,  # betas: only the study's β matters
         threads=2,
         evaluates_field=True,
         default_target=False,
     ),
     # stages.figures.stage_animation: nothing beyond its input files (replica 0 of every β and of zero temperature);
-    # the default target of an experiment on S¹ or S² (experiment.animated), figures/tokens.gif
-    "animation": Stage(keys=(), cost=costs.animation_cost, plotting=True, default_target=False, enabled_by=animated),
+    # the default target of an experiment on S¹ or S² (plan.animated), figures/tokens.gif
+    "animation": Stage(keys=(), plotting=True, default_target=False, enabled_by=animated),
     # stages.figures.stage_convergence_figure: convergence.nc and the ESS threshold it draws
-    "convergence_figure": Stage(keys=("ess_threshold",), cost=costs.figure_cost, plotting=True, default_target=False),
+    "convergence_figure": Stage(keys=("ess_threshold",), plotting=True, default_target=False),
 }
 
 #: the stages of the default target, in the order the pipeline runs them

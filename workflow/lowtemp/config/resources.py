@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import registry
+from . import costs, registry
 from .experiment import field_kernel
 
 #: resident memory of a job with the package imported and the kernels compiled (MB)
@@ -77,7 +77,7 @@ def estimate(
     ``matrices`` lets ``kernel: auto`` resolve exactly as the job will; ``threads`` are the
     rule's threads; ``attempt`` (1, 2, …) multiplies memory and wall time on retries."""
     spec = registry.stage(stage)
-    data, seconds = spec.cost(experiment, beta=beta, matrices=matrices, threads=threads)
+    data, seconds = costs.STAGE_COSTS[stage](experiment, beta=beta, matrices=matrices, threads=threads)
     attempt = max(1, int(attempt))
     base = FIGURE_BASE_MB if spec.plotting else BASE_MB
     mem = base + MEMORY_MARGIN * data / 2**20

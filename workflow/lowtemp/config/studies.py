@@ -12,7 +12,8 @@ import numpy as np
 
 from ..analysis import particle_budget
 from ..dynamics import integrate
-from .experiment import ConfigError, field_kernel, integration_tolerance, time_grid
+from .experiment import field_kernel, integration_tolerance, time_grid
+from .plan import ConfigError, study_betas
 
 #: the steps h, h/2, h/4
 STEP_LEVELS = 3
@@ -82,29 +83,6 @@ def default_particle_numbers(n: int) -> list[int]:
     if n // 8 >= 2:
         return [n // 8, n // 4, n // 2, n]
     return [n, 2 * n, 4 * n, 8 * n]
-
-
-def study_betas(experiment: dict) -> tuple[float, ...]:
-    """The β of the particle-number study, increasing: ``convergence.beta`` (a number or a list), else the
-    experiment's largest β."""
-    cfg = experiment.get("convergence") or {}
-    if "beta" not in cfg:
-        return (max(float(b) for b in experiment["betas"]),)
-    raw = cfg["beta"]
-    return tuple(sorted(float(b) for b in (raw if isinstance(raw, list | tuple) else [raw])))
-
-
-def study_beta(experiment: dict) -> float:
-    """The β of the step study: the largest of ``study_betas`` (the largest β has the stiffest field)."""
-    return max(study_betas(experiment))
-
-
-def narrowed_slice(experiment_slice: dict) -> dict:
-    """The convergence stage's config slice with ``betas`` cut to what the studies depend on: the studies' β
-    that are among the experiment's (their runs are then reused, ``reusable_run``), else nothing. So adding or
-    removing another β reruns neither study, and the stage, which reads the slice, computes the same."""
-    betas = study_betas(experiment_slice)
-    return {**experiment_slice, "betas": [b for b in experiment_slice["betas"] if float(b) in betas]}
 
 
 def _step_study(where: str, st: dict, experiment: dict, grid: integrate.TimeGrid, interval: float) -> StepStudy:

@@ -258,7 +258,7 @@ TOLERANCE_PER_FLOOR = 1e-3
 #: the resource model's budget for an adaptive run: the longest step it assumes the controller takes
 #: (the step is also at most the snapshot interval) and the factor on the resulting step count for
 #: rejected and extra steps (on the default run DOPRI5 made 1.0–1.9 trial steps per interval of 0.25,
-#: the most at β = 1000; docs/integrators_default_run.md)
+#: the most at β = 1000; docs/decisions/0010-adaptive-time-steps.md)
 BUDGET_STEP, BUDGET_OVERHEAD = 0.25, 2.0
 
 

@@ -1,7 +1,7 @@
 """Repair of the folds the flow makes in the mesh's near-empty tail: every connected group of inside-out triangles,
 with the rings of triangles around it, is replaced by a fresh triangulation of the group's outer boundary; the
-region's mass is shared over the new triangles by the old reconstruction's integral (as every ``sphere_remesh``
-operation shares a patch's mass), so the total mass is kept to rounding.
+region's mass is shared over the new triangles by the old reconstruction's integral (``sphere_remap``, as every
+``sphere_remesh`` operation shares a patch's mass), so the total mass is kept to rounding.
 
 Why: a triangle flattened below the ODE's position error can have a vertex carried across its opposite edge; the
 mesh then covers that spot three times. Flips and collapses need positively oriented results, so they never act on
@@ -26,7 +26,7 @@ import numpy as np
 
 from .sphere_geometry import orientation, spherical_area
 from .sphere_mesh import NORMALISER_VARIATION, SUB_RULES, SphereMesh, log_normalisers
-from .sphere_remesh import _remap_patch
+from .sphere_remap import _remap_patch
 
 #: most rings of triangles a fold's region may grow by before the fold is left unrepaired
 MAX_RINGS = 4

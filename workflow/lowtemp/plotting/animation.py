@@ -13,6 +13,7 @@ from matplotlib.colors import to_rgb  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from ..config import experiment as experiment_config  # noqa: E402
+from ..config import plan  # noqa: E402
 from ..store import netcdf  # noqa: E402
 
 #: frames per second of the animation
@@ -74,9 +75,9 @@ def animation_panels(zero, finite):
         ("zero temperature (β = ∞)", zero["positions"].isel(replica=0, token=slice(0, keep)).values, zero.time.values)
     )
     dims = {p.shape[-1] for _, p, _ in panels}
-    if len(dims) != 1 or dims.pop() not in experiment_config.ANIMATED_DIMS:
+    if len(dims) != 1 or dims.pop() not in plan.ANIMATED_DIMS:
         raise ValueError(
-            f"the animation draws tokens on S¹ or S² (dim in {experiment_config.ANIMATED_DIMS}), got positions of "
+            f"the animation draws tokens on S¹ or S² (dim in {plan.ANIMATED_DIMS}), got positions of "
             f"dim {sorted({p.shape[-1] for _, p, _ in panels})}"
         )
     return panels

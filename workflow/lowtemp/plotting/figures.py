@@ -52,6 +52,29 @@ def crossover_time(fit, beta):
     return (np.log(b) - np.log(a) - np.log(fitting.temperature_scale(beta))) / (C1 + c)
 
 
+#: how the particle runs beside a mean-field reference are drawn (``_draw_particle_runs``)
+PARTICLE_RUNS = (
+    "the same distance for the particle system of the largest particle number N run from the first N of the same "
+    "initial tokens is drawn thin and dash-dotted in its β's colour (mean over replicas)"
+)
+
+
+def _draw_particle_runs(ax, particles, colors, betas):
+    """The particle runs beside a mean-field reference (particle_error.nc): per β, W2(ρ^N_t, Π♯ρ0) of the largest
+    N, mean over replicas, thin and dash-dotted in the β's colour."""
+    if "w2_projection" not in particles:
+        raise ValueError(
+            "particle_error.nc holds no w2_projection (written by an older version of the particle-error stage): "
+            "delete the experiment's particle_error files and rerun"
+        )
+    n = int(particles.tokens.values.max())
+    for color, beta in zip(colors, betas):
+        if beta in particles.beta.values:
+            w = particles["w2_projection"].sel(beta=beta, tokens=n).values
+            ax.plot(particles.time.values, w.mean(axis=0), color=color, lw=0.9, ls="-.")
+    ax.plot([], [], color="gray", lw=0.9, ls="-.", label=f"particles, N = {n}, beside the mean field")
+
+
 def plot_w2_projection(data, experiment):
     """W2(ρ^β_t, Π♯ρ0) against t for every β and at zero temperature, with the calibrated bound."""
     dist, fit = data["distances"], data["fit"]
@@ -72,6 +95,8 @@ def plot_w2_projection(data, experiment):
         if _has_bound(fit):
             ax.plot(t, fitting.bound_curve(t, beta, a, C1, b, c), color=color, lw=0.9, ls=":")
     band(ax, t, dist["w2_zero_to_projection"].values, "black", "zero temperature (β = ∞)")
+    if "particles" in data:
+        _draw_particle_runs(ax, data["particles"], colors, dist.beta.values)
     cal = ", ".join(f"{v:g}" for v in fit.beta.values[fit["calibration_beta"].values.astype(bool)])
     ax.plot(
         [],
@@ -325,7 +350,7 @@ def plot_phase(data, experiment):
     return fig
 
 
-#: the drawing function of each figure named in ``lowtemp.config.experiment.FIGURES`` (the one list of names;
+#: the drawing function of each figure named in ``lowtemp.config.plan.FIGURES`` (the one list of names;
 #: a test checks that the two agree)
 FIGURES = {
     "w2_projection": plot_w2_projection,
@@ -381,7 +406,8 @@ def captions() -> dict[str, str]:
             f"Theorem 1: {_latex(W2_PROJECTION_LABEL)} against time t on a log scale, one curve per β ({BANDS}), "
             "with zero temperature (β = ∞, black) and, dotted, the bound a·sqrt(log(β+1)/β)·e^(C1 t) + b·e^(−c t) "
             "calibrated on the β named in the legend (or the legend says why none is drawn). Curves are "
-            f"{LOW_ESS}."
+            f"{LOW_ESS}. For a mean-field experiment the curves are the reference's, and where it runs particles "
+            f"beside it (mean_field.particles) {PARTICLE_RUNS}."
         ),
         "collapse": (
             f"Data collapse of the finite-temperature error: {_latex(COLLAPSE_LABEL)} against time t, one curve per "

@@ -4,7 +4,7 @@ the stage), so that nothing on it is written by hand.
 
 from __future__ import annotations
 
-from ..analysis import claims
+from ..analysis import verdicts
 
 
 def claims_summary(claims_of: dict) -> str:
@@ -26,6 +26,6 @@ def claims_summary(claims_of: dict) -> str:
         lines += [f"## {name}", "", "| claim | status | numbers |", "|---|---|---|"]
         for claim, status, summary in zip(ds.claim.values, ds["status"].values, ds["summary"].values):
             numbers = str(summary).split(": ", 1)[1].replace("|", "\\|")
-            lines.append(f"| `{claim}` | {claims.Status(int(status)).word} | {numbers} |")
+            lines.append(f"| `{claim}` | {verdicts.Status(int(status)).word} | {numbers} |")
         lines.append("")
     return "\n".join(lines)

@@ -37,7 +37,7 @@ the simulation stages. From these the particle-number budget (``lowtemp.analysis
 the 95 % upper bound of the remaining N error of W2 at the experiment's N under
 E W2_N = W2∞ + a·N^−p, relative to W2, before the earliest departure; and the bound on the
 departure time's slope per doubling of N. The fit decides with them which claims the
-study's β is resolved for (``estimates.particle_budget_verdicts``).
+study's β is resolved for (``resolution.particle_budget_verdicts``).
 
 Arrays are in the package's one layout (``lowtemp.model.layout``): tokens (replica, token, dim), a run
 (replica, time, token, dim), the runs of the step study stacked as (level, replica, time, token, dim).
@@ -61,7 +61,8 @@ from ..analysis.richardson import (
     richardson_error,
     successive_differences,
 )
-from ..config.experiment import ConfigError, initial_measure, stream_name
+from ..config.experiment import initial_measure, stream_name
+from ..config.plan import ConfigError
 from ..config.studies import (
     NOMINAL_ORDER,
     STEP_LEVELS,
@@ -77,7 +78,7 @@ from ..dynamics import fields, integrate, kernels
 from ..model import exact, measures, projection
 from ..model.seeding import generator
 from ..store import analyses, checkpoint, datasets, netcdf
-from ..transport.w2 import w2_to_projection
+from ..transport.w2 import w2_to_projection_curves
 from .joblog import progress_logger
 
 log = logging.getLogger("lowtemp")
@@ -119,15 +120,6 @@ def run_halving(
             _time.perf_counter() - start,
         )
     return np.stack(runs), np.array(evaluations)
-
-
-def w2_to_projection_curves(positions: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> np.ndarray:
-    """W2(ρ_t, Π♯ρ0) per replica and time, shape (replica, time), for positions (replica, time, token, dim).
-
-    The same function as the distances stage (closed form against ±u when dim E1 = 1).
-    """
-    nr, nt = positions.shape[:2]
-    return np.array([[w2_to_projection(positions[r, k], X0[r], E1) for k in range(nt)] for r in range(nr)])
 
 
 # ------------------------------------------------------------------ particle number

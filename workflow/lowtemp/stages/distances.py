@@ -14,14 +14,8 @@ import time as _time
 
 import numpy as np
 
-from ..config.experiment import (
-    ConfigError,
-    exact_w2_snapshots,
-    field_kernel,
-    integration_tolerance,
-    particle_error_tokens,
-    time_grid,
-)
+from ..config.experiment import exact_w2_snapshots, field_kernel, integration_tolerance, time_grid
+from ..config.plan import ConfigError, particle_error_tokens
 from ..dynamics import integrate, kernels
 from ..model import projection
 from ..store import checkpoint, datasets, netcdf
@@ -55,11 +49,12 @@ def stage_distances_beta(
     Z = netcdf.read_netcdf(zero_path, "zero_temperature")["positions"].values
     nr, nt = Y.shape[:2]
     beta = float(fin.beta)
-    out = {k: np.full((nr, nt), np.nan) for k in ("w2_projection", "coupling_zero_temperature")}
-    for r in range(nr):
-        for k in range(nt):
-            out["w2_projection"][r, k] = w2.w2_to_projection(Y[r, k], X0[r], M.E1)
-            out["coupling_zero_temperature"][r, k] = w2.synchronous_coupling(Y[r, k], Z[r, k])
+    out = {
+        "w2_projection": w2.w2_to_projection_curves(Y, X0, M.E1),
+        "coupling_zero_temperature": np.array(
+            [[w2.synchronous_coupling(Y[r, k], Z[r, k]) for k in range(nt)] for r in range(nr)]
+        ),
+    }
     exact, ckpt = _exact_w2_loop(name, beta, Y, Z, exact_w2_snapshots(experiment, nt), checkpoint_path)
     out["w2_zero_temperature"], out["w2_zero_temperature_sq_bound"] = exact["w2"], exact["w2_sq_bound"]
     out.update(_eigenspace_distances(Y, M))
@@ -113,11 +108,9 @@ def stage_distances(name, experiment, root_seed, matrices_path, tokens_path, zer
     """Stack the per-β distances along ``beta`` and add the zero-temperature curves; write distances.nc."""
     M, X0 = datasets.load_inputs(matrices_path, tokens_path)
     Z = netcdf.read_netcdf(zero_path, "zero_temperature")["positions"].values  # (replica, time, token, dim)
-    nr, nt = Z.shape[:2]
-    w0 = np.array([[w2.w2_to_projection(Z[r, k], X0[r], M.E1) for k in range(nt)] for r in range(nr)])
     ds = datasets.distances_dataset(
         [netcdf.read_netcdf(p, "distances_beta") for p in parts],
-        w0,
+        w2.w2_to_projection_curves(Z, X0, M.E1),
         _eigenspace_distances(Z, M, datasets.ZERO_SUFFIX),
     )
     log.info("%s: distances collected for beta = %s", name, ds.beta.values.tolist())
@@ -200,9 +193,10 @@ def stage_particle_error_beta(
     the reference's push-forward of the same n tokens (the first n of the finite-temperature file, which
     ``reference_positions`` checks is the push-forward of these tokens) is solved at the snapshots of
     ``distances.exact_every``. The first n of N i.i.d. draws from ρ0 are n i.i.d. draws from ρ0: every n samples
-    the same measure. Beside it: the coupling bound, the particles' median ESS (a diagnostic) and the reference's
-    own error estimate. With ``checkpoint_prefix`` every run and every solve is checkpointed
-    (``<prefix>_N<n>.nc``, ``<prefix>_N<n>_w2.nc``), so a killed job resumes."""
+    the same measure. Beside it: the coupling bound, the particles' own W2 to the projected initial measure (as
+    the reference's in distances.nc), their median ESS (a diagnostic) and the reference's own error estimate. With
+    ``checkpoint_prefix`` every run and every solve is checkpointed (``<prefix>_N<n>.nc``, ``<prefix>_N<n>_w2.nc``),
+    so a killed job resumes."""
     numbers = _particle_numbers(name, experiment)
     grid = time_grid(experiment)
     method = experiment["integrator"]
@@ -224,6 +218,7 @@ def stage_particle_error_beta(
         )
         for key, value in curves.items():
             rows[key].append(value)
+        rows["w2_projection"].append(w2.w2_to_projection_curves(X, X0[:, :n], M.E1))
         rows["ess_median"].append(np.median(field.trajectory_ess(X), axis=-1))
         used.append(field.kernel)
         tolerances.append(tolerance)

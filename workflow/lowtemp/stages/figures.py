@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from ..config import experiment as experiment_config  # noqa: E402
+from ..config import plan  # noqa: E402
 from ..plotting import animation, convergence, figures  # noqa: E402
 from ..store import netcdf  # noqa: E402
 
@@ -23,9 +23,21 @@ def _save_atomic(fig, path):
 
 
 def stage_figure(
-    figure, name, experiment, *, matrices_path, distances_path, fit_path, zero_path, finite_paths, pdf, png
+    figure,
+    name,
+    experiment,
+    *,
+    matrices_path,
+    distances_path,
+    fit_path,
+    zero_path,
+    finite_paths,
+    pdf,
+    png,
+    particles_path=None,
 ):
-    """Draw the named figure of one experiment from its NetCDF files, save PDF and PNG."""
+    """Draw the named figure of one experiment from its NetCDF files, save PDF and PNG. ``particles_path``: the
+    particle runs beside a mean-field reference (particle_error.nc), which the figure w2_projection draws."""
     try:
         plot = figures.FIGURES[figure]
     except KeyError:
@@ -36,9 +48,11 @@ def stage_figure(
         "distances": netcdf.read_netcdf(distances_path, "distances"),
         "fit": netcdf.read_netcdf(fit_path, "fit"),
     }
-    if figure in experiment_config.SPHERE_FIGURES:  # drawn from the positions themselves
+    if figure in plan.SPHERE_FIGURES:  # drawn from the positions themselves
         data["zero"] = netcdf.read_netcdf(zero_path, "zero_temperature")
         data["finite"] = [netcdf.read_netcdf(p, "finite_temperature") for p in finite_paths]
+    if particles_path is not None:
+        data["particles"] = netcdf.read_netcdf(particles_path, "particle_error")
     fig = plot(data, experiment)
     try:
         _save_atomic(fig, pdf)

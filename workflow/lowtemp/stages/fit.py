@@ -11,7 +11,7 @@ import logging
 
 import numpy as np
 
-from ..analysis import claims, estimates
+from ..analysis import claims, estimates, resolution, verdicts
 from ..plotting import summary
 from ..store import analyses, datasets, netcdf
 
@@ -29,7 +29,7 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     budgets = None
     if convergence_path is not None:
         conv = netcdf.read_netcdf(convergence_path, "convergence")
-        budgets = estimates.study_budgets(conv, float(experiment["fit"]["particle_error_fraction"]))
+        budgets = resolution.study_budgets(conv, float(experiment["fit"]["particle_error_fraction"]))
         betas = [float(b) for b in ds["beta"].values]  # the betas of the runs (the slice holds no betas key)
         for b in budgets:
             if not np.any(np.isclose(b.beta, betas, rtol=1e-12, atol=0.0)):
@@ -51,7 +51,7 @@ def stage_fit(name, experiment, root_seed, matrices_path, distances_path, output
     out = analyses.fit_dataset(numbers.values, numbers.coords, numbers.attrs)
     for line in estimates.describe(out, name):
         log.info("%s", line)
-    for level, line in estimates.describe_resolution(
+    for level, line in resolution.describe_resolution(
         out, name, budgets, float(experiment["fit"]["particle_error_fraction"])
     ):
         log.log(level, "%s", line)
@@ -64,7 +64,7 @@ def stage_claims(name, experiment, root_seed, distances_path, fit_path, output):
     fit = netcdf.read_netcdf(fit_path, "fit")
     found = claims.evaluate(dist, fit, experiment["claims"])
     ds = analyses.claims_dataset(found, fit)
-    counts = {s.word: sum(c.status == s for c in found) for s in claims.Status}
+    counts = {s.word: sum(c.status == s for c in found) for s in verdicts.Status}
     log.info(
         "%s: %s (intervals: %g%% Student-t over %d replicas)",
         name,
@@ -73,7 +73,7 @@ def stage_claims(name, experiment, root_seed, distances_path, fit_path, output):
         dist.sizes["replica"],
     )
     for c in found:
-        (log.info if c.status == claims.Status.PASSED else log.warning)("%s: %s", name, c.line())
+        (log.info if c.status == verdicts.Status.PASSED else log.warning)("%s: %s", name, c.line())
     netcdf.write_netcdf(ds, output, "claims", netcdf.provenance(name, experiment, root_seed))
 
 

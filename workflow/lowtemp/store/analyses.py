@@ -477,7 +477,7 @@ def fit_dataset(values: dict, coords: dict, attrs: dict) -> xr.Dataset:
 
 
 def claims_dataset(claims: list, fit: xr.Dataset) -> xr.Dataset:
-    """claims.nc: one row per claim (``lowtemp.analysis.claims.Claim``: status, value, interval, target, statement,
+    """claims.nc: one row per claim (``lowtemp.analysis.verdicts.Claim``: status, value, interval, target, statement,
     ``line()``), and per β the numbers behind them (each claim's ``per_beta``: name -> (values, long name))."""
     ds = xr.Dataset(
         {

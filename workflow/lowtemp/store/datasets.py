@@ -355,6 +355,12 @@ PARTICLE_ERROR_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
         "initial token: an upper bound on particle_error, at every snapshot",
         "1",
     ),
+    "w2_projection": (
+        ("tokens", "replica", "time"),
+        "W2(rho_t, Pi#rho0) of the particle run of n tokens: W2 between its cloud at t and the projections onto "
+        "E1(A) ∩ S of its own n initial tokens (as distances.nc's w2_projection for the reference), at every snapshot",
+        "1",
+    ),
     "ess_median": (
         ("tokens", "replica", "time"),
         "median over tokens of the particle system's effective sample size 1/sum_j w_ij^2 of the softmax (a "

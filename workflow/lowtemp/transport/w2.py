@@ -394,3 +394,10 @@ def w2_to_projection(X: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> float:
             raise ValueError("Π is undefined for a token with P1 x = 0 (a token on E1⊥)")
         return w2_two_atoms(X, u, two_atom_masses(X0, u))
     return w2(X, projection_map(X0, E1))
+
+
+def w2_to_projection_curves(positions: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> np.ndarray:
+    """W2(ρ_t, Π♯ρ0) (``w2_to_projection``) per replica and time, shape (replica, time), for positions (replica,
+    time, token, dim) started from the initial tokens X0 (replica, token, dim)."""
+    nr, nt = positions.shape[:2]
+    return np.array([[w2_to_projection(positions[r, k], X0[r], E1) for k in range(nt)] for r in range(nr)])

@@ -1,6 +1,6 @@
 """Compare two finished default runs that differ in their integrator (e.g. ``rk4`` before, ``dopri5`` after).
 
-    python benchmarks/compare_runs.py BEFORE AFTER [--markdown FILE]
+    python reports/compare_runs.py BEFORE AFTER [--markdown FILE]
 
 BEFORE and AFTER are checkouts whose ``results/`` hold a finished ``make reproduce``.
 Reported: the job times (wall and CPU, from Snakemake's benchmark files), the field
@@ -18,10 +18,11 @@ import argparse
 import glob
 import os
 
-import harness
 import numpy as np
 import pandas as pd
 import xarray as xr
+
+from lowtemp.store import harness
 
 
 def _open(path):
@@ -52,7 +53,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     base, after = args.before.rstrip("/"), args.after.rstrip("/")
     # the folders are named by their role, never by their path: a page must not carry a machine's paths
-    made = f"Made by `benchmarks/compare_runs.py BEFORE AFTER` at commit {harness.commit()} on {harness.machine()}."
+    made = harness.stamp(f"python {harness.script(__file__)} BEFORE AFTER", None)
     out = ["# Default run: before against after", "", made, ""]
     jb, ja = job_times(base), job_times(after)
     sim = lambda k: k[1].startswith(("finite_temperature", "zero_temperature"))  # noqa: E731

@@ -11,7 +11,7 @@ budget at the largest N (``particle_budget.study_budget``: the bound on the rema
 of W2(ρ^β_t, Π_# ρ0) relative to W2 before the earliest departure, and the departure time's
 slope per doubling of N).
 
-    python benchmarks/ess_scaling.py config/paper_scale.yaml --tokens 2048 4096 8192 16384 --horizon 14
+    python studies/ess_scaling.py config/paper_scale.yaml --tokens 2048 4096 8192 16384 --horizon 14
 
 Writes results/bench/ess_scaling.nc (``--out``) with the ESS and W2 curves per N.
 """
@@ -30,12 +30,11 @@ import numpy as np
 import xarray as xr
 
 from lowtemp.analysis import particle_budget
-from lowtemp.config import studies, validation
+from lowtemp.config import schema, studies, validation
 from lowtemp.config.experiment import build_matrices
 from lowtemp.stages import convergence
 from lowtemp.store import netcdf
-
-SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+from lowtemp.store.harness import SCHEMA
 
 
 def study_experiment(experiment: dict, beta: float, tokens: list[int], replicas: int, horizon: float | None) -> dict:
@@ -61,7 +60,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
 
-    config = validation.load_config_file(args.config)
+    config = schema.load_config_file(args.config)
     name = args.experiment or next(iter(config["experiments"]))
     config["experiments"][name] = study_experiment(
         config["experiments"][name], args.beta, args.tokens, args.replicas, args.horizon

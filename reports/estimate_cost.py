@@ -1,6 +1,6 @@
 """Cost of a config before running it: every job's compute time and memory from the resource model.
 
-``python benchmarks/estimate_cost.py config/paper_scale.yaml [more.yaml ...]`` merges the files
+``python reports/estimate_cost.py config/paper_scale.yaml [more.yaml ...]`` merges the files
 key by key as Snakemake merges ``--configfile`` files, validates the config
 (schema, matrices, memory against this machine or ``memory_limit_gb``) and prints, per
 job, the compute seconds and memory that ``lowtemp.config.resources`` budgets (the same numbers
@@ -19,9 +19,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lowtemp.config import registry, resources, validation
-
-SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+from lowtemp.config import registry, resources, schema, validation
+from lowtemp.store.harness import SCHEMA, merged
 
 
 def jobs(config: dict, checked: dict, threads: int):
@@ -68,14 +67,6 @@ def measured(results: Path, name: str, stage: str, beta) -> tuple[float, float] 
     return max(rows) if rows else None
 
 
-def merged(base: dict, update: dict) -> dict:
-    """``base`` with ``update`` merged in, mappings key by key (how Snakemake combines config files)."""
-    out = dict(base)
-    for key, value in update.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="+")
@@ -85,7 +76,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     config = {}
     for path in args.config:
-        config = merged(config, validation.load_config_file(path))
+        config = merged(config, schema.load_config_file(path))
     checked = validation.validate_config(config, SCHEMA, configfiles=args.config)
     rows = list(jobs(config, checked, args.threads))
     extra = f" {'took s':>8} {'/ est':>6} {'RSS GB':>7} {'/ est':>6}" if args.measured else ""
