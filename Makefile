@@ -44,10 +44,11 @@ CONFIGFILE ?= config/config.yaml
 report: $(STAMP)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --configfile $(CONFIGFILE) --report results/report.html
 
-## readme-figure: the README's first figure, docs/img/mean_field_circle_w2_projection.png, copied from a finished
-## `make reproduce` (results/mean_field_circle/figures/w2_projection.png)
+## readme-figure: the README's figures, copied from a finished `make reproduce`: the circle's mean field with particles
+## beside it (docs/img/mean_field_circle_w2_projection.png) and the particles in d = 3 (docs/img/w2_projection.png)
 readme-figure:
 	cp results/mean_field_circle/figures/w2_projection.png docs/img/mean_field_circle_w2_projection.png
+	cp results/concentration/figures/w2_projection.png docs/img/w2_projection.png
 
 ## circle: the d = 2 experiment over four decades of beta (config/circle.yaml, ~20 min); results/circle/
 circle: $(STAMP)

@@ -317,6 +317,26 @@ def readme_table_targets(readme: str) -> set[str]:
     return set(re.findall(r"^\| `make ([a-z0-9-]+)` \|", readme, re.MULTILINE))
 
 
+def unwritten_images(readme: str, makefile: str) -> list[str]:
+    """The images the README shows (``![…](docs/img/….png)``) that no make target's recipe writes."""
+    shown = re.findall(r"!\[[^\]]*\]\((docs/img/[\w.-]+)\)", readme)
+    written = {
+        path
+        for line in makefile.splitlines()
+        if line.startswith("\t")
+        for path in re.findall(r"docs/img/[\w.-]+", line)
+    }
+    return [path for path in shown if path not in written]
+
+
+def test_every_figure_the_readme_shows_is_written_by_a_make_target():
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r"!\[[^\]]*\]\(docs/img/", readme), "the README shows no figure"
+    assert unwritten_images(readme, MAKEFILE) == []
+    # a figure copied in by hand is caught
+    assert unwritten_images("![a](docs/img/by_hand.png)", MAKEFILE) == ["docs/img/by_hand.png"]
+
+
 def test_the_readme_lists_every_make_target_with_its_time():
     makefile, readme = (ROOT / "Makefile").read_text(), (ROOT / "README.md").read_text()
     assert makefile_targets(makefile) == readme_table_targets(readme)
