@@ -33,6 +33,7 @@ from lowtemp.dynamics import fields as dynamics
 from lowtemp.dynamics import integrate, meanfield, reduction
 from lowtemp.model import exact, layout, matrices, measures, projection, seeding
 from lowtemp.plotting import figures
+from lowtemp.stages import figures as figure_stage
 from lowtemp.stages import simulate as simulate_stage
 from lowtemp.store import compare, netcdf
 
@@ -206,20 +207,25 @@ def test_figures_exist_and_open(results, config):
             assert gif.size == lowtemp_experiment.animation_size(len(exp["betas"]) + 1)
 
 
-def _particle_lines(results: Path, name: str, experiment: dict, particles=True) -> list[np.ndarray]:
-    """The y data of the dash-dotted lines (the particle runs) that the figure w2_projection draws for ``name``."""
+def _particle_lines(results: Path, name: str, experiment: dict, particles=True) -> list:
+    """The dash-dotted lines (the particle runs) that the figure w2_projection draws for ``name``, as (x, y, colour),
+    and the colour of each β's band; ``particles``: True (particle_error.nc when it exists), False, or a dataset."""
     data = {"distances": _open(results / name / "distances.nc"), "fit": _open(results / name / "fit.nc")}
-    if particles and (results / name / "particle_error.nc").exists():
+    if not isinstance(particles, bool):
+        data["particles"] = particles
+    elif particles and (results / name / "particle_error.nc").exists():
         data["particles"] = _open(results / name / "particle_error.nc")
     fig = figures.plot_w2_projection(data, experiment)
     try:
-        return [
-            np.asarray(line.get_ydata(), float)
+        lines = [
+            (np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float), line.get_color())
             for line in fig.axes[0].lines
             if line.get_linestyle() == "-." and len(line.get_xdata())
         ]
+        bands = {line.get_label(): line.get_color() for line in fig.axes[0].lines if line.get_label().startswith("β")}
     finally:
         plt.close(fig)
+    return lines, bands
 
 
 def _jobs_building(results: Path, target: str) -> dict[str, int]:
@@ -230,23 +236,52 @@ def _jobs_building(results: Path, target: str) -> dict[str, int]:
     return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M)}
 
 
-def test_w2_projection_draws_the_particle_runs_beside_the_mean_field(results, config):
+def test_w2_projection_draws_the_particle_runs_beside_the_mean_field(results, config, tmp_path):
     """With particle runs beside a mean-field reference (tiny_mean_field's mean_field.particles), the figure
-    w2_projection draws, per β, the largest N's W2 to the projected initial measure, mean over replicas, as stored in
-    particle_error.nc; the rule hands it that file (the figure's job depends on the particle runs); an experiment
-    without particle runs, or the figure drawn without the file, draws none."""
+    w2_projection draws, per β in that β's colour, the largest N's W2 to the projected initial measure against the
+    stored times, mean over replicas, as stored in particle_error.nc; the pipeline's own figure is that drawing (the
+    rule hands the file through the script to the stage); an experiment without particle runs, or the figure drawn
+    without the file, draws none."""
     name = "tiny_mean_field"
     exp = config["experiments"][name]
     stored = _open(results / name / "particle_error.nc")
     n = int(stored.tokens.max())
-    expected = [stored["w2_projection"].sel(beta=b, tokens=n).mean("replica").values for b in stored.beta.values]
-    drawn = _particle_lines(results, name, exp)
-    assert len(drawn) == len(expected) > 0
-    for got, want in zip(drawn, expected):
-        np.testing.assert_allclose(got, want, rtol=1e-12)
-    assert not np.allclose(drawn[0], stored["w2_projection"].sel(beta=stored.beta.values[0]).min().values)
-    assert _particle_lines(results, name, exp, particles=False) == []
-    assert _particle_lines(results, "tiny", config["experiments"]["tiny"]) == []
+    drawn, bands = _particle_lines(results, name, exp)
+    assert len(drawn) == stored.beta.size > 0
+    for (x, y, colour), beta in zip(drawn, stored.beta.values):
+        np.testing.assert_array_equal(x, stored.time.values)
+        np.testing.assert_allclose(
+            y, stored["w2_projection"].sel(beta=beta, tokens=n).mean("replica").values, rtol=1e-12
+        )
+        assert [c for label, c in bands.items() if label.split(" (")[0] == f"β = {beta:g}"] == [colour]
+    # three replicas, one far off: the mean is drawn, not the median (two replicas cannot tell them apart)
+    third = stored.isel(replica=[0]).assign_coords(replica=[stored.replica.size])
+    three = xr.concat([stored, third.assign(w2_projection=3 * third["w2_projection"])], "replica")
+    (_, y, _), *_ = _particle_lines(results, name, exp, particles=three)[0]
+    want = three["w2_projection"].sel(beta=stored.beta.values[0], tokens=n).mean("replica").values
+    np.testing.assert_allclose(y, want, rtol=1e-12)
+    assert not np.allclose(y, three["w2_projection"].sel(beta=stored.beta.values[0], tokens=n).median("replica"))
+    assert _particle_lines(results, name, exp, particles=False)[0] == []
+    assert _particle_lines(results, "tiny", config["experiments"]["tiny"])[0] == []
+    # the pipeline's PNG is the drawing with the particle runs, not the one without
+    pipeline = matplotlib.image.imread(results / name / "figures" / "w2_projection.png")
+    for with_particles in (True, False):
+        png = tmp_path / f"particles_{with_particles}.png"
+        figure_stage.stage_figure(
+            "w2_projection",
+            name,
+            exp,
+            matrices_path=results / name / "matrices.nc",
+            distances_path=results / name / "distances.nc",
+            fit_path=results / name / "fit.nc",
+            zero_path=results / name / "zero_temperature.nc",
+            finite_paths=[],
+            pdf=tmp_path / "f.pdf",
+            png=png,
+            particles_path=results / name / "particle_error.nc" if with_particles else None,
+        )
+        drawn_png = matplotlib.image.imread(png)
+        assert (drawn_png.shape == pipeline.shape and np.array_equal(drawn_png, pipeline)) == with_particles
     assert "particle_error" in _jobs_building(results, f"results/{name}/figures/w2_projection.png")
     assert "particle_error" not in _jobs_building(results, f"results/{name}/figures/collapse.png")
 
