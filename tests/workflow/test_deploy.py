@@ -39,6 +39,8 @@ DEFAULT_RULES = {
     "zero_temperature",
     "distances_beta",
     "distances",
+    "particle_error_beta",
+    "particle_error",
     "convergence",
     "convergence_figure",
     "fit",
