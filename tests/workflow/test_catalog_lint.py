@@ -110,6 +110,7 @@ def test_building_jobs_names_the_missing_package(bare_python):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "needs the Python package 'numpy'" in out and "make venv" in out, out[-3000:]
+    assert "KeyError" not in out and "NameError" not in out, out[-3000:]
 
 
 def test_a_numerical_import_at_the_top_level_fails_the_lint(bare_python, tmp_path):

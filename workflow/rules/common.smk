@@ -23,6 +23,7 @@ except ModuleNotFoundError as missing:
     lowtemp_resources = lowtemp_plan.MissingDependency("lowtemp.config.resources", missing.name)
     lowtemp_studies = lowtemp_plan.MissingDependency("lowtemp.config.studies", missing.name)
     validation = None
+    MATRICES = lowtemp_plan.MissingDependency("the checked matrices (lowtemp.config.validation)", missing.name)
 
 RESULTS = "results"
 
@@ -69,7 +70,6 @@ SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
 if validation is None:  # the structural checks alone (lowtemp.config.schema): no matrices to check
     lowtemp_schema.check_structure(config, SCHEMA, workflow.configfiles)
     lowtemp_schema.check_results(RESULTS, config["experiments"])
-    MATRICES = {}
 else:  # experiment name -> its checked K, Q, V (AttentionMatrices)
     MATRICES = validation.validate_config(config, SCHEMA, workflow.configfiles, results=RESULTS)
 

@@ -110,9 +110,15 @@ class MissingDependency:
         self.module, self.missing = module, missing
 
     def __getattr__(self, attribute: str):
-        raise ModuleNotFoundError(
-            f"{self.module}.{attribute} needs the Python package {self.missing!r}, which this environment lacks: "
-            "it can read and lint the workflow, not run it; install the package lowtemp with its dependencies "
-            "(`make venv`, or `pip install -e '.[workflow]'` in a clone)",
+        raise self._missing(f"{self.module}.{attribute}")
+
+    def __getitem__(self, key):
+        raise self._missing(f"{self.module}[{key!r}]")
+
+    def _missing(self, what: str) -> ModuleNotFoundError:
+        return ModuleNotFoundError(
+            f"{what} needs the Python package {self.missing!r}, which this environment lacks: it can read and lint "
+            "the workflow, not run it; install the package lowtemp with its dependencies (`make venv`, or "
+            "`pip install -e '.[workflow]'` in a clone)",
             name=self.missing,
         )
