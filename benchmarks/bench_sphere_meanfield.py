@@ -11,10 +11,10 @@ particle kernel on as many tokens as the mesh has vertices: the ratio says what 
 particle step of the same size (the particle cloud needs N ≈ 10⁷–10⁸ at β ≥ 100 to stand for the mean field,
 docs/convergence.md, the mesh does not).
 
-Then on meshes the flow itself made (``--flows``: icosphere level and time; the solver's reference settings at
-β = 10), where the vertices crowd into the contracted clusters: one evaluation with and without query aggregation
-(``sphere_aggregate``: crowded queries expanded about their group's centre, checked at one member per group), the
-groups, the share of queries expanded, and the largest miss of the velocity and divergence against the exact pass.
+Then on meshes the flow itself made (``--flows``: icosphere level, time and β; the solver's reference settings),
+where the mesh crowds into the contracted clusters: one evaluation at every vertex by the exact pass and with
+triangles aggregated as sources (``sphere_sources``), each with and without query aggregation
+(``sphere_aggregate``), nodes per query, and each pass's largest velocity error against a fine exact pass.
 
 Read the ratios, not the absolute times: the machine may be shared.
 """
@@ -36,6 +36,7 @@ from lowtemp.dynamics import (
     sphere_meanfield,
     sphere_mesh,
     sphere_softmax,
+    sphere_sources,
 )
 from lowtemp.store import harness
 from lowtemp.store.harness import best_time
@@ -48,7 +49,12 @@ def main(argv=None):
     ap.add_argument("--levels", type=int, nargs="+", default=[3, 4, 5])
     ap.add_argument("--betas", type=float, nargs="+", default=[10.0, 100.0, 1000.0])
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--flows", nargs="+", default=["2:12", "3:6"], help="level:time of each flowed mesh (β = 10)")
+    ap.add_argument(
+        "--flows",
+        nargs="+",
+        default=["2:12", "3:8", "3:6:31.6"],
+        help="level:time[:β] of each flowed mesh (β = 10 where not given)",
+    )
     ap.add_argument("--markdown", default=None)
     args = ap.parse_args(argv)
 
@@ -72,12 +78,14 @@ def main(argv=None):
         "",
         f"Pruning depth {depth:g} (the pipeline's reference). Every query bounds its group's candidate triangles",
         "(queries grouped by their kernel centres, `sphere_softmax.query_groups`); `ungrouped` is every query",
-        "bounding every triangle itself (the pass before groups), the same answer bit for bit.",
+        "bounding every triangle itself (the pass before groups), the same answer bit for bit. `sources`: the",
+        "pass with triangles aggregated as sources (`sphere_sources`: a tree whose nodes stand in for their",
+        "triangles where the interpolated kernel is accurate enough), its tree built in the time given.",
         "",
         "| state | level | triangles | queries | β | kernel width (rad) | s per evaluation | ungrouped (s) | "
         "speed-up | nodes per query | pairs bounded | pairs kept | dense particle kernel, same N (s) | "
-        "mesh ÷ particles |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "mesh ÷ particles | sources (s) | sources speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     for (state, (law, params)), level in itertools.product(states.items(), args.levels):
@@ -91,7 +99,7 @@ def main(argv=None):
                 sphere_softmax.softmax(mesh, M.B, beta, queries, depth=depth)  # the screening test is not a proof
             except sphere_mesh.MeshTooCoarse:
                 lines.append(f"| {state} | {level} | {mesh.triangles.shape[0]} | {queries.shape[0]} | {beta:g} | "
-                             f"{width:.3f} | too coarse | | | | | | | |")  # fmt: skip
+                             f"{width:.3f} | too coarse | | | | | | | | | |")  # fmt: skip
                 print(lines[-1], flush=True)
                 continue
             result = {}
@@ -101,6 +109,9 @@ def main(argv=None):
 
             seconds = best_time(evaluation, args.repeats, warm_up=True)
             plain = best_time(lambda: evaluation(False), args.repeats, warm_up=True)
+            tree = best_time(
+                lambda: sphere_sources.tree_softmax(mesh, M.B, beta, queries, depth=depth), args.repeats, warm_up=True
+            )
             dense = best_time(lambda: kernels.dense_field(X, M.B, M.V, beta), args.repeats, warm_up=True)
             sm = result[True]
             pairs = queries.shape[0] * mesh.triangles.shape[0]
@@ -108,7 +119,7 @@ def main(argv=None):
             lines.append(
                 f"| {state} | {level} | {mesh.triangles.shape[0]} | {queries.shape[0]} | {beta:g} | {width:.3f} | "
                 f"{seconds:.3g} | {plain:.3g} | {plain / seconds:.2f} | {sm.nodes.mean():.0f} | {bounded:.3f} | "
-                f"{kept:.3f} | {dense:.3g} | {seconds / dense:.1f} |"
+                f"{kept:.3f} | {dense:.3g} | {seconds / dense:.1f} | {tree:.3g} | {seconds / tree:.2f} |"
             )
             print(lines[-1], flush=True)
     lines += flowed_states(M, [tuple(f.split(":")) for f in args.flows], args.repeats)
@@ -117,25 +128,30 @@ def main(argv=None):
             fh.write("\n".join(lines) + "\n")
 
 
-def flowed_states(M, flows, repeats: int, beta: float = 10.0) -> list[str]:
-    """The aggregation's table: each (level, time) flowed at ``beta`` by the solver, then one evaluation at every
-    vertex with and without aggregation."""
+def flowed_states(M, flows, repeats: int) -> list[str]:
+    """The aggregations' table: each (level, time, β) flowed by the solver, then one evaluation at every vertex by
+    the exact pass and with sources aggregated, with and without query aggregation, and each pass's error against
+    a fine exact pass (sub-division tolerance 0.5, pruning depth 40)."""
     lines = [
         "",
-        f"## Query aggregation on meshes the flow made (β = {beta:g})",
+        "## Aggregation on meshes the flow made",
         "",
         "Each mesh: the uniform icosphere of the level moved by the solver (reference settings) to the time given;",
-        "every vertex a query. `exact`: every query integrates its kept triangles; `aggregated`: crowded queries",
-        "expanded about their group's centre where the group's check point allows it (`sphere_aggregate`). The misses",
-        "are the largest over all vertices against the exact pass.",
+        "every vertex a query. `exact`: every query integrates its kept triangles; `sources`: triangles aggregated as",
+        "sources (`sphere_sources`); `queries aggregated`: crowded queries expanded about their group's centre",
+        "where the group's check point allows it (`sphere_aggregate`), the remaining exact passes by the exact pass",
+        "or with sources where the tree's tight share (the triangles in nodes over which the kernel varies by at most",
+        "e) reaches `sphere_sources.WORTHWHILE`, else by the exact pass. Errors: the largest velocity difference over",
+        "the vertices against the fine pass (— where the fine pass finds the mesh too coarse for its tolerance).",
         "",
-        "| level | t | triangles | queries | exact (s) | aggregated (s) | speed-up | groups | share expanded | "
-        "groups refused | largest velocity miss | largest divergence miss |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| level | t | β | triangles | queries | exact (s) | sources (s) | speed-up | queries aggregated (s) | "
+        "queries aggregated, sources (s) | speed-up | nodes per query, exact | nodes per query, sources | "
+        "velocity error, exact | velocity error, sources | tight share |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
-    for level, horizon in flows:
-        level, horizon = int(level), float(horizon)
+    for flow in flows:
+        level, horizon, beta = int(flow[0]), float(flow[1]), float(flow[2]) if len(flow) > 2 else 10.0
         settings = sphere_meanfield.reference_settings(level, None)
         mesh0 = sphere_meanfield.initial_mesh("uniform", {}, level)
         mesh = sphere_meanfield.solve(M.B, M.V, beta, [0.0, horizon], mesh0, None, settings).meshes[-1]
@@ -143,19 +159,32 @@ def flowed_states(M, flows, repeats: int, beta: float = 10.0) -> list[str]:
         depth, variation = settings.depth, settings.variation
         out = {}
 
-        def exact():
-            sm = sphere_softmax.softmax(mesh, M.B, beta, q, variation, depth)
-            out["exact"] = sphere_softmax.velocity_divergence(q, sm, M.B, M.V, beta)
+        def exact(sources, key):
+            sm = (sphere_sources.tree_softmax if sources else sphere_softmax.softmax)(
+                mesh, M.B, beta, q, variation, depth
+            )
+            out[key] = sphere_softmax.velocity_divergence(q, sm, M.B, M.V, beta)[0], sm
 
-        def aggregated():
-            out["aggregated"] = sphere_aggregate.aggregated_field(mesh, M.B, M.V, beta, q, variation, depth)
+        def aggregated(sources):
+            sphere_aggregate.aggregated_field(mesh, M.B, M.V, beta, q, variation, depth, sources=sources)
 
-        plain, fast = best_time(exact, repeats, warm_up=True), best_time(aggregated, repeats, warm_up=True)
-        (v0, d0), (v1, d1, counts) = out["exact"], out["aggregated"]
+        times = [
+            best_time(lambda: exact(False, "exact"), repeats, warm_up=True),
+            best_time(lambda: exact(True, "sources"), repeats, warm_up=True),
+            best_time(lambda: aggregated(False), repeats, warm_up=True),
+            best_time(lambda: aggregated(True), repeats, warm_up=True),
+        ]
+        try:
+            fine = sphere_softmax.softmax(mesh, M.B, beta, q, 0.5, 40.0)
+            v_fine = sphere_softmax.velocity_divergence(q, fine, M.B, M.V, beta)[0]
+            errors = [f"{np.linalg.norm(out[k][0] - v_fine, axis=1).max():.1e}" for k in ("exact", "sources")]
+        except sphere_mesh.MeshTooCoarse:
+            errors = ["—", "—"]
         lines.append(
-            f"| {level} | {horizon:g} | {mesh.triangles.shape[0]} | {q.shape[0]} | {plain:.3g} | {fast:.3g} | "
-            f"{plain / fast:.2f} | {counts['groups']} | {counts['expanded'] / q.shape[0]:.2f} | {counts['refused']} | "
-            f"{np.linalg.norm(v1 - v0, axis=1).max():.1e} | {np.abs(d1 - d0).max():.1e} |"
+            f"| {level} | {horizon:g} | {beta:g} | {mesh.triangles.shape[0]} | {q.shape[0]} | {times[0]:.3g} | "
+            f"{times[1]:.3g} | {times[0] / times[1]:.2f} | {times[2]:.3g} | {times[3]:.3g} | "
+            f"{times[2] / times[3]:.2f} | {out['exact'][1].nodes.mean():.0f} | {out['sources'][1].nodes.mean():.0f} | "
+            f"{errors[0]} | {errors[1]} | {sphere_sources.sources(mesh, M.B, beta).tree.tight_share:.2f} |"
         )
         print(lines[-1], flush=True)
     return lines

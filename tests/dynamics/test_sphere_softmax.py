@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp.dynamics import sphere_mesh, sphere_softmax
+from lowtemp.dynamics import sphere_mesh, sphere_softmax, sphere_sources
 
 # a generic B (the `concentration` experiment's, rounded): |Bᵀx| varies by a factor ~2 over the sphere
 B = np.array([[0.92, -0.09, 0.22], [-0.14, 0.72, -0.20], [0.48, -0.29, 1.36]])
@@ -71,14 +71,15 @@ SMOOTH = ([0.6, 0.4], [[1, 0.2, 0.1], [-0.3, 1, 0.5]], [2.0, 5.0])
 DEEP = ([1.0], [-BHAT[0]], [25.0])
 
 
-def softmax_errors(level, beta, mixture, queries=QUERIES, **kw):
-    """Largest errors over the queries: mean (relative to the β-effect |m − b̂|), covariance (relative to its
-    largest entry) and log Z (absolute)."""
+def softmax_errors(level, beta, mixture, queries=QUERIES, pass_=sphere_softmax.softmax, **kw):
+    """Largest errors over the queries of the softmax ``pass_`` (the exact pass, or the one with triangles
+    aggregated as sources): mean (relative to the β-effect |m − b̂|), covariance (relative to its largest entry) and
+    log Z (absolute)."""
     weights, means, kappas = mixture
     # the masses' rule: 8 × 8 sub-triangles, fewer on fine meshes (level 7: 2 × 2 on triangles of 0.009 rad)
     n = 8 if level < 7 else 2
     mesh = sphere_mesh.mesh_from_density(level, lambda y: vmf_log_density(y, weights, means, kappas), n=n)
-    sm = sphere_softmax.softmax(mesh, B, beta, queries, **kw)
+    sm = pass_(mesh, B, beta, queries, **kw)
     errors = np.zeros((queries.shape[0], 3))
     for s, x in enumerate(queries):
         b = B.T @ x
@@ -113,10 +114,12 @@ def test_closed_form_density_is_normalised():
         (7, 10000.0, DEEP, 3e-5),
     ],
 )
-def test_softmax_against_vmf_mixtures(level, beta, mixture, bound):
+@pytest.mark.parametrize("pass_", [sphere_softmax.softmax, sphere_sources.tree_softmax], ids=["exact", "sources"])
+def test_softmax_against_vmf_mixtures(level, beta, mixture, bound, pass_):
     """Mean (against the β-effect), covariance and log Z within the bound (about 3× the largest of the three
-    measured at the default settings; the mesh width at each β is that of the kernel or finer)."""
-    errors, _ = softmax_errors(level, beta, mixture)
+    measured at the default settings; the mesh width at each β is that of the kernel or finer), by the exact pass
+    and by the pass with triangles aggregated as sources."""
+    errors, _ = softmax_errors(level, beta, mixture, pass_=pass_)
     assert errors[0] < bound, errors
     assert errors[1] < bound, errors
     assert errors[2] < bound, errors

@@ -30,6 +30,7 @@ from dataclasses import fields
 
 import numpy as np
 
+from . import sphere_sources
 from .sphere_mesh import SphereMesh, log_normalisers
 from .sphere_softmax import Softmax, softmax, velocity_divergence
 
@@ -120,6 +121,19 @@ def _covariance_slope(probe_cov: np.ndarray, centre_cov: np.ndarray, centre, bas
     )
 
 
+def exact_softmax(mesh: SphereMesh, B, beta: float, variation: float, log_c: np.ndarray, sources: bool):
+    """The exact pass of one field evaluation as a function of (queries, depth): ``sphere_softmax.softmax``, or
+    with ``sources`` the pass with triangles aggregated as sources, its tree built once here for every call, where
+    at least ``sphere_sources.WORTHWHILE`` of the triangles lie in nodes tight enough to aggregate (below that the
+    tree's pass costs as much as the exact one or more: docs/sphere_mean_field.md)."""
+    built = sphere_sources.sources(mesh, B, beta, variation, log_c) if sources else None
+    if built is None or built.tree.tight_share < sphere_sources.WORTHWHILE:
+        return lambda queries, depth: softmax(mesh, B, beta, queries, variation, depth, log_c)
+    return lambda queries, depth: sphere_sources.tree_softmax(
+        mesh, B, beta, queries, variation, depth, log_c, built=built
+    )
+
+
 def aggregated_field(
     mesh: SphereMesh,
     B: np.ndarray,
@@ -129,6 +143,7 @@ def aggregated_field(
     variation: float,
     depth: float,
     cell: float = AGGREGATION_CELL,
+    sources: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """Velocity (query, 3) and divergence (query,) at every query, groups of crowded queries expanded about their
     centres where their check point allows it (module docstring); counts: groups, expanded (queries whose values
@@ -136,11 +151,12 @@ def aggregated_field(
     exactly: those alone, the refused groups' members, and four per group)."""
     queries = np.ascontiguousarray(queries, dtype=float)
     log_c = log_normalisers(mesh)  # shared by both exact passes
+    exact_pass = exact_softmax(mesh, B, beta, variation, log_c, sources)
     group, n_groups = query_cells(queries, cell)
     alone, members = np.flatnonzero(group < 0), np.flatnonzero(group >= 0)
     centre, check, basis, probes = _group_points(queries, group, members, n_groups, B)
     exact = np.concatenate([queries[alone], centre, *probes, queries[check]])
-    sm = softmax(mesh, B, beta, exact, variation, depth, log_c)
+    sm = exact_pass(exact, depth)
     v_exact, div_exact = velocity_divergence(exact, sm, B, V, beta)
     a, g0, g2 = alone.size, alone.size + n_groups, alone.size + 3 * n_groups
     at_centre = _take(sm, slice(a, g0))
@@ -159,7 +175,7 @@ def aggregated_field(
     v[trusted], div[trusted] = velocity_divergence(queries[trusted], sm_members, B, V, beta)
     refused = members[~good[group[members]]]
     if refused.size:
-        sm_refused = softmax(mesh, B, beta, queries[refused], variation, depth, log_c)
+        sm_refused = exact_pass(queries[refused], depth)
         v[refused], div[refused] = velocity_divergence(queries[refused], sm_refused, B, V, beta)
     v[check], div[check] = v_check, div_check  # computed exactly anyway
     counts = {

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..model import projection
 from .meanfield import _advance_edges
-from .sphere_aggregate import aggregated_field
+from .sphere_aggregate import aggregated_field, exact_softmax
 from .sphere_folds import repair_folds
 from .sphere_levels import (
     B_CONDITION,
@@ -55,7 +55,7 @@ from .sphere_mesh import (
 )
 from .sphere_remesh import adapt
 from .sphere_softmax import check_settings as _check_softmax_settings
-from .sphere_softmax import softmax, velocity_divergence
+from .sphere_softmax import velocity_divergence
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ class SphereSettings:
     stops for remeshing every ``remesh_every`` to the target edge ``edge`` (radians; None: no remeshing); the solve
     stops at the first snapshot whose mesh holds more than ``max_triangles`` (None: no limit), the later snapshots
     left out (``info["resolved_until"]``), so a run whose mesh outgrows the machine ends with what it has;
-    ``aggregate``: crowded queries expanded about their group's centre (``sphere_aggregate``)."""
+    ``aggregate``: crowded queries expanded about their group's centre (``sphere_aggregate``); ``sources``: triangles
+    aggregated as sources (``sphere_sources``)."""
 
     edge: float | None = None
     variation: float = DEFAULT_VARIATION
@@ -76,6 +77,7 @@ class SphereSettings:
     remesh_every: float = 0.25
     max_triangles: int | None = None
     aggregate: bool = False
+    sources: bool = False
 
 
 @dataclass
@@ -177,6 +179,7 @@ def reference_settings(level: int, max_triangles: int | None) -> SphereSettings:
         remesh_every=REFERENCE_REMESH_EVERY,
         max_triangles=max_triangles,
         aggregate=True,
+        sources=True,
     )
 
 
@@ -272,10 +275,12 @@ def _field(mesh: SphereMesh, B, V, beta, settings: SphereSettings, tracer_count:
         current = SphereMesh(points, y[3 * n : 4 * n], mesh.triangles, mesh.log_mass)
         queries = np.concatenate([points, tracers])
         if settings.aggregate:
-            v, div, _ = aggregated_field(current, B, V, beta, queries, settings.variation, settings.depth)
+            v, div, _ = aggregated_field(
+                current, B, V, beta, queries, settings.variation, settings.depth, sources=settings.sources
+            )
         else:
-            sm = softmax(current, B, beta, queries, settings.variation, settings.depth)
-            v, div = velocity_divergence(queries, sm, B, V, beta)
+            exact = exact_softmax(current, B, beta, settings.variation, log_normalisers(current), settings.sources)
+            v, div = velocity_divergence(queries, exact(queries, settings.depth), B, V, beta)
         return np.concatenate([v[:n].ravel(), -div[:n], v[n:].ravel()])
 
     return rhs

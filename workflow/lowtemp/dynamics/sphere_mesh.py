@@ -224,6 +224,12 @@ def mesh_from_density(level: int, log_density, n: int = 8) -> SphereMesh:
     ``log_density`` (a function of unit vectors (…, 3) → log ρ per steradian), by the n × n rule rescaled so that
     the rule integrates every triangle's exact solid angle (a uniform density's masses are then exact)."""
     points, triangles = icosphere(level)
+    return mesh_on(points, triangles, log_density, n)
+
+
+def mesh_on(points: np.ndarray, triangles: np.ndarray, log_density, n: int = 8) -> SphereMesh:
+    """The mesh of ``points`` (on S²) and ``triangles`` carrying the density ``log_density`` (as
+    ``mesh_from_density``)."""
     nodes, weights = triangle_nodes(points, triangles, n)
     a, b, c = (points[triangles[:, k]] for k in range(3))
     weights = weights * (spherical_area(a, b, c) / weights.sum(axis=1))[:, None]

@@ -203,18 +203,52 @@ def _scaled(s, c):
     return (c * s[0], c * s[1], c * s[2], c * s[3], c * s[4], c * s[5], c * s[6], c * s[7], c * s[8], c * s[9])
 
 
+@njit(cache=True, inline="always")
+def triangle_sums(s, t, n, kernel, mesh, tables, settings):
+    """The ten running sums ``s`` (``_add``) plus triangle t integrated on n × n sub-triangles against the kernel
+    e^{−κ|y − b̂|²/2 − shift} (``kernel`` = (b̂x, b̂y, b̂z, κ/2, shift)): one piece takes the evaluation's static
+    nodes, finer ones are sub-divided here (``mesh``, ``tables``, ``settings``: ``MeshArrays``, ``TriangleTables``,
+    ``PassSettings``)."""
+    bx, by, bz, half, shift = kernel
+    points, log_density, triangles, _ = mesh
+    log_c, _, _, _, _, node_y, node_lw = tables
+    _, _, sub_bary, sub_weights, sub_count = settings
+    if n == 1:
+        for q in range(7 * t, 7 * t + 7):
+            dx, dy, dz = node_y[q, 0] - bx, node_y[q, 1] - by, node_y[q, 2] - bz
+            w = math.exp(node_lw[q] - half * (dx * dx + dy * dy + dz * dz) - shift)
+            s = _add(s, w, dx, dy, dz)
+        return s
+    i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
+    ax, ay, az = points[i, 0], points[i, 1], points[i, 2]
+    qx, qy, qz = points[j, 0], points[j, 1], points[j, 2]
+    cx, cy, cz = points[k, 0], points[k, 1], points[k, 2]
+    log_geom = _log_area_distance((ax, ay, az), (qx, qy, qz), (cx, cy, cz)) + log_c[t] - shift
+    la, lb, lc = log_density[i], log_density[j], log_density[k]
+    for q in range(sub_count[n]):
+        l0, l1, l2 = sub_bary[n, q, 0], sub_bary[n, q, 1], sub_bary[n, q, 2]
+        px = l0 * ax + l1 * qx + l2 * cx
+        py = l0 * ay + l1 * qy + l2 * cy
+        pz = l0 * az + l1 * qz + l2 * cz
+        r2 = px * px + py * py + pz * pz
+        rinv = 1.0 / math.sqrt(r2)
+        dx, dy, dz = px * rinv - bx, py * rinv - by, pz * rinv - bz
+        expo = -half * (dx * dx + dy * dy + dz * dz) + l0 * la + l1 * lb + l2 * lc + log_geom
+        s = _add(s, sub_weights[n, q] * math.exp(expo) * rinv * rinv * rinv, dx, dy, dz)
+    return s
+
+
 @njit(cache=True)
 def _query(bhat, kappa, candidates, mesh, tables, settings, acc):
     """Softmax sums of one query (kernel centre ``bhat`` (3,), ``kappa``) into acc = (S0, S1[3], S2[6], shift, nodes,
     kept, too_coarse); the exponent is κ(⟨b̂, y⟩ − 1) = −κ|y − b̂|²/2, never positive and free of cancellation at the
-    kernel's centre. A triangle that needs one piece takes the evaluation's static nodes; finer ones are sub-divided
-    here. Only the ``candidates`` (increasing triangle indices) are visited: every triangle its group's bounds could
-    not rule out (``_group_fill``), which holds every triangle the query itself keeps and the one that sets its lower
-    bound."""
+    kernel's centre. Each kept triangle is integrated by ``triangle_sums``. Only the ``candidates`` (increasing
+    triangle indices) are visited: every triangle its group's bounds could not rule out (``_group_fill``), which
+    holds every triangle the query itself keeps and the one that sets its lower bound."""
     bx, by, bz = bhat[0], bhat[1], bhat[2]
-    points, log_density, triangles, log_mass = mesh
-    log_c, centre, cos_r, sin_r, log_range, node_y, node_lw = tables
-    variation, depth, sub_bary, sub_weights, sub_count = settings
+    log_mass = mesh.log_mass
+    centre, cos_r, sin_r, log_range = tables.centre, tables.cos_r, tables.sin_r, tables.log_range
+    variation, depth, sub_count = settings.variation, settings.depth, settings.sub_count
     upper, spread = np.empty(candidates.size), np.empty(candidates.size)
     lower = -np.inf
     for c in range(candidates.size):
@@ -242,30 +276,8 @@ def _query(bhat, kappa, candidates, mesh, tables, settings, acc):
         if upper[c] > shift:  # rescale what was summed so far to the new shift
             s = _scaled(s, math.exp(shift - upper[c]))
             shift = upper[c]
-        if n == 1:
-            for q in range(7 * t, 7 * t + 7):
-                dx, dy, dz = node_y[q, 0] - bx, node_y[q, 1] - by, node_y[q, 2] - bz
-                w = math.exp(node_lw[q] - half * (dx * dx + dy * dy + dz * dz) - shift)
-                s = _add(s, w, dx, dy, dz)
-            nodes += 7
-            continue
-        i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
-        ax, ay, az = points[i, 0], points[i, 1], points[i, 2]
-        qx, qy, qz = points[j, 0], points[j, 1], points[j, 2]
-        cx, cy, cz = points[k, 0], points[k, 1], points[k, 2]
-        log_geom = _log_area_distance((ax, ay, az), (qx, qy, qz), (cx, cy, cz)) + log_c[t] - shift
-        la, lb, lc = log_density[i], log_density[j], log_density[k]
-        for q in range(sub_count[n]):
-            l0, l1, l2 = sub_bary[n, q, 0], sub_bary[n, q, 1], sub_bary[n, q, 2]
-            px = l0 * ax + l1 * qx + l2 * cx
-            py = l0 * ay + l1 * qy + l2 * cy
-            pz = l0 * az + l1 * qz + l2 * cz
-            r2 = px * px + py * py + pz * pz
-            rinv = 1.0 / math.sqrt(r2)
-            dx, dy, dz = px * rinv - bx, py * rinv - by, pz * rinv - bz
-            expo = -half * (dx * dx + dy * dy + dz * dz) + l0 * la + l1 * lb + l2 * lc + log_geom
-            s = _add(s, sub_weights[n, q] * math.exp(expo) * rinv * rinv * rinv, dx, dy, dz)
-        nodes += sub_count[n]
+        s = triangle_sums(s, t, n, (bx, by, bz, half, shift), mesh, tables, settings)
+        nodes += 7 if n == 1 else sub_count[n]
     for r in range(10):
         acc[r] = s[r]
     acc[10] = shift
