@@ -140,8 +140,8 @@ def flowed_states(M, flows, repeats: int) -> list[str]:
         "every vertex a query. `exact`: every query integrates its kept triangles; `sources`: triangles aggregated as",
         "sources (`sphere_sources`); `queries aggregated`: crowded queries expanded about their group's centre",
         "where the group's check point allows it (`sphere_aggregate`), the remaining exact passes by the exact pass",
-        "or with sources where the tree's tight share (the triangles in nodes over which the kernel varies by at most",
-        "e) reaches `sphere_sources.WORTHWHILE`, else by the exact pass. Errors: the largest velocity difference over",
+        "or with sources where the tree's tight share (the triangles in proxy nodes of κ_max·radius ≤ 1) reaches",
+        "`sphere_sources.WORTHWHILE`, else by the exact pass. Errors: the largest velocity difference over",
         "the vertices against the fine pass (— where the fine pass finds the mesh too coarse for its tolerance).",
         "",
         "| level | t | β | triangles | queries | exact (s) | sources (s) | speed-up | queries aggregated (s) | "

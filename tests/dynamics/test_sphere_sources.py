@@ -444,3 +444,27 @@ def test_the_solver_takes_the_tree_only_where_it_can_aggregate(monkeypatch):
     assert not took_the_tree(CROWDED)
     monkeypatch.setattr(sphere_sources, "WORTHWHILE", 0.0)
     assert took_the_tree(uniform)
+
+
+def test_tight_share_counts_each_triangle_once():
+    """The tight share is the share of the triangles lying in any proxy node with κ_max·radius ≤ 1, computed here
+    from the tree's nodes directly (nested nodes hold the same triangles: counting every tight node, not only the
+    largest, would give more than this)."""
+    for mesh, beta in ((CROWDED, 10.0), (CROWDED, 31.6), (crowded_mesh(3), 10.0)):
+        tree = sphere_sources.sources(mesh, B, beta).tree
+        radius = np.arccos(np.clip(tree.cos_r, -1.0, 1.0))
+        covered = np.zeros(mesh.triangles.shape[0], dtype=bool)
+        for i in np.flatnonzero((tree.proxy >= 0) & (tree.kappa_max * radius <= 1.0)):
+            covered[tree.order[tree.start[i] : tree.stop[i]]] = True
+        assert tree.tight_share == pytest.approx(covered.mean(), abs=1e-12)
+        assert 0.0 <= tree.tight_share <= 1.0
+
+
+def test_queries_along_the_leading_singular_direction_are_not_refused():
+    """κ = β|Bᵀx| reaches β·σ_max(B) for x along B's leading left singular vector; rounded unit queries there may
+    exceed it by an ulp, which the tree's κ_max allows for."""
+    u = np.linalg.svd(B)[0][:, 0]
+    noise = np.random.default_rng(4).standard_normal((2000, 3)) * 1e-9
+    x = unit(np.concatenate([u[None], -u[None], u + noise]))
+    sm = sphere_sources.tree_softmax(CROWDED, B, 10.0, x)
+    assert np.all(np.isfinite(sm.log_z))

@@ -165,8 +165,9 @@ def _lower_bound(tree, query, tables, log_mass):
             continue
         for a in range(tree.start[i], tree.stop[i]):
             t = a  # the pass's tables are in tree order
-            _, lo = _cap_cosines(bx, by, bz, centre[t, 0], centre[t, 1], centre[t, 2], cos_r[t], sin_r[t])
-            lower = max(lower, log_mass[t] + kappa * (lo - 1.0))
+            hi, lo = _cap_cosines(bx, by, bz, centre[t, 0], centre[t, 1], centre[t, 2], cos_r[t], sin_r[t])
+            up = log_mass[t] + kappa * (hi - 1.0)
+            lower = max(lower, up - kappa * (hi - lo))  # as the exact pass forms it, to the last bit
         visited += tree.stop[i] - tree.start[i]
     return lower, visited
 

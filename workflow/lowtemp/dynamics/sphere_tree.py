@@ -53,8 +53,9 @@ class SourceTree(NamedTuple):
     ``weights`` (proxy node, PROXIES, 10), −1 for a node without proxies; ``log_rule_mass`` (proxy node,) log of
     the mass its quadrature nodes give, relative to e^{log m}; each triangle's ``rule`` (sub-triangles per edge of
     the anterpolation; 0 where the triangle is not aggregable), the largest κ it was built for, ``kappa_max``, the
-    tree's ``depth``, and ``tight_share``, the share of the triangles held by proxy nodes over which the kernel
-    varies by at most e at ``kappa_max`` (κ_max·radius ≤ 1): what the pass can hope to aggregate."""
+    tree's ``depth``, and ``tight_share``, the share of the triangles held by proxy nodes with κ_max·radius ≤ 1 (over
+    which the kernel varies by at most e²: its exponent ranges over 2κ sin θ sin r ≤ 2κr): what the pass can hope
+    to aggregate."""
 
     order: np.ndarray
     start: np.ndarray
