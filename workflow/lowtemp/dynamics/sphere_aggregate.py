@@ -148,7 +148,8 @@ def aggregated_field(
     """Velocity (query, 3) and divergence (query,) at every query, groups of crowded queries expanded about their
     centres where their check point allows it (module docstring); counts: groups, expanded (queries whose values
     come from an expansion), refused (groups evaluated exactly after their check), exact (queries evaluated
-    exactly: those alone, the refused groups' members, and four per group)."""
+    exactly: those alone, the refused groups' members, and four per group). ``sources``: the exact passes by
+    ``exact_softmax``'s choice (triangles aggregated as sources where the mesh is crowded enough)."""
     queries = np.ascontiguousarray(queries, dtype=float)
     log_c = log_normalisers(mesh)  # shared by both exact passes
     exact_pass = exact_softmax(mesh, B, beta, variation, log_c, sources)
