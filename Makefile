@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: captions readme-figure demo sphere sphere-zero-temperature sphere-departure reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: captions readme-figure demo sphere sphere-zero-temperature sphere-departure sphere-convergence reproduce circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -120,6 +120,13 @@ sphere-departure: $(STAMP)
 	$(BIN)/python studies/sphere_departure.py --betas 10 100 --horizons 6 12 --levels 2 3 3 4 --tokens 1024 4096 \
 		--replicas 2 --max-triangles 12000 \
 		--markdown docs/sphere_departure.md --out docs/data/sphere_departure.npz
+
+## sphere-convergence: docs/sphere_convergence.md, the d = 3 reference of config/sphere.yaml at beta = 10 to t = 6 with
+## its mesh level (2, 3, 4), pruning depth (10, 20, 40) and rtol (1e-3, 1e-4, 1e-5) varied one at a time: each family's
+## departures against one snapshot interval, its differences and observed order; the page is rewritten after each run
+sphere-convergence: $(STAMP)
+	$(BIN)/python studies/sphere_convergence.py --beta 10 --horizon 6 \
+		--markdown docs/sphere_convergence.md --out docs/data/sphere_convergence.npz
 
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)

@@ -129,6 +129,28 @@ def test_geometric_departure_on_closed_form_curves(t_arrive, t_leave, k, gap, sh
         assert np.all(np.isnan(dep)) and cen.all()
 
 
+def test_departure_shift_compares_departures_of_curves_made_to_depart():
+    """Curves built to arrive and leave at known times, through geometric_departure: the shift is the difference of
+    the leaving times (two intervals apart must read as two), 0 where both stay or neither arrives, inf where one
+    leaves and the other stays, or one stays and the other never arrives."""
+    t = np.linspace(0.0, 10.0, 41)
+    gap = 0.5
+
+    def curve(leave):  # arrives at t = 1, leaves at ``leave`` (never within the horizon when None)
+        rising = 0.0 if leave is None else np.maximum(t - leave, 0.0) * 10.0
+        return np.where(t < 1.0, gap * (1 - t), 0.0) + rising
+
+    never = np.full(t.shape, 2 * gap)  # never reaches E1(A)
+    first = np.stack([curve(4.0), curve(4.0), curve(None), never, curve(4.0), curve(None), never])
+    other = np.stack([curve(4.0), curve(4.5), curve(None), never, curve(None), never, curve(4.0)])
+    dep_a, cen_a = fitting.geometric_departure(t, first, gap)
+    dep_b, cen_b = fitting.geometric_departure(t, other, gap)
+    shift = fitting.departure_shift(dep_a, cen_a, dep_b, cen_b)
+    np.testing.assert_allclose(shift, [0.0, 0.5, 0.0, 0.0, np.inf, np.inf, np.inf])
+    np.testing.assert_array_equal(shift, fitting.departure_shift(dep_b, cen_b, dep_a, cen_a))
+    assert shift[1] > t[1] - t[0]  # two snapshot intervals apart: not within one
+
+
 def test_t_interval_covers_as_labelled_and_a_percentile_bootstrap_does_not():
     """Coverage simulated on normal samples (the per-replica statistics are independent draws): the Student-t
     interval at 95 % covers ≥ 93 % for R = 3 and 4; the percentile bootstrap, the violating method, covers far less

@@ -260,6 +260,18 @@ def geometric_departure(t: np.ndarray, dist_A: np.ndarray, gap: float) -> tuple[
     return departure.reshape(d.shape[:-1]), censored.reshape(d.shape[:-1])
 
 
+def departure_shift(departure, censored, other, other_censored) -> np.ndarray:
+    """|departure − other| per curve, two ``geometric_departure`` results compared (a finer and a coarser
+    solution, particles and the mean field): 0 where both are censored (both still metastable at the horizon) or
+    neither arrived; inf where one departed, or was still metastable, and the other was not."""
+    a, b = np.asarray(departure, float), np.asarray(other, float)
+    ca, cb = np.asarray(censored, bool), np.asarray(other_censored, bool)
+    with np.errstate(invalid="ignore"):
+        shift = np.abs(a - b)
+    same = (ca & cb) | (np.isnan(a) & np.isnan(b) & (ca == cb))
+    return np.where(same, 0.0, np.where(np.isnan(shift), np.inf, shift))
+
+
 def judged_until(t, departure, censored, gap: float) -> np.ndarray:
     """(…) last time of each curve that the metastable phase covers (NaN: the curve is not judged).
 

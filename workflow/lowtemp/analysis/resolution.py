@@ -167,12 +167,8 @@ def reference_budget(
         )
         to_horizon = np.max(ratio, axis=(1, 2))
     coarse_dep, coarse_cens = fitting.geometric_departure(t, dist["reference_dist_leading_A"].values, gap)
-    both_censored = censored & coarse_cens
-    one_only = censored != coarse_cens
-    with np.errstate(invalid="ignore"):
-        shift = np.where(both_censored, 0.0, np.where(one_only, np.inf, np.abs(departure - coarse_dep)))
-    shift = np.where(np.isnan(departure) & np.isnan(coarse_dep) & ~one_only, 0.0, shift)  # neither arrived
-    return ReferenceBudget(early, to_departure, to_horizon, np.nanmax(np.where(np.isnan(shift), np.inf, shift), axis=1))
+    shift = fitting.departure_shift(departure, censored, coarse_dep, coarse_cens)
+    return ReferenceBudget(early, to_departure, to_horizon, np.max(shift, axis=1))
 
 
 @dataclass(frozen=True)
