@@ -54,13 +54,14 @@ readme-figure:
 circle: $(STAMP)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES) --configfile config/circle.yaml
 
-## mean-field-departure: the circle's mean-field reference at beta = 10, 100, 1000 of config/mean_field_circle.yaml
-## against particles at N = 1024, 4096 (departure times, W2 particles-reference); regenerates
-## docs/mean_field_departure.md (about 30 min on 2 cores; BETAS= for others of the config's betas)
-BETAS ?= 10 100 1000
+## mean-field-departure: the circle's mean-field reference at every beta of config/mean_field_circle.yaml against
+## particles at N = 64 … 4096 (departure times, W2 particles-reference, where the particles stand for the mean field);
+## regenerates docs/mean_field_departure.md and its figure docs/img/particle_regime_circle.png (BETAS= for fewer)
+BETAS ?= 10 31.6 100 316 1000
 mean-field-departure: $(STAMP)
-	$(BIN)/python studies/mean_field_departure.py config/mean_field_circle.yaml --tokens 1024 4096 --replicas 2 \
-		--w2-every 8 --betas $(BETAS) --markdown docs/mean_field_departure.md
+	$(BIN)/python studies/mean_field_departure.py config/mean_field_circle.yaml --tokens 64 256 1024 4096 \
+		--replicas 2 --w2-every 8 --betas $(BETAS) --markdown docs/mean_field_departure.md \
+		--figure docs/img/particle_regime_circle.png
 
 ## paper-scale-cost: the paper-scale run's cost per job from the resource model, before running it
 paper-scale-cost: $(STAMP)

@@ -7,8 +7,11 @@ from uniform tokens. For both it computes the distance to E1(A) ∩ S (``dist_le
 geometric departure time (``fitting.geometric_departure``: the first time, after reaching E1(A), that
 this distance rises above half the distance between E1(A) and V's leading eigenspace), and, at every
 snapshot, the particle error: W2 between the particle cloud and the reference's push-forward of the same
-initial tokens (``transport.w2``). It prints a table and writes a markdown summary (``--markdown``) and
-the curves as NetCDF (``--out``).
+initial tokens (``transport.w2``). Per (β, N) the particles *stand for* the mean field where every replica
+departs within one snapshot interval of it (``fitting.departure_shift``, on the snapshots the reference resolves);
+``--figure`` draws where they do in (log N, log β) (``lowtemp.plotting.regimes``), beside the scaling at which
+softmax attention over N keys turns selective. It prints a table and writes a markdown summary (``--markdown``)
+and the curves as NetCDF (``--out``).
 
     python studies/mean_field_departure.py config/mean_field_circle.yaml --tokens 1024 4096 --replicas 2
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,6 +36,7 @@ from lowtemp.config import schema, validation
 from lowtemp.config.experiment import build_matrices
 from lowtemp.dynamics import integrate, kernels, meanfield, reduction
 from lowtemp.model import measures, projection, seeding
+from lowtemp.plotting import regimes
 from lowtemp.store import harness, netcdf
 from lowtemp.store.harness import SCHEMA
 from lowtemp.transport import w2 as transport
@@ -47,6 +52,26 @@ def departure(times: np.ndarray, dist_A: np.ndarray, gap: float) -> str:
     return "never arrived" if np.isnan(dep[0]) else f"{dep[0]:g}"
 
 
+def stands_for(shift: np.ndarray, interval: float) -> np.ndarray:
+    """(beta, tokens) 1 where every replica's departure shift (…, replica) is within one snapshot ``interval`` of
+    the mean field's, 0 where one is not, NaN where none was measured (no reference at that β)."""
+    measured = ~np.any(np.isnan(shift), axis=-1)  # departure_shift is never NaN: NaN is "not run"
+    within = np.all(shift <= interval * (1 + 1e-9), axis=-1)  # times are rounded: one interval is one
+    return np.where(measured, within.astype(float), np.nan)
+
+
+def regime_table(betas, tokens, stands, shift) -> str:
+    """Per β a row, per N a cell: 'yes' where the particles stand for the mean field, else the largest shift."""
+    lines = ["| β | " + " | ".join(f"N = {n}" for n in tokens) + " |", "|" + "---|" * (len(tokens) + 1)]
+    for i, beta in enumerate(betas):
+        cells = []
+        for j in range(len(tokens)):
+            worst = float(np.max(shift[i, j]))
+            cells.append("-" if np.isnan(stands[i, j]) else "yes" if stands[i, j] else f"no (off by {worst:g})")
+        lines.append(f"| {beta:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config")
@@ -56,11 +81,14 @@ def main(argv=None) -> int:
     ap.add_argument("--betas", type=float, nargs="+", help="a subset of the experiment's β (default: all)")
     ap.add_argument("--width", type=float, default=0.1, help="the reference's initial cell width (radians)")
     ap.add_argument("--w2-every", type=int, default=4, help="particle error at every k-th snapshot")
+    ap.add_argument("--horizon", type=float, help="stop here (rounded to a snapshot; default: the experiment's)")
+    ap.add_argument("--figure", help="write the (log N, log β) picture of where particles stand for the mean field")
     ap.add_argument("--out", default="results/bench/mean_field_departure.nc")
     ap.add_argument("--markdown", help="write the summary here (e.g. docs/mean_field_departure.md)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     start = time.time()
+    commit = harness.commit()  # the code that runs: read before the (long) run
 
     config = schema.load_config_file(str(args.config))
     validation.validate_config(config, SCHEMA, configfiles=[args.config])  # fills in the schema's defaults
@@ -75,6 +103,12 @@ def main(argv=None) -> int:
     M = build_matrices(name, exp, root_seed)  # what the matrices stage writes
     red = reduction.reduce(M.B, M.V)
     grid = integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"], exp["time"]["dt"])
+    interval = grid.horizon / grid.snapshots
+    if args.horizon is not None:
+        if not 0 < args.horizon <= grid.horizon:
+            raise SystemExit(f"--horizon must lie in (0, {grid.horizon:g}], got {args.horizon:g}")
+        snapshots = max(1, int(round(args.horizon / interval)))
+        grid = integrate.TimeGrid(snapshots * interval, snapshots, grid.dt)
     times = grid.times
     gap = fitting.subspace_gap(M.E1, M.E1_V_real)
     betas = [float(b) for b in exp["betas"]]
@@ -89,6 +123,7 @@ def main(argv=None) -> int:
     mf_dist = np.full((len(betas), times.size), np.nan)
     p_dist = np.full((len(betas), len(tokens), args.replicas, times.size), np.nan)
     p_err = np.full((len(betas), len(tokens), args.replicas, w2_at.size), np.nan)
+    p_shift = np.full((len(betas), len(tokens), args.replicas), np.nan)
     mf_seconds = np.zeros(len(betas))
     rows = []
     for i, beta in enumerate(betas):
@@ -122,6 +157,7 @@ def main(argv=None) -> int:
         LOG.info("beta %g: mean field in %.0f s (%s)", beta, mf_seconds[i], sol.info)
         until = sol.info["resolved_until"]
         resolved = times <= until
+        mf_dep = fitting.geometric_departure(times[resolved], mf_dist[i][resolved], gap)
         row = {
             "beta": beta,
             "mf": departure(times[resolved], mf_dist[i][resolved], gap),
@@ -138,6 +174,10 @@ def main(argv=None) -> int:
             for r in range(args.replicas):  # up to the reference's last resolved time (NaN beyond)
                 p_err[i, j, r] = [transport.w2(X[r, k], P[r, k]) if times[k] <= until else np.nan for k in w2_at]
             deps = [departure(times, p_dist[i, j, r], gap) for r in range(args.replicas)]
+            # against the mean field on the snapshots it resolves (a particle departure after them is not compared)
+            p_shift[i, j] = fitting.departure_shift(
+                *fitting.geometric_departure(times[resolved], p_dist[i, j][:, resolved], gap), *mf_dep
+            )
             row[f"N={n}"] = ", ".join(deps)
             row[f"err{n}"] = float(np.nanmax(p_err[i, j]))
             LOG.info("beta %g N %d: departures %s, largest particle error %.3g", beta, n, deps, row[f"err{n}"])
@@ -149,6 +189,8 @@ def main(argv=None) -> int:
             "mf_seconds": (("beta",), mf_seconds),
             "particle_dist_leading_A": (("beta", "tokens", "replica", "time"), p_dist),
             "particle_error_w2": (("beta", "tokens", "replica", "w2_time"), p_err),
+            "departure_shift": (("beta", "tokens", "replica"), p_shift),
+            "stands_for_mean_field": (("beta", "tokens"), stands_for(p_shift, interval)),
         },
         coords={
             "beta": betas,
@@ -160,6 +202,7 @@ def main(argv=None) -> int:
         attrs={
             "experiment": name,
             "end_phase_gap": gap,
+            "snapshot_interval": interval,
             "description": "mean-field reference on the circle against particles: distance to E1(A) and "
             "W2 between particles and the reference's push-forward of the same tokens",
         },
@@ -192,16 +235,24 @@ def main(argv=None) -> int:
             + " |"
         )
     table = "\n".join(lines)
-    print(table)
+    stands = ds["stands_for_mean_field"].values
+    regime = regime_table(betas, tokens, stands, p_shift)
+    print(table + "\n\n" + regime)
+    if args.figure:
+        error = np.nanmax(p_err, axis=(2, 3), initial=-np.inf)
+        fig = regimes.plot_particle_regime(betas, tokens, stands, np.where(np.isinf(error), np.nan, error), 2)
+        Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(args.figure, dpi=130)
     if args.markdown:
         command = (
             f"python {harness.script(__file__)} {args.config} --experiment {name} --tokens "
             f"{' '.join(map(str, tokens))} --replicas {args.replicas} --w2-every {args.w2_every}"
             f"{' --betas ' + ' '.join(f'{b:g}' for b in betas) if args.betas else ''}"
+            f"{f' --horizon {args.horizon:g}' if args.horizon is not None else ''}"
         )
         text = (
             f"# Mean-field departure on the circle (generated)\n\n"
-            f"{harness.stamp(command, 'mean-field-departure', seconds=wall)}\n\n"
+            f"{harness.stamp(command, 'mean-field-departure', revision=commit, seconds=wall)}\n\n"
             f"Experiment `{name}` of `{args.config}`: d = 2, horizon {times[-1]:g}, snapshot every "
             f"{times[1] - times[0]:g}; departure = the first time, after reaching E1(A), that the distance to "
             f"E1(A) exceeds half the distance between E1(A) and V's leading eigenspace ({gap / 2:.3f}); "
@@ -210,7 +261,16 @@ def main(argv=None) -> int:
             f"The particle error is W2 between the particle cloud and "
             f"the reference's push-forward of the same initial tokens, largest over replicas and over every "
             f"{args.w2_every}-th snapshot up to the reference's last resolved time. Method: "
-            f"docs/mean_field.md.\n\n{table}\n"
+            f"docs/mean_field.md.\n\n{table}\n\n"
+            f"Where the particles stand for the mean field: every replica departs within one snapshot interval "
+            f"({interval:g}) of it, compared on the snapshots the reference resolves (`fitting.departure_shift`: "
+            f"'off by inf' where one departed and the other did not).\n\n{regime}\n"
+            + (
+                f"\n![where particles stand for the mean field]"
+                f"({os.path.relpath(args.figure, Path(args.markdown).parent)})\n"
+                if args.figure
+                else ""
+            )
         )
         Path(args.markdown).write_text(text, encoding="utf-8")
     return 0

@@ -1,0 +1,87 @@
+"""Where particles stand for the mean field: the (log N, log β) picture of measured runs.
+
+At each measured (N, β) the particle system of N tokens either departs from the metastable phase within one
+snapshot interval of the mean field's departure on every replica (it *stands for* the mean field there) or not.
+The measured boundary is, per β, the geometric midpoint between the largest N that did not and the smallest N from
+which every larger one did. Beside it, the scaling at which softmax attention over n keys on S^(d−1) turns
+selective, β ≍ n^{2/(d−1)} (arXiv:2605.08505): a line of that slope, anchored at the measured boundary's lowest β
+(only its slope is the scaling's: the constant is not known).
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def measured_boundary(tokens, stands) -> np.ndarray:
+    """Per β (rows of ``stands`` (beta, tokens), ``tokens`` increasing): the geometric midpoint between the largest
+    N that does not stand for the mean field and the smallest from which every larger N does; ``tokens[0]`` / 2
+    where every N stands, inf where the largest does not (the boundary lies beyond the measured N)."""
+    tokens = np.asarray(tokens, dtype=float)
+    out = np.full(len(stands), np.inf)
+    for i, row in enumerate(np.asarray(stands, dtype=bool)):
+        if not row[-1]:
+            continue
+        failing = np.flatnonzero(~row)
+        out[i] = tokens[0] / 2 if failing.size == 0 else float(np.sqrt(tokens[failing[-1]] * tokens[failing[-1] + 1]))
+    return out
+
+
+def selectivity_line(beta, boundary, dim: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(N, β) of the line β ∝ N^{2/(d−1)} through the measured boundary at its lowest β with a finite boundary, over
+    the measured β; None where no β has one."""
+    beta, boundary = np.asarray(beta, dtype=float), np.asarray(boundary, dtype=float)
+    finite = np.flatnonzero(np.isfinite(boundary))
+    if finite.size == 0:
+        return None
+    k = finite[np.argmin(beta[finite])]
+    slope = 2.0 / (dim - 1)
+    betas = np.geomspace(beta.min(), beta.max(), 50)
+    return boundary[k] * (betas / beta[k]) ** (1.0 / slope), betas
+
+
+def plot_particle_regime(beta, tokens, stands, error, dim: int, title: str = ""):
+    """The picture: a filled circle where N particles stand for the mean field at β (``stands`` (beta, tokens): 1),
+    a cross where they do not (0; NaN: not measured, left out), each labelled with the largest W2 between the
+    particles and the mean field's push-forward of the same tokens (``error`` (beta, tokens)); the measured boundary
+    (over the β measured at every N) and the selectivity scaling."""
+    beta, tokens = np.asarray(beta, dtype=float), np.asarray(tokens, dtype=float)
+    stands = np.asarray(stands, dtype=float)
+    fails = stands == 0
+    measured = ~np.any(np.isnan(stands), axis=1)
+    beta, error, stands, fails = (
+        beta[measured],
+        np.asarray(error, dtype=float)[measured],
+        stands[measured] == 1,
+        fails[measured],
+    )
+    fig, ax = plt.subplots(figsize=(8.6, 4.6))
+    N, B = np.meshgrid(tokens, beta)
+    ax.plot(N[stands], B[stands], "o", color="tab:green", ms=9, label="departs with the mean field (every replica)")
+    ax.plot(N[fails], B[fails], "x", color="tab:red", ms=9, mew=2, label="departs elsewhere, or not at all")
+    for (i, j), err in np.ndenumerate(np.asarray(error, dtype=float)):
+        if np.isfinite(err):
+            ax.annotate(f"{err:.2g}", (tokens[j], beta[i]), textcoords="offset points", xytext=(7, 5), fontsize=7)
+    boundary = measured_boundary(tokens, stands)
+    shown = np.isfinite(boundary)
+    ax.plot(boundary[shown], beta[shown], "k-", lw=1.5, drawstyle="steps-mid", label="measured boundary")
+    for b in beta[~shown]:
+        ax.annotate("", (tokens[-1] * 2.2, b), (tokens[-1] * 1.3, b), arrowprops={"arrowstyle": "->", "color": "k"})
+    line = selectivity_line(beta, boundary, dim)
+    if line is not None:
+        ax.plot(*line, "k:", lw=1.5, label=f"β ∝ N^{2 / (dim - 1):g} (selectivity onset, anchored at the lowest β)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(tokens[0] / 2.5, tokens[-1] * 3)
+    ax.set_ylim(beta[0] / 1.6, beta[-1] * 1.6)
+    ax.set_xlabel("tokens N")
+    ax.set_ylabel("inverse temperature β")
+    ax.set_title(title or f"Where N particles stand for the mean field (d = {dim})", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), framealpha=0.85)
+    fig.tight_layout()
+    return fig
