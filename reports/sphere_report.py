@@ -8,7 +8,9 @@ Everything in the page is read from the run's outputs (results/<experiment>/): t
 evaluations and seconds (finite_temperature/beta*.nc), its error estimate and departure times (fit.nc), the
 particles' W2 to it at each particle number beside the reference's own error (particle_error.nc), every job's
 wall time against the resource model's estimate, the run's wall time, commit and this machine's CPU (run it on the
-machine that ran the experiment). The W2 and end-phase figures are copied next to it.
+machine that ran the experiment). The W2 and end-phase figures are copied next to it, and where the particles stand
+for the mean field (each replica's departure within one snapshot interval of the reference's) is drawn in
+(log n, log β) beside it (``lowtemp.plotting.regimes``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 import numpy as np
 from paper_scale_report import _num, _open, claims_rows, closing_sections, copy_figures, page_main, page_stamp, run_span
 
+from lowtemp.analysis import fitting
+from lowtemp.plotting import regimes
 from lowtemp.store import harness, netcdf
 
 #: the experiment reported unless ``--experiment`` names another
@@ -97,6 +101,44 @@ def particle_table(pe) -> list[str]:
     return lines
 
 
+def particle_departures(fit, pe) -> tuple[list[str], np.ndarray]:
+    """Per β and particle number n: each replica's departure (from its distance to E1(A), the pipeline's rule) and
+    whether it lies within one snapshot interval of the reference's (``fitting.departure_shift``); the table's lines
+    and the verdicts (beta, tokens): 1 where every replica does, else 0."""
+    t = pe.time.values
+    interval = float(t[1] - t[0])
+    gap = float(fit.attrs["end_phase_gap"])
+    tokens = [int(n) for n in pe.tokens.values]
+    head = ["β", "reference", *[f"n = {n}" for n in tokens]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    stands = np.zeros((pe.sizes["beta"], len(tokens)))
+    for i, b in enumerate(pe.beta.values):
+        ref = fit.sel(beta=b)
+        ref_dep, ref_cen = ref["departure_time"].values, ref["departure_censored"].values.astype(bool)
+        cells = [_departures(ref_dep, ref_cen, t[-1])]
+        for j, n in enumerate(tokens):
+            dep, cen = fitting.geometric_departure(t, pe["dist_leading_A"].sel(beta=b, tokens=n).values, gap)
+            shift = fitting.departure_shift(dep, cen, ref_dep, ref_cen)
+            stands[i, j] = float(np.all(shift <= interval * (1 + 1e-9)))
+            cells.append(_departures(dep, cen, t[-1]) + (" (with it)" if stands[i, j] else " (elsewhere)"))
+        lines.append("| " + " | ".join([f"{float(b):g}", *cells]) + " |")
+    return lines, stands
+
+
+def _departures(dep, cen, horizon) -> str:
+    """Departures per replica as text: a time, '> horizon' (censored) or 'none' (never reached E1(A))."""
+    return ", ".join(f"> {horizon:g}" if c else ("none" if np.isnan(d) else f"{d:g}") for d, c in zip(dep, cen))
+
+
+def regime_figure(pe, stands, images: Path, markdown: Path) -> str:
+    """The (log n, log β) picture of ``stands``, labelled with the largest particle error; its image line."""
+    error = pe["particle_error"].max(dim=("replica", "time"), skipna=True).transpose("beta", "tokens").values
+    fig = regimes.plot_particle_regime(pe.beta.values, pe.tokens.values, stands, error, 3)
+    path = images / "sphere_particle_regime.png"
+    fig.savefig(path, dpi=130)
+    return f"![particle_regime]({path.relative_to(markdown.parent).as_posix()})"
+
+
 def report(results: Path, config: list[Path], images: Path, markdown: Path, name: str = NAME) -> str:
     exp = results / name
     for needed in ("fit.nc", "particle_error.nc"):
@@ -105,6 +147,8 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
     fit, pe = _open(exp / "fit.nc"), _open(exp / "particle_error.nc")
     start, end = run_span(exp / "logs")
     shown = copy_figures(exp, FIGURES, images, markdown, "sphere")
+    regime, stands = particle_departures(fit, pe)
+    shown.append(regime_figure(pe, stands, images, markdown))
     lines = [
         "# The paper's setting on the mean field itself: d = 3 without symmetry (generated)",
         "",
@@ -143,6 +187,12 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
         "(mean over replicas), beside the reference's own error estimate:",
         "",
         *particle_table(pe),
+        "",
+        "Where the particles stand for the mean field: each replica's departure by the same rule, 'with it' where",
+        "every replica departs within one snapshot interval of the reference's departure of that replica's tokens (or",
+        "both are still metastable at the horizon), 'elsewhere' otherwise (figure sphere_particle_regime below):",
+        "",
+        *regime,
         "",
         *closing_sections(shown, config, results),
     ]

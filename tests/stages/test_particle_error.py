@@ -246,6 +246,20 @@ def test_the_particles_w2_to_the_projected_initial_measure_is_that_of_their_own_
         assert not np.allclose(stored, wrong, rtol=1e-3)
 
 
+def test_the_particles_distance_to_e1a_is_that_of_their_own_cloud(run):
+    """particle_error.nc's dist_leading_A (the particles' departure against the reference's): sqrt(mean(2 − 2|E1ᵀx|))
+    of the particle cloud, summed naively; the reference's own cloud gives other numbers (the check can fail)."""
+    E1 = run.M.E1
+    for n in (NUMBERS[0], NUMBERS[-1]):
+        X = particles_of(run, n)
+        stored = run.ds["dist_leading_A"].sel(beta=BETA, tokens=n).values
+        naive = np.sqrt(np.mean(2.0 - 2.0 * np.linalg.norm(X @ E1, axis=-1), axis=-1))
+        np.testing.assert_allclose(stored, naive, rtol=1e-9, atol=1e-12)
+        P = reference_of(run, run.X0[:, :n])
+        of_reference = np.sqrt(np.mean(2.0 - 2.0 * np.linalg.norm(P @ E1, axis=-1), axis=-1))
+        assert not np.allclose(stored[:, 1:], of_reference[:, 1:], rtol=1e-6, atol=0)
+
+
 def test_particle_error_falls_like_one_over_root_n_above_the_references_error(run):
     """From N = 16 to 256 the particle error (mean over replicas and t > 0) falls like N^p with p in RATE_WINDOW
     (N^(−1/2): −0.5), and at the largest N it is resolved: the reference's own error is below a tenth of it. The

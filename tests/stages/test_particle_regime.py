@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import xarray as xr
 from conftest import script_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -65,3 +66,41 @@ def test_particles_stand_for_the_mean_field_only_where_every_replica_departs_wit
     np.testing.assert_array_equal(study.stands_for(shift, interval), [[1, 1], [0, 0], [np.nan, 1]])
     table = study.regime_table([10.0, 100.0, 316.0], [64, 256], study.stands_for(shift, interval), shift)
     assert "| 100 | no (off by 1) | no (off by inf) |" in table and "| 316 | - | yes |" in table
+
+
+sphere_report = script_module("reports/sphere_report.py")
+
+
+def test_the_sphere_report_compares_each_replicas_departure_with_the_references():
+    """fit.nc's reference departures against particle_error.nc's distances to E1(A): a particle curve leaving one
+    interval after the reference stands for it, two intervals after does not, one still metastable where the
+    reference left does not; β where every n stands show 1 in every column."""
+    t = np.linspace(0.0, 8.0, 33)  # snapshots every 0.25
+    gap = 0.6
+
+    def curve(leave):  # arrives at t = 1, above gap/2 from ``leave`` on (never when None)
+        rising = 0.0 if leave is None else np.where(t >= leave, gap, 0.0)
+        return np.where(t < 1.0, gap * (1 - t), 0.0) + rising
+
+    fit = xr.Dataset(
+        {
+            "departure_time": (("beta", "replica"), [[4.0, 4.0], [np.nan, np.nan]]),
+            "departure_censored": (("beta", "replica"), [[False, False], [True, True]]),
+        },
+        coords={"beta": [10.0, 100.0], "replica": [0, 1]},
+        attrs={"end_phase_gap": gap},
+    )
+    dist = np.stack(
+        [
+            [[curve(4.25), curve(4.0)], [curve(4.5), curve(4.0)]],  # n = 64: one interval; n = 256: two intervals
+            [[curve(None), curve(None)], [curve(None), curve(7.0)]],  # both stay; one replica leaves at 7
+        ]
+    )
+    pe = xr.Dataset(
+        {"dist_leading_A": (("beta", "tokens", "replica", "time"), dist)},
+        coords={"beta": [10.0, 100.0], "tokens": [64, 256], "replica": [0, 1], "time": t},
+    )
+    lines, stands = sphere_report.particle_departures(fit, pe)
+    np.testing.assert_array_equal(stands, [[1, 0], [1, 0]])
+    assert lines[2] == "| 10 | 4, 4 | 4.25, 4 (with it) | 4.5, 4 (elsewhere) |"
+    assert lines[3] == "| 100 | > 8, > 8 | > 8, > 8 (with it) | > 8, 7 (elsewhere) |"

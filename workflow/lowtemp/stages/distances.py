@@ -194,7 +194,8 @@ def stage_particle_error_beta(
     ``reference_positions`` checks is the push-forward of these tokens) is solved at the snapshots of
     ``distances.exact_every``. The first n of N i.i.d. draws from ρ0 are n i.i.d. draws from ρ0: every n samples
     the same measure. Beside it: the coupling bound, the particles' own W2 to the projected initial measure (as
-    the reference's in distances.nc), their median ESS (a diagnostic) and the reference's own error estimate. With
+    the reference's in distances.nc), their distance to E1(A) (their departure), their median ESS (a diagnostic)
+    and the reference's own error estimate. With
     ``checkpoint_prefix`` every run and every solve is checkpointed (``<prefix>_N<n>.nc``, ``<prefix>_N<n>_w2.nc``),
     so a killed job resumes."""
     numbers = _particle_numbers(name, experiment)
@@ -219,6 +220,7 @@ def stage_particle_error_beta(
         for key, value in curves.items():
             rows[key].append(value)
         rows["w2_projection"].append(w2.w2_to_projection_curves(X, X0[:, :n], M.E1))
+        rows["dist_leading_A"].append(projection.distance_to_eigenspace(X, M.E1))
         rows["ess_median"].append(np.median(field.trajectory_ess(X), axis=-1))
         used.append(field.kernel)
         tolerances.append(tolerance)

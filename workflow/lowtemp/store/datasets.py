@@ -361,6 +361,12 @@ PARTICLE_ERROR_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
         "E1(A) ∩ S of its own n initial tokens (as distances.nc's w2_projection for the reference), at every snapshot",
         "1",
     ),
+    "dist_leading_A": (
+        ("tokens", "replica", "time"),
+        "distance of the particle run of n tokens to measures on E1(A) ∩ S, sqrt(mean_i (2 - 2|P1 x_i|)) (as "
+        "distances.nc's dist_leading_A for the reference): its departure against the reference's, at every snapshot",
+        "1",
+    ),
     "ess_median": (
         ("tokens", "replica", "time"),
         "median over tokens of the particle system's effective sample size 1/sum_j w_ij^2 of the softmax (a "
