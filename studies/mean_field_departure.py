@@ -52,6 +52,19 @@ def departure(times: np.ndarray, dist_A: np.ndarray, gap: float) -> str:
     return "never arrived" if np.isnan(dep[0]) else f"{dep[0]:g}"
 
 
+def particle_shift(times, until: float, dist_A, mf_departure, gap: float) -> np.ndarray:
+    """(replica) departure shift of the particles' curves ``dist_A`` (replica, time) against the mean field's
+    departure ``mf_departure`` (``geometric_departure`` on the snapshots up to ``until``, where the reference is
+    resolved), both taken on those snapshots (a particle departure after them is not compared); NaN, not judged,
+    where both are still metastable at ``until`` and that is before the horizon."""
+    resolved = times <= until
+    particles = fitting.geometric_departure(times[resolved], dist_A[:, resolved], gap)
+    shift = fitting.departure_shift(*particles, *mf_departure)
+    if bool(mf_departure[1]) and until < times[-1]:
+        shift = np.where(shift == 0, np.nan, shift)
+    return shift
+
+
 def stands_for(shift: np.ndarray, interval: float) -> np.ndarray:
     """(beta, tokens) 1 where every replica's departure shift (…, replica) is within one snapshot ``interval`` of
     the mean field's, 0 where one is not, NaN where none was measured (no reference at that β)."""
@@ -61,13 +74,14 @@ def stands_for(shift: np.ndarray, interval: float) -> np.ndarray:
 
 
 def regime_table(betas, tokens, stands, shift) -> str:
-    """Per β a row, per N a cell: 'yes' where the particles stand for the mean field, else the largest shift."""
+    """Per β a row, per N a cell: 'yes' where the particles stand for the mean field, else the largest shift of a
+    departure (in units of t), '-' where not judged."""
     lines = ["| β | " + " | ".join(f"N = {n}" for n in tokens) + " |", "|" + "---|" * (len(tokens) + 1)]
     for i, beta in enumerate(betas):
         cells = []
         for j in range(len(tokens)):
             worst = float(np.max(shift[i, j]))
-            cells.append("-" if np.isnan(stands[i, j]) else "yes" if stands[i, j] else f"no (off by {worst:g})")
+            cells.append("-" if np.isnan(stands[i, j]) else "yes" if stands[i, j] else f"no (off by Δt = {worst:g})")
         lines.append(f"| {beta:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -174,10 +188,7 @@ def main(argv=None) -> int:
             for r in range(args.replicas):  # up to the reference's last resolved time (NaN beyond)
                 p_err[i, j, r] = [transport.w2(X[r, k], P[r, k]) if times[k] <= until else np.nan for k in w2_at]
             deps = [departure(times, p_dist[i, j, r], gap) for r in range(args.replicas)]
-            # against the mean field on the snapshots it resolves (a particle departure after them is not compared)
-            p_shift[i, j] = fitting.departure_shift(
-                *fitting.geometric_departure(times[resolved], p_dist[i, j][:, resolved], gap), *mf_dep
-            )
+            p_shift[i, j] = particle_shift(times, until, p_dist[i, j], mf_dep, gap)
             row[f"N={n}"] = ", ".join(deps)
             row[f"err{n}"] = float(np.nanmax(p_err[i, j]))
             LOG.info("beta %g N %d: departures %s, largest particle error %.3g", beta, n, deps, row[f"err{n}"])
@@ -264,7 +275,8 @@ def main(argv=None) -> int:
             f"docs/mean_field.md.\n\n{table}\n\n"
             f"Where the particles stand for the mean field: every replica departs within one snapshot interval "
             f"({interval:g}) of it, compared on the snapshots the reference resolves (`fitting.departure_shift`: "
-            f"'off by inf' where one departed and the other did not).\n\n{regime}\n"
+            f"'off by Δt = inf' where one departed and the other did not; '-': not judged, where the reference "
+            f"stopped before the horizon still metastable and the particles were too).\n\n{regime}\n"
             + (
                 f"\n![where particles stand for the mean field]"
                 f"({os.path.relpath(args.figure, Path(args.markdown).parent)})\n"

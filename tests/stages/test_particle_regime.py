@@ -10,6 +10,7 @@ from conftest import script_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lowtemp.analysis import fitting
 from lowtemp.plotting import regimes
 
 TOKENS = np.array([64, 256, 1024, 4096])
@@ -18,14 +19,17 @@ TOKENS = np.array([64, 256, 1024, 4096])
 def test_the_boundary_lies_between_the_last_failing_and_the_first_standing_n():
     stands = np.array(
         [
-            [True, True, True, True],  # every N: below the smallest
+            [True, True, True, True],  # every N: below the smallest, no point
             [False, True, True, True],
             [False, False, False, True],
             [False, False, False, False],  # none: beyond the largest
             [False, True, False, True],  # a failure above a success: from the last failure on
         ]
     )
-    np.testing.assert_allclose(regimes.measured_boundary(TOKENS, stands), [32, 128, 2048, np.inf, 2048])
+    np.testing.assert_allclose(regimes.measured_boundary(TOKENS, stands), [np.nan, 128, 2048, np.inf, 2048])
+    # a β where every N stands gives no point: the line is anchored at the lowest β with a measured one
+    N, B = regimes.selectivity_line([10.0, 31.6, 100.0, 316.0, 1000.0], regimes.measured_boundary(TOKENS, stands), 2)
+    assert np.interp(np.log(31.6), np.log(B), np.log(N)) == pytest.approx(np.log(128.0))
 
 
 @settings(max_examples=40, deadline=None)
@@ -65,18 +69,21 @@ def test_particles_stand_for_the_mean_field_only_where_every_replica_departs_wit
     )
     np.testing.assert_array_equal(study.stands_for(shift, interval), [[1, 1], [0, 0], [np.nan, 1]])
     table = study.regime_table([10.0, 100.0, 316.0], [64, 256], study.stands_for(shift, interval), shift)
-    assert "| 100 | no (off by 1) | no (off by inf) |" in table and "| 316 | - | yes |" in table
+    assert "| 100 | no (off by Δt = 1) | no (off by Δt = inf) |" in table and "| 316 | - | yes |" in table
 
 
 sphere_report = script_module("reports/sphere_report.py")
 
 
 def test_the_sphere_report_compares_each_replicas_departure_with_the_references():
-    """fit.nc's reference departures against particle_error.nc's distances to E1(A): a particle curve leaving one
-    interval after the reference stands for it, two intervals after does not, one still metastable where the
-    reference left does not; β where every n stands show 1 in every column."""
-    t = np.linspace(0.0, 8.0, 33)  # snapshots every 0.25
+    """fit.nc's reference departures (a different time per replica) against particle_error.nc's distances to E1(A):
+    a replica leaving one snapshot interval after its own reference stands for it (on a grid of step 0.1, where one
+    interval read off the times can exceed the step by rounding), one leaving at the other replica's time does not,
+    one still metastable where the reference left does not; both metastable to the horizon agree."""
+    t = np.linspace(0.0, 8.0, 81)
     gap = 0.6
+    k = next(k for k in range(40, 60) if t[k + 1] - t[k] > t[1] - t[0])  # one interval, rounded up
+    early, late = t[k], t[k + 10]
 
     def curve(leave):  # arrives at t = 1, above gap/2 from ``leave`` on (never when None)
         rising = 0.0 if leave is None else np.where(t >= leave, gap, 0.0)
@@ -84,7 +91,7 @@ def test_the_sphere_report_compares_each_replicas_departure_with_the_references(
 
     fit = xr.Dataset(
         {
-            "departure_time": (("beta", "replica"), [[4.0, 4.0], [np.nan, np.nan]]),
+            "departure_time": (("beta", "replica"), [[early, late], [np.nan, np.nan]]),
             "departure_censored": (("beta", "replica"), [[False, False], [True, True]]),
         },
         coords={"beta": [10.0, 100.0], "replica": [0, 1]},
@@ -92,7 +99,7 @@ def test_the_sphere_report_compares_each_replicas_departure_with_the_references(
     )
     dist = np.stack(
         [
-            [[curve(4.25), curve(4.0)], [curve(4.5), curve(4.0)]],  # n = 64: one interval; n = 256: two intervals
+            [[curve(t[k + 1]), curve(late)], [curve(late), curve(early)]],  # n = 64: its own; n = 256: swapped
             [[curve(None), curve(None)], [curve(None), curve(7.0)]],  # both stay; one replica leaves at 7
         ]
     )
@@ -102,5 +109,22 @@ def test_the_sphere_report_compares_each_replicas_departure_with_the_references(
     )
     lines, stands = sphere_report.particle_departures(fit, pe)
     np.testing.assert_array_equal(stands, [[1, 0], [1, 0]])
-    assert lines[2] == "| 10 | 4, 4 | 4.25, 4 (with it) | 4.5, 4 (elsewhere) |"
+    assert lines[2].endswith(" (with it) | " + f"{late:g}, {early:g} (elsewhere) |")
     assert lines[3] == "| 100 | > 8, > 8 | > 8, > 8 (with it) | > 8, 7 (elsewhere) |"
+
+
+def test_particles_metastable_where_the_reference_stopped_early_are_not_judged():
+    """The reference resolved to t = 5 only, still metastable there; particles metastable to 5 are not judged
+    (NaN), particles that left at 3 are off; with the reference resolved to the horizon the first agree."""
+    t = np.linspace(0.0, 10.0, 21)
+    gap = 0.6
+
+    def curve(leave):
+        return np.where(t < 1.0, gap * (1 - t), 0.0) + np.where(t >= leave, gap, 0.0)
+
+    particles = np.stack([curve(7.0), curve(3.0)])
+    stopped = fitting.geometric_departure(t[t <= 5.0], curve(99.0)[t <= 5.0], gap)
+    shift = study.particle_shift(t, 5.0, particles, stopped, gap)
+    assert np.isnan(shift[0]) and np.isinf(shift[1])
+    whole = fitting.geometric_departure(t, curve(99.0), gap)
+    np.testing.assert_array_equal(study.particle_shift(t, 10.0, particles[:1] * 0 + curve(99.0), whole, gap), [0.0])

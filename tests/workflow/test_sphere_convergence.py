@@ -61,7 +61,7 @@ def test_a_member_still_metastable_where_the_finest_departed_is_not_stable():
 
 def test_a_short_run_writes_every_family(tmp_path):
     """Two members per family at β = 10 to t = 0.5 (level 2 and 3): every family on the page, the finest member's
-    differences zero, the curves in the npz."""
+    differences zero (asserted on the page), the curves in the npz."""
     page, out = tmp_path / "page.md", tmp_path / "curves.npz"
     study.main(
         [
@@ -91,6 +91,8 @@ def test_a_short_run_writes_every_family(tmp_path):
     text = page.read_text()
     for heading in ("## mesh level", "## pruning depth", "## DOP853 rtol"):
         assert heading in text
+    # the finest member of each family is the one every other is measured against: its own differences are zero
+    assert text.count("| yes | 0.00e+00 | 0.00e+00 |") == 3
     assert "So far" not in text
     with np.load(out) as curves:
         assert {"dist_level2_depth20_rtol0.0001", "dist_level3_depth20_rtol0.0001"} <= set(curves.files)
@@ -100,3 +102,63 @@ def test_a_short_run_writes_every_family(tmp_path):
 def test_a_base_outside_the_values_is_refused():
     with pytest.raises(SystemExit, match="base level 3 must be among --levels"):
         study.main(["--levels", "2", "4"])
+
+
+def runs_of(values, base, dist_of):
+    """Made-up runs of every setting the families ask for: ``dist_of(level, depth, rtol)`` the distance curve."""
+    runs = {}
+    for family, members in values.items():
+        for v in members:
+            setting = tuple({**base, family: v}.values())
+            runs[setting] = {"dist": dist_of(*setting), "tracers": np.zeros((T.size, 2, 3)), "info": {}}
+    return runs
+
+
+def test_family_results_take_the_finest_member_of_each_family_and_its_order():
+    """Levels, depths and rtols given out of order: the finest is the highest level, the deepest depth, the smallest
+    rtol; a distance d* + c·h² (h halving per level) + c'·rtol + e^{−depth} gives orders 2 and 1, none for depth."""
+    values = {"level": [4, 2, 3], "depth": [40.0, 10.0, 20.0], "rtol": [1e-5, 1e-3, 1e-4]}
+    base = {"level": 3, "depth": 20.0, "rtol": 1e-4}
+    base_dist = member(0, 4.0)["dist"]
+
+    def dist_of(level, depth, rtol):
+        return base_dist + 0.01 * (2.0**-level) ** 2 + 10.0 * rtol + np.exp(-depth)
+
+    out = study.family_results(values, base, runs_of(values, base, dist_of), T, GAP, T[1] - T[0])
+    assert [r["value"] for r in out["level"]["rows"]] == [2, 3, 4]
+    assert [r["value"] for r in out["rtol"]["rows"]] == [1e-3, 1e-4, 1e-5]
+    assert [r["value"] for r in out["depth"]["rows"]] == [10.0, 20.0, 40.0]
+    assert out["level"]["order"] == pytest.approx(2.0) and out["rtol"]["order"] == pytest.approx(1.0)
+    assert np.isnan(out["depth"]["order"])
+    assert all(out[f]["stable"] and out[f]["complete"] for f in out)
+
+
+def test_the_order_needs_one_step_between_members():
+    assert study.resolution_ratio("level", [2, 3, 4]) == 2.0
+    assert np.isnan(study.resolution_ratio("level", [2, 3, 5]))
+    assert study.resolution_ratio("rtol", [1e-3, 1e-4, 1e-5]) == pytest.approx(10.0)
+    assert np.isnan(study.resolution_ratio("rtol", [1e-3, 1e-4, 1e-6]))
+    assert np.isnan(study.resolution_ratio("depth", [10.0, 20.0, 40.0]))
+
+
+def test_a_family_whose_run_stopped_early_is_not_judged():
+    """The finest member stopped (max_triangles) at t = 1.75, before anything departs, while the coarsest departs
+    at 2.25: cut to the common snapshots both look metastable, so the family is not judged, not stable."""
+    early_stop = member(4, 2.0)
+    early_stop["dist"] = np.where(T <= 1.75, early_stop["dist"], np.nan)
+    result = study.compare([member(2, 2.25), member(3, 2.0), early_stop], T, GAP, T[1] - T[0])
+    assert not result["complete"] and not result["stable"] and result["last"] == 1.75
+
+
+def test_one_interval_read_off_rounded_times_agrees():
+    """On a grid of step 0.1 one interval between two snapshot times can exceed the step by rounding; it agrees."""
+    t = np.linspace(0.0, 8.0, 81)
+    k = next(k for k in range(30, 60) if t[k + 1] - t[k] > t[1] - t[0])
+
+    def at(value, leave):
+        dist = np.where(t < 1.0, GAP * (1 - t), 0.0) + np.where(t >= leave, GAP, 0.0)
+        return {"value": value, "ratio": 2.0, "dist": dist, "tracers": np.zeros((t.size, 2, 3)), "info": {}}
+
+    result = study.compare([at(2, t[k + 1]), at(3, t[k])], t, GAP, t[1] - t[0])
+    assert result["stable"]
+    assert not study.compare([at(2, t[k + 2]), at(3, t[k])], t, GAP, t[1] - t[0])["stable"]

@@ -20,21 +20,22 @@ import numpy as np  # noqa: E402
 
 def measured_boundary(tokens, stands) -> np.ndarray:
     """Per β (rows of ``stands`` (beta, tokens), ``tokens`` increasing): the geometric midpoint between the largest
-    N that does not stand for the mean field and the smallest from which every larger N does; ``tokens[0]`` / 2
-    where every N stands, inf where the largest does not (the boundary lies beyond the measured N)."""
+    N that does not stand for the mean field and the smallest from which every larger N does; NaN where every N
+    stands (the boundary lies below the measured N: no point is known), inf where the largest does not (it lies
+    beyond them)."""
     tokens = np.asarray(tokens, dtype=float)
     out = np.full(len(stands), np.inf)
     for i, row in enumerate(np.asarray(stands, dtype=bool)):
         if not row[-1]:
             continue
         failing = np.flatnonzero(~row)
-        out[i] = tokens[0] / 2 if failing.size == 0 else float(np.sqrt(tokens[failing[-1]] * tokens[failing[-1] + 1]))
+        out[i] = np.nan if failing.size == 0 else float(np.sqrt(tokens[failing[-1]] * tokens[failing[-1] + 1]))
     return out
 
 
 def selectivity_line(beta, boundary, dim: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(N, β) of the line β ∝ N^{2/(d−1)} through the measured boundary at its lowest β with a finite boundary, over
-    the measured β; None where no β has one."""
+    """(N, β) of the line β ∝ N^{2/(d−1)} through the measured boundary at its lowest β where it lies between two
+    measured N (finite), over the measured β; None where no β has one."""
     beta, boundary = np.asarray(beta, dtype=float), np.asarray(boundary, dtype=float)
     finite = np.flatnonzero(np.isfinite(boundary))
     if finite.size == 0:
@@ -70,16 +71,18 @@ def plot_particle_regime(beta, tokens, stands, error, dim: int, title: str = "")
     boundary = measured_boundary(tokens, stands)
     shown = np.isfinite(boundary)
     ax.plot(boundary[shown], beta[shown], "kD-", lw=1.5, ms=4, label="measured boundary (midpoint between N)")
-    for b in beta[~shown]:
-        ax.annotate("", (tokens[-1] * 2.2, b), (tokens[-1] * 1.3, b), arrowprops={"arrowstyle": "->", "color": "k"})
+    for b, edge in zip(beta[~shown], boundary[~shown]):  # beyond the largest N (inf) or below the smallest (NaN)
+        start, end = (tokens[-1] * 1.3, tokens[-1] * 2.2) if np.isinf(edge) else (tokens[0] / 1.3, tokens[0] / 2.2)
+        ax.annotate("", (end, b), (start, b), arrowprops={"arrowstyle": "->", "color": "k"})
     line = selectivity_line(beta, boundary, dim)
     if line is not None:
         ax.plot(*line, "k:", lw=1.5, label=f"β ∝ N^{2 / (dim - 1):g} (selectivity onset, anchored at the lowest β)")
     ax.plot([], [], " ", label="numbers: largest W2 between particles and mean field")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlim(tokens[0] / 2.5, tokens[-1] * 3)
-    ax.set_ylim(beta[0] / 1.6, beta[-1] * 1.6)
+    ax.set_xlim(tokens[0] / 3, tokens[-1] * 3)
+    if beta.size:
+        ax.set_ylim(beta.min() / 1.6, beta.max() * 1.6)
     ax.set_xlabel("tokens N")
     ax.set_ylabel("inverse temperature β")
     ax.set_title(title or f"Where N particles stand for the mean field (d = {dim})", fontsize=10)
