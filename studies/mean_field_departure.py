@@ -86,6 +86,30 @@ def regime_table(betas, tokens, stands, shift) -> str:
     return "\n".join(lines)
 
 
+def boundary_summary(betas, tokens, stands, dim: int) -> str:
+    """The measured boundary per β (``regimes.measured_boundary``, over the β judged at every N) and its slope in
+    (log N, log β) beside the selectivity scaling's 2/(d−1)."""
+    stands = np.asarray(stands, dtype=float)
+    judged = ~np.any(np.isnan(stands), axis=1)
+    betas = np.asarray(betas, dtype=float)[judged]
+    boundary = regimes.measured_boundary(tokens, stands[judged] == 1)
+    where = [
+        f"β = {b:g}: "
+        + (f"beyond N = {tokens[-1]}" if np.isinf(n) else f"below N = {tokens[0]}" if np.isnan(n) else f"N ≈ {n:.0f}")
+        for b, n in zip(betas, boundary)
+    ]
+    slope = regimes.boundary_slope(betas, boundary)
+    return (
+        f"Measured boundary: {'; '.join(where)}. Slope of log β against log N along it: "
+        + (
+            "not measured (fewer than two β with the boundary between two measured N)"
+            if np.isnan(slope)
+            else f"{slope:.2f}"
+        )
+        + f"; the selectivity scaling's: {2 / (dim - 1):g}."
+    )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config")
@@ -247,7 +271,7 @@ def main(argv=None) -> int:
         )
     table = "\n".join(lines)
     stands = ds["stands_for_mean_field"].values
-    regime = regime_table(betas, tokens, stands, p_shift)
+    regime = regime_table(betas, tokens, stands, p_shift) + "\n\n" + boundary_summary(betas, tokens, stands, 2)
     print(table + "\n\n" + regime)
     if args.figure:
         error = np.nanmax(p_err, axis=(2, 3), initial=-np.inf)

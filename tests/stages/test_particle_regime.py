@@ -128,3 +128,16 @@ def test_particles_metastable_where_the_reference_stopped_early_are_not_judged()
     assert np.isnan(shift[0]) and np.isinf(shift[1])
     whole = fitting.geometric_departure(t, curve(99.0), gap)
     np.testing.assert_array_equal(study.particle_shift(t, 10.0, particles[:1] * 0 + curve(99.0), whole, gap), [0.0])
+
+
+def test_the_boundary_slope_and_summary():
+    """A boundary at N = 128 (β = 10) and 2048 (β = 100): slope log(10)/log(16); one β below the smallest N and one
+    beyond the largest are named and left out of the slope; a single finite point gives no slope."""
+    boundary = np.array([128.0, 2048.0, np.inf])
+    assert regimes.boundary_slope([10.0, 100.0, 1000.0], boundary) == pytest.approx(np.log(10) / np.log(16))
+    assert np.isnan(regimes.boundary_slope([10.0, 100.0], [128.0, np.inf]))
+    stands = np.array([[1, 1, 1, 1], [0, 1, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0], [np.nan] * 4])
+    text = study.boundary_summary([10.0, 31.6, 100.0, 316.0, 1000.0], list(TOKENS), stands, 2)
+    assert text.startswith("Measured boundary: β = 10: below N = 64; β = 31.6: N ≈ 128; β = 100: N ≈ 2048; ")
+    assert "β = 316: beyond N = 4096." in text and "1000" not in text
+    assert f"along it: {np.log(100 / 31.6) / np.log(16):.2f}; the selectivity scaling's: 2." in text

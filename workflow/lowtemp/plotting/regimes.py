@@ -33,6 +33,16 @@ def measured_boundary(tokens, stands) -> np.ndarray:
     return out
 
 
+def boundary_slope(beta, boundary) -> float:
+    """Least-squares slope of log β against log N along the measured boundary (the β where it lies between two
+    measured N); NaN with fewer than two such β. The selectivity scaling's is 2/(d−1)."""
+    beta, boundary = np.asarray(beta, dtype=float), np.asarray(boundary, dtype=float)
+    finite = np.isfinite(boundary)
+    if np.count_nonzero(finite) < 2 or np.ptp(np.log(boundary[finite])) == 0:
+        return float("nan")
+    return float(np.polyfit(np.log(boundary[finite]), np.log(beta[finite]), 1)[0])
+
+
 def selectivity_line(beta, boundary, dim: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(N, β) of the line β ∝ N^{2/(d−1)} through the measured boundary at its lowest β where it lies between two
     measured N (finite), over the measured β; None where no β has one."""
