@@ -262,8 +262,10 @@ def geometric_departure(t: np.ndarray, dist_A: np.ndarray, gap: float) -> tuple[
 
 def departure_shift(departure, censored, other, other_censored) -> np.ndarray:
     """|departure − other| per curve, two ``geometric_departure`` results compared (a finer and a coarser
-    solution, particles and the mean field): 0 where both are censored (both still metastable at the horizon) or
-    neither arrived; inf where one departed, or was still metastable, and the other was not."""
+    solution, particles and the mean field): 0 where the two agree in kind without a time to compare (both still
+    metastable at the last snapshot given, or neither ever arrived); inf where they differ in kind (one departed,
+    the other is still metastable or never arrived; one still metastable, the other never arrived). "The last
+    snapshot given" is the caller's: curves cut short compare as metastable up to there."""
     a, b = np.asarray(departure, float), np.asarray(other, float)
     ca, cb = np.asarray(censored, bool), np.asarray(other_censored, bool)
     with np.errstate(invalid="ignore"):
