@@ -47,8 +47,9 @@ FAMILIES = {
 def observed_order(coarse_gap: float, fine_gap: float, ratio: float) -> float:
     """Order p of convergence from three members whose resolution grows by ``ratio`` each: the largest difference
     between the coarse and middle members over the largest between the middle and fine, = ratio^p (the three-grid
-    estimate); NaN where the finer difference is zero."""
-    if not (fine_gap > 0 and coarse_gap > 0):
+    estimate); NaN where the differences do not fall with the resolution (the finer one zero, or not below the
+    coarser: the members are not in the range where the error behaves like a power of it)."""
+    if not (fine_gap > 0 and coarse_gap > fine_gap):
         return math.nan
     return math.log(coarse_gap / fine_gap) / math.log(ratio)
 
@@ -99,20 +100,21 @@ def compare(members: list[dict], times, gap: float, interval: float) -> dict:
                 "info": m["info"],
             }
         )
-    order = math.nan
+    order, gaps = math.nan, None
     if len(members) == 3:
         middle = members[1]["dist"][:reached]
-        order = observed_order(
+        gaps = (
             float(np.max(np.abs(members[0]["dist"][:reached] - middle))),
             float(np.max(np.abs(middle - finest["dist"][:reached]))),
-            members[0]["ratio"],
         )
+        order = observed_order(*gaps, members[0]["ratio"])
     complete = reached == len(times)
     return {
         "rows": rows,
         "complete": complete,
         "stable": complete and all(r["agrees"] for r in rows),
         "order": order,
+        "gaps": gaps,
         "last": float(times[reached - 1]),
     }
 
@@ -222,6 +224,11 @@ def resolution_ratio(family: str, ordered) -> float:
     return math.nan
 
 
+def members_ratio(family: str, result: dict) -> float:
+    """The family's resolution step (``resolution_ratio``) from its rows' values."""
+    return resolution_ratio(family, [r["value"] for r in result["rows"]])
+
+
 def write_markdown(args, gap, interval, families, stamp) -> None:
     """The page: per family a row per member (departure, agreement, differences to the finest member, cost)."""
     lines = [
@@ -249,6 +256,10 @@ def write_markdown(args, gap, interval, families, stamp) -> None:
             else f"not judged (a run stopped at t = {result['last']:g}, above max_triangles)"
         )
         order = "" if math.isnan(result["order"]) else f"; observed order {result['order']:.2f}"
+        if math.isnan(result["order"]) and result["gaps"] and not math.isnan(members_ratio(family, result)):
+            order = "; the differences do not fall with the resolution ({:.2e}, then {:.2e}): no order".format(
+                *result["gaps"]
+            )
         lines += [
             f"## {label}: departures {verdict}{order}",
             "",

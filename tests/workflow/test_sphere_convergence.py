@@ -28,6 +28,8 @@ def test_observed_order_of_a_first_order_error_is_not_second():
     d = 0.3 + 0.1 * h
     assert study.observed_order(abs(d[0] - d[1]), abs(d[1] - d[2]), 2.0) == pytest.approx(1.0)
     assert np.isnan(study.observed_order(0.1, 0.0, 2.0))
+    # differences that do not fall (rounding-level noise between two members) give no order, not a negative one
+    assert np.isnan(study.observed_order(7.6e-10, 1.5e-8, 10.0))
 
 
 def member(value, leave, tokens=4):
@@ -110,7 +112,8 @@ def runs_of(values, base, dist_of):
     for family, members in values.items():
         for v in members:
             setting = tuple({**base, family: v}.values())
-            runs[setting] = {"dist": dist_of(*setting), "tracers": np.zeros((T.size, 2, 3)), "info": {}}
+            info = {"triangles": 320, "nfev": 1, "seconds": 0.0}
+            runs[setting] = {"dist": dist_of(*setting), "tracers": np.zeros((T.size, 2, 3)), "info": info}
     return runs
 
 
@@ -162,3 +165,31 @@ def test_one_interval_read_off_rounded_times_agrees():
     result = study.compare([at(2, t[k + 1]), at(3, t[k])], t, GAP, t[1] - t[0])
     assert result["stable"]
     assert not study.compare([at(2, t[k + 2]), at(3, t[k])], t, GAP, t[1] - t[0])["stable"]
+
+
+def test_a_page_says_when_the_differences_do_not_fall(tmp_path):
+    """The rtol family's coarser pair equal to rounding, the finer pair apart: the page gives no order and says
+    why; the level family's order is printed."""
+    values = {"level": [2, 3, 4], "depth": [10.0, 20.0, 40.0], "rtol": [1e-3, 1e-4, 1e-5]}
+    base = {"level": 3, "depth": 20.0, "rtol": 1e-4}
+    base_dist = member(0, 4.0)["dist"]
+
+    def dist_of(level, depth, rtol):
+        return base_dist + 0.01 * (2.0**-level) ** 2 + (1e-8 if rtol < 5e-5 else 0.0) + np.exp(-depth)
+
+    families = study.family_results(values, base, runs_of(values, base, dist_of), T, GAP, T[1] - T[0])
+    args = study.argparse.Namespace(
+        beta=10.0,
+        experiment="e",
+        config="c.yaml",
+        horizon=6.0,
+        tokens=4,
+        base=[3, 20.0, 1e-4],
+        markdown=str(tmp_path / "page.md"),
+    )
+    study.write_markdown(args, GAP, T[1] - T[0], families, "stamp")
+    text = (tmp_path / "page.md").read_text()
+    assert (
+        "## mesh level (edge halves per level): departures stable to one snapshot interval; observed order 2.00" in text
+    )
+    assert "the differences do not fall with the resolution (0.00e+00, then 1.00e-08): no order" in text
