@@ -206,12 +206,13 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
         raise SystemExit(f"{exp}: no convergence.nc or fit.nc; run the experiment with its studies first")
     conv, fit = _open(exp / "convergence.nc"), _open(exp / "fit.nc")
     start, end = run_span(exp / "logs")
+    stamp = page_stamp(__file__, "paper-scale-report", results, config, name, NAME)  # before the figures land
     shown = copy_figures(exp, FIGURES, images, markdown, "paper_scale")
     betas = ", ".join(f"{float(b):g}" for b in fit.beta.values)
     lines = [
         "# The paper-scale run: results",
         "",
-        page_stamp(__file__, "paper-scale-report", results, config, name, NAME),
+        stamp,
         "",
         "From the outputs of `make paper-scale-beta1000` (or `make paper-scale`). What the run is and why it is sized",
         "so: docs/paper_scale.md.",

@@ -146,13 +146,14 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
             raise SystemExit(f"{exp}: no {needed}; run `make sphere` first")
     fit, pe = _open(exp / "fit.nc"), _open(exp / "particle_error.nc")
     start, end = run_span(exp / "logs")
+    stamp = page_stamp(__file__, "sphere", results, config, name, NAME)  # before the figures change the checkout
     shown = copy_figures(exp, FIGURES, images, markdown, "sphere")
     regime, stands = particle_departures(fit, pe)
     shown.append(regime_figure(pe, stands, images, markdown))
     lines = [
         "# The paper's setting on the mean field itself: d = 3 without symmetry (generated)",
         "",
-        page_stamp(__file__, "sphere", results, config, name, NAME),
+        stamp,
         "",
         "From the outputs of the run of config/sphere.yaml that `make sphere` makes first. The solver and its checks:",
         "docs/sphere_mean_field.md; how each claim is decided: docs/claims.md.",

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
 
 def measured_boundary(tokens, stands) -> np.ndarray:
@@ -90,6 +91,11 @@ def plot_particle_regime(beta, tokens, stands, error, dim: int, title: str = "")
     ax.plot([], [], " ", label="numbers: largest W2 between particles and mean field")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # the measured N and β as the ticks (a log axis over less than a decade labels its minor ticks, overlapping)
+    ax.set_xticks(tokens, [f"{n:g}" for n in tokens])
+    ax.set_yticks(beta, [f"{b:g}" for b in beta])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(tokens[0] / 3, tokens[-1] * 3)
     if beta.size:
         ax.set_ylim(beta.min() / 1.6, beta.max() * 1.6)
