@@ -27,10 +27,10 @@ import sys
 import time
 
 import numpy as np
-from sphere_departure import describe_departure, horizon_grid
+from sphere_departure import describe_departure, horizon_grid, log, sphere_experiment
 
 from lowtemp.analysis import fitting
-from lowtemp.config import experiment, schema
+from lowtemp.config import experiment
 from lowtemp.dynamics import sphere_meanfield
 from lowtemp.model import measures, projection
 from lowtemp.model.seeding import generator
@@ -144,14 +144,7 @@ def main(argv=None) -> int:
     wall = time.perf_counter()
     commit = harness.commit()  # the code that runs: read before the (long) run
     command = harness.command(__file__, argv if argv is not None else sys.argv[1:])
-
-    def log(msg):
-        print(msg, file=sys.stderr, flush=True)
-
-    cfg = schema.load_config_file(args.config)
-    exp = cfg["experiments"][args.experiment]
-    if exp["dim"] != 3:
-        raise SystemExit(f"sphere_convergence: experiment {args.experiment} has d = {exp['dim']}, the solver needs 3")
+    cfg, exp = sphere_experiment(args.config, args.experiment, "sphere_convergence")
     values = {"level": args.levels, "depth": args.depths, "rtol": args.rtols}
     base = {"level": int(args.base[0]), "depth": float(args.base[1]), "rtol": float(args.base[2])}
     for family, given in values.items():

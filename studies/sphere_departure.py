@@ -80,6 +80,21 @@ def describe_departure(times, dist, gap) -> str:
     return ", ".join(out)
 
 
+def log(msg) -> None:
+    """A progress line on stderr."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sphere_experiment(config: str, name: str, script: str) -> tuple[dict, dict]:
+    """(config, experiment ``name``) of a config file, the experiment in d = 3 (SystemExit naming ``script``
+    otherwise: the S² solver needs it)."""
+    cfg = schema.load_config_file(config)
+    exp = cfg["experiments"][name]
+    if exp["dim"] != 3:
+        raise SystemExit(f"{script}: experiment {name} has d = {exp['dim']}, the solver needs 3")
+    return cfg, exp
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="config/config.yaml")
@@ -108,14 +123,7 @@ def main(argv=None) -> int:
     wall = time.perf_counter()
     commit = harness.commit()  # the code that runs: read before the (long) run
     command = harness.command(__file__, argv if argv is not None else sys.argv[1:])
-
-    def log(msg):
-        print(msg, file=sys.stderr, flush=True)
-
-    cfg = schema.load_config_file(args.config)
-    exp = cfg["experiments"][args.experiment]
-    if exp["dim"] != 3:
-        raise SystemExit(f"sphere_departure: experiment {args.experiment} has d = {exp['dim']}, the solver needs 3")
+    cfg, exp = sphere_experiment(args.config, args.experiment, "sphere_departure")
     M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
     params = dict(exp["initial_measure"])
     name = params.pop("name")
