@@ -99,14 +99,16 @@ def boundary_summary(betas, tokens, stands, dim: int) -> str:
         for b, n in zip(betas, boundary)
     ]
     slope = regimes.boundary_slope(betas, boundary)
+    between = boundary[np.isfinite(boundary)]
+    if between.size < 2:
+        measured = "not measured (fewer than two β with it between two measured N)"
+    elif np.isnan(slope):  # every finite point at the same N
+        measured = "not resolved (it lies between the same two measured N at every β where it is measured)"
+    else:
+        measured = f"{slope:.2f}"
     return (
-        f"Measured boundary: {'; '.join(where)}. Slope of log β against log N along it: "
-        + (
-            "not measured (fewer than two β with the boundary between two measured N)"
-            if np.isnan(slope)
-            else f"{slope:.2f}"
-        )
-        + f"; the selectivity scaling's: {2 / (dim - 1):g}."
+        f"Measured boundary: {'; '.join(where)}. Slope of log β against log N along it: {measured}; "
+        f"the selectivity scaling's: {2 / (dim - 1):g}."
     )
 
 

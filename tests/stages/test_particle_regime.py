@@ -141,3 +141,9 @@ def test_the_boundary_slope_and_summary():
     assert text.startswith("Measured boundary: β = 10: below N = 64; β = 31.6: N ≈ 128; β = 100: N ≈ 2048; ")
     assert "β = 316: beyond N = 4096." in text and "1000" not in text
     assert f"along it: {np.log(100 / 31.6) / np.log(16):.2f}; the selectivity scaling's: 2." in text
+
+
+def test_a_boundary_between_the_same_two_n_at_every_beta_is_not_resolved():
+    stands = np.array([[0, 1, 1, 1], [0, 1, 1, 1], [0, 0, 0, 0]])
+    text = study.boundary_summary([10.0, 31.6, 100.0], list(TOKENS), stands, 2)
+    assert "along it: not resolved (it lies between the same two measured N at every β" in text
