@@ -114,13 +114,15 @@ sphere: $(STAMP)
 sphere-zero-temperature: $(STAMP)
 	$(BIN)/python studies/sphere_zero_temperature.py --markdown docs/sphere_zero_temperature.md
 
-## sphere-departure: docs/sphere_departure.md, the d = 3 mean field of `concentration` (the S² mesh solver at two
-## levels, at most 12 000 triangles) against its particles at N = 1024 and 4096: beta = 10 to t = 6 (levels 2, 3),
-## then beta = 100 to t = 12 (levels 3, 4; level 2 is too coarse for it); the page is rewritten after each beta
+## sphere-departure: docs/sphere_departure.md and docs/img/particle_regime_sphere.png, the d = 3 mean field of
+## `concentration` (the S² mesh solver at two levels, at most 16 000 triangles) against its particles at N = 256 …
+## 16 384, and where in (log N, log beta) they stand for it: beta = 10 and 31.6 to t = 8 (levels 2, 3), then
+## beta = 100 to t = 10 (levels 3, 4; level 2 is too coarse for it); the page is rewritten after each beta
 sphere-departure: $(STAMP)
-	$(BIN)/python studies/sphere_departure.py --betas 10 100 --horizons 6 12 --levels 2 3 3 4 --tokens 1024 4096 \
-		--replicas 2 --max-triangles 12000 \
-		--markdown docs/sphere_departure.md --out docs/data/sphere_departure.npz
+	$(BIN)/python studies/sphere_departure.py --betas 10 31.6 100 --horizons 8 8 10 --levels 2 3 2 3 3 4 \
+		--tokens 256 1024 4096 16384 --replicas 2 --max-triangles 16000 \
+		--markdown docs/sphere_departure.md --out docs/data/sphere_departure.npz \
+		--figure docs/img/particle_regime_sphere.png
 
 ## sphere-convergence: docs/sphere_convergence.md, the d = 3 reference of config/sphere.yaml at beta = 10 to t = 6 with
 ## its mesh level (2, 3, 4), pruning depth (10, 20, 40) and rtol (1e-3, 1e-4, 1e-5) varied one at a time: each family's

@@ -6,7 +6,11 @@ its error estimate), and the particle system from the experiment's own initial t
 (the package's dense kernel, RK4 at the experiment's dt). Reported per snapshot: the distance to E1(A)
 (sqrt(∫ 2 − 2|P1 x| dρ), the `dist_leading_A` of distances.nc), and per run the departure by the pipeline's
 geometric rule (``analysis.fitting.geometric_departure``: the first time after the metastable phase that the
-distance exceeds half the distance between E1(A) and V's leading eigenspace).
+distance exceeds half the distance between E1(A) and V's leading eigenspace). Per (β, N) the particles *stand for*
+the mean field where every replica departs within one snapshot interval of the reference, compared on the snapshots
+the reference resolves (the circle study's rule, ``mean_field_departure.particle_shift``); ``--figure`` draws where
+they do in (log N, log β) beside the scaling at which softmax attention over N keys turns selective
+(``lowtemp.plotting.regimes``).
 
 Writes a Markdown page (``--markdown``) and the curves (``--out``, npz) stamped with the command, commit, CPU and
 wall time. Method and its checks: docs/sphere_mean_field.md.
@@ -15,16 +19,19 @@ wall time. Method and its checks: docs/sphere_mean_field.md.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 import numpy as np
+from mean_field_departure import boundary_summary, particle_shift, regime_table, stands_for
 
 from lowtemp.analysis import fitting
 from lowtemp.config import experiment, schema
 from lowtemp.dynamics import integrate, kernels, sphere_meanfield, sphere_mesh
 from lowtemp.model import measures, projection
 from lowtemp.model.seeding import generator
+from lowtemp.plotting import regimes
 from lowtemp.store import harness
 
 
@@ -119,6 +126,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-triangles", type=int, default=20000, help="a mesh run stops at the first snapshot above")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--figure", help="write the (log N, log β) picture of where particles stand for the mean field")
     args = ap.parse_args(argv)
     wall = time.perf_counter()
     commit = harness.commit()  # the code that runs: read before the (long) run
@@ -145,8 +153,12 @@ def main(argv=None) -> int:
         coarse, _ = mesh_run(M, beta, times, name, params, lo, args.rtol, args.remesh_every, args.max_triangles, log)
         fine, sol = mesh_run(M, beta, times, name, params, hi, args.rtol, args.remesh_every, args.max_triangles, log)
         curves[f"mesh_coarse_beta{beta:g}"], curves[f"mesh_fine_beta{beta:g}"] = coarse, fine
+        until = float(sol.info["resolved_until"])
+        resolved = times <= until
+        reference = fitting.geometric_departure(times[resolved], fine[None, resolved], gap)
         row = {
             "beta": beta,
+            "interval": float(times[1] - times[0]),
             "horizon": float(times[-1]),
             "levels": f"{hi} / {lo}",
             "mesh": describe_departure(times, fine, gap),
@@ -162,6 +174,7 @@ def main(argv=None) -> int:
             curves[f"particles_N{n}_beta{beta:g}"] = dist
             row[f"N{n}"] = describe_departure(times, dist, gap)
             row[f"N{n}_gap"] = float(np.nanmax(np.abs(dist - fine[None])))
+            row[f"N{n}_shift"] = curves[f"shift_N{n}_beta{beta:g}"] = particle_shift(times, until, dist, reference, gap)
         rows.append(row)
         log(f"beta {beta:g}: {row}")
         # written after every β, so a long run stopped later keeps what it finished (the stamp says which β)
@@ -171,9 +184,30 @@ def main(argv=None) -> int:
         )
         if args.out:
             np.savez(args.out, **curves, stamp=stamp)
+        if args.figure:
+            regime_figure(args, rows)
         if args.markdown:
             write_markdown(args, exp, gap, curves, rows, stamp)
     return 0
+
+
+def regime(args, rows) -> tuple[np.ndarray, np.ndarray]:
+    """(stands (beta, tokens): 1 where the particles stand for the mean field, 0 where not, NaN not judged;
+    departure shifts (beta, tokens, replica)) of the β finished so far."""
+    shift = np.array([[r[f"N{n}_shift"] for n in args.tokens] for r in rows], dtype=float)
+    return stands_for(shift, rows[0]["interval"]), shift
+
+
+def regime_figure(args, rows) -> None:
+    """The (log N, log β) picture of the β finished so far, each point labelled with the particles' largest
+    difference from the reference in the distance to E1(A)."""
+    stands, _ = regime(args, rows)
+    gaps = np.array([[r[f"N{n}_gap"] for n in args.tokens] for r in rows])
+    fig = regimes.plot_particle_regime(
+        [r["beta"] for r in rows], args.tokens, stands, gaps, 3,
+        error_label="largest difference in the distance to E1(A) from the reference",
+    )  # fmt: skip
+    fig.savefig(args.figure, dpi=130)
 
 
 def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
@@ -209,6 +243,23 @@ def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
             cells += [r[f"N{n}"], f"{r[f'N{n}_gap']:.3f}"]
         cells += [str(r["triangles"]), str(r["nfev"]), f"{r['seconds']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
+    stands, shift = regime(args, rows)
+    betas = [r["beta"] for r in rows]
+    lines += [
+        "",
+        "## Where the particles stand for the mean field",
+        "",
+        f"Per (β, N): 'yes' where every replica departs within one snapshot interval ({rows[0]['interval']:g}) of "
+        "the reference, compared on the snapshots the reference resolves ('no (off by Δt = inf)' where one "
+        "departed and the other did not, a departure after the horizon counting as none; '-': not judged, where "
+        "the reference stopped early still metastable and the particles were too).",
+        "",
+        regime_table(betas, args.tokens, stands, shift),
+        "",
+        boundary_summary(betas, args.tokens, stands, 3),
+    ]
+    if args.figure:
+        lines += ["", f"![where particles stand for the mean field in d = 3]({_relative(args.figure, args.markdown)})"]
     for r in rows:
         tag = f"beta{r['beta']:g}"
         times = curves[f"times_{tag}"]
@@ -225,6 +276,11 @@ def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
             lines.append(f"| {times[k]:g} | " + " | ".join(" / ".join(f"{v:.4f}" for v in val) for val in vals) + " |")
     with open(args.markdown, "w") as fh:
         fh.write("\n".join(lines) + "\n")
+
+
+def _relative(path: str, page: str) -> str:
+    """``path`` as the page ``page`` links it."""
+    return os.path.relpath(path, os.path.dirname(page) or ".")
 
 
 if __name__ == "__main__":

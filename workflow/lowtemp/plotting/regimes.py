@@ -18,6 +18,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
+#: what the numbers beside the points are, unless the caller says otherwise
+ERROR_LABEL = "largest W2 between particles and mean field"
+
 
 def measured_boundary(tokens, stands) -> np.ndarray:
     """Per β (rows of ``stands`` (beta, tokens), ``tokens`` increasing): the geometric midpoint between the largest
@@ -57,11 +60,12 @@ def selectivity_line(beta, boundary, dim: int) -> tuple[np.ndarray, np.ndarray] 
     return boundary[k] * (betas / beta[k]) ** (1.0 / slope), betas
 
 
-def plot_particle_regime(beta, tokens, stands, error, dim: int, title: str = ""):
+def plot_particle_regime(beta, tokens, stands, error, dim: int, title: str = "", error_label: str = ERROR_LABEL):
     """The picture: a filled circle where N particles stand for the mean field at β (``stands`` (beta, tokens): 1),
-    a cross where they do not (0; NaN: not measured, left out), each labelled with the largest W2 between the
-    particles and the mean field's push-forward of the same tokens (``error`` (beta, tokens)); the measured boundary
-    (over the β measured at every N) and the selectivity scaling."""
+    a cross where they do not (0; NaN: not measured, left out), each labelled with ``error`` (beta, tokens), by
+    default the largest W2 between the particles and the mean field's push-forward of the same tokens (what the
+    numbers are: ``error_label``); the measured boundary (over the β measured at every N) and the selectivity
+    scaling."""
     beta, tokens = np.asarray(beta, dtype=float), np.asarray(tokens, dtype=float)
     stands = np.asarray(stands, dtype=float)
     fails = stands == 0
@@ -88,7 +92,7 @@ def plot_particle_regime(beta, tokens, stands, error, dim: int, title: str = "")
     line = selectivity_line(beta, boundary, dim)
     if line is not None:
         ax.plot(*line, "k:", lw=1.5, label=f"β ∝ N^{2 / (dim - 1):g} (selectivity onset, anchored at the lowest β)")
-    ax.plot([], [], " ", label="numbers: largest W2 between particles and mean field")
+    ax.plot([], [], " ", label=f"numbers: {error_label}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     # the measured N and β as the ticks (a log axis over less than a decade labels its minor ticks, overlapping)
