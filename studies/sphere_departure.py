@@ -263,7 +263,7 @@ def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
     for r in rows:
         tag = f"beta{r['beta']:g}"
         times = curves[f"times_{tag}"]
-        keys = [k for k in curves if k.endswith(tag) and not k.startswith("times")]
+        keys = [k for k in curves if k.endswith(tag) and k.startswith(("mesh_", "particles_"))]  # the curves
         lines += [
             "",
             f"Distance to E1(A) at β = {r['beta']:g}, every 4th snapshot (particles: one value per replica):",

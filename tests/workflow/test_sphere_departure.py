@@ -1,0 +1,49 @@
+"""studies/sphere_departure.py: the verdict per (β, N) of whether the particles stand for the d = 3 mean field, and
+a short real run that writes it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from conftest import script_module
+
+study = script_module("studies/sphere_departure.py")
+
+
+def rows(shifts: dict[float, list[list[float]]], interval: float = 0.25) -> list[dict]:
+    """Finished β as the study keeps them: per N the departure shift of every replica."""
+    return [
+        {"beta": beta, "interval": interval, **{f"N{n}_shift": np.array(s) for n, s in zip((256, 1024), per_n)}}
+        for beta, per_n in shifts.items()
+    ]
+
+
+def test_a_replica_two_intervals_off_makes_the_verdict_no():
+    """Within one interval on every replica: yes; one replica two intervals off, or departed where the reference
+    did not (inf): no; a replica not judged (NaN, the reference stopped early): the cell is not judged."""
+    args = SimpleNamespace(tokens=[256, 1024])
+    stands, shift = study.regime(args, rows({10.0: [[0.0, 0.25], [0.5, 0.0]], 100.0: [[np.inf, 0.0], [np.nan, 0.0]]}))
+    assert shift.shape == (2, 2, 2)
+    np.testing.assert_array_equal(stands, [[1.0, 0.0], [0.0, np.nan]])
+    # the must-fail input: the late replica moved back within one interval turns the verdict to yes
+    stands, _ = study.regime(args, rows({10.0: [[0.0, 0.25], [0.25, 0.0]]}))
+    np.testing.assert_array_equal(stands, [[1.0, 1.0]])
+
+
+def test_a_short_run_writes_the_regime_and_its_picture(tmp_path):
+    """β = 10 to t = 1.25 (levels 2 and 3) against N = 8, 16: the page has the regime section linking the picture,
+    the picture exists, the npz holds every replica's departure shift, and the per-snapshot table (every 4th of six
+    snapshots) lists the curves alone."""
+    page, out, figure = tmp_path / "page.md", tmp_path / "curves.npz", tmp_path / "img" / "regime.png"
+    figure.parent.mkdir()
+    argv = ["--betas", "10", "--horizons", "1.25", "--levels", "2", "3", "--tokens", "8", "16", "--replicas", "2"]
+    study.main([*argv, "--markdown", str(page), "--out", str(out), "--figure", str(figure)])
+    text = page.read_text()
+    assert "## Where the particles stand for the mean field" in text
+    assert "| 10 | yes | yes |" in text  # nothing departs by t = 1.25: both metastable at the horizon
+    assert "| t | mesh coarse | mesh fine | particles N8 | particles N16 |" in text
+    assert "\n| 1 | " in text
+    assert "](img/regime.png)" in text and figure.stat().st_size > 0
+    curves = np.load(out)
+    assert curves["shift_N8_beta10"].shape == (2,) and curves["shift_N16_beta10"].shape == (2,)
