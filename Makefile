@@ -126,7 +126,7 @@ sphere-departure: $(STAMP)
 		--figure docs/img/particle_regime_sphere.png
 
 ## sphere-convergence: docs/sphere_convergence.md, the d = 3 reference of config/sphere.yaml at beta = 10 to t = 6 with
-## its mesh level (2, 3, 4), pruning depth (10, 20, 40) and rtol (1e-3, 1e-4, 1e-5) varied one at a time: each family's
+## its mesh level (2, 3, 4), pruning depth (10, 20, 40) and rtol (1e-2, 1e-3, 1e-4) varied one at a time: each family's
 ## departures against one snapshot interval, its differences and observed order; the page is rewritten after each run
 sphere-convergence: $(STAMP)
 	$(BIN)/python studies/sphere_convergence.py --beta 10 --horizon 6 \

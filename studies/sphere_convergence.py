@@ -31,7 +31,7 @@ from sphere_departure import describe_departure, horizon_grid, log, sphere_exper
 
 from lowtemp.analysis import fitting
 from lowtemp.config import experiment
-from lowtemp.dynamics import sphere_meanfield
+from lowtemp.dynamics import sphere_levels, sphere_meanfield
 from lowtemp.model import measures, projection
 from lowtemp.model.seeding import generator
 from lowtemp.store import harness
@@ -129,13 +129,13 @@ def main(argv=None) -> int:
         "--base",
         type=float,
         nargs=3,
-        default=[3, 20.0, 1e-4],
+        default=[3, sphere_levels.REFERENCE_DEPTH, sphere_levels.REFERENCE_RTOL],
         metavar=("LEVEL", "DEPTH", "RTOL"),
         help="the settings every family varies one of (default: the reference's at level 3)",
     )
     ap.add_argument("--levels", type=int, nargs="+", default=[2, 3, 4])
     ap.add_argument("--depths", type=float, nargs="+", default=[10.0, 20.0, 40.0])
-    ap.add_argument("--rtols", type=float, nargs="+", default=[1e-3, 1e-4, 1e-5])
+    ap.add_argument("--rtols", type=float, nargs="+", default=[1e-2, 1e-3, 1e-4])
     ap.add_argument("--tokens", type=int, default=256, help="tracers: the first replica's first tokens")
     ap.add_argument("--max-triangles", type=int, default=60000)
     ap.add_argument("--markdown", default=None)

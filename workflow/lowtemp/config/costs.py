@@ -203,7 +203,7 @@ def _mean_field(experiment):
     return 6 * times * r * n * d * _F, seconds
 
 
-#: the S² mesh reference (d = 3 without symmetry): field evaluations per unit of time (DOP853 at its rtol 1e-4 with
+#: the S² mesh reference (d = 3 without symmetry): field evaluations per unit of time (DOP853 at rtol 1e-4 with
 #: stops every 0.25: 54 to 62 at β = 10 and 100, 85 at β = 31.6 in docs/sphere_results.md) and the cost per pair of a
 #: query and a nominal kept quadrature node. On a uniform mesh a node costs about 20 ns on 2 threads
 #: (docs/sphere_mean_field_bench.md); over a run the clusters' own weight prunes most of the tail (depth 20 is
