@@ -55,13 +55,19 @@ def departure(times: np.ndarray, dist_A: np.ndarray, gap: float) -> str:
 def particle_shift(times, until: float, dist_A, mf_departure, gap: float) -> np.ndarray:
     """(replica) departure shift of the particles' curves ``dist_A`` (replica, time) against the mean field's
     departure ``mf_departure`` (``geometric_departure`` on the snapshots up to ``until``, where the reference is
-    resolved), both taken on those snapshots (a particle departure after them is not compared); NaN, not judged,
-    where both are still metastable at ``until`` and that is before the horizon."""
-    resolved = times <= until
+    resolved). Where the reference departed, the particles' whole curves count (one departing an interval after
+    the reference's last resolved snapshot is off by that interval). Where it stopped before the horizon without
+    departing, the particles are taken up to ``until``: one departed by then is off by inf, one still metastable
+    there is NaN, not judged; and where the reference had not even arrived at the metastable phase by then, no
+    replica is judged."""
+    departed = np.isfinite(np.asarray(mf_departure[0], dtype=float))
+    early = until < times[-1]
+    resolved = times <= until if early and not np.all(departed) else np.ones(times.size, bool)
     particles = fitting.geometric_departure(times[resolved], dist_A[:, resolved], gap)
     shift = fitting.departure_shift(*particles, *mf_departure)
-    if bool(mf_departure[1]) and until < times[-1]:
-        shift = np.where(shift == 0, np.nan, shift)
+    if early and not np.all(departed):
+        arrived = bool(np.all(mf_departure[1]))  # censored: still metastable at until
+        shift = np.where(shift == 0, np.nan, shift) if arrived else np.full(shift.shape, np.nan)
     return shift
 
 

@@ -128,6 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--figure", help="write the (log N, log β) picture of where particles stand for the mean field")
     args = ap.parse_args(argv)
+    args.tokens = sorted(set(args.tokens))  # the regime reads them increasing
     wall = time.perf_counter()
     commit = harness.commit()  # the code that runs: read before the (long) run
     command = harness.command(__file__, argv if argv is not None else sys.argv[1:])
@@ -202,6 +203,9 @@ def regime_figure(args, rows) -> None:
     """The (log N, log β) picture of the β finished so far, each point labelled with the particles' largest
     difference from the reference in the distance to E1(A)."""
     stands, _ = regime(args, rows)
+    if np.all(np.any(np.isnan(stands), axis=1)):
+        log("  no β judged at every N yet: no picture")  # the picture draws only those (regimes)
+        return
     gaps = np.array([[r[f"N{n}_gap"] for n in args.tokens] for r in rows])
     fig = regimes.plot_particle_regime(
         [r["beta"] for r in rows], args.tokens, stands, gaps, 3,

@@ -130,6 +130,37 @@ def test_particles_metastable_where_the_reference_stopped_early_are_not_judged()
     np.testing.assert_array_equal(study.particle_shift(t, 10.0, particles[:1] * 0 + curve(99.0), whole, gap), [0.0])
 
 
+def test_a_reference_that_departed_at_its_last_resolved_snapshot_is_compared_with_the_whole_particle_curves():
+    """The reference resolved to t = 6 and departed at 6; particles leaving at 6.5 (one interval later) and at 6
+    stand for it, particles leaving at 7.5 do not: the particles' curves are not cut where the reference stops."""
+    t = np.linspace(0.0, 10.0, 21)
+    gap = 0.6
+
+    def curve(leave):
+        return np.where(t < 1.0, gap * (1 - t), 0.0) + np.where(t >= leave, gap, 0.0)
+
+    reference = fitting.geometric_departure(t[t <= 6.0], curve(6.0)[t <= 6.0], gap)
+    shift = study.particle_shift(t, 6.0, np.stack([curve(6.5), curve(6.0), curve(7.5)]), reference, gap)
+    np.testing.assert_allclose(shift, [0.5, 0.0, 1.5])
+    np.testing.assert_array_equal(study.stands_for(shift[None, None, :2], 0.5), [[1.0]])
+    assert study.stands_for(shift[None, None], 0.5)[0, 0] == 0.0
+
+
+def test_a_reference_stopped_before_it_arrived_judges_no_replica():
+    """The reference resolved to t = 0.5 only, before it reached the metastable phase: particles that have not
+    arrived either, and particles that arrived, are both not judged (its departure is unknown)."""
+    t = np.linspace(0.0, 10.0, 21)
+    gap = 0.6
+    slow = np.where(t < 3.0, gap * (1 - t / 3), 0.0) + np.where(t >= 7.0, gap, 0.0)  # arrives at t = 1.5 or so
+    fast = np.where(t < 0.25, gap * (1 - 4 * t), 0.0) + np.where(t >= 4.0, gap, 0.0)  # arrives by t = 0.5
+    reference = fitting.geometric_departure(t[t <= 0.5], slow[t <= 0.5], gap)
+    assert np.isnan(reference[0]) and not reference[1]  # never arrived, by t = 0.5
+    assert np.all(np.isnan(study.particle_shift(t, 0.5, np.stack([slow, fast]), reference, gap)))
+    # resolved to the horizon, the same reference is compared: the fast particles left 3 units earlier
+    whole = fitting.geometric_departure(t, slow, gap)
+    np.testing.assert_allclose(study.particle_shift(t, 10.0, np.stack([slow, fast]), whole, gap), [0.0, 3.0])
+
+
 def test_the_boundary_slope_and_summary():
     """A boundary at N = 128 (β = 10) and 2048 (β = 100): slope log(10)/log(16); one β below the smallest N and one
     beyond the largest are named and left out of the slope; a single finite point gives no slope."""

@@ -31,17 +31,33 @@ def test_a_replica_two_intervals_off_makes_the_verdict_no():
     np.testing.assert_array_equal(stands, [[1.0, 1.0]])
 
 
+def test_no_picture_where_no_beta_is_judged_at_every_n(tmp_path):
+    """A β with one N not judged is left out of the picture; with no β left there is no picture (and no error)."""
+    figure = tmp_path / "regime.png"
+    args = SimpleNamespace(tokens=[256, 1024], figure=str(figure))
+    one = rows({10.0: [[0.0, 0.0], [np.nan, np.nan]]})
+    for r in one:
+        r.update({"N256_gap": 0.01, "N1024_gap": 0.01})
+    study.regime_figure(args, one)
+    assert not figure.exists()
+    judged = rows({10.0: [[0.0, 0.0], [0.0, 0.0]]})
+    for r in judged:
+        r.update({"N256_gap": 0.01, "N1024_gap": 0.01})
+    study.regime_figure(args, judged)
+    assert figure.stat().st_size > 0
+
+
 def test_a_short_run_writes_the_regime_and_its_picture(tmp_path):
     """β = 10 to t = 1.25 (levels 2 and 3) against N = 8, 16: the page has the regime section linking the picture,
     the picture exists, the npz holds every replica's departure shift, and the per-snapshot table (every 4th of six
-    snapshots) lists the curves alone."""
+    snapshots) lists the curves alone; the N given out of order are read increasing."""
     page, out, figure = tmp_path / "page.md", tmp_path / "curves.npz", tmp_path / "img" / "regime.png"
     figure.parent.mkdir()
-    argv = ["--betas", "10", "--horizons", "1.25", "--levels", "2", "3", "--tokens", "8", "16", "--replicas", "2"]
+    argv = ["--betas", "10", "--horizons", "1.25", "--levels", "2", "3", "--tokens", "16", "8", "--replicas", "2"]
     study.main([*argv, "--markdown", str(page), "--out", str(out), "--figure", str(figure)])
     text = page.read_text()
     assert "## Where the particles stand for the mean field" in text
-    assert "| 10 | yes | yes |" in text  # nothing departs by t = 1.25: both metastable at the horizon
+    assert "| 10 | yes | yes |" in text  # at t = 1.25 neither has arrived at the metastable phase: they agree
     assert "| t | mesh coarse | mesh fine | particles N8 | particles N16 |" in text
     assert "\n| 1 | " in text
     assert "](img/regime.png)" in text and figure.stat().st_size > 0
