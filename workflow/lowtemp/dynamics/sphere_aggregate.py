@@ -39,7 +39,7 @@ AGGREGATION_CELL = 0.02
 #: fewest queries in a cell for it to be a group: a group costs four exact queries (centre, two probes, check)
 MIN_GROUP = 12
 #: largest miss of the expanded velocity at a group's check point (radians per unit time): over a horizon of 30 it
-#: adds at most 3e-7 rad, below the reference solve's absolute tolerance (1e-6)
+#: adds at most 3e-7 rad, below the reference solve's absolute tolerance (1e-5)
 VELOCITY_TOLERANCE = 1e-8
 #: largest miss of the expanded divergence at a group's check point (e-folds per unit time): an order below the
 #: softmax quadrature's own error on the divergence (1e-5 of its scale against central differences,

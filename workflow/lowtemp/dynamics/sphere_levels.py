@@ -55,13 +55,13 @@ def subdivision_needed(radius: float, B: np.ndarray, beta: float, depth: float) 
 # the pipeline's reference: two icosphere levels, the finer one the reference, their difference its error
 #: DOP853's relative tolerance of the pipeline's reference (atol a hundredth of it): the softmax's adaptive
 #: quadrature makes the field piecewise smooth at about 1e-5, so a tighter one buys nothing; until the clusters
-#: contract the steps are set by the stops (remeshing, snapshots), and past t ≈ 9 at β = 100, where the tolerance
-#: sets them, 1e-3 takes 1.65 times fewer field evaluations than 1e-4 and moves the tracers by 3e-5 (RMS) per unit
-#: of time, far below the two levels' difference (docs/decisions/0015-sphere-reference-settings.md)
+#: contract the steps are set by the stops (remeshing, snapshots), and from t ≈ 8–9 at β = 100, where the tolerance
+#: sets them, 1e-3 takes 1.55–1.65 times fewer field evaluations than 1e-4 and moves the tracers by 2–3e-5 (RMS)
+#: over one to 1.5 units of time, 50–140 times below the two levels' difference (docs/decisions/0015)
 REFERENCE_RTOL = 1e-3
 #: pruning depth of the pipeline's reference: a skipped triangle holds less than e^{−20} ≈ 2e-9 of the proven lower
 #: bound of Z. On a clustered state (two vMF clusters of concentration 40 on ±E1(A), concentration's matrices) the
-#: velocity moved by at most 2e-9 and the divergence by at most 5e-8 against depth 40, far below the solve's rtol 1e-4,
+#: velocity moved by at most 2e-9 and the divergence by at most 5e-8 against depth 40, far below the solve's rtol 1e-3,
 #: while a field evaluation took 2.5× (β = 10) and 1.4× (β = 100) less (tests/dynamics/test_sphere_levels.py checks
 #: 1e-7 and 1e-6)
 REFERENCE_DEPTH = 20.0
