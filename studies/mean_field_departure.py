@@ -79,35 +79,52 @@ def stands_for(shift: np.ndarray, interval: float) -> np.ndarray:
     return np.where(measured, within.astype(float), np.nan)
 
 
-def regime_table(betas, tokens, stands, shift) -> str:
+def regime_table(betas, tokens, stands, shift, horizon=None) -> str:
     """Per β a row, per N a cell: 'yes' where the particles stand for the mean field, else the largest shift of a
-    departure (in units of t), '-' where not judged."""
+    departure (in units of t), '-' where not judged. ``horizon`` (beta,): the time at which the reference is still
+    metastable at the horizon, NaN where it departed; there a 'yes' says only that both stayed to that time."""
+    horizon = np.full(len(betas), np.nan) if horizon is None else np.asarray(horizon, dtype=float)
     lines = ["| β | " + " | ".join(f"N = {n}" for n in tokens) + " |", "|" + "---|" * (len(tokens) + 1)]
     for i, beta in enumerate(betas):
+        yes = "yes" if np.isnan(horizon[i]) else f"yes to t = {horizon[i]:g} (both still metastable)"
         cells = []
         for j in range(len(tokens)):
             worst = float(np.max(shift[i, j]))
-            cells.append("-" if np.isnan(stands[i, j]) else "yes" if stands[i, j] else f"no (off by Δt = {worst:g})")
+            cells.append("-" if np.isnan(stands[i, j]) else yes if stands[i, j] else f"no (off by Δt = {worst:g})")
         lines.append(f"| {beta:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def boundary_summary(betas, tokens, stands, dim: int) -> str:
+def boundary_summary(betas, tokens, stands, dim: int, horizon=None) -> str:
     """The measured boundary per β (``regimes.measured_boundary``, over the β judged at every N) and its slope in
-    (log N, log β) beside the selectivity scaling's 2/(d−1)."""
+    (log N, log β) beside the selectivity scaling's 2/(d−1). Where the reference is still metastable at the horizon
+    (``horizon`` (beta,) finite, as in ``regime_table``) the particles that stand for it only stayed with it, so the
+    boundary there is a lower bound, left out of the slope."""
     stands = np.asarray(stands, dtype=float)
     judged = ~np.any(np.isnan(stands), axis=1)
-    betas = np.asarray(betas, dtype=float)[judged]
+    horizon = np.full(len(betas), np.nan) if horizon is None else np.asarray(horizon, dtype=float)
+    betas, horizon = np.asarray(betas, dtype=float)[judged], horizon[judged]
     boundary = regimes.measured_boundary(tokens, stands[judged] == 1)
     where = [
         f"β = {b:g}: "
-        + (f"beyond N = {tokens[-1]}" if np.isinf(n) else f"below N = {tokens[0]}" if np.isnan(n) else f"N ≈ {n:.0f}")
-        for b, n in zip(betas, boundary)
+        + (
+            f"beyond N = {tokens[-1]}"
+            if np.isinf(n)
+            else f"not known (every N still metastable with the reference at t = {h:g})"
+            if np.isnan(n) and np.isfinite(h)
+            else f"below N = {tokens[0]}"
+            if np.isnan(n)
+            else f"N ≈ {n:.0f}"
+            if np.isnan(h)
+            else f"N ≈ {n:.0f} or more (the reference is still metastable at t = {h:g})"
+        )
+        for b, n, h in zip(betas, boundary, horizon)
     ]
+    boundary = np.where(np.isfinite(horizon) & np.isfinite(boundary), np.inf, boundary)  # a lower bound: no point
     slope = regimes.boundary_slope(betas, boundary)
     between = boundary[np.isfinite(boundary)]
     if between.size < 2:
-        measured = "not measured (fewer than two β with it between two measured N)"
+        measured = "not measured (fewer than two β with it between two measured N where the reference departed)"
     elif np.isnan(slope):  # every finite point at the same N
         measured = "not resolved (it lies between the same two measured N at every β where it is measured)"
     else:
@@ -170,6 +187,7 @@ def main(argv=None) -> int:
     p_dist = np.full((len(betas), len(tokens), args.replicas, times.size), np.nan)
     p_err = np.full((len(betas), len(tokens), args.replicas, w2_at.size), np.nan)
     p_shift = np.full((len(betas), len(tokens), args.replicas), np.nan)
+    still = np.full(len(betas), np.nan)  # where the reference is still metastable at its last resolved time
     mf_seconds = np.zeros(len(betas))
     rows = []
     for i, beta in enumerate(betas):
@@ -204,6 +222,7 @@ def main(argv=None) -> int:
         until = sol.info["resolved_until"]
         resolved = times <= until
         mf_dep = fitting.geometric_departure(times[resolved], mf_dist[i][resolved], gap)
+        still[i] = until if bool(mf_dep[1]) else np.nan
         row = {
             "beta": beta,
             "mf": departure(times[resolved], mf_dist[i][resolved], gap),
@@ -279,11 +298,15 @@ def main(argv=None) -> int:
         )
     table = "\n".join(lines)
     stands = ds["stands_for_mean_field"].values
-    regime = regime_table(betas, tokens, stands, p_shift) + "\n\n" + boundary_summary(betas, tokens, stands, 2)
+    regime = (
+        regime_table(betas, tokens, stands, p_shift, still) + "\n\n" + boundary_summary(betas, tokens, stands, 2, still)
+    )
     print(table + "\n\n" + regime)
     if args.figure:
         error = np.nanmax(p_err, axis=(2, 3), initial=-np.inf)
-        fig = regimes.plot_particle_regime(betas, tokens, stands, np.where(np.isinf(error), np.nan, error), 2)
+        fig = regimes.plot_particle_regime(
+            betas, tokens, stands, np.where(np.isinf(error), np.nan, error), 2, horizon=still
+        )
         Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.figure, dpi=130)
     if args.markdown:

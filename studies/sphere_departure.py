@@ -157,9 +157,11 @@ def main(argv=None) -> int:
         until = float(sol.info["resolved_until"])
         resolved = times <= until
         reference = fitting.geometric_departure(times[resolved], fine[None, resolved], gap)
+        still = until if bool(reference[1][0]) else np.nan  # the reference still metastable at its last snapshot
         row = {
             "beta": beta,
             "interval": float(times[1] - times[0]),
+            "still": still,
             "horizon": float(times[-1]),
             "levels": f"{hi} / {lo}",
             "mesh": describe_departure(times, fine, gap),
@@ -210,6 +212,7 @@ def regime_figure(args, rows) -> None:
     fig = regimes.plot_particle_regime(
         [r["beta"] for r in rows], args.tokens, stands, gaps, 3,
         error_label="largest difference in the distance to E1(A) from the reference",
+        horizon=[r["still"] for r in rows],
     )  # fmt: skip
     fig.savefig(args.figure, dpi=130)
 
@@ -258,9 +261,9 @@ def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
         "departed and the other did not, a departure after the horizon counting as none; '-': not judged, where "
         "the reference stopped early still metastable and the particles were too).",
         "",
-        regime_table(betas, args.tokens, stands, shift),
+        regime_table(betas, args.tokens, stands, shift, [r["still"] for r in rows]),
         "",
-        boundary_summary(betas, args.tokens, stands, 3),
+        boundary_summary(betas, args.tokens, stands, 3, [r["still"] for r in rows]),
     ]
     if args.figure:
         lines += ["", f"![where particles stand for the mean field in d = 3]({_relative(args.figure, args.markdown)})"]

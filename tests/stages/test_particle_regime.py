@@ -178,3 +178,29 @@ def test_a_boundary_between_the_same_two_n_at_every_beta_is_not_resolved():
     stands = np.array([[0, 1, 1, 1], [0, 1, 1, 1], [0, 0, 0, 0]])
     text = study.boundary_summary([10.0, 31.6, 100.0], list(TOKENS), stands, 2)
     assert "along it: not resolved (it lies between the same two measured N at every β" in text
+
+
+def test_a_reference_still_metastable_at_the_horizon_gives_a_lower_bound_not_a_boundary():
+    """β = 10: the reference departed, the boundary between 256 and 1024 is measured; β = 100: it is still
+    metastable at t = 10, only N = 16 384 stayed with it, so that 'yes' is 'to t = 10', the boundary a lower bound,
+    and no slope is measured from one firm β. Without the horizon the same data would give a slope (the must-fail)."""
+    tokens = [256, 1024, 4096, 16384]
+    stands = np.array([[0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
+    shift = np.zeros((2, 4, 2))
+    still = [np.nan, 10.0]
+    table = study.regime_table([10.0, 100.0], tokens, stands, shift, still)
+    assert "| 10 | no (off by Δt = 0) | yes | yes | yes |" in table
+    assert table.endswith("| yes to t = 10 (both still metastable) |")
+    summary = study.boundary_summary([10.0, 100.0], tokens, stands, 3, still)
+    assert "β = 10: N ≈ 512" in summary and "β = 100: N ≈ 8192 or more (the reference is still metastable" in summary
+    assert "along it: not measured" in summary
+    assert "along it: 0.83" in study.boundary_summary([10.0, 100.0], tokens, stands, 3)
+    fig = regimes.plot_particle_regime([10.0, 100.0], tokens, stands, np.zeros((2, 4)), 3, horizon=still)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any("a lower bound" in x for x in labels) and any("to the horizon" in x for x in labels)
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    np.testing.assert_allclose(lines["measured boundary (midpoint between N)"].get_xdata(), [512.0])  # β = 10 alone
+    scaling = next(line for label, line in lines.items() if label.startswith("β ∝"))  # anchored at β = 10's point
+    assert np.interp(np.log(10.0), np.log(scaling.get_ydata()), np.log(scaling.get_xdata())) == pytest.approx(
+        np.log(512.0)
+    )

@@ -14,7 +14,12 @@ study = script_module("studies/sphere_departure.py")
 def rows(shifts: dict[float, list[list[float]]], interval: float = 0.25) -> list[dict]:
     """Finished β as the study keeps them: per N the departure shift of every replica."""
     return [
-        {"beta": beta, "interval": interval, **{f"N{n}_shift": np.array(s) for n, s in zip((256, 1024), per_n)}}
+        {
+            "beta": beta,
+            "interval": interval,
+            "still": np.nan,
+            **{f"N{n}_shift": np.array(s) for n, s in zip((256, 1024), per_n)},
+        }
         for beta, per_n in shifts.items()
     ]
 

@@ -60,36 +60,55 @@ def selectivity_line(beta, boundary, dim: int) -> tuple[np.ndarray, np.ndarray] 
     return boundary[k] * (betas / beta[k]) ** (1.0 / slope), betas
 
 
-def plot_particle_regime(beta, tokens, stands, error, dim: int, title: str = "", error_label: str = ERROR_LABEL):
+def plot_particle_regime(
+    beta, tokens, stands, error, dim: int, title: str = "", error_label: str = ERROR_LABEL, horizon=None
+):
     """The picture: a filled circle where N particles stand for the mean field at β (``stands`` (beta, tokens): 1),
     a cross where they do not (0; NaN: not measured, left out), each labelled with ``error`` (beta, tokens), by
     default the largest W2 between the particles and the mean field's push-forward of the same tokens (what the
     numbers are: ``error_label``); the measured boundary (over the β measured at every N) and the selectivity
-    scaling."""
+    scaling. ``horizon`` (beta,): where finite, the reference is still metastable at that time, so its circles
+    (drawn open) say only that the particles stayed with it, and its boundary is a lower bound (an open diamond
+    with an arrow, left out of the line and of the scaling's anchor)."""
     beta, tokens = np.asarray(beta, dtype=float), np.asarray(tokens, dtype=float)
     stands = np.asarray(stands, dtype=float)
     fails = stands == 0
     measured = ~np.any(np.isnan(stands), axis=1)
-    beta, error, stands, fails = (
+    horizon = np.full(beta.size, np.nan) if horizon is None else np.asarray(horizon, dtype=float)
+    beta, error, stands, fails, still = (
         beta[measured],
         np.asarray(error, dtype=float)[measured],
         stands[measured] == 1,
         fails[measured],
+        np.isfinite(horizon[measured]),
     )
     fig, ax = plt.subplots(figsize=(8.6, 4.6))
     N, B = np.meshgrid(tokens, beta)
-    ax.plot(N[stands], B[stands], "o", color="tab:green", ms=9, label="departs with the mean field (every replica)")
+    departed = stands & ~still[:, None]
+    ax.plot(N[departed], B[departed], "o", color="tab:green", ms=9, label="departs with the mean field (every replica)")
+    stayed = stands & still[:, None]
+    if np.any(stayed):
+        ax.plot(N[stayed], B[stayed], "o", mfc="none", color="tab:green", ms=9, mew=1.5,
+                label="metastable with the mean field to the horizon")  # fmt: skip
     ax.plot(N[fails], B[fails], "x", color="tab:red", ms=9, mew=2, label="departs elsewhere, or not at all")
     for (i, j), err in np.ndenumerate(np.asarray(error, dtype=float)):
         if np.isfinite(err):
             ax.annotate(f"{err:.2g}", (tokens[j], beta[i]), textcoords="offset points", xytext=(7, 5), fontsize=7)
     boundary = measured_boundary(tokens, stands)
-    shown = np.isfinite(boundary)
-    ax.plot(boundary[shown], beta[shown], "kD-", lw=1.5, ms=4, label="measured boundary (midpoint between N)")
-    for b, edge in zip(beta[~shown], boundary[~shown]):  # beyond the largest N (inf) or below the smallest (NaN)
+    lower = np.isfinite(boundary) & still
+    if np.any(lower):
+        ax.plot(boundary[lower], beta[lower], "D", mfc="none", color="k", ms=6,
+                label="boundary, a lower bound (the mean field still metastable at the horizon)")  # fmt: skip
+        for b, edge in zip(beta[lower], boundary[lower]):
+            ax.annotate("", (edge * 1.6, b), (edge * 1.1, b), arrowprops={"arrowstyle": "->", "color": "k"})
+    firm = np.where(lower, np.nan, boundary)  # a lower bound is neither on the line nor an anchor
+    shown = np.isfinite(firm)
+    ax.plot(firm[shown], beta[shown], "kD-", lw=1.5, ms=4, label="measured boundary (midpoint between N)")
+    outside = ~np.isfinite(boundary)
+    for b, edge in zip(beta[outside], boundary[outside]):  # beyond the largest N (inf) or below the smallest (NaN)
         start, end = (tokens[-1] * 1.3, tokens[-1] * 2.2) if np.isinf(edge) else (tokens[0] / 1.3, tokens[0] / 2.2)
         ax.annotate("", (end, b), (start, b), arrowprops={"arrowstyle": "->", "color": "k"})
-    line = selectivity_line(beta, boundary, dim)
+    line = selectivity_line(beta, firm, dim)
     if line is not None:
         ax.plot(*line, "k:", lw=1.5, label=f"β ∝ N^{2 / (dim - 1):g} (selectivity onset, anchored at the lowest β)")
     ax.plot([], [], " ", label=f"numbers: {error_label}")
