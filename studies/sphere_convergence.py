@@ -1,10 +1,13 @@
-"""Convergence of the d = 3 mean-field reference in each of its resolutions: mesh size, pruning depth, time tolerance.
+"""Convergence of the d = 3 mean-field reference in each of its resolutions: mesh size, pruning depth, time tolerance,
+remeshing interval.
 
 At one β, the general S² solver (``lowtemp.dynamics.sphere_meanfield``) on a d = 3 experiment's own matrices and
 initial measure, from the pipeline's reference settings (``sphere_meanfield.reference_settings``) with one
 resolution varied at a time: the icosphere level (and with it the remeshing edge, 1.5 times the initial one), the
 pruning depth (a triangle below e^{−depth} of the proven lower bound of Z is skipped), DOP853's rtol (atol a
-hundredth of it). Every run carries the experiment's first replica of initial tokens as tracers.
+hundredth of it), the time between remeshings (every snapshot remeshes too, so the reference's own interval is the
+smaller of its ``remesh_every`` and the snapshot interval; the members divide the snapshot interval). Every run
+carries the experiment's first replica of initial tokens as tracers.
 
 Per run: the distance to E1(A) per snapshot and the departure by the pipeline's geometric rule
 (``fitting.geometric_departure``). Per family, against its finest member: the largest difference of that distance,
@@ -36,11 +39,12 @@ from lowtemp.model import measures, projection
 from lowtemp.model.seeding import generator
 from lowtemp.store import harness
 
-#: the three resolutions, the settings field each varies, and which end of its values is the finest
+#: the four resolutions, the settings field each varies, and which end of its values is the finest
 FAMILIES = {
     "level": ("mesh level (edge halves per level)", max),
     "depth": ("pruning depth (e-folds)", max),
     "rtol": ("DOP853 rtol", min),
+    "remesh": ("remeshing interval (time)", min),
 }
 
 
@@ -54,17 +58,24 @@ def observed_order(coarse_gap: float, fine_gap: float, ratio: float) -> float:
     return math.log(coarse_gap / fine_gap) / math.log(ratio)
 
 
-def run(M, beta, times, name, params, X0, level, depth, rtol, max_triangles, log):
-    """One solve: (distance to E1(A) per snapshot, tracers (time, token, 3), info)."""
+def run(M, beta, times, name, params, X0, setting, max_triangles, log):
+    """One solve of ``setting`` (level, depth, rtol, remeshing interval): (distance to E1(A) per snapshot, tracers
+    (time, token, 3), info)."""
+    level, depth, rtol, remesh = setting
+    level = int(level)
     settings = dataclasses.replace(
-        sphere_meanfield.reference_settings(level, max_triangles), depth=depth, rtol=rtol, atol=rtol * 1e-2
+        sphere_meanfield.reference_settings(level, max_triangles),
+        depth=depth,
+        rtol=rtol,
+        atol=rtol * 1e-2,
+        remesh_every=remesh,
     )
     mesh = sphere_meanfield.initial_mesh(name, params, level)
     start = time.perf_counter()
 
     def progress(t, info):
         log(
-            f"  level {level}, depth {depth:g}, rtol {rtol:g}: t = {t:g}, {info['triangles']} triangles, "
+            f"  {describe(setting)}: t = {t:g}, {info['triangles']} triangles, "
             f"{info['nfev']} evaluations, {time.perf_counter() - start:.0f} s"
         )
 
@@ -128,14 +139,22 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--base",
         type=float,
-        nargs=3,
-        default=[3, sphere_levels.REFERENCE_DEPTH, sphere_levels.REFERENCE_RTOL],
-        metavar=("LEVEL", "DEPTH", "RTOL"),
-        help="the settings every family varies one of (default: the reference's at level 3)",
+        nargs=4,
+        default=[3, sphere_levels.REFERENCE_DEPTH, sphere_levels.REFERENCE_RTOL, 0.25],
+        metavar=("LEVEL", "DEPTH", "RTOL", "REMESH"),
+        help="the settings every family varies one of (default: the reference's at level 3; it remeshes every 0.25, "
+        "config/sphere.yaml's snapshot interval, below its remesh_every)",
     )
     ap.add_argument("--levels", type=int, nargs="+", default=[2, 3, 4])
     ap.add_argument("--depths", type=float, nargs="+", default=[10.0, 20.0, 40.0])
     ap.add_argument("--rtols", type=float, nargs="+", default=[1e-2, 1e-3, 1e-4])
+    ap.add_argument(
+        "--remeshes",
+        type=float,
+        nargs="+",
+        default=[0.25, 0.125, 0.0625],
+        help="remeshing intervals, each dividing the snapshot interval",
+    )
     ap.add_argument("--tokens", type=int, default=256, help="tracers: the first replica's first tokens")
     ap.add_argument("--max-triangles", type=int, default=60000)
     ap.add_argument("--markdown", default=None)
@@ -145,11 +164,12 @@ def main(argv=None) -> int:
     commit = harness.commit()  # the code that runs: read before the (long) run
     command = harness.command(__file__, argv if argv is not None else sys.argv[1:])
     cfg, exp = sphere_experiment(args.config, args.experiment, "sphere_convergence")
-    values = {"level": args.levels, "depth": args.depths, "rtol": args.rtols}
-    base = {"level": int(args.base[0]), "depth": float(args.base[1]), "rtol": float(args.base[2])}
+    values = {"level": args.levels, "depth": args.depths, "rtol": args.rtols, "remesh": args.remeshes}
+    base = dict(zip(FAMILIES, (int(args.base[0]), *map(float, args.base[1:]))))
     for family, given in values.items():
         if base[family] not in given:
-            raise SystemExit(f"sphere_convergence: the base {family} {base[family]:g} must be among --{family}s")
+            flag = "--remeshes" if family == "remesh" else f"--{family}s"
+            raise SystemExit(f"sphere_convergence: the base {family} {base[family]:g} must be among {flag}")
     M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
     name, params = experiment.measure_of(exp)
     mesh_name, mesh_params = experiment.initial_measure(args.experiment, exp, cfg["root_seed"])
@@ -159,19 +179,18 @@ def main(argv=None) -> int:
     gap = float(projection.distance_to_eigenspace(M.E1_V_real[:, :1].T[None], M.E1)[0])
     grid = horizon_grid(exp, args.horizon)
     times, interval = grid.times, grid.horizon / grid.snapshots
+    check_remeshes(args.remeshes, interval)
     sphere_meanfield.check_inputs(M.B, M.V, args.beta, times, sphere_meanfield.reference_settings(base["level"], None))
     runs: dict[tuple, dict] = {}
-    # every distinct setting once, cheapest first (the base shared by the three families), the page after each
+    # every distinct setting once, cheapest first (the base shared by the four families), the page after each
     order = sorted(
-        {tuple({**base, f: v}.values()) for f, vs in values.items() for v in vs}, key=lambda s: (s[0], s[1], -s[2])
+        {tuple({**base, f: v}.values()) for f, vs in values.items() for v in vs},
+        key=lambda s: (s[0], s[1], -s[2], -s[3]),
     )
     for setting in order:
-        level, depth, rtol = setting
-        dist, tracers, info = run(
-            M, args.beta, times, mesh_name, mesh_params, X0, int(level), depth, rtol, args.max_triangles, log
-        )
+        dist, tracers, info = run(M, args.beta, times, mesh_name, mesh_params, X0, setting, args.max_triangles, log)
         runs[setting] = {"dist": dist, "tracers": tracers, "info": info}
-        log(f"level {level}, depth {depth:g}, rtol {rtol:g}: {info}")
+        log(f"{describe(setting)}: {info}")
         families = family_results(values, base, runs, times, gap, interval)
         done = len(runs) == len(order)
         stamp = harness.stamp(command, "sphere-convergence", revision=commit, seconds=time.perf_counter() - wall) + (
@@ -182,17 +201,38 @@ def main(argv=None) -> int:
                 args.out,
                 times=times,
                 stamp=stamp,
-                **{f"dist_level{s[0]:g}_depth{s[1]:g}_rtol{s[2]:g}": r["dist"] for s, r in runs.items()},
+                **{"dist_" + "_".join(f"{f}{v:g}" for f, v in zip(FAMILIES, s)): r["dist"] for s, r in runs.items()},
             )
         if args.markdown:
             write_markdown(args, gap, interval, families, stamp)
     return 0
 
 
+def describe(setting) -> str:
+    """'level 3, depth 20, rtol 0.001, remesh 0.25' for a run's setting."""
+    return ", ".join(f"{f} {v:g}" for f, v in zip(FAMILIES, setting))
+
+
+def check_remeshes(remeshes, interval: float) -> None:
+    """SystemExit unless every remeshing interval divides the snapshot interval: every snapshot remeshes, so a longer
+    one would remesh at the snapshots anyway (the member would not be the interval it names), and one that does not
+    divide it would remesh at uneven times."""
+    for r in remeshes:
+        k = interval / r if r > 0 else math.inf
+        if not (math.isfinite(k) and k >= 1 - 1e-9 and abs(k - round(k)) < 1e-9):
+            raise SystemExit(
+                f"sphere_convergence: the remeshing interval {r:g} must divide the snapshot interval {interval:g} "
+                "(every snapshot remeshes)"
+            )
+
+
 def family_results(values, base, runs, times, gap, interval) -> dict:
-    """Each family whose members have all run, compared against its finest member."""
+    """Each family of two or more values whose members have all run, compared against its finest member (a family
+    of one value, the base alone, compares nothing and is left off)."""
     out = {}
     for family, given in values.items():
+        if len(set(given)) < 2:
+            continue
         finest = FAMILIES[family][1]
         ordered = sorted(given, key=lambda v: v if finest is max else -v)  # coarsest first
         keys = [tuple({**base, family: v}.values()) for v in ordered]
@@ -204,15 +244,26 @@ def family_results(values, base, runs, times, gap, interval) -> dict:
     return out
 
 
+def base_errors(families: dict, base: dict) -> dict:
+    """Per family that has run, the base member's largest tracer RMS to the family's finest member."""
+    out = {}
+    for family, result in families.items():
+        rows = [r for r in result["rows"] if math.isclose(float(r["value"]), float(base[family]), rel_tol=1e-12)]
+        if rows:
+            out[family] = rows[0]["tracer_rms"]
+    return out
+
+
 def resolution_ratio(family: str, ordered) -> float:
     """The factor by which the resolution grows from one member to the next (coarsest first), where it is one
-    factor (the three-grid order needs it): consecutive levels halve the edge (2); rtols in one geometric step
-    (their ratio); NaN otherwise, and for the depth, whose pruned mass falls like e^{−depth}, not like a power."""
+    factor (the three-grid order needs it): consecutive levels halve the edge (2); rtols or remeshing intervals in
+    one geometric step (their ratio); NaN otherwise, and for the depth, whose pruned mass falls like e^{−depth}, not
+    like a power."""
     ordered = [float(v) for v in ordered]
     if family == "level" and all(b - a == 1 for a, b in zip(ordered, ordered[1:])):
         return 2.0
     steps = [a / b for a, b in zip(ordered, ordered[1:])]
-    if family == "rtol" and steps and all(math.isclose(q, steps[0], rel_tol=1e-9) for q in steps):
+    if family in ("rtol", "remesh") and steps and all(math.isclose(q, steps[0], rel_tol=1e-9) for q in steps):
         return steps[0]
     return math.nan
 
@@ -233,7 +284,9 @@ def write_markdown(args, gap, interval, families, stamp) -> None:
         f"β = {args.beta:g}, to t = {args.horizon:g}, snapshots every {interval:g}; {args.tokens} of its initial "
         "tokens carried as tracers. Every run takes the pipeline's reference settings (docs/sphere_mean_field.md, "
         f'"In the pipeline") with level {args.base[0]:g}, pruning depth {args.base[1]:g}, rtol {args.base[2]:g}, '
-        "and varies one of the three. Against the family's finest member (its last row): the largest difference of "
+        f"remeshing every {args.base[3]:g} (every snapshot remeshes, so the reference remeshes at the smaller of its "
+        "remesh_every and the snapshot interval), and varies one of the four. Against the family's finest member (its "
+        "last row): the largest difference of "
         "the distance to E1(A) (sqrt(∫ 2 − 2|P1 x| dρ)), the largest root mean square distance between the same "
         "tracers (an upper bound of W2 between the push-forwards of the tokens), and whether the departure "
         f"(the first time after the metastable phase that the distance exceeds {gap / 2:.3f}, half the gap to V's "
@@ -241,6 +294,16 @@ def write_markdown(args, gap, interval, families, stamp) -> None:
         "estimate log(max|d₁ − d₂| / max|d₂ − d₃|) / log(ratio of the resolutions).",
         "",
     ]
+    limits = base_errors(families, dict(zip(FAMILIES, args.base)))
+    if limits:
+        worst = max(limits, key=limits.get)
+        lines += [
+            "The base setting's largest tracer RMS to each family's finest member (what refining that resolution "
+            "alone would move its tracers): "
+            + ", ".join(f"{FAMILIES[f][0].split(' (')[0]} {v:.2e}" for f, v in limits.items())
+            + f"; the {FAMILIES[worst][0].split(' (')[0]} limits the base most.",
+            "",
+        ]
     for family, result in families.items():
         label = FAMILIES[family][0]
         verdict = (

@@ -1,4 +1,5 @@
-"""studies/sphere_convergence.py: the order estimate, the family comparison, and a short real run."""
+"""studies/sphere_convergence.py: the order estimate, the family comparison, the remeshing intervals it takes, and a
+short real run."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def test_a_member_still_metastable_where_the_finest_departed_is_not_stable():
 
 def test_a_short_run_writes_every_family(tmp_path):
     """Two members per family at β = 10 to t = 0.5 (level 2 and 3): every family on the page, the finest member's
-    differences zero (asserted on the page), the curves in the npz."""
+    differences zero (asserted on the page), the base's distance to each finest member named, the curves in the
+    npz."""
     page, out = tmp_path / "page.md", tmp_path / "curves.npz"
     study.main(
         [
@@ -73,6 +75,7 @@ def test_a_short_run_writes_every_family(tmp_path):
             "2",
             "20",
             "1e-4",
+            "0.25",
             "--levels",
             "2",
             "3",
@@ -82,6 +85,9 @@ def test_a_short_run_writes_every_family(tmp_path):
             "--rtols",
             "1e-3",
             "1e-4",
+            "--remeshes",
+            "0.25",
+            "0.125",
             "--tokens",
             "8",
             "--markdown",
@@ -91,23 +97,42 @@ def test_a_short_run_writes_every_family(tmp_path):
         ]
     )
     text = page.read_text()
-    for heading in ("## mesh level", "## pruning depth", "## DOP853 rtol"):
+    for heading in ("## mesh level", "## pruning depth", "## DOP853 rtol", "## remeshing interval"):
         assert heading in text
     # the finest member of each family is the one every other is measured against: its own differences are zero
-    assert text.count("| yes | 0.00e+00 | 0.00e+00 |") == 3
+    assert text.count("| yes | 0.00e+00 | 0.00e+00 |") == 4
     assert "So far" not in text
+    assert "The base setting's largest tracer RMS to each family's finest member" in text
+    # the base (level 2) is not the finest level: its level difference is not zero, the depth's (its finest) is
+    assert "pruning depth 0.00e+00" in text and "mesh level 0.00e+00" not in text
     with np.load(out) as curves:
-        assert {"dist_level2_depth20_rtol0.0001", "dist_level3_depth20_rtol0.0001"} <= set(curves.files)
-        assert np.all(np.isfinite(curves["dist_level3_depth20_rtol0.0001"]))
+        level2, level3 = "dist_level2_depth20_rtol0.0001_remesh0.25", "dist_level3_depth20_rtol0.0001_remesh0.25"
+        assert {level2, level3, "dist_level2_depth20_rtol0.0001_remesh0.125"} <= set(curves.files)
+        assert np.all(np.isfinite(curves[level3]))
+        # a remeshing every 0.125 is a different run from every 0.25: the solve does remesh at the member's interval
+        assert not np.array_equal(curves["dist_level2_depth20_rtol0.0001_remesh0.125"], curves[level2])
 
 
 def test_a_base_outside_the_values_is_refused():
     with pytest.raises(SystemExit, match="base level 3 must be among --levels"):
         study.main(["--levels", "2", "4"])
+    with pytest.raises(SystemExit, match="base remesh 0.25 must be among --remeshes"):
+        study.main(["--remeshes", "0.125", "0.0625"])
+
+
+@pytest.mark.parametrize("remesh", [0.5, 0.1, 0.0, -0.125])
+def test_a_remeshing_interval_that_does_not_divide_the_snapshot_interval_is_refused(remesh):
+    """Every snapshot remeshes: 0.5 with snapshots every 0.25 would remesh every 0.25 anyway, 0.1 at uneven times."""
+    with pytest.raises(SystemExit, match=f"remeshing interval {remesh:g} must divide the snapshot interval 0.25"):
+        study.check_remeshes([0.25, remesh], 0.25)
+    study.check_remeshes([0.25, 0.125, 0.0625, 0.25 / 3], 0.25)
+    with pytest.raises(SystemExit, match="must divide"):
+        study.main(["--horizon", "0.5", "--remeshes", "0.25", "0.5"])
 
 
 def runs_of(values, base, dist_of):
-    """Made-up runs of every setting the families ask for: ``dist_of(level, depth, rtol)`` the distance curve."""
+    """Made-up runs of every setting the families ask for: ``dist_of(level, depth, rtol, remesh)`` the distance
+    curve."""
     runs = {}
     for family, members in values.items():
         for v in members:
@@ -120,18 +145,25 @@ def runs_of(values, base, dist_of):
 def test_family_results_take_the_finest_member_of_each_family_and_its_order():
     """Levels, depths and rtols given out of order: the finest is the highest level, the deepest depth, the smallest
     rtol; a distance d* + c·h² (h halving per level) + c'·rtol + e^{−depth} gives orders 2 and 1, none for depth."""
-    values = {"level": [4, 2, 3], "depth": [40.0, 10.0, 20.0], "rtol": [1e-5, 1e-3, 1e-4]}
-    base = {"level": 3, "depth": 20.0, "rtol": 1e-4}
+    values = {
+        "level": [4, 2, 3],
+        "depth": [40.0, 10.0, 20.0],
+        "rtol": [1e-5, 1e-3, 1e-4],
+        "remesh": [0.0625, 0.25, 0.125],
+    }
+    base = {"level": 3, "depth": 20.0, "rtol": 1e-4, "remesh": 0.25}
     base_dist = member(0, 4.0)["dist"]
 
-    def dist_of(level, depth, rtol):
-        return base_dist + 0.01 * (2.0**-level) ** 2 + 10.0 * rtol + np.exp(-depth)
+    def dist_of(level, depth, rtol, remesh):
+        return base_dist + 0.01 * (2.0**-level) ** 2 + 10.0 * rtol + np.exp(-depth) + 1e-3 * remesh**3
 
     out = study.family_results(values, base, runs_of(values, base, dist_of), T, GAP, T[1] - T[0])
     assert [r["value"] for r in out["level"]["rows"]] == [2, 3, 4]
     assert [r["value"] for r in out["rtol"]["rows"]] == [1e-3, 1e-4, 1e-5]
     assert [r["value"] for r in out["depth"]["rows"]] == [10.0, 20.0, 40.0]
+    assert [r["value"] for r in out["remesh"]["rows"]] == [0.25, 0.125, 0.0625]
     assert out["level"]["order"] == pytest.approx(2.0) and out["rtol"]["order"] == pytest.approx(1.0)
+    assert out["remesh"]["order"] == pytest.approx(3.0)
     assert np.isnan(out["depth"]["order"])
     assert all(out[f]["stable"] and out[f]["complete"] for f in out)
 
@@ -170,11 +202,11 @@ def test_one_interval_read_off_rounded_times_agrees():
 def test_a_page_says_when_the_differences_do_not_fall(tmp_path):
     """The rtol family's coarser pair equal to rounding, the finer pair apart: the page gives no order and says
     why; the level family's order is printed."""
-    values = {"level": [2, 3, 4], "depth": [10.0, 20.0, 40.0], "rtol": [1e-3, 1e-4, 1e-5]}
-    base = {"level": 3, "depth": 20.0, "rtol": 1e-4}
+    values = {"level": [2, 3, 4], "depth": [10.0, 20.0, 40.0], "rtol": [1e-3, 1e-4, 1e-5], "remesh": [0.25, 0.125]}
+    base = {"level": 3, "depth": 20.0, "rtol": 1e-4, "remesh": 0.25}
     base_dist = member(0, 4.0)["dist"]
 
-    def dist_of(level, depth, rtol):
+    def dist_of(level, depth, rtol, remesh):
         return base_dist + 0.01 * (2.0**-level) ** 2 + (1e-8 if rtol < 5e-5 else 0.0) + np.exp(-depth)
 
     families = study.family_results(values, base, runs_of(values, base, dist_of), T, GAP, T[1] - T[0])
@@ -184,7 +216,7 @@ def test_a_page_says_when_the_differences_do_not_fall(tmp_path):
         config="c.yaml",
         horizon=6.0,
         tokens=4,
-        base=[3, 20.0, 1e-4],
+        base=[3, 20.0, 1e-4, 0.25],
         markdown=str(tmp_path / "page.md"),
     )
     study.write_markdown(args, GAP, T[1] - T[0], families, "stamp")
@@ -193,3 +225,40 @@ def test_a_page_says_when_the_differences_do_not_fall(tmp_path):
         "## mesh level (edge halves per level): departures stable to one snapshot interval; observed order 2.00" in text
     )
     assert "the differences do not fall with the resolution (0.00e+00, then 1.00e-08): no order" in text
+
+
+def shifted(value, shift):
+    """A member departing at t = 4 whose tracers sit ``shift`` from the origin's (1e-3·value in ``member``)."""
+    m = member(value, 4.0)
+    m["tracers"][..., 0] = shift
+    m["info"] = {"triangles": 320, "nfev": 1, "seconds": 0.0}
+    return m
+
+
+@pytest.mark.parametrize(("level_shift", "remesh_shift", "worst"), [(1e-3, 5e-3, "remeshing"), (5e-3, 1e-3, "mesh")])
+def test_the_page_names_the_resolution_that_limits_the_base(tmp_path, level_shift, remesh_shift, worst):
+    """The base (level 3, remeshing every 0.25) against each family's finest member: its distances are given per
+    family and the larger one is named, whichever family it is in."""
+    interval = T[1] - T[0]
+    families = {
+        "level": study.compare([shifted(2, 0.02), shifted(3, level_shift), shifted(4, 0.0)], T, GAP, interval),
+        "remesh": study.compare([shifted(0.25, remesh_shift), shifted(0.125, 0.0)], T, GAP, interval),
+    }
+    base = [3, 20.0, 1e-3, 0.25]
+    assert study.base_errors(families, dict(zip(study.FAMILIES, base))) == pytest.approx(
+        {"level": level_shift, "remesh": remesh_shift}
+    )
+    args = study.argparse.Namespace(
+        beta=100.0, experiment="e", config="c.yaml", horizon=6.0, tokens=4, base=base, markdown=str(tmp_path / "p.md")
+    )
+    study.write_markdown(args, GAP, interval, families, "stamp")
+    text = (tmp_path / "p.md").read_text()
+    assert f"mesh level {level_shift:.2e}, remeshing interval {remesh_shift:.2e}; the {worst}" in text
+
+
+def test_a_family_of_the_base_alone_is_left_off():
+    """--depths 20 alone (the base): no depth family on the page; the others still compared."""
+    values = {"level": [3, 4], "depth": [20.0], "rtol": [1e-3], "remesh": [0.25, 0.125]}
+    base = {"level": 3, "depth": 20.0, "rtol": 1e-3, "remesh": 0.25}
+    runs = runs_of(values, base, lambda *s: member(0, 4.0)["dist"])
+    assert set(study.family_results(values, base, runs, T, GAP, T[1] - T[0])) == {"level", "remesh"}
