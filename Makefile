@@ -126,11 +126,15 @@ sphere-departure: $(STAMP)
 		--figure docs/img/particle_regime_sphere.png
 
 ## sphere-convergence: docs/sphere_convergence.md, the d = 3 reference of config/sphere.yaml at beta = 10 to t = 6 with
-## its mesh level (2, 3, 4), pruning depth (10, 20, 40) and rtol (1e-2, 1e-3, 1e-4) varied one at a time: each family's
-## departures against one snapshot interval, its differences and observed order; the page is rewritten after each run
+## its mesh level (2, 3, 4), pruning depth (10, 20, 40), rtol (1e-2, 1e-3, 1e-4) and remeshing interval (0.25, 0.125,
+## 0.0625) varied one at a time: each family's departures against one snapshot interval, its differences and observed
+## order, and which resolution limits the reference most; the page is rewritten after each run. Then
+## docs/sphere_convergence_beta100.md: beta = 100 to t = 8 from level 3, its level (3, 4) and remeshing interval varied
 sphere-convergence: $(STAMP)
 	$(BIN)/python studies/sphere_convergence.py --beta 10 --horizon 6 \
 		--markdown docs/sphere_convergence.md --out docs/data/sphere_convergence.npz
+	$(BIN)/python studies/sphere_convergence.py --beta 100 --horizon 8 --levels 3 4 --depths 20 --rtols 1e-3 \
+		--markdown docs/sphere_convergence_beta100.md --out docs/data/sphere_convergence_beta100.npz
 
 ## test: the whole test suite (unit, property, end to end through Snakemake)
 test: $(STAMP)

@@ -259,7 +259,8 @@ def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
         f"Per (β, N): 'yes' where every replica departs within one snapshot interval ({rows[0]['interval']:g}) of "
         "the reference, compared on the snapshots the reference resolves ('no (off by Δt = inf)' where one "
         "departed and the other did not, a departure after the horizon counting as none; '-': not judged, where "
-        "the reference stopped early still metastable and the particles were too).",
+        "the reference stopped early (max_triangles) still metastable and the particles were too, or before it had "
+        "arrived at the metastable phase).",
         "",
         regime_table(betas, args.tokens, stands, shift, [r["still"] for r in rows]),
         "",
