@@ -102,12 +102,14 @@ gpu-paper-scale-report: $(STAMP)
 
 ## sphere: the paper's setting on the mean field itself (config/sphere.yaml: d = 3, `concentration`'s matrices, the
 ## S² mesh reference at beta = 10, 31.6, 100 with particles measured against it; under an hour on 2 cores), then
-## docs/sphere_results.md and its figures (docs/img/sphere_*.png) generated from its outputs
+## docs/sphere_results.md and its figures (docs/img/sphere_*.png; sphere_w2_projection.png leads the README) generated
+## from its outputs
 sphere: $(STAMP)
 	$(BIN)/python reports/estimate_cost.py config/sphere.yaml --cores $(or $(filter-out all,$(CORES)),2)
 	$(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES) --configfile config/sphere.yaml
 	$(BIN)/python reports/sphere_report.py results --config config/sphere.yaml --markdown docs/sphere_results.md \
 		--images docs/img
+	@test -s docs/img/sphere_w2_projection.png || { echo "make sphere: the README's figure was not written"; exit 1; }
 
 ## sphere-zero-temperature: docs/sphere_zero_temperature.md, the ALE sphere mesh moved by the zero-temperature field to
 ## t = 30 against the exact solution (W2 to the projection, log-density at the Laplace point; about 10 min on 2 cores)
