@@ -165,6 +165,8 @@ def main(argv=None) -> int:
     command = harness.command(__file__, argv if argv is not None else sys.argv[1:])
     cfg, exp = sphere_experiment(args.config, args.experiment, "sphere_convergence")
     values = {"level": args.levels, "depth": args.depths, "rtol": args.rtols, "remesh": args.remeshes}
+    if args.base[0] != int(args.base[0]):
+        raise SystemExit(f"sphere_convergence: the base level must be an integer, got {args.base[0]:g}")
     base = dict(zip(FAMILIES, (int(args.base[0]), *map(float, args.base[1:]))))
     for family, given in values.items():
         if base[family] not in given:
@@ -201,7 +203,7 @@ def main(argv=None) -> int:
                 args.out,
                 times=times,
                 stamp=stamp,
-                **{"dist_" + "_".join(f"{f}{v:g}" for f, v in zip(FAMILIES, s)): r["dist"] for s, r in runs.items()},
+                **{"dist_" + "_".join(f"{f}{v:.12g}" for f, v in zip(FAMILIES, s)): r["dist"] for s, r in runs.items()},
             )
         if args.markdown:
             write_markdown(args, gap, interval, families, stamp)
@@ -295,7 +297,7 @@ def write_markdown(args, gap, interval, families, stamp) -> None:
         "",
     ]
     limits = base_errors(families, dict(zip(FAMILIES, args.base)))
-    if limits:
+    if limits and max(limits.values()) > 0:  # all zero: the base is every family's finest, nothing to name
         worst = max(limits, key=limits.get)
         lines += [
             "The base setting's largest tracer RMS to each family's finest member (what refining that resolution "

@@ -653,6 +653,11 @@ def test_status_codes_and_words():
         ("log", fitting.DepartureLaw.LOG, "law in β: log β ("),
         ("power", fitting.DepartureLaw.POWER, "law in β: a power of β ("),
         (
+            "power, largest β censored",
+            fitting.DepartureLaw.UNDECIDED,
+            "law in β: undecided: faster than log β, a power of β or faster, at this confidence",
+        ),
+        (
             "two beta",
             fitting.DepartureLaw.NOT_EVALUABLE,
             "law in β: not evaluable (2 β used, 3 needed; exponent of β [",
@@ -662,10 +667,16 @@ def test_status_codes_and_words():
 def test_metastable_log_beta_says_which_law_in_beta_the_departures_follow(departure, law, words):
     """Departures at T0 + κ log β are named log β, departures at 4.3 (β/10)^0.25 (4.3 … 24 for β = 10 … 10⁴) a
     power of β (each would fail the other's assertion), and two β leave the law not evaluable; the claim's status
-    is about growth alone and stays PASSED. fit.nc holds the code and the intervals behind it."""
+    is about growth alone and stays PASSED. fit.nc holds the code and the intervals behind it. With β = 10⁴ still
+    metastable at the horizon the same power law is not named (k_log's interval holds 0 only through its infinite
+    upper end: a law faster than any power would give the same): at 4.3 (β/10)^0.3, whose β = 10⁴ departure (34)
+    lies beyond the horizon (30), undecided, faster than log β."""
     dist = {
         "log": synthetic(),
         "power": synthetic(kappa=0.0, t0=4.3 * (BETAS[:, None] / 10.0) ** 0.25),
+        "power, largest β censored": synthetic(
+            kappa=0.0, t0=4.3 * (BETAS[:, None] / 10.0) ** 0.3, never_depart=(10000.0,)
+        ),
         "two beta": synthetic().isel(beta=[0, 1]),
     }[departure]
     fit, found = judge(dist)

@@ -213,7 +213,25 @@ def test_the_verdict_table():
     for lin, log in ((holds, holds), (below, holds), (holds, above), ((-np.inf, np.inf), (-np.inf, np.inf))):
         assert fitting.departure_law(lin, log) is Law.UNDECIDED
     assert fitting.departure_law(nan, holds) is Law.NOT_EVALUABLE is fitting.departure_law(above, nan)
-    assert fitting.departure_law((0.1, np.inf), (-0.1, np.inf)) is Law.POWER  # censoring: unbounded above
+    # censoring leaves k_log unbounded above: its interval holds 0 whatever the data, so it names no power law
+    assert fitting.departure_law((0.1, np.inf), (-0.1, np.inf)) is Law.UNDECIDED
+    assert fitting.departure_law((0.1, np.inf), (-0.1, 0.2)) is Law.POWER
+    assert fitting.departure_law((-np.inf, 0.1), (-0.5, -0.1)) is Law.UNDECIDED
+
+
+def test_censored_departures_faster_than_any_power_are_not_named_a_power():
+    """τ = 4.25·e^{(β − 10)/40} (faster than any power of β) at β = 10, 31.6, 100 with β = 100 beyond the horizon 12
+    in every replica (d = 3's pattern: 4.25, about 6.4, censored): k_lin's interval lies above 0 and k_log's holds 0
+    only through its infinite upper end, so the verdict is undecided. The old rule (a power of β whenever k_log's
+    interval held 0) named it a power law."""
+    tau = 4.25 * np.exp((BETA[:3] - 10.0) / 40.0)
+    dep = np.repeat(np.ceil(tau / 0.25)[:, None] * 0.25, 3, axis=1) + np.array([[0.0, 0.25, -0.25]])
+    cen = dep > 12.0
+    assert cen[2].all() and not cen[:2].any()
+    found = fitting.departure_law_bounds(BETA[:3], np.where(cen, np.nan, dep), cen, 12.0, 0.25)
+    lin, log = (fitting.one_sided_bounds(*found[k], CONF) for k in ("linear", "log"))
+    assert lin[0] > 0 and log[0] <= 0 and np.isposinf(log[1])
+    assert fitting.departure_law(lin, log) is Law.UNDECIDED
 
 
 def test_two_beta_are_not_evaluable_and_a_censored_largest_beta_never_reads_as_log():

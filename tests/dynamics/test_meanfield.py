@@ -939,3 +939,25 @@ def test_the_pipeline_stage_on_an_axisymmetric_sphere_pushes_tokens_along_their_
     assert largest_azimuth_change(turned) > 5e-4
     to_poles = projection.distance_to_eigenspace(Y, red.frame[:, :1])  # (replica, time)
     assert np.all(to_poles[:, -1] < 0.5 * to_poles[:, 0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    snapshots=st.integers(1, 60),
+    horizon=st.floats(0.3, 40.0),
+    per_interval=st.integers(1, 12),
+)
+def test_the_stops_are_the_snapshots_and_the_remeshings_with_no_rounding_twins(snapshots, horizon, per_interval):
+    """Remeshing k times per snapshot interval: the stops are exactly snapshots·k + 1 times, equally spaced to
+    rounding, every snapshot among them (np.union1d of the snapshots and a floating-point multiple grid keeps
+    twins a rounding error apart: 74 stops instead of 61 for snapshots every 0.3 remeshed every 0.1 to t = 6)."""
+    times = np.linspace(0.0, horizon, snapshots + 1)
+    every = (horizon / snapshots) / per_interval
+    stops = mf.stop_times(times, every)
+    assert stops.size == snapshots * per_interval + 1
+    assert np.all(np.isin(times, stops))
+    assert np.diff(stops).min() > 0.5 * every
+    twins = np.union1d(np.linspace(0.0, 6.0, 21), np.arange(0.0, 6.0, 0.1))
+    assert twins.size == 74 and mf.stop_times(np.linspace(0.0, 6.0, 21), 0.1).size == 61
+    # a remeshing interval longer than the horizon: the snapshots alone (and 0)
+    assert np.array_equal(mf.stop_times(times, 2 * horizon), times)

@@ -118,6 +118,8 @@ def test_a_base_outside_the_values_is_refused():
         study.main(["--levels", "2", "4"])
     with pytest.raises(SystemExit, match="base remesh 0.25 must be among --remeshes"):
         study.main(["--remeshes", "0.125", "0.0625"])
+    with pytest.raises(SystemExit, match="base level must be an integer, got 3.7"):
+        study.main(["--base", "3.7", "20", "1e-3", "0.25"])
 
 
 @pytest.mark.parametrize("remesh", [0.5, 0.1, 0.0, -0.125])
@@ -262,3 +264,25 @@ def test_a_family_of_the_base_alone_is_left_off():
     base = {"level": 3, "depth": 20.0, "rtol": 1e-3, "remesh": 0.25}
     runs = runs_of(values, base, lambda *s: member(0, 4.0)["dist"])
     assert set(study.family_results(values, base, runs, T, GAP, T[1] - T[0])) == {"level", "remesh"}
+
+
+def test_no_limit_is_named_where_the_base_is_every_family_s_finest(tmp_path):
+    """Every family's finest member is the base: its distances are all zero and the page names no limiting
+    resolution (it named the first family)."""
+    interval = T[1] - T[0]
+    families = {
+        "level": study.compare([shifted(2, 0.02), shifted(3, 0.0)], T, GAP, interval),
+        "remesh": study.compare([shifted(0.5, 0.01), shifted(0.25, 0.0)], T, GAP, interval),
+    }
+    args = study.argparse.Namespace(
+        beta=10.0,
+        experiment="e",
+        config="c.yaml",
+        horizon=6.0,
+        tokens=4,
+        base=[3, 20.0, 1e-3, 0.25],
+        markdown=str(tmp_path / "p.md"),
+    )
+    study.write_markdown(args, GAP, interval, families, "stamp")
+    text = (tmp_path / "p.md").read_text()
+    assert "limits the base most" not in text and "## mesh level" in text

@@ -338,7 +338,8 @@ def departure_law_text(fit: xr.Dataset) -> str:
         }[(lin_lo > 0, log_lo > 0)]
     elif law is fitting.DepartureLaw.UNDECIDED:
         censored = fit["departure_censored"].values.astype(bool)[used].any()
-        how = " at this confidence (more β or replicas would decide it" + (
+        faster = ": faster than log β, a power of β or faster," if lin_lo > 0 else ""
+        how = f"{faster} at this confidence (more β or replicas would decide it" + (
             "; censored departures leave the curvatures unbounded on one side: a longer horizon would bound them)"
             if censored
             else ")"

@@ -28,6 +28,7 @@ for every replica, and the uncertainty is the spread of those slopes.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -526,20 +527,22 @@ def departure_law_bounds(beta, departure, censored, horizon: float, step: float,
 
 def departure_law(linear_interval, log_interval) -> DepartureLaw:
     """The law from the intervals of k_lin and k_log (``departure_law_bounds``; each made of two one-sided
-    bounds): a power of β when k_lin's lies above 0 and k_log's contains 0; log β when k_log's lies below 0 and
-    k_lin's contains 0; neither when both exclude 0 otherwise (k_lin, k_log > 0: faster than any power; k_lin > 0
-    > k_log: between log β and a power; both < 0: slower than log β); undecided in the other cases; not evaluable
-    when either interval is NaN. Under a log-β law "a power of β" needs k_lin's lower bound above its true value
-    0, and under a power law "log β" needs k_log's upper bound below 0: each happens at most 1 − confidence of the
-    time."""
+    bounds): a power of β when k_lin's lies above 0 and k_log's contains 0 between finite ends; log β when k_log's
+    lies below 0 and k_lin's contains 0 between finite ends; neither when both exclude 0 otherwise (k_lin, k_log >
+    0: faster than any power; k_lin > 0 > k_log: between log β and a power; both < 0: slower than log β);
+    undecided in the other cases; not evaluable when either interval is NaN. Under a log-β law "a power of β"
+    needs k_lin's lower bound above its true value 0, and under a power law "log β" needs k_log's upper bound below
+    0: each happens at most 1 − confidence of the time. An interval with an infinite end (a censored departure
+    leaves no upper bound) holds 0 whatever the data, so it cannot name the law that needs 0: censored departures
+    that grow faster than log β read "undecided" (a power of β or faster), not "a power of β"."""
     (lin_lo, lin_hi), (log_lo, log_hi) = (tuple(float(v) for v in i) for i in (linear_interval, log_interval))
     if np.isnan([lin_lo, lin_hi, log_lo, log_hi]).any():
         return DepartureLaw.NOT_EVALUABLE
     lin_sign = 1 if lin_lo > 0 else -1 if lin_hi < 0 else 0
     log_sign = 1 if log_lo > 0 else -1 if log_hi < 0 else 0
-    if lin_sign > 0 and log_sign == 0:
+    if lin_sign > 0 and log_sign == 0 and math.isfinite(log_lo) and math.isfinite(log_hi):
         return DepartureLaw.POWER
-    if log_sign < 0 and lin_sign == 0:
+    if log_sign < 0 and lin_sign == 0 and math.isfinite(lin_lo) and math.isfinite(lin_hi):
         return DepartureLaw.LOG
     if lin_sign and log_sign:
         return DepartureLaw.NEITHER

@@ -294,13 +294,27 @@ def _first_edges(red: Reduction, width: float, depth: float | None, edges0: np.n
     return edges
 
 
+def stop_times(times, every: float) -> np.ndarray:
+    """The stops of a solve: every time in ``times`` (non-decreasing, ≥ 0) and every multiple of ``every`` before
+    the last, a multiple within 10⁻⁹·``every`` of a time in ``times`` merged into it: a multiple computed in floating
+    point (3 × 0.1) would otherwise stop, and remesh, a rounding error away from the snapshot it stands for."""
+    times = np.asarray(times, dtype=float)
+    grid = every * np.arange(max(int(math.ceil(times[-1] / every)), 0))
+    grid = grid[grid < times[-1]]
+    near = np.searchsorted(times, grid)
+    gap = np.minimum(
+        np.abs(grid - times[np.minimum(near, times.size - 1)]), np.abs(grid - times[np.maximum(near - 1, 0)])
+    )
+    return np.union1d(times, grid[gap > 1e-9 * every])
+
+
 def _march(ode: _EdgeODE, times, edges, masses, *, widest, remesh_every, rtol, atol, progress, truncate):
     """Move the cells through every stop (every ``remesh_every`` and every time in ``times``), splitting cells
     wider than ``widest`` at each; (the snapshots (edges, masses, owner, fraction_lo, fraction_hi) at ``times``
     reached, the steps taken)."""
     circle = ode.red.geometry == "circle"
     lagrangian = (np.arange(masses.size), np.zeros(masses.size), np.ones(masses.size))
-    stops = np.union1d(times, np.arange(0.0, times[-1], remesh_every))
+    stops = stop_times(times, remesh_every)
     recorded = []
     t_now, steps, step = 0.0, 0, None
     for stop in stops:

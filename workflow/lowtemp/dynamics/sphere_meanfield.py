@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model import projection
-from .meanfield import _advance_edges
+from .meanfield import _advance_edges, stop_times
 from .sphere_aggregate import aggregated_field, exact_softmax
 from .sphere_folds import repair_folds
 from .sphere_levels import (
@@ -462,7 +462,7 @@ def solve(
         remesh = lambda m, _t: repair_and_adapt(m, settings.edge)  # noqa: E731
     flat = tracers0.reshape(-1, 3)
     march = _March(mesh0.copy(), flat / np.linalg.norm(flat, axis=1, keepdims=True), start=_time.perf_counter())
-    stops = list(np.union1d(times, np.arange(0.0, times[-1], settings.remesh_every)))
+    stops = list(stop_times(times, settings.remesh_every))
     k = 0
     while k < len(stops):
         stop = stops[k]
