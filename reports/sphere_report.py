@@ -18,7 +18,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from paper_scale_report import _num, _open, claims_rows, closing_sections, copy_figures, page_main, page_stamp, run_span
+from paper_scale_report import (
+    _num,
+    _open,
+    busy_seconds,
+    claims_rows,
+    closing_sections,
+    copy_figures,
+    job_spans,
+    page_main,
+    page_stamp,
+)
 
 from lowtemp.analysis import fitting
 from lowtemp.plotting import regimes
@@ -145,7 +155,7 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
         if not (exp / needed).is_file():
             raise SystemExit(f"{exp}: no {needed}; run `make sphere` first")
     fit, pe = _open(exp / "fit.nc"), _open(exp / "particle_error.nc")
-    start, end = run_span(exp / "logs")
+    busy = busy_seconds(job_spans(exp / "logs"))
     stamp = page_stamp(__file__, "sphere", results, config, name, NAME)  # before the figures change the checkout
     shown = copy_figures(exp, FIGURES, images, markdown, "sphere")
     regime, stands = particle_departures(fit, pe)
@@ -160,7 +170,8 @@ def report(results: Path, config: list[Path], images: Path, markdown: Path, name
         "",
         f"- Code of the run: {run_versions(exp)} (from the files' provenance); CPU: {harness.machine()} (run the "
         "report on the machine that ran the experiment).",
-        f"- Wall time: {(end - start).total_seconds() / 60:.1f} min from the first to the last job log line.",
+        f"- Wall time: {busy / 60:.1f} min while jobs ran (the union of the job logs' spans: a rule rerun later "
+        "adds its own span, not the wait before it).",
         f"- β = {', '.join(f'{float(b):g}' for b in fit.beta.values)}; {fit.sizes['replica']} replicas of "
         f"{int(fit.attrs['tokens'])} tokens carried as tracers; particles at n = "
         f"{', '.join(str(int(n)) for n in pe.tokens.values)} from the first n of them.",
