@@ -653,6 +653,12 @@ def test_status_codes_and_words():
         ("log", fitting.DepartureLaw.LOG, "law in β: log β ("),
         ("power", fitting.DepartureLaw.POWER, "law in β: a power of β ("),
         (
+            "offset plus β",
+            fitting.DepartureLaw.NEITHER,
+            "law in β: neither log β nor a power of β: log τ convex in log β, faster over these β than any c·β^p "
+            "(as is a + c·β^p, a > 0)",
+        ),
+        (
             "power, largest β censored",
             fitting.DepartureLaw.UNDECIDED,
             "law in β: undecided: faster than log β, a power of β or faster, at this confidence",
@@ -670,10 +676,12 @@ def test_metastable_log_beta_says_which_law_in_beta_the_departures_follow(depart
     is about growth alone and stays PASSED. fit.nc holds the code and the intervals behind it. With β = 10⁴ still
     metastable at the horizon the same power law is not named (k_log's interval holds 0 only through its infinite
     upper end: a law faster than any power would give the same): at 4.3 (β/10)^0.3, whose β = 10⁴ departure (34)
-    lies beyond the horizon (30), undecided, faster than log β."""
+    lies beyond the horizon (30), undecided, faster than log β. Departures 3 + 0.0025·β (3.03 … 28), a power of β
+    with an offset, curve upwards in both plots: neither, and the words say that an offset does so too."""
     dist = {
         "log": synthetic(),
         "power": synthetic(kappa=0.0, t0=4.3 * (BETAS[:, None] / 10.0) ** 0.25),
+        "offset plus β": synthetic(kappa=0.0, t0=3.0 + 0.0025 * BETAS[:, None]),
         "power, largest β censored": synthetic(
             kappa=0.0, t0=4.3 * (BETAS[:, None] / 10.0) ** 0.3, never_depart=(10000.0,)
         ),

@@ -331,7 +331,7 @@ def departure_law_text(fit: xr.Dataset) -> str:
     how = ""
     if law is fitting.DepartureLaw.NEITHER:
         how = {
-            (True, True): ": faster than any power of β",
+            (True, True): ": log τ convex in log β, faster over these β than any c·β^p (as is a + c·β^p, a > 0)",
             (True, False): ": between log β and a power of β",
             (False, False): ": slower than log β",
             (False, True): ": τ concave but log τ convex in log β (contradictory)",
