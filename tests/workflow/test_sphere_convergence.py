@@ -3,6 +3,8 @@ short real run."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from conftest import script_module
@@ -31,6 +33,10 @@ def test_observed_order_of_a_first_order_error_is_not_second():
     assert np.isnan(study.observed_order(0.1, 0.0, 2.0))
     # differences that do not fall (rounding-level noise between two members) give no order, not a negative one
     assert np.isnan(study.observed_order(7.6e-10, 1.5e-8, 10.0))
+    # differences that fall but lie below the base's floor (rtol 1e-2, 1e-3, 1e-4 at β = 10: one DOP853 step per
+    # stop whatever the tolerance, 3.1e-10 then 2.0e-10) give no order, not 0.07
+    assert np.isnan(study.observed_order(3.10e-10, 1.99e-10, 10.0))
+    assert study.observed_order(3.1e-6, 2.0e-7, 10.0) == pytest.approx(math.log10(15.5))
 
 
 def member(value, leave, tokens=4):
@@ -226,7 +232,7 @@ def test_a_page_says_when_the_differences_do_not_fall(tmp_path):
     assert (
         "## mesh level (edge halves per level): departures stable to one snapshot interval; observed order 2.00" in text
     )
-    assert "the differences do not fall with the resolution (0.00e+00, then 1.00e-08): no order" in text
+    assert "the differences lie below 1e-08, the base's own floor (0.00e+00, then 1.00e-08): no order" in text
 
 
 def shifted(value, shift):
@@ -286,3 +292,29 @@ def test_no_limit_is_named_where_the_base_is_every_family_s_finest(tmp_path):
     study.write_markdown(args, GAP, interval, families, "stamp")
     text = (tmp_path / "p.md").read_text()
     assert "limits the base most" not in text and "## mesh level" in text
+
+
+def test_differences_above_the_floor_that_do_not_fall_give_no_order(tmp_path):
+    """The remeshing family at β = 100 (differences 2.5e-4 then 2.6e-4): no order, and the page says they do not
+    fall (not that they lie below the floor)."""
+    values = {"level": [3], "depth": [20.0], "rtol": [1e-3], "remesh": [0.25, 0.125, 0.0625]}
+    base = {"level": 3, "depth": 20.0, "rtol": 1e-3, "remesh": 0.25}
+    base_dist = member(0, 4.0)["dist"]
+    bump = {0.25: 0.0, 0.125: 2.5e-4, 0.0625: 0.0}
+    runs = runs_of(values, base, lambda level, depth, rtol, remesh: base_dist + bump[remesh])
+    families = study.family_results(values, base, runs, T, GAP, T[1] - T[0])
+    assert np.isnan(families["remesh"]["order"])
+    args = study.argparse.Namespace(
+        beta=100.0,
+        experiment="e",
+        config="c.yaml",
+        horizon=6.0,
+        tokens=4,
+        base=[3, 20.0, 1e-3, 0.25],
+        markdown=str(tmp_path / "p.md"),
+    )
+    study.write_markdown(args, GAP, T[1] - T[0], families, "stamp")
+    assert (
+        "the differences do not fall with the resolution (2.50e-04, then 2.50e-04): no order"
+        in (tmp_path / "p.md").read_text()
+    )
