@@ -39,6 +39,14 @@ def test_observed_order_of_a_first_order_error_is_not_second():
     assert study.observed_order(3.1e-6, 2.0e-7, 10.0) == pytest.approx(math.log10(15.5))
 
 
+def page(path, beta, base, families, interval):
+    """write_markdown's page of ``families`` at ``beta`` from ``base``, as the study writes it."""
+    args = study.argparse.Namespace(
+        beta=beta, experiment="e", config="c.yaml", horizon=6.0, tokens=4, base=base, markdown=str(path)
+    )
+    study.write_markdown(args, GAP, interval, families, "stamp")
+
+
 def member(value, leave, tokens=4):
     """A member whose distance to E1(A) arrives at t = 1 and leaves at ``leave``; tracers shifted by value."""
     dist = np.where(T < 1.0, GAP * (1 - T), 0.0) + 10.0 * np.maximum(T - leave, 0.0)
@@ -218,16 +226,7 @@ def test_a_page_says_when_the_differences_do_not_fall(tmp_path):
         return base_dist + 0.01 * (2.0**-level) ** 2 + (1e-8 if rtol < 5e-5 else 0.0) + np.exp(-depth)
 
     families = study.family_results(values, base, runs_of(values, base, dist_of), T, GAP, T[1] - T[0])
-    args = study.argparse.Namespace(
-        beta=10.0,
-        experiment="e",
-        config="c.yaml",
-        horizon=6.0,
-        tokens=4,
-        base=[3, 20.0, 1e-4, 0.25],
-        markdown=str(tmp_path / "page.md"),
-    )
-    study.write_markdown(args, GAP, T[1] - T[0], families, "stamp")
+    page(tmp_path / "page.md", 10.0, [3, 20.0, 1e-4, 0.25], families, T[1] - T[0])
     text = (tmp_path / "page.md").read_text()
     assert (
         "## mesh level (edge halves per level): departures stable to one snapshot interval; observed order 2.00" in text
@@ -256,10 +255,7 @@ def test_the_page_names_the_resolution_that_limits_the_base(tmp_path, level_shif
     assert study.base_errors(families, dict(zip(study.FAMILIES, base))) == pytest.approx(
         {"level": level_shift, "remesh": remesh_shift}
     )
-    args = study.argparse.Namespace(
-        beta=100.0, experiment="e", config="c.yaml", horizon=6.0, tokens=4, base=base, markdown=str(tmp_path / "p.md")
-    )
-    study.write_markdown(args, GAP, interval, families, "stamp")
+    page(tmp_path / "p.md", 100.0, base, families, interval)
     text = (tmp_path / "p.md").read_text()
     assert f"mesh level {level_shift:.2e}, remeshing interval {remesh_shift:.2e}; the {worst}" in text
 
@@ -280,16 +276,7 @@ def test_no_limit_is_named_where_the_base_is_every_family_s_finest(tmp_path):
         "level": study.compare([shifted(2, 0.02), shifted(3, 0.0)], T, GAP, interval),
         "remesh": study.compare([shifted(0.5, 0.01), shifted(0.25, 0.0)], T, GAP, interval),
     }
-    args = study.argparse.Namespace(
-        beta=10.0,
-        experiment="e",
-        config="c.yaml",
-        horizon=6.0,
-        tokens=4,
-        base=[3, 20.0, 1e-3, 0.25],
-        markdown=str(tmp_path / "p.md"),
-    )
-    study.write_markdown(args, GAP, interval, families, "stamp")
+    page(tmp_path / "p.md", 10.0, [3, 20.0, 1e-3, 0.25], families, interval)
     text = (tmp_path / "p.md").read_text()
     assert "limits the base most" not in text and "## mesh level" in text
 
@@ -304,16 +291,7 @@ def test_differences_above_the_floor_that_do_not_fall_give_no_order(tmp_path):
     runs = runs_of(values, base, lambda level, depth, rtol, remesh: base_dist + bump[remesh])
     families = study.family_results(values, base, runs, T, GAP, T[1] - T[0])
     assert np.isnan(families["remesh"]["order"])
-    args = study.argparse.Namespace(
-        beta=100.0,
-        experiment="e",
-        config="c.yaml",
-        horizon=6.0,
-        tokens=4,
-        base=[3, 20.0, 1e-3, 0.25],
-        markdown=str(tmp_path / "p.md"),
-    )
-    study.write_markdown(args, GAP, T[1] - T[0], families, "stamp")
+    page(tmp_path / "p.md", 100.0, [3, 20.0, 1e-3, 0.25], families, T[1] - T[0])
     assert (
         "the differences do not fall with the resolution (2.50e-04, then 2.50e-04): no order"
         in (tmp_path / "p.md").read_text()
