@@ -71,7 +71,7 @@ def run(M, beta, times, name, params, X0, setting, max_triangles, log):
     level, depth, rtol, remesh = setting
     level = int(level)
     settings = dataclasses.replace(
-        sphere_meanfield.reference_settings(level, max_triangles),
+        sphere_meanfield.reference_settings(level, max_triangles, sphere_levels.reference_variation(level, M.B, beta)),
         depth=depth,
         rtol=rtol,
         atol=rtol * 1e-2,

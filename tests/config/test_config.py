@@ -489,9 +489,17 @@ def test_a_mean_field_experiment_is_checked_before_any_work(test_config):
     # a mean off the axis breaks the symmetry: the S² mesh takes it, at levels that resolve every β
     tilted = dict(sphere, initial_measure={"name": "vmf_mixture", "kappas": [2.0], "means": [[0, 1, 0]]})
     validation.validate_experiment("tiny_mean_field", tilted, test_config["root_seed"])
-    coarse = dict(tilted, mean_field={**tilted["mean_field"], "level": 3})
-    with pytest.raises(validation.ConfigError, match=r"tiny_mean_field\.mean_field: .*beta = 100 the error estimate's"):
+    # level 3's error estimate, level 2, is beyond the softmax's halvings at β = 5000 (it takes level 2 at β = 100)
+    validation.validate_experiment("tiny_mean_field", dict(tilted, mean_field={**tilted["mean_field"], "level": 3}), 1)
+    coarse = dict(tilted, betas=[5, 5000], mean_field={**tilted["mean_field"], "level": 3})
+    with pytest.raises(validation.ConfigError, match=r"tiny_mean_field\.mean_field: .*beta = 5000 the error estimate"):
         validation.validate_experiment("tiny_mean_field", coarse, test_config["root_seed"])
+    # a level per β: its length must be that of betas
+    per_beta = dict(tilted, betas=[5, 100], mean_field={**tilted["mean_field"], "level": [3, 4]})
+    validation.validate_experiment("tiny_mean_field", per_beta, test_config["root_seed"])
+    short = dict(tilted, betas=[5, 100], mean_field={**tilted["mean_field"], "level": [3]})
+    with pytest.raises(validation.ConfigError, match=r"tiny_mean_field\.mean_field: .*one level per beta"):
+        validation.validate_experiment("tiny_mean_field", short, test_config["root_seed"])
     # cells float64 cannot carry (the narrowest graded cell 2·width·depth below 64 ulp of 2π), or a depth not below
     # the width (at the error estimate's twice the width too): named before any job
     for cells, match in (

@@ -58,7 +58,7 @@ UNIFORM = sphere_meanfield.initial_mesh("uniform", {}, 2)
         ({"beta": -1.0}, ValueError, "beta must be finite and > 0"),
         ({"times": [0.0, 2.0, 1.0]}, ValueError, "non-decreasing"),
         ({"times": []}, ValueError, "non-empty"),
-        ({"beta": 1e4}, sphere_mesh.MeshTooCoarse, r"beta = 10000 the kernel is .* more than 24; raise the mesh level"),
+        ({"beta": 1e5}, sphere_mesh.MeshTooCoarse, r"beta = 100000 the kernel is .* more than 256; raise the mesh"),
         ({"tracers0": np.ones((4, 2))}, ValueError, "tracers must be finite"),
         ({"tracers0": np.ones(3)}, ValueError, "tracers must be finite"),
         ({"tracers0": np.array([[1.0, 0, 0], [0, 0, 0]])}, ValueError, "a tracer is the zero vector"),

@@ -340,11 +340,17 @@ def test_bad_tolerance_is_refused():
 
 
 def test_too_coarse_a_mesh_is_refused_as_by_the_exact_pass():
+    """Level 1 at β = 10⁶: beyond the softmax's eight halvings, refused by both passes; at β = 1000 both integrate
+    it (pieces) and agree."""
     coarse = sphere_mesh.mesh_from_density(1, two_clusters)
     with pytest.raises(sphere_mesh.MeshTooCoarse):
-        sphere_softmax.softmax(coarse, B, 1000.0, QUERIES[:3])
+        sphere_softmax.softmax(coarse, B, 1e6, QUERIES[:3])
     with pytest.raises(sphere_mesh.MeshTooCoarse, match="refine the mesh"):
-        sphere_sources.tree_softmax(coarse, B, 1000.0, QUERIES[:3])
+        sphere_sources.tree_softmax(coarse, B, 1e6, QUERIES[:3])
+    exact = sphere_softmax.softmax(coarse, B, 1000.0, QUERIES[:3])
+    tree = sphere_sources.tree_softmax(coarse, B, 1000.0, QUERIES[:3])
+    assert np.allclose(tree.log_z, exact.log_z, rtol=0, atol=1e-9)
+    assert np.allclose(tree.mean, exact.mean, rtol=0, atol=1e-9)
 
 
 def test_the_solver_with_sources_follows_the_solver_without(monkeypatch):

@@ -92,6 +92,26 @@ def test_the_convergence_slice_holds_only_the_study_beta(test_config):
     assert params.canonical(unnarrowed)["betas"] != betas_of([5, 20, 50], 50)
 
 
+def test_a_per_beta_job_reads_its_own_level():
+    """``mean_field.level`` given per β: each β's finite_temperature job sees its own entry (an integer), so
+    adding a β or changing another β's level leaves its params unchanged, and changing its own changes them; the
+    list itself, passed on, would change every β's params with any edit."""
+    exp = {"betas": [10, 31.6, 100], "mean_field": {"level": [3, 3, 4], "max_triangles": 40000}}
+
+    def job(experiment, beta):
+        return params.stage_params("e", experiment, "finite_temperature", 1, beta=beta)["experiment"]["mean_field"]
+
+    added = {"betas": [10, 31.6, 100, 1000], "mean_field": {"level": [3, 3, 4, 4], "max_triangles": 40000}}
+    other = {"betas": [10, 31.6, 100], "mean_field": {"level": [3, 3, 5], "max_triangles": 40000}}
+    assert job(exp, 10) == job(added, 10) == job(other, 10) == {"level": 3, "max_triangles": 40000}
+    assert job(exp, 100) == {"level": 4, "max_triangles": 40000} != job(other, 100)
+    assert job(added, 1000)["level"] == 4
+    whole = params.stage_slice(exp, "finite_temperature")["mean_field"]
+    assert whole != params.stage_slice(added, "finite_temperature")["mean_field"]
+    one = {"betas": [10, 100], "mean_field": {"level": 4, "max_triangles": 40000}}
+    assert job(one, 10) == job(one, 100) == {"level": 4, "max_triangles": 40000}
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     betas=st.lists(st.sampled_from([1.0, 3.0, 10.0, 31.6, 100.0]), min_size=1, max_size=5, unique=True),

@@ -114,7 +114,10 @@ def stage_params(stage):
 
     def params(wildcards):
         key = f"figure:{wildcards.figure}" if stage == "figure" else stage
-        return lowtemp_params.stage_params(wildcards.experiment, EXPERIMENTS[wildcards.experiment], key, ROOT_SEED)
+        beta = beta_value(wildcards) if "beta" in wildcards.keys() else None  # a per-β job reads its β's settings
+        return lowtemp_params.stage_params(
+            wildcards.experiment, EXPERIMENTS[wildcards.experiment], key, ROOT_SEED, beta=beta
+        )
 
     return params
 

@@ -230,7 +230,7 @@ def _sphere_mean_field(experiment, beta, matrices):
     kappa = float(beta) * float(np.linalg.svd(matrices.B, compute_uv=False)[0])
     kept = min(1.0, sphere_levels.REFERENCE_DEPTH / kappa)
     seconds, data = 0.0, 6 * times * r * n * d * _F
-    for level in sphere_levels.reference_levels(matrices.B, float(beta), block.get("level")):
+    for level in sphere_levels.reference_levels(matrices.B, float(beta), block.get("level"), experiment["betas"]):
         growth = 1.0 + SPHERE_GROWTH_RATE * horizon / 2
         triangles = min(growth * sphere_levels.icosphere_triangles(level), float(block["max_triangles"]))
         queries = triangles / 2 + r * n

@@ -72,9 +72,33 @@ def stage_slice(experiment: Mapping, stage: str) -> dict:
     return canonical(spec.narrow(out) if spec is not None and spec.narrow is not None else out)
 
 
-def stage_params(name: str, experiment: Mapping, stage: str, root_seed: int) -> dict:
-    """What a rule passes to its stage: the experiment's name, its slice for ``stage``, the root seed."""
-    return {"name": name, "experiment": stage_slice(experiment, stage), "root_seed": int(root_seed)}
+def stage_params(name: str, experiment: Mapping, stage: str, root_seed: int, beta: float | None = None) -> dict:
+    """What a rule passes to its stage: the experiment's name, its slice for ``stage``, the root seed. A per-β job
+    (``beta``) gets its own β's entry of a setting given per β (``for_beta``)."""
+    sliced = stage_slice(experiment, stage)
+    if beta is not None:
+        sliced = for_beta(sliced, experiment["betas"], beta)
+    return {"name": name, "experiment": sliced, "root_seed": int(root_seed)}
+
+
+#: settings that may be a list of one value per β of ``betas`` (config/README.md)
+PER_BETA = ("mean_field.level",)
+
+
+def for_beta(sliced: dict, betas, beta: float) -> dict:
+    """``sliced`` with every ``PER_BETA`` setting given as a list replaced by its entry for β (the list in the
+    order of ``betas``): a job reads its own β's value, so adding a β, or changing another β's entry, leaves its
+    params, and so the job, as they were. A list of another length than ``betas`` is left for the config check."""
+    out = canonical(sliced)
+    index = [float(b) for b in betas].index(float(beta))
+    for path in PER_BETA:
+        *parents, leaf = path.split(".")
+        block = out
+        for key in parents:
+            block = block.get(key) if isinstance(block, Mapping) else None
+        if isinstance(block, dict) and isinstance(block.get(leaf), list) and len(block[leaf]) == len(betas):
+            block[leaf] = block[leaf][index]
+    return out
 
 
 def allowed_tree(stage: str) -> dict:

@@ -190,7 +190,7 @@ def _check_sphere_mean_field(where: str, experiment: dict, M, measure: str, para
     try:
         sphere_levels.log_density0(measure, params)
         for beta in experiment["betas"]:
-            _, fine = sphere_levels.reference_levels(M.B, float(beta), block.get("level"))
+            _, fine = sphere_levels.reference_levels(M.B, float(beta), block.get("level"), experiment["betas"])
             if sphere_levels.icosphere_triangles(fine) > block["max_triangles"]:
                 raise ValueError(
                     f"at beta = {beta:g} the reference starts on icosphere level {fine} "

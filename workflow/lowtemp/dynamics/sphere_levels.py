@@ -17,8 +17,13 @@ import numpy as np
 from ..model import measures
 from .sphere_geometry import edge_lengths, icosphere
 
-#: finest sub-division of one triangle; a triangle that needs more is too coarse for the kernel (``MeshTooCoarse``)
-MAX_SUBDIVISION = 24
+#: finest halving of a triangle by the softmax: pieces down to 1/2^MAX_HALVINGS of its edges; a triangle that needs
+#: finer ones is too coarse for the kernel (``MeshTooCoarse``). The softmax halves only the pieces whose exponent
+#: varies more than the tolerance and skips those its bound puts below the pruning depth, so a triangle larger than
+#: the kernel costs what the kernel's window inside it costs (docs/sphere_mean_field.md)
+MAX_HALVINGS = 8
+#: the finest sub-division, in pieces per edge
+MAX_SUBDIVISION = 2**MAX_HALVINGS
 #: default log-variation of the exponent per sub-triangle: on vMF mixtures at β = 10 … 10⁴ (meshes as fine as the
 #: kernel) the mean is then within 2e-4 of the β-effect |m − b̂| and takes 5–8·10³ nodes per query at β ≥ 1000
 #: (tests/dynamics/test_sphere_softmax.py; docs/sphere_mean_field.md)
@@ -92,19 +97,43 @@ def reference_edge(level: int) -> float:
     return REFERENCE_EDGE_RATIO * float(edge_lengths(points, triangles).max())
 
 
-def level_resolves(level: int, B: np.ndarray, beta: float) -> bool:
+#: pieces per edge, at the default variation, up to which a level counts as *as fine as the kernel*: the reference's
+#: own choice of levels (``reference_levels`` without ``level``) takes the coarsest such level
+KERNEL_SUBDIVISION = 24
+#: the softmax's variation on a level coarser than the kernel (``reference_variation``): there the pieces' sizes
+#: differ on the two sides of the kernel's centre and the 7-point rule's errors no longer cancel in the mean. On vMF
+#: mixtures at β = 1000, levels 3 and 4, the mean erred by 2–3 % of the β-effect |m − b̂| at the default 3 and by
+#: 1.8e-4 at 1.5, for 3.1–3.2 times the nodes (tests/dynamics/test_sphere_softmax.py)
+COARSE_VARIATION = 1.5
+
+
+def level_resolves(level: int, B: np.ndarray, beta: float, pieces: int = MAX_SUBDIVISION) -> bool:
     """Whether a reference on the icosphere of ``level``, remeshed to ``reference_edge(level)``, passes
-    ``check_resolution`` at β (the default sub-division tolerance, the reference's pruning depth)."""
-    return subdivision_needed(reference_edge(level), B, beta, REFERENCE_DEPTH) <= MAX_SUBDIVISION * DEFAULT_VARIATION
+    ``check_resolution`` at β (its variation ``reference_variation``, the reference's pruning depth) with at most
+    ``pieces`` per edge: the softmax's limit by default, ``KERNEL_SUBDIVISION`` for a level as fine as the kernel."""
+    variation = DEFAULT_VARIATION if pieces == KERNEL_SUBDIVISION else reference_variation(level, B, beta)
+    return subdivision_needed(reference_edge(level), B, beta, REFERENCE_DEPTH) <= pieces * variation
 
 
-def reference_levels(B: np.ndarray, beta: float, level: int | None = None) -> tuple[int, int]:
+def reference_variation(level: int, B: np.ndarray, beta: float) -> float:
+    """The softmax's variation for a reference on ``level`` at β: the default where the level is as fine as the
+    kernel (``KERNEL_SUBDIVISION``), ``COARSE_VARIATION`` where it is coarser."""
+    fine = subdivision_needed(reference_edge(level), B, beta, REFERENCE_DEPTH) <= KERNEL_SUBDIVISION * DEFAULT_VARIATION
+    return DEFAULT_VARIATION if fine else COARSE_VARIATION
+
+
+def reference_levels(B: np.ndarray, beta: float, level=None, betas=None) -> tuple[int, int]:
     """(coarse, fine) icosphere levels of the pipeline's reference at β: ``level`` and the one below it, or without
-    ``level`` the coarsest that resolves β and the one above it. MeshTooCoarse naming β when the coarse level
-    does not resolve it (or none in ``REFERENCE_LEVELS`` does)."""
+    ``level`` the coarsest level as fine as the kernel (``KERNEL_SUBDIVISION``) and the one above it. ``level`` is
+    ``mean_field.level``: one level for every β, or a list of one per β of ``betas``. MeshTooCoarse naming β when
+    the coarse level is beyond the softmax (or no level in ``REFERENCE_LEVELS`` is as fine as the kernel)."""
     B = np.asarray(B, dtype=float)
+    if isinstance(level, (list, tuple)):
+        if betas is None or len(level) != len(betas):
+            raise ValueError(f"S² mean field: level must give one level per beta ({betas!r}), got {level!r}")
+        level = level[[float(b) for b in betas].index(float(beta))]
     if level is None:
-        usable = [k for k in REFERENCE_LEVELS[:-1] if level_resolves(k, B, beta)]
+        usable = [k for k in REFERENCE_LEVELS[:-1] if level_resolves(k, B, beta, KERNEL_SUBDIVISION)]
         if not usable:
             raise MeshTooCoarse(
                 f"S² mean field: no icosphere level up to {REFERENCE_LEVELS[-1]} resolves beta = {beta:g} "
@@ -118,8 +147,8 @@ def reference_levels(B: np.ndarray, beta: float, level: int | None = None) -> tu
     if not level_resolves(level - 1, B, beta):
         raise MeshTooCoarse(
             f"S² mean field: at beta = {beta:g} the error estimate's level {level - 1} (one below level {level}) is "
-            f"too coarse for the kernel ({kernel_width(B, beta):.3g} rad wide); raise level, or leave it out to "
-            "take the coarsest level that resolves every beta"
+            f"too coarse for the softmax ({kernel_width(B, beta):.3g} rad wide kernel, more than {MAX_SUBDIVISION} "
+            "pieces per triangle edge); raise level, or leave it out to take the coarsest level as fine as the kernel"
         )
     return level - 1, level
 

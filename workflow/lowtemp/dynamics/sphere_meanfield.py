@@ -169,9 +169,11 @@ def check_resolution(
         )
 
 
-def reference_settings(level: int, max_triangles: int | None) -> SphereSettings:
-    """The pipeline's settings for a reference started on the icosphere of ``level``."""
+def reference_settings(level: int, max_triangles: int | None, variation: float = DEFAULT_VARIATION) -> SphereSettings:
+    """The pipeline's settings for a reference started on the icosphere of ``level``, the softmax at ``variation``
+    (``sphere_levels.reference_variation``: finer on a level coarser than the kernel)."""
     return SphereSettings(
+        variation=variation,
         edge=reference_edge(level),
         depth=REFERENCE_DEPTH,
         rtol=REFERENCE_RTOL,

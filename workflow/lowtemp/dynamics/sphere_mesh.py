@@ -70,11 +70,15 @@ def _sub_rules(nmax: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return bary, weights, count
 
 
-SUB_BARY, SUB_WEIGHTS, SUB_COUNT = _sub_rules(MAX_SUBDIVISION)
+#: the finest tabled rule (``SUB_RULES``): the normalisers, the remap and the source tree take their rules from the
+#: tables (an ℓ varying by more than TABLE_SUBDIVISION·0.5 e-folds over one triangle gets the finest); the softmax
+#: builds its pieces itself, up to ``MAX_SUBDIVISION``
+TABLE_SUBDIVISION = 24
+SUB_BARY, SUB_WEIGHTS, SUB_COUNT = _sub_rules(TABLE_SUBDIVISION)
 
 
 class SubRules(NamedTuple):
-    """The 7-point rule on n × n sub-triangles for every n ≤ MAX_SUBDIVISION, as the numba kernels take it
+    """The 7-point rule on n × n sub-triangles for every n ≤ TABLE_SUBDIVISION, as the numba kernels take it
     (``_sub_rules``): barycentric nodes ``bary`` (n, node, 3), their weights (n, node) and how many nodes each n has
     (n,)."""
 
@@ -194,7 +198,7 @@ def _log_normalisers(mesh, tolerance, rules, out):
     for t in prange(triangles.shape[0]):
         i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
         la, lb, lc = log_density[i], log_density[j], log_density[k]
-        n = min(subdivision(max(la, lb, lc) - min(la, lb, lc), tolerance), MAX_SUBDIVISION)
+        n = min(subdivision(max(la, lb, lc) - min(la, lb, lc), tolerance), TABLE_SUBDIVISION)
         ell = (la, lb, lc)
         out[t] = log_mass[t] - _log_integral(points[i], points[j], points[k], ell, n, sub_bary, sub_weights, sub_count)
 

@@ -28,8 +28,8 @@ from numba import njit
 from scipy.spatial import cKDTree
 
 from .sphere_mesh import (
-    MAX_SUBDIVISION,
     SUB_RULES,
+    TABLE_SUBDIVISION,
     SphereMesh,
     _chord_frame,
     _log_integral,
@@ -119,7 +119,7 @@ def _log_normaliser(t, mesh, tolerance, rules):
     sub_bary, sub_weights, sub_count = rules
     i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
     la, lb, lc = log_density[i], log_density[j], log_density[k]
-    n = min(subdivision(max(la, lb, lc) - min(la, lb, lc), tolerance), MAX_SUBDIVISION)
+    n = min(subdivision(max(la, lb, lc) - min(la, lb, lc), tolerance), TABLE_SUBDIVISION)
     ell = (la, lb, lc)
     return log_mass[t] - _log_integral(points[i], points[j], points[k], ell, n, sub_bary, sub_weights, sub_count)
 
@@ -134,7 +134,7 @@ def _remap_patch(mesh, patch, npatch, corners, count, out, tolerance, rules):
     patch_c = np.empty(npatch)
     for k in range(npatch):
         patch_c[k] = _log_normaliser(patch[k], mesh, tolerance, rules)
-    n = min(subdivision(_patch_variation(log_density, triangles, patch_c, patch, npatch), tolerance), MAX_SUBDIVISION)
+    n = min(subdivision(_patch_variation(log_density, triangles, patch_c, patch, npatch), tolerance), TABLE_SUBDIVISION)
     if npatch > 1:
         n = max(n, 2)  # the old reconstruction has kinks across the new triangles
     top = -np.inf

@@ -9,17 +9,22 @@ Per query:
 
 * every triangle's bounding cap (centre g_T, radius r_T) bounds its exponent: with θ = ∠(b̂, g_T),
   log m_T + κ cos(max(θ − r_T, 0)) ≥ log ∫_T e^{κ⟨b̂,y⟩} ρ ≥ log m_T + κ cos(min(θ + r_T, π));
-* L, the largest lower bound, is a proven lower bound of log Z; a triangle whose upper bound lies below L − depth
-  is skipped (all skipped triangles together hold less than (triangles)·e^{−depth} of Z);
-* every kept triangle is integrated with the 7-point rule on n × n sub-triangles, n chosen so that the exponent
-  (κ⟨b̂, y⟩ + ℓ) varies by at most ``variation`` on each, loosened by e^{(L − U_T)/6} (up to ``LOOSEN_CAP``) for a
-  triangle whose share of Z is at most e^{U_T − L}: the rule's relative error grows like the sixth power of the
-  variation, so its absolute error stays below that of a dominant triangle;
+* L, the largest lower bound, is a proven lower bound of log Z, raised by following the pieces of the triangle
+  of the largest upper bound towards the kernel's centre (``descended_lower``: a triangle much wider than the kernel
+  bounds its own integral hundreds of e-folds too low); a triangle whose upper bound lies below L − depth is skipped;
+* a kept triangle whose exponent (κ⟨b̂, y⟩ + ℓ) varies by at most ``variation`` over its cap takes the 7-point rule
+  once; any other is halved into chord quarters, recursively, until the exponent varies by at most ``variation``
+  on each piece (``triangle_sums``), and a piece whose bound, as if it held all of the triangle's area, lies below
+  L − depth is skipped: all skipped triangles and pieces together hold less than (triangles)·e^{−depth} of Z, and
+  a triangle wider than the kernel costs what the kernel's window inside it costs;
+* a triangle or piece whose share of Z is at most e^{−b} has its variation loosened by e^{b/6} (``loosened``, up
+  to ``LOOSEST_VARIATION``): the rule's relative error grows like the sixth power of the variation, so its
+  absolute error stays below that of a dominant one;
 * sums are kept relative to a running maximum of the triangles' upper bounds, so no exponent overflows or
   underflows whatever β and however deep the density lies.
 
-A triangle that would need more than ``MAX_SUBDIVISION`` sub-triangles per edge is too coarse for the kernel:
-``MeshTooCoarse`` names the query and the triangle's size.
+A piece still too varied after ``MAX_HALVINGS`` halvings (``MAX_SUBDIVISION`` pieces per edge) is too coarse for
+the kernel: ``MeshTooCoarse`` names the query and the triangle's size.
 """
 
 from __future__ import annotations
@@ -33,16 +38,12 @@ from numba import njit, prange
 
 from .sphere_levels import DEFAULT_DEPTH, DEFAULT_VARIATION, MAX_SUBDIVISION, MeshTooCoarse
 from .sphere_mesh import (
-    SUB_BARY,
-    SUB_COUNT,
-    SUB_WEIGHTS,
+    RULE_BARY,
+    RULE_WEIGHTS,
     SphereMesh,
     log_normalisers,
-    subdivision,
 )
-
-#: largest factor by which a minor triangle's variation is loosened
-LOOSEN_CAP = 4.0
+from .sphere_pieces import PIECE_STACK, _log_area_distance, _scaled, descended_lower, loosened, triangle_sums
 
 
 @dataclass(frozen=True)
@@ -77,15 +78,10 @@ class TriangleTables(NamedTuple):
 
 class PassSettings(NamedTuple):
     """How finely one softmax pass integrates: the largest ``variation`` of the exponent κ⟨b̂, y⟩ + ℓ over one
-    sub-triangle, the pruning ``depth`` (e-folds below the proven lower bound L of log Z), and the 7-point rule on
-    n × n sub-triangles for every n (``sphere_mesh.SubRules``: nodes (n, node, 3), weights (n, node), counts
-    (n,)); flat, because a parallel loop takes no nested tuple."""
+    sub-triangle, and the pruning ``depth`` (e-folds below the proven lower bound L of log Z)."""
 
     variation: float
     depth: float
-    sub_bary: np.ndarray
-    sub_weights: np.ndarray
-    sub_count: np.ndarray
 
 
 class QueryBatch(NamedTuple):
@@ -148,6 +144,16 @@ def _cap_cosines(bx, by, bz, gx, gy, gz, cos_r, sin_r):
     return hi, lo
 
 
+@njit(cache=True, inline="always")
+def centre_exponent(t, query, centre, log_mass):
+    """log m_T + κ(⟨b̂, g_T⟩ − 1): triangle t's mass seen at its cap's centre. The triangle where this is largest
+    (the first in index order) holds the integrand's peak or lies next to it, and ``descended_lower`` follows its
+    pieces there. (The caps' upper bounds do not tell: every triangle whose cap holds b̂ has U_T = log m_T.) It
+    lies between T's lower and upper bounds, so it is at least L: every pass keeps that triangle."""
+    bx, by, bz, kappa = query
+    return log_mass[t] + kappa * (bx * centre[t, 0] + by * centre[t, 1] + bz * centre[t, 2] - 1.0)
+
+
 @njit(cache=True, parallel=True)
 def _static_nodes(mesh, tables, bary, weights):
     """The 7 nodes of the one-piece rule (nodes ``bary``, ``weights``) on every triangle, shared by all queries of
@@ -173,71 +179,6 @@ def _static_nodes(mesh, tables, bary, weights):
             node_lw[7 * t + q] = math.log(weights[q] * rinv * rinv * rinv) + l0 * la + l1 * lb + l2 * lc + log_geom
 
 
-@njit(cache=True, inline="always")
-def _log_area_distance(a, q, c):
-    """log(flat area × distance of the chord plane from the origin) = log(|n·a|/2), n = (q − a) × (c − a), for the
-    chord triangle of the vertices a, q, c, each a tuple (x, y, z) (scalars, so an inlined call adds no reference
-    counting to the loops)."""
-    ax, ay, az = a
-    qx, qy, qz = q
-    cx, cy, cz = c
-    e1x, e1y, e1z = qx - ax, qy - ay, qz - az
-    e2x, e2y, e2z = cx - ax, cy - ay, cz - az
-    nx = e1y * e2z - e1z * e2y
-    ny = e1z * e2x - e1x * e2z
-    nz = e1x * e2y - e1y * e2x
-    return math.log(0.5 * abs(nx * ax + ny * ay + nz * az))
-
-
-@njit(cache=True, inline="always")
-def _add(s, w, dx, dy, dz):
-    """The ten running sums (S0, S1, S2 about b̂) plus one node of weight w at y − b̂ = (dx, dy, dz)."""
-    return (
-        s[0] + w, s[1] + w * dx, s[2] + w * dy, s[3] + w * dz, s[4] + w * dx * dx, s[5] + w * dx * dy,
-        s[6] + w * dx * dz, s[7] + w * dy * dy, s[8] + w * dy * dz, s[9] + w * dz * dz,
-    )  # fmt: skip
-
-
-@njit(cache=True, inline="always")
-def _scaled(s, c):
-    return (c * s[0], c * s[1], c * s[2], c * s[3], c * s[4], c * s[5], c * s[6], c * s[7], c * s[8], c * s[9])
-
-
-@njit(cache=True, inline="always")
-def triangle_sums(s, t, n, kernel, mesh, tables, settings):
-    """The ten running sums ``s`` (``_add``) plus triangle t integrated on n × n sub-triangles against the kernel
-    e^{−κ|y − b̂|²/2 − shift} (``kernel`` = (b̂x, b̂y, b̂z, κ/2, shift)): one piece takes the evaluation's static
-    nodes, finer ones are sub-divided here (``mesh``, ``tables``, ``settings``: ``MeshArrays``, ``TriangleTables``,
-    ``PassSettings``)."""
-    bx, by, bz, half, shift = kernel
-    points, log_density, triangles, _ = mesh
-    log_c, _, _, _, _, node_y, node_lw = tables
-    _, _, sub_bary, sub_weights, sub_count = settings
-    if n == 1:
-        for q in range(7 * t, 7 * t + 7):
-            dx, dy, dz = node_y[q, 0] - bx, node_y[q, 1] - by, node_y[q, 2] - bz
-            w = math.exp(node_lw[q] - half * (dx * dx + dy * dy + dz * dz) - shift)
-            s = _add(s, w, dx, dy, dz)
-        return s
-    i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
-    ax, ay, az = points[i, 0], points[i, 1], points[i, 2]
-    qx, qy, qz = points[j, 0], points[j, 1], points[j, 2]
-    cx, cy, cz = points[k, 0], points[k, 1], points[k, 2]
-    log_geom = _log_area_distance((ax, ay, az), (qx, qy, qz), (cx, cy, cz)) + log_c[t] - shift
-    la, lb, lc = log_density[i], log_density[j], log_density[k]
-    for q in range(sub_count[n]):
-        l0, l1, l2 = sub_bary[n, q, 0], sub_bary[n, q, 1], sub_bary[n, q, 2]
-        px = l0 * ax + l1 * qx + l2 * cx
-        py = l0 * ay + l1 * qy + l2 * cy
-        pz = l0 * az + l1 * qz + l2 * cz
-        r2 = px * px + py * py + pz * pz
-        rinv = 1.0 / math.sqrt(r2)
-        dx, dy, dz = px * rinv - bx, py * rinv - by, pz * rinv - bz
-        expo = -half * (dx * dx + dy * dy + dz * dz) + l0 * la + l1 * lb + l2 * lc + log_geom
-        s = _add(s, sub_weights[n, q] * math.exp(expo) * rinv * rinv * rinv, dx, dy, dz)
-    return s
-
-
 @njit(cache=True)
 def _query(bhat, kappa, candidates, mesh, tables, settings, acc):
     """Softmax sums of one query (kernel centre ``bhat`` (3,), ``kappa``) into acc = (S0, S1[3], S2[6], shift, nodes,
@@ -248,15 +189,21 @@ def _query(bhat, kappa, candidates, mesh, tables, settings, acc):
     bx, by, bz = bhat[0], bhat[1], bhat[2]
     log_mass = mesh.log_mass
     centre, cos_r, sin_r, log_range = tables.centre, tables.cos_r, tables.sin_r, tables.log_range
-    variation, depth, sub_count = settings.variation, settings.depth, settings.sub_count
+    variation, depth = settings.variation, settings.depth
     upper, spread = np.empty(candidates.size), np.empty(candidates.size)
     lower = -np.inf
+    peak, peak_t = -np.inf, -1
     for c in range(candidates.size):
         t = candidates[c]
         hi, lo = _cap_cosines(bx, by, bz, centre[t, 0], centre[t, 1], centre[t, 2], cos_r[t], sin_r[t])
         upper[c] = log_mass[t] + kappa * (hi - 1.0)
         spread[c] = kappa * (hi - lo)
         lower = max(lower, upper[c] - spread[c])
+        mid = centre_exponent(t, (bx, by, bz, kappa), centre, log_mass)
+        if mid > peak:
+            peak, peak_t = mid, t
+    pieces = np.empty((PIECE_STACK, 13))
+    lower = max(lower, descended_lower(peak_t, (bx, by, bz, kappa), mesh, tables, pieces))
     s = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     half = 0.5 * kappa
     shift = lower
@@ -268,16 +215,15 @@ def _query(bhat, kappa, candidates, mesh, tables, settings, acc):
         if upper[c] < lower - depth:
             continue
         kept += 1
-        loosen = 1.0 if upper[c] >= lower else min(LOOSEN_CAP, math.exp((lower - upper[c]) / 6.0))
-        n = subdivision(spread[c] + log_range[t], variation * loosen)
-        if n > MAX_SUBDIVISION:
-            coarse = t
-            n = MAX_SUBDIVISION
+        tolerance = loosened(variation, lower - upper[c])
         if upper[c] > shift:  # rescale what was summed so far to the new shift
             s = _scaled(s, math.exp(shift - upper[c]))
             shift = upper[c]
-        s = triangle_sums(s, t, n, (bx, by, bz, half, shift), mesh, tables, settings)
-        nodes += 7 if n == 1 else sub_count[n]
+        kernel = (bx, by, bz, half, shift, lower, depth, variation, tolerance, spread[c] + log_range[t])
+        s, used = triangle_sums(s, t, kernel, mesh, tables, pieces)
+        if used < 0:
+            coarse, used = t, -used
+        nodes += used
     for r in range(10):
         acc[r] = s[r]
     acc[10] = shift
@@ -489,7 +435,7 @@ def softmax(
         group = np.zeros(queries.shape[0], dtype=np.int64)
         candidates = Candidates(np.array([0, m], dtype=np.int64), np.arange(m, dtype=np.int64))
     out = np.empty((queries.shape[0], 19))
-    settings = PassSettings(float(variation), float(depth), SUB_BARY, SUB_WEIGHTS, SUB_COUNT)
+    settings = PassSettings(float(variation), float(depth))
     _softmax_pass(QueryBatch(bhat, kappa, group), candidates, mesh.arrays(), tables, settings, out)
     coarse = out[:, 17]
     if np.any(coarse >= 0):
@@ -511,7 +457,7 @@ def _triangle_tables(mesh: SphereMesh, log_c: np.ndarray) -> TriangleTables:
         log_c, np.empty((m, 3)), np.empty(m), np.empty(m), np.empty(m), np.empty((7 * m, 3)), np.empty(7 * m)
     )
     _caps(mesh.points, mesh.triangles, tables.centre, tables.cos_r, tables.sin_r, tables.log_range, mesh.log_density)
-    _static_nodes(mesh.arrays(), tables, SUB_BARY[1], SUB_WEIGHTS[1])
+    _static_nodes(mesh.arrays(), tables, RULE_BARY, RULE_WEIGHTS)
     return tables
 
 

@@ -38,19 +38,18 @@ import numpy as np
 from numba import njit, prange
 
 from .sphere_levels import DEFAULT_DEPTH, DEFAULT_VARIATION, MAX_SUBDIVISION, MeshTooCoarse
-from .sphere_mesh import SUB_BARY, SUB_COUNT, SUB_WEIGHTS, MeshArrays, SphereMesh, log_normalisers, subdivision
+from .sphere_mesh import MeshArrays, SphereMesh, log_normalisers
+from .sphere_pieces import PIECE_STACK, _scaled, descended_lower, loosened, triangle_sums
 from .sphere_softmax import (
-    LOOSEN_CAP,
     PassSettings,
     Softmax,
     TriangleTables,
     _cap_cosines,
     _frames,
     _moments,
-    _scaled,
     _triangle_tables,
+    centre_exponent,
     check_settings,
-    triangle_sums,
 )
 from .sphere_tree import (
     NORMAL_NODES,
@@ -140,12 +139,15 @@ def _proxy_sums(tree, i, query, shift, log_tolerance, lower, s):
 
 @njit(cache=True, inline="always")
 def _lower_bound(tree, query, tables, log_mass):
-    """(L, nodes visited): the largest of the triangles' lower bounds of log Z, the exact pass's L, by branch and
-    bound: a node whose upper bound is at most the best lower bound found holds no better one."""
+    """(L, nodes visited, the triangle the exact pass descends for a better L): the largest of the triangles' lower
+    bounds of log Z by branch and bound (a node whose upper bound is at most the best lower bound found holds no
+    better one), and the triangle of the largest ``centre_exponent`` (ties: the smallest index in the mesh's order;
+    its node is never pruned, its exponent lying above every lower bound)."""
     bx, by, bz, kappa = query
     centre, cos_r, sin_r = tables.centre, tables.cos_r, tables.sin_r
     lower = -np.inf
     visited = 0
+    best, best_mid = -1, -np.inf
     stack = np.empty(tree.depth + 2, dtype=np.int64)  # a depth-first walk holds at most depth + 1 nodes
     stack[0] = 0
     top = 1
@@ -168,8 +170,11 @@ def _lower_bound(tree, query, tables, log_mass):
             hi, lo = _cap_cosines(bx, by, bz, centre[t, 0], centre[t, 1], centre[t, 2], cos_r[t], sin_r[t])
             up = log_mass[t] + kappa * (hi - 1.0)
             lower = max(lower, up - kappa * (hi - lo))  # as the exact pass forms it, to the last bit
+            mid = centre_exponent(t, query, centre, log_mass)
+            if mid > best_mid or (mid == best_mid and tree.order[t] < tree.order[best]):
+                best, best_mid = t, mid
         visited += tree.stop[i] - tree.start[i]
-    return lower, visited
+    return lower, visited, best
 
 
 @njit(cache=True)
@@ -181,8 +186,10 @@ def _tree_query(bhat, kappa, tree, mesh, tables, settings, log_tolerance, acc):
     bx, by, bz = bhat[0], bhat[1], bhat[2]
     log_mass = mesh.log_mass
     centre, cos_r, sin_r, log_range = tables.centre, tables.cos_r, tables.sin_r, tables.log_range
-    variation, depth, sub_count = settings.variation, settings.depth, settings.sub_count
-    lower, visited = _lower_bound(tree, (bx, by, bz, kappa), tables, log_mass)
+    variation, depth = settings.variation, settings.depth
+    lower, visited, best = _lower_bound(tree, (bx, by, bz, kappa), tables, log_mass)
+    pieces = np.empty((PIECE_STACK, 13))
+    lower = max(lower, descended_lower(best, (bx, by, bz, kappa), mesh, tables, pieces))
     s = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     half_kappa = 0.5 * kappa
     shift = lower
@@ -223,16 +230,16 @@ def _tree_query(bhat, kappa, tree, mesh, tables, settings, log_tolerance, acc):
             if up < lower - depth:
                 continue
             kept += 1
-            loosen = 1.0 if up >= lower else min(LOOSEN_CAP, math.exp((lower - up) / 6.0))
-            n = subdivision(kappa * (hi - lo) + log_range[t], variation * loosen)
-            if n > MAX_SUBDIVISION:
-                coarse = t
-                n = MAX_SUBDIVISION
+            tolerance = loosened(variation, lower - up)
             if up > shift:
                 s = _scaled(s, math.exp(shift - up))
                 shift = up
-            s = triangle_sums(s, t, n, (bx, by, bz, half_kappa, shift), mesh, tables, settings)
-            nodes += 7 if n == 1 else sub_count[n]
+            spread = kappa * (hi - lo) + log_range[t]
+            kernel = (bx, by, bz, half_kappa, shift, lower, depth, variation, tolerance, spread)
+            s, used = triangle_sums(s, t, kernel, mesh, tables, pieces)
+            if used < 0:
+                coarse, used = t, -used
+            nodes += used
     for r in range(10):
         acc[r] = s[r]
     acc[10] = shift
@@ -315,7 +322,7 @@ def tree_softmax(
                 f"sphere sources: query {s} has κ = {kappa[s]:.6g} above the tree's {built.tree.kappa_max:.6g}: "
                 "queries must be unit vectors, and the tree built for this β and B"
             )
-        settings = PassSettings(float(variation), float(depth), SUB_BARY, SUB_WEIGHTS, SUB_COUNT)
+        settings = PassSettings(float(variation), float(depth))
         _tree_pass(bhat, kappa, built.tree, built.mesh, built.tables, settings, math.log(tolerance), out)
     coarse = out[:, 17]
     if np.any(coarse >= 0):

@@ -29,7 +29,8 @@ from numba import njit, prange
 
 from .sphere_levels import MAX_SUBDIVISION
 from .sphere_mesh import SUB_RULES, SphereMesh
-from .sphere_softmax import TriangleTables, _log_area_distance
+from .sphere_pieces import _log_area_distance
+from .sphere_softmax import TriangleTables
 
 #: most triangles in a leaf
 LEAF_SIZE = 16

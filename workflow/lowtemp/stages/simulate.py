@@ -195,13 +195,21 @@ def _sphere_mean_field(name, experiment, beta, M, X0, grid, measure_name, measur
     levels' tracers is the error estimate, as on the circle. A mesh that outgrows ``mean_field.max_triangles``
     before the horizon stops the job with an error naming the time (no file is written)."""
     block = experiment["mean_field"]
+    # a level per β reaches this job as its own β's entry (``config.params.for_beta``)
     coarse_level, fine_level = sphere_levels.reference_levels(M.B, beta, block.get("level"))
     max_triangles = int(block["max_triangles"])
     solutions = {}
     for level in (fine_level, coarse_level):
         label = f"{name} beta = {beta:g}: S² mean field, icosphere level {level}"
-        settings = sphere_meanfield.reference_settings(level, max_triangles)
-        log.info("%s: remeshed every %g to edges of %.3g rad", label, settings.remesh_every, settings.edge)
+        variation = sphere_levels.reference_variation(level, M.B, beta)
+        settings = sphere_meanfield.reference_settings(level, max_triangles, variation)
+        log.info(
+            "%s: remeshed every %g to edges of %.3g rad, softmax variation %g",
+            label,
+            settings.remesh_every,
+            settings.edge,
+            variation,
+        )
         start = _time.perf_counter()
         solution = sphere_meanfield.solve(
             M.B,
@@ -274,6 +282,7 @@ def _sphere_mean_field(name, experiment, beta, M, X0, grid, measure_name, measur
             "level": fine_level,
             "coarse_level": coarse_level,
             "edge": sphere_levels.reference_edge(fine_level),
+            "variation": sphere_levels.reference_variation(fine_level, M.B, beta),
             "field_evaluations": int(fine.info["nfev"]),
             "seconds": float(fine.info["seconds"]),
         },

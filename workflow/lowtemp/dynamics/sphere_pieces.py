@@ -1,0 +1,242 @@
+"""The pieces of one triangle in the S² softmax (``sphere_softmax``): a kept triangle wider than the kernel is halved
+into chord quarters, recursively, until the exponent κ⟨b̂, y⟩ + ℓ varies by at most the (loosened) variation on a
+piece, and a piece whose bound lies below the query's L − depth is skipped (``triangle_sums``); the lower bound of
+log Z that follows a triangle's pieces towards the kernel's centre (``descended_lower``); the running sums.
+
+A piece is a sub-triangle of the triangle's chord triangle: its corners (off the sphere, in the chord plane) and ℓ
+at them, linear, in one row of 13 numbers (corners, ℓ, halvings); its points are projected radially, as the
+triangle's are, so the pieces of a triangle tile its spherical triangle once. Derivation:
+docs/sphere_mean_field.md ("The softmax in log space").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .sphere_levels import MAX_HALVINGS
+from .sphere_mesh import RULE_BARY, RULE_WEIGHTS
+
+#: the largest variation a minor triangle or piece is loosened to (``loosened``): four times the default variation.
+#: A cap of four times *any* variation cost twice the nodes at variation 1.5 for no accuracy (the coarse-mesh test
+#: at β = 1000: 24 733 against 11 261 nodes per query, the same errors to three digits)
+LOOSEST_VARIATION = 12.0
+LOG2 = math.log(2.0)
+
+
+@njit(cache=True, inline="always")
+def loosened(variation, below):
+    """The variation allowed on a triangle or piece whose share of Z is at most e^{−below}: the rule's relative
+    error grows like the sixth power of the variation, so ``variation``·e^{below/6} keeps its absolute error below
+    that of a dominant one; at most LOOSEST_VARIATION, never less than ``variation``."""
+    if below <= 0.0:
+        return variation
+    return max(variation, min(LOOSEST_VARIATION, variation * math.exp(below / 6.0)))
+
+
+@njit(cache=True, inline="always")
+def _log_area_distance(a, q, c):
+    """log(flat area × distance of the chord plane from the origin) = log(|n·a|/2), n = (q − a) × (c − a), for the
+    chord triangle of the vertices a, q, c, each a tuple (x, y, z) (scalars, so an inlined call adds no reference
+    counting to the loops)."""
+    ax, ay, az = a
+    qx, qy, qz = q
+    cx, cy, cz = c
+    e1x, e1y, e1z = qx - ax, qy - ay, qz - az
+    e2x, e2y, e2z = cx - ax, cy - ay, cz - az
+    nx = e1y * e2z - e1z * e2y
+    ny = e1z * e2x - e1x * e2z
+    nz = e1x * e2y - e1y * e2x
+    return math.log(0.5 * abs(nx * ax + ny * ay + nz * az))
+
+
+@njit(cache=True, inline="always")
+def _add(s, w, dx, dy, dz):
+    """The ten running sums (S0, S1, S2 about b̂) plus one node of weight w at y − b̂ = (dx, dy, dz)."""
+    return (
+        s[0] + w, s[1] + w * dx, s[2] + w * dy, s[3] + w * dz, s[4] + w * dx * dx, s[5] + w * dx * dy,
+        s[6] + w * dx * dz, s[7] + w * dy * dy, s[8] + w * dy * dz, s[9] + w * dz * dz,
+    )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def _scaled(s, c):
+    return (c * s[0], c * s[1], c * s[2], c * s[3], c * s[4], c * s[5], c * s[6], c * s[7], c * s[8], c * s[9])
+
+
+#: rows of the piece stack a depth-first sub-division needs: three waiting pieces per halving, and the one taken
+PIECE_STACK = 3 * MAX_HALVINGS + 1
+
+
+@njit(cache=True, inline="always")
+def _piece_bounds(p, ell, bhat, kappa, cos_r):
+    """Bounds of κ(⟨b̂, y⟩ − 1) + ℓ over one piece (a sub-triangle of T's chord triangle, corners ``p`` = (x0, y0,
+    z0, x1, …, z2), ℓ ``ell`` at them, projected radially): (largest, largest − smallest). The projection lies within
+    an angle ρ of its centroid's, sin ρ ≤ R/cos r_T (R: the piece's largest centroid-to-corner distance; every chord
+    point of T lies at least cos r_T from the origin), so ⟨b̂, y⟩ lies between cos(min(θ_c + ρ, π)) and
+    cos(max(θ_c − ρ, 0)) there; ℓ, linear, is extreme at the corners."""
+    gx, gy, gz = (p[0] + p[3] + p[6]) / 3.0, (p[1] + p[4] + p[7]) / 3.0, (p[2] + p[5] + p[8]) / 3.0
+    far = max(
+        (p[0] - gx) ** 2 + (p[1] - gy) ** 2 + (p[2] - gz) ** 2,
+        (p[3] - gx) ** 2 + (p[4] - gy) ** 2 + (p[5] - gz) ** 2,
+        (p[6] - gx) ** 2 + (p[7] - gy) ** 2 + (p[8] - gz) ** 2,
+    )
+    sin_rho = min(1.0, math.sqrt(far) / cos_r)
+    cos_rho = math.sqrt(1.0 - sin_rho * sin_rho)
+    g = math.sqrt(gx * gx + gy * gy + gz * gz)
+    bx, by, bz = bhat
+    c = (gx * bx + gy * by + gz * bz) / g
+    sx, sy, sz = gy * bz - gz * by, gz * bx - gx * bz, gx * by - gy * bx
+    sin_c = math.sqrt(sx * sx + sy * sy + sz * sz) / g  # |b̂ × ŷ_c|: sin θ_c without cancellation
+    top = 1.0 if c >= cos_rho else c * cos_rho + sin_c * sin_rho
+    bottom = c * cos_rho - sin_c * sin_rho if c * cos_rho - sin_c * sin_rho > -1.0 else -1.0
+    if sin_rho >= 1.0:
+        bottom = -1.0
+    ell_top = max(ell[0], ell[1], ell[2])
+    return kappa * (top - 1.0) + ell_top, kappa * (top - bottom) + ell_top - min(ell[0], ell[1], ell[2])
+
+
+@njit(cache=True, inline="always")
+def _piece_sums(s, p, ell, kernel, log_geom):
+    """s plus the 7-point rule on one piece (corners ``p``, ℓ ``ell`` at them as in ``_piece_bounds``) against
+    e^{−κ|y − b̂|²/2} (``kernel`` = (b̂x, b̂y, b̂z, κ/2, the piece's share of T's area))."""
+    bx, by, bz, half, scale = kernel
+    for q in range(7):
+        l0, l1, l2 = RULE_BARY[q, 0], RULE_BARY[q, 1], RULE_BARY[q, 2]
+        px = l0 * p[0] + l1 * p[3] + l2 * p[6]
+        py = l0 * p[1] + l1 * p[4] + l2 * p[7]
+        pz = l0 * p[2] + l1 * p[5] + l2 * p[8]
+        rinv = 1.0 / math.sqrt(px * px + py * py + pz * pz)
+        dx, dy, dz = px * rinv - bx, py * rinv - by, pz * rinv - bz
+        expo = -half * (dx * dx + dy * dy + dz * dz) + l0 * ell[0] + l1 * ell[1] + l2 * ell[2] + log_geom
+        s = _add(s, scale * RULE_WEIGHTS[q] * math.exp(expo) * rinv * rinv * rinv, dx, dy, dz)
+    return s
+
+
+@njit(cache=True, inline="always")
+def _push_quarters(stack, top, row):
+    """Push the four quarters of the piece ``row`` (corners, ℓ, halvings: 13 numbers) by its
+    edges' midpoints; the new top."""
+    x0, y0, z0, x1, y1, z1, x2, y2, z2 = row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8]
+    e0, e1, e2, h = row[9], row[10], row[11], row[12] + 1.0
+    m01 = (0.5 * (x0 + x1), 0.5 * (y0 + y1), 0.5 * (z0 + z1), 0.5 * (e0 + e1))
+    m12 = (0.5 * (x1 + x2), 0.5 * (y1 + y2), 0.5 * (z1 + z2), 0.5 * (e1 + e2))
+    m20 = (0.5 * (x2 + x0), 0.5 * (y2 + y0), 0.5 * (z2 + z0), 0.5 * (e2 + e0))
+    quarters = (
+        ((x0, y0, z0, e0), m01, m20),
+        (m01, (x1, y1, z1, e1), m12),
+        (m20, m12, (x2, y2, z2, e2)),
+        (m12, m20, m01),
+    )
+    for corners in quarters:
+        for v in range(3):
+            for r in range(3):
+                stack[top, 3 * v + r] = corners[v][r]
+            stack[top, 9 + v] = corners[v][3]
+        stack[top, 12] = h
+        top += 1
+    return top
+
+
+@njit(cache=True, inline="always")
+def _load_triangle(stack, row, t, mesh):
+    """Row ``row`` of ``stack`` := triangle t as a piece (its chord corners, ℓ at them, no halving)."""
+    points, log_density, triangles, _ = mesh
+    for v in range(3):
+        for r in range(3):
+            stack[row, 3 * v + r] = points[triangles[t, v], r]
+        stack[row, 9 + v] = log_density[triangles[t, v]]
+    stack[row, 12] = 0.0
+
+
+@njit(cache=True)
+def descended_lower(t, query, mesh, tables, stack):
+    """A lower bound of log Z from triangle t (the query's kernel ``query`` = (b̂x, b̂y, b̂z, κ)): the largest over
+    the pieces met following, from T, the quarter whose centroid has the largest exponent κ⟨b̂, ŷ⟩ + ℓ (towards the
+    integrand's peak) down MAX_HALVINGS halvings, of
+    log(the piece's solid angle, at least its chord area × the plane's distance) + log c_T + the smallest
+    κ(⟨b̂, y⟩ − 1) + ℓ on it (``_piece_bounds``). On a triangle much wider than the kernel the cap's own bound
+    lies hundreds of e-folds below Z; the piece around the kernel's centre lies a few below."""
+    bx, by, bz, kappa = query
+    points, _, triangles, _ = mesh
+    i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
+    log_geom = _log_area_distance(
+        (points[i, 0], points[i, 1], points[i, 2]),
+        (points[j, 0], points[j, 1], points[j, 2]),
+        (points[k, 0], points[k, 1], points[k, 2]),
+    )
+    log_geom += tables.log_c[t]
+    cos_r = tables.cos_r[t]
+    _load_triangle(stack, 0, t, mesh)
+    best = -np.inf
+    for h in range(MAX_HALVINGS + 1):
+        row = stack[0]
+        p = (row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
+        upper, spread = _piece_bounds(p, (row[9], row[10], row[11]), (bx, by, bz), kappa, cos_r)
+        best = max(best, log_geom - 2.0 * LOG2 * h + upper - spread)
+        if h == MAX_HALVINGS:
+            break
+        _push_quarters(stack, 1, row)
+        pick, top = 1, -np.inf
+        for r in range(1, 5):  # the quarter whose centroid has the largest exponent: towards the integrand's peak
+            q = stack[r]
+            gx, gy, gz = q[0] + q[3] + q[6], q[1] + q[4] + q[7], q[2] + q[5] + q[8]
+            centroid = kappa * (gx * bx + gy * by + gz * bz) / math.sqrt(gx * gx + gy * gy + gz * gz)
+            centroid += (q[9] + q[10] + q[11]) / 3.0
+            if centroid > top:
+                pick, top = r, centroid
+        for r in range(13):
+            stack[0, r] = stack[pick, r]
+    return best
+
+
+@njit(cache=True, inline="always")
+def triangle_sums(s, t, kernel, mesh, tables, stack):
+    """The ten running sums ``s`` (``_add``) plus triangle t against the kernel e^{−κ|y − b̂|²/2 − shift}
+    (``kernel`` = (b̂x, b̂y, b̂z, κ/2, shift, L, depth, variation, tolerance, spread): L the query's proven lower
+    bound of log Z, ``spread`` a bound of the exponent's variation over T from its cap), and how many nodes that
+    took. Within ``tolerance`` (``variation`` loosened for T), T takes the evaluation's static nodes (one piece);
+    otherwise its chord triangle is halved into quarters (``stack``: PIECE_STACK rows of 13) until the exponent
+    κ⟨b̂, y⟩ + ℓ varies by at most ``variation`` on a piece (``_piece_bounds``), loosened as a triangle is by the
+    piece's own bound, and the 7-point rule integrates it. A piece whose bound, as if it held all of T's area,
+    stays below L − depth is skipped: the skipped pieces of one triangle, disjoint, hold less than e^{L − depth}
+    together. A piece
+    still too varied after MAX_HALVINGS halvings is integrated and flagged: nodes returned negative
+    (``MeshTooCoarse``)."""
+    bx, by, bz, half, shift, lower, depth, variation, tolerance, spread = kernel
+    if spread <= tolerance:
+        node_y, node_lw = tables.node_y, tables.node_lw
+        for n in range(7 * t, 7 * t + 7):
+            dx, dy, dz = node_y[n, 0] - bx, node_y[n, 1] - by, node_y[n, 2] - bz
+            s = _add(s, math.exp(node_lw[n] - half * (dx * dx + dy * dy + dz * dz) - shift), dx, dy, dz)
+        return s, 7
+    points, log_density, triangles, _ = mesh
+    i, j, k = triangles[t, 0], triangles[t, 1], triangles[t, 2]
+    a = (points[i, 0], points[i, 1], points[i, 2])
+    q = (points[j, 0], points[j, 1], points[j, 2])
+    c = (points[k, 0], points[k, 1], points[k, 2])
+    log_geom = _log_area_distance(a, q, c) + tables.log_c[t] - shift
+    cos_r = tables.cos_r[t]
+    # the largest 1/|p|³ on T is 1/cos³ r_T: a piece is skipped where κ(⟨b̂, y⟩ − 1) + ℓ stays below this on it
+    cutoff = lower - depth - shift - log_geom + 3.0 * math.log(cos_r)
+    _load_triangle(stack, 0, t, mesh)
+    top, nodes, coarse = 1, 0, False
+    while top:
+        top -= 1
+        row = stack[top]
+        p = (row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
+        ell = (row[9], row[10], row[11])
+        upper, spread = _piece_bounds(p, ell, (bx, by, bz), 2.0 * half, cos_r)
+        if upper < cutoff:
+            continue
+        # the piece's share of Z is at most e^{−below}
+        allowed = loosened(variation, depth - (upper - cutoff) + 2.0 * LOG2 * row[12])
+        if spread > allowed and row[12] < MAX_HALVINGS:
+            top = _push_quarters(stack, top, row)
+            continue
+        coarse = coarse or spread > allowed
+        s = _piece_sums(s, p, ell, (bx, by, bz, half, 0.25 ** row[12]), log_geom)
+        nodes += 7
+    return s, -nodes if coarse else nodes
