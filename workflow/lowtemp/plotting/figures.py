@@ -23,7 +23,7 @@ from .common import band, palette  # noqa: E402
 #: the axis of every distance to an eigenspace: the root mean square over tokens of the chordal distance to E ∩ S
 DISTANCE_LABEL = "sqrt(mean(2 − 2|P x|))"
 #: the departure time's axis, in the words of ``fitting.geometric_departure`` (its caption spells the rule out)
-DEPARTURE_LABEL = "departure time (farther than half the way from E1(A) to E1(V))"
+DEPARTURE_LABEL = "departure time\n(farther than half the way from E1(A) to E1(V))"
 #: the y axes of the one-panel figures (the figures and their captions both read them)
 W2_PROJECTION_LABEL = r"$W_2(\rho^\beta_t, \Pi_\sharp\rho_0)$"
 COLLAPSE_LABEL = r"$W_2(\rho^\beta_t, \rho^\infty_t)\,/\,\sqrt{\log(\beta+1)/\beta}$"
@@ -249,7 +249,8 @@ def plot_time_scale(data, experiment):
     ax.set_xlabel("log β")
     ax.set_ylabel(DEPARTURE_LABEL)
     ax.set_title("Metastable time scale against log β")
-    ax.legend(fontsize=7)
+    # below the axes: inside, it covered the points of the smallest β (the departures rise to the right)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return fig
 
 
