@@ -245,6 +245,49 @@ def test_descended_lower_bound_is_below_log_z_and_near_it(level, log_beta, direc
     assert lower > log_z - 6.0
 
 
+def test_piece_bounds_reach_the_antipode():
+    """A piece around b̂'s antipode: the exponent's smallest value is κ(cos π − 1) = −2κ there, and the bound must
+    reach it (cos(min(θ + ρ, π)), not cos(θ + ρ), which comes back up past π: a bound 0.0125 above the minimum
+    here, 3.5·10⁴ e-folds off on wide pieces)."""
+    r = 0.05
+    corners = [
+        (math.sin(r) * math.cos(a), math.sin(r) * math.sin(a), math.cos(r))
+        for a in (0, 2 * math.pi / 3, 4 * math.pi / 3)
+    ]
+    cos_r = min(unit(np.sum(corners, axis=0)) @ np.array(c) for c in corners)
+    upper, spread = sphere_pieces._piece_bounds(
+        tuple(np.ravel(corners)), (0.0, 0.0, 0.0), (0.0, 0.0, -1.0), 10.0, float(cos_r)
+    )
+    assert upper - spread <= -20.0 + 1e-12
+    assert upper >= 10.0 * (math.cos(math.pi - r) - 1.0) - 1e-12  # the largest value, at a corner
+
+
+@pytest.mark.parametrize("kappa", [100.0, 1000.0])
+def test_a_kernel_pointing_away_from_the_mass(kappa):
+    """Level 1, one triangle holding e^{2κ + 30} times the rest of the mass, the query's kernel centred on its
+    antipode: Z is that triangle's near edge seen through the kernel's tail. Both passes give log Z within 1e-4 of a
+    brute-force rule (a piece bound that missed the antipode put L above log Z and left 7 nodes, log Z 22.5 too low
+    at κ = 1000; the source tree's pass, scaled to its root's bound, underflowed to log Z = −∞)."""
+    points, triangles = sphere_mesh.icosphere(1)
+    area = sphere_mesh.spherical_area(*(points[triangles[:, k]] for k in range(3)))
+    log_mass = np.log(area)
+    log_mass[0] += 2 * kappa + 30
+    log_mass -= np.logaddexp.reduce(log_mass)
+    mesh = sphere_mesh.SphereMesh(points, np.zeros(len(points)), triangles, log_mass)
+    bhat = -unit(points[triangles[0]].sum(axis=0))
+    # brute force on the heavy triangle alone (the others hold e^{−2κ−30} of the mass, at most e^{2κ} more kernel):
+    # split three times into chord quarters, 24 × 24 sub-triangles on each, about 0.003 rad
+    pts, ell, quarters = points, np.zeros(len(points)), triangles[:1]
+    for _ in range(3):
+        pts, ell, quarters, _ = chord_quarters(pts, ell, quarters)
+    y, w = sphere_mesh.triangle_nodes(pts, quarters, 24)
+    logs = np.log(w) + sphere_mesh.log_normalisers(mesh)[0] + kappa * (y @ bhat - 1.0)
+    truth = float(np.logaddexp.reduce(logs.ravel())) + kappa
+    exact = sphere_softmax.softmax(mesh, np.eye(3), kappa, bhat[None, :], variation=1.5)
+    tree = sphere_sources.tree_softmax(mesh, np.eye(3), kappa, bhat[None, :], variation=1.5)
+    assert abs(exact.log_z[0] - truth) < 1e-4 and abs(tree.log_z[0] - truth) < 1e-4, (exact.log_z, tree.log_z, truth)
+
+
 def test_pruning_depth_matters():
     """A pruning depth of 5 e-folds drops triangles that hold a visible share of Z: log Z is then off by more than
     the quadrature's error; at the default depth it is not."""

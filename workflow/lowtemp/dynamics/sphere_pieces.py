@@ -91,9 +91,8 @@ def _piece_bounds(p, ell, bhat, kappa, cos_r):
     sx, sy, sz = gy * bz - gz * by, gz * bx - gx * bz, gx * by - gy * bx
     sin_c = math.sqrt(sx * sx + sy * sy + sz * sz) / g  # |b̂ × ŷ_c|: sin θ_c without cancellation
     top = 1.0 if c >= cos_rho else c * cos_rho + sin_c * sin_rho
-    bottom = c * cos_rho - sin_c * sin_rho if c * cos_rho - sin_c * sin_rho > -1.0 else -1.0
-    if sin_rho >= 1.0:
-        bottom = -1.0
+    # cos(min(θ_c + ρ, π)): −1 where the piece may reach b̂'s antipode (θ_c + ρ ≥ π, i.e. −c ≥ cos ρ)
+    bottom = -1.0 if (sin_rho >= 1.0 or -c >= cos_rho) else max(-1.0, c * cos_rho - sin_c * sin_rho)
     ell_top = max(ell[0], ell[1], ell[2])
     return kappa * (top - 1.0) + ell_top, kappa * (top - bottom) + ell_top - min(ell[0], ell[1], ell[2])
 

@@ -205,10 +205,12 @@ def _tree_query(bhat, kappa, tree, mesh, tables, settings, log_tolerance, acc):
         upper, _ = _node_bounds(tree, i, bx, by, bz, kappa)
         if upper < lower - depth:
             continue
-        if upper > shift:
-            s = _scaled(s, math.exp(shift - upper))
-            shift = upper
         if tree.proxy[i] >= 0:
+            # the sums' scale rises to a node's bound only where its proxies may be added: a wide node's bound (the
+            # root's is its whole mass) can lie 745 e-folds above Z, and every sum would then underflow to 0
+            if upper > shift:
+                s = _scaled(s, math.exp(shift - upper))
+                shift = upper
             used, s = _proxy_sums(tree, i, (bx, by, bz, kappa), shift, log_tolerance, lower, s)
             if used:
                 nodes += PROXIES
