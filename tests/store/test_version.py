@@ -199,3 +199,42 @@ def test_compare_reports_an_unreadable_file_instead_of_crashing(tmp_path):
     assert len(problems) == 2
     assert problems[0].startswith("x.nc: unreadable in one of the folders")
     assert problems[1].startswith("y.nc:") and "values differ" in problems[1]
+
+
+JOB = r"""
+import subprocess, sys
+from lowtemp.stages import joblog
+from lowtemp.store import netcdf
+repo, log = sys.argv[1], sys.argv[2]
+with joblog.logged(log):
+    # a commit lands while the job runs: its files must still name the code that ran
+    subprocess.run(["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+                    "-m", "meanwhile"], check=True)
+    print(netcdf.provenance("tiny", {"dim": 3}, 7)["commit"])
+"""
+
+
+@needs_git
+def test_a_job_records_the_code_it_started_with(tmp_path):
+    """``joblog.logged`` reads the version as a job starts (and logs it): a commit made while the job runs does not
+    change what its files record. Read at the write instead, the job's files named the commit that landed."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
+    # the package as it is here, committed or not (the clone's own files are HEAD's)
+    shutil.copytree(
+        ROOT / "workflow" / "lowtemp",
+        repo / "workflow" / "lowtemp",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    start = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    env = dict(os.environ, PYTHONPATH=str(repo / "workflow"))
+    log = tmp_path / "job.log"
+    proc = subprocess.run(
+        [sys.executable, "-c", JOB, str(repo), str(log)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    after = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert after != start
+    assert proc.stdout.split()[-1] == start
+    assert "code version " in log.read_text()

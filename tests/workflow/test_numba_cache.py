@@ -9,6 +9,7 @@ kernels, which are therefore compiled in every job) fails this.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -54,3 +55,41 @@ def test_a_cached_load_gives_the_bits_of_a_fresh_compile(tmp_path):
     loaded, hits = _run(tmp_path)
     assert hits >= 2, "the second process compiled again instead of loading the cache"
     assert loaded == fresh
+
+
+KEYED = r"""
+import os, sys
+if sys.argv[1] == "numba-first":
+    import numba
+import lowtemp
+import numba
+print(os.environ["NUMBA_CACHE_DIR"], numba.config.CACHE_DIR)
+"""
+
+
+def _cache_dirs(package_root, cache_dir, order="lowtemp-first") -> tuple[str, str]:
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir), PYTHONPATH=str(package_root))
+    proc = subprocess.run([sys.executable, "-c", KEYED, order], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return tuple(proc.stdout.split())
+
+
+def test_the_cache_is_keyed_by_every_module_of_the_package(tmp_path):
+    """numba reloads a cached function when its own file changes, not when a module it inlines from does (an
+    edit to sphere_pieces left sphere_softmax's cached pass on the old pieces): the package keeps the cache in a
+    directory keyed by all its sources. A copy of the package gives the same directory until one byte of one
+    module changes (a comment in sphere_pieces), then another; numba itself, imported before or after, uses it;
+    the user's NUMBA_CACHE_DIR is the base, and a keyed directory inherited from a parent process is replaced, not
+    nested."""
+    shutil.copytree(
+        ROOT / "workflow" / "lowtemp", tmp_path / "src" / "lowtemp", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    base = tmp_path / "cache"
+    first, numba_dir = _cache_dirs(tmp_path / "src", base)
+    assert first == numba_dir and first.startswith(str(base / "lowtemp-src-"))
+    assert _cache_dirs(tmp_path / "src", base, "numba-first") == (first, first)
+    assert _cache_dirs(tmp_path / "src", first)[0] == first  # inherited from a parent: not nested
+    pieces = tmp_path / "src" / "lowtemp" / "dynamics" / "sphere_pieces.py"
+    pieces.write_text(pieces.read_text() + "# an edit\n")
+    second, _ = _cache_dirs(tmp_path / "src", first)
+    assert second != first and second.startswith(str(base / "lowtemp-src-"))

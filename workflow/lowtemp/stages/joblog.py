@@ -9,11 +9,17 @@ from __future__ import annotations
 import logging
 import time
 
+from ..store import version
+
 log = logging.getLogger("lowtemp")
 
 
 class logged:
-    """Context manager: send the package's log to ``path`` (and stderr); log any exception before it propagates."""
+    """Context manager: send the package's log to ``path`` (and stderr); log any exception before it propagates.
+
+    The code version is read, and logged, as the job starts: the provenance its files record is that of the code
+    that ran (``store.version.code_version`` is read once per process), not of the checkout when the job ended,
+    which a commit during a long job would have changed."""
 
     def __init__(self, path):
         self.path = path
@@ -25,6 +31,7 @@ class logged:
             h.setFormatter(fmt)
             log.addHandler(h)
         log.setLevel(logging.INFO)
+        log.info("code version %s", version.code_version().version)
         return log
 
     def __exit__(self, exc_type, exc, tb):
