@@ -215,6 +215,10 @@ SPHERE_NS_PER_NODE = 5.0
 #: β = 10 it held 1 + 1.1·t times its initial triangles (10 970 at t = 7), from level 4 at β = 100 1 + 0.18·t; budgeted
 #: at 1 + SPHERE_GROWTH_RATE·t, its mean 1 + SPHERE_GROWTH_RATE·horizon/2 over the run (capped at max_triangles)
 SPHERE_GROWTH_RATE = 1.2
+#: the fewest quadrature nodes a query takes where the triangles are wider than the kernel: the pieces cover the
+#: kernel's window at the sub-division tolerance, 2 574–3 116 nodes per query at variation 3 on levels 3 and 4 at
+#: β = 1000 (docs/decisions/0023), (3/variation)² as many at another variation
+SPHERE_WINDOW_NODES = 3000.0
 #: bytes per triangle of one stored mesh (vertices, ℓ, triangles, log-masses) and of the solver's working copies
 SPHERE_BYTES_PER_TRIANGLE = 96.0
 
@@ -222,8 +226,9 @@ SPHERE_BYTES_PER_TRIANGLE = 96.0
 def _sphere_mean_field(experiment, beta, matrices):
     """The S² reference's two solves (``sphere_levels.reference_levels``): per level, evaluations × queries (vertices
     and tracers) × kept quadrature nodes (7 per triangle, the share within the pruning depth of the kernel's
-    centre, ``depth/κ`` of the sphere: 0.22–0.25 measured at β = 100, 0.024–0.028 at 1000), the mesh at its mean
-    size over the run; every snapshot's mesh is kept."""
+    centre, ``depth/κ`` of the sphere: 0.22–0.25 measured at β = 100, 0.024–0.028 at 1000; at least the kernel's
+    window, ``SPHERE_WINDOW_NODES`` at the level's variation, on a level coarser than the kernel), the mesh at its
+    mean size over the run; every snapshot's mesh is kept."""
     n, d, r, times = _sizes(experiment)
     block = experiment["mean_field"]
     horizon = float(experiment["time"]["horizon"])
@@ -235,7 +240,9 @@ def _sphere_mean_field(experiment, beta, matrices):
         triangles = min(growth * sphere_levels.icosphere_triangles(level), float(block["max_triangles"]))
         queries = triangles / 2 + r * n
         evals = SPHERE_EVALUATIONS_PER_TIME * horizon
-        seconds += evals * queries * 7 * triangles * kept * SPHERE_NS_PER_NODE * 1e-9
+        variation = sphere_levels.reference_variation(level, matrices.B, float(beta))
+        window = SPHERE_WINDOW_NODES * (sphere_levels.DEFAULT_VARIATION / variation) ** 2
+        seconds += evals * queries * max(7 * triangles * kept, window) * SPHERE_NS_PER_NODE * 1e-9
         data += times * triangles * SPHERE_BYTES_PER_TRIANGLE
     return data, seconds
 
