@@ -35,6 +35,12 @@ def kernel_fine(level: int, beta: float) -> bool:
     return passes_check_resolution(level, beta, sphere_levels.DEFAULT_VARIATION * scale)
 
 
+def test_as_fine_as_the_kernel_agrees_with_the_solver_check():
+    for level in range(2, 6):
+        for beta in (5.0, 30.0, 100.0, 300.0, 1000.0, 3000.0):
+            assert sphere_levels.as_fine_as_the_kernel(level, B, beta) == kernel_fine(level, beta), (level, beta)
+
+
 @pytest.mark.parametrize(
     ("beta", "levels"), [(10.0, (2, 3)), (31.6, (2, 3)), (100.0, (3, 4)), (316.0, (4, 5)), (1000.0, (5, 6))]
 )

@@ -107,19 +107,27 @@ KERNEL_SUBDIVISION = 24
 COARSE_VARIATION = 1.5
 
 
-def level_resolves(level: int, B: np.ndarray, beta: float, pieces: int = MAX_SUBDIVISION) -> bool:
-    """Whether a reference on the icosphere of ``level``, remeshed to ``reference_edge(level)``, passes
-    ``check_resolution`` at β (its variation ``reference_variation``, the reference's pruning depth) with at most
-    ``pieces`` per edge: the softmax's limit by default, ``KERNEL_SUBDIVISION`` for a level as fine as the kernel."""
-    variation = DEFAULT_VARIATION if pieces == KERNEL_SUBDIVISION else reference_variation(level, B, beta)
-    return subdivision_needed(reference_edge(level), B, beta, REFERENCE_DEPTH) <= pieces * variation
+def _variation_needed(level: int, B: np.ndarray, beta: float) -> float:
+    """The largest variation of the exponent over a kept triangle of a reference on ``level`` (remeshed to
+    ``reference_edge(level)``, the reference's pruning depth) at β (``subdivision_needed``)."""
+    return subdivision_needed(reference_edge(level), B, beta, REFERENCE_DEPTH)
+
+
+def as_fine_as_the_kernel(level: int, B: np.ndarray, beta: float) -> bool:
+    """Whether ``level``'s triangles need at most ``KERNEL_SUBDIVISION`` pieces per edge at the default variation."""
+    return _variation_needed(level, B, beta) <= KERNEL_SUBDIVISION * DEFAULT_VARIATION
 
 
 def reference_variation(level: int, B: np.ndarray, beta: float) -> float:
     """The softmax's variation for a reference on ``level`` at β: the default where the level is as fine as the
-    kernel (``KERNEL_SUBDIVISION``), ``COARSE_VARIATION`` where it is coarser."""
-    fine = subdivision_needed(reference_edge(level), B, beta, REFERENCE_DEPTH) <= KERNEL_SUBDIVISION * DEFAULT_VARIATION
-    return DEFAULT_VARIATION if fine else COARSE_VARIATION
+    kernel, ``COARSE_VARIATION`` where it is coarser."""
+    return DEFAULT_VARIATION if as_fine_as_the_kernel(level, B, beta) else COARSE_VARIATION
+
+
+def level_resolves(level: int, B: np.ndarray, beta: float) -> bool:
+    """Whether a reference on the icosphere of ``level`` passes ``check_resolution`` at β: at most
+    ``MAX_SUBDIVISION`` pieces per edge at its variation (``reference_variation``)."""
+    return _variation_needed(level, B, beta) <= MAX_SUBDIVISION * reference_variation(level, B, beta)
 
 
 def reference_levels(B: np.ndarray, beta: float, level=None, betas=None) -> tuple[int, int]:
@@ -133,7 +141,7 @@ def reference_levels(B: np.ndarray, beta: float, level=None, betas=None) -> tupl
             raise ValueError(f"S² mean field: level must give one level per beta ({betas!r}), got {level!r}")
         level = level[[float(b) for b in betas].index(float(beta))]
     if level is None:
-        usable = [k for k in REFERENCE_LEVELS[:-1] if level_resolves(k, B, beta, KERNEL_SUBDIVISION)]
+        usable = [k for k in REFERENCE_LEVELS[:-1] if as_fine_as_the_kernel(k, B, beta)]
         if not usable:
             raise MeshTooCoarse(
                 f"S² mean field: no icosphere level up to {REFERENCE_LEVELS[-1]} resolves beta = {beta:g} "
