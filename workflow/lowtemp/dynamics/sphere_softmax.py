@@ -10,8 +10,9 @@ Per query:
 * every triangle's bounding cap (centre g_T, radius r_T) bounds its exponent: with θ = ∠(b̂, g_T),
   log m_T + κ cos(max(θ − r_T, 0)) ≥ log ∫_T e^{κ⟨b̂,y⟩} ρ ≥ log m_T + κ cos(min(θ + r_T, π));
 * L, the largest lower bound, is a proven lower bound of log Z, raised by following the pieces of the triangle
-  of the largest upper bound towards the kernel's centre (``descended_lower``: a triangle much wider than the kernel
-  bounds its own integral hundreds of e-folds too low); a triangle whose upper bound lies below L − depth is skipped;
+  whose cap centre sees the largest exponent (``centre_exponent``) towards the integrand's peak
+  (``descended_lower``: a triangle much wider than the kernel bounds its own integral hundreds of e-folds too low);
+  a triangle whose upper bound lies below L − depth is skipped;
 * a kept triangle whose exponent (κ⟨b̂, y⟩ + ℓ) varies by at most ``variation`` over its cap takes the 7-point rule
   once; any other is halved into chord quarters, recursively, until the exponent varies by at most ``variation``
   on each piece (``triangle_sums``), and a piece whose bound, as if it held all of the triangle's area, lies below
