@@ -1,12 +1,19 @@
-"""The pieces of one triangle in the S² softmax (``sphere_softmax``): a kept triangle wider than the kernel is halved
-into chord quarters, recursively, until the exponent κ⟨b̂, y⟩ + ℓ varies by at most the (loosened) variation on a
-piece, and a piece whose bound lies below the query's L − depth is skipped (``triangle_sums``); the lower bound of
-log Z that follows a triangle's pieces towards the kernel's centre (``descended_lower``); the running sums.
+"""The pieces of one triangle in the S² softmax (``sphere_softmax``): a kept triangle whose exponent κ⟨b̂, y⟩ + ℓ
+varies by more than the (loosened) variation is cut, recursively, until it varies by at most that on a piece, and a
+piece whose bound lies below the query's L − depth is skipped (``triangle_sums``); the lower bound of log Z that
+follows a triangle's pieces towards the kernel's centre (``descended_lower``); the running sums.
+
+How a piece is cut depends on what varies on it (``_split``). Where the kernel does (a triangle wider than the
+kernel, whose peak may lie inside it) it is halved into four chord quarters. Where ℓ does more than the kernel (a
+triangle in a contracted cluster: its edges far shorter than the kernel's width, ℓ varying by tens of e-folds
+across it, linearly) the exponent is nearly linear on the piece, and it is bisected across its edge of largest
+exponent difference: a variation V then takes about V/variation pieces, not (V/variation)². The Dunavant rule is
+affine-invariant, so its error on a long thin piece is that of the reference triangle with the same corner values.
 
 A piece is a sub-triangle of the triangle's chord triangle: its corners (off the sphere, in the chord plane) and ℓ
-at them, linear, in one row of 13 numbers (corners, ℓ, halvings); its points are projected radially, as the
-triangle's are, so the pieces of a triangle tile its spherical triangle once. Derivation:
-docs/sphere_mean_field.md ("The softmax in log space").
+at them, linear, in one row of 13 numbers (corners, ℓ, bits: log₂ of the triangle's area over the piece's — a
+quarter adds 2, a half 1); its points are projected radially, as the triangle's are, so the pieces of a triangle
+tile its spherical triangle once. Derivation: docs/sphere_mean_field.md ("The softmax in log space").
 """
 
 from __future__ import annotations
@@ -66,7 +73,10 @@ def _scaled(s, c):
     return (c * s[0], c * s[1], c * s[2], c * s[3], c * s[4], c * s[5], c * s[6], c * s[7], c * s[8], c * s[9])
 
 
-#: rows of the piece stack a depth-first sub-division needs: three waiting pieces per halving, and the one taken
+#: the smallest piece, in bits (log₂ of the triangle's area over the piece's): a quarter MAX_HALVINGS halvings deep
+MAX_BITS = 2 * MAX_HALVINGS
+#: rows of the piece stack a depth-first sub-division needs: a quartering spends 2 bits and leaves 3 pieces waiting,
+#: a bisection 1 and 1, so at most 1.5 waiting per bit, and the one taken
 PIECE_STACK = 3 * MAX_HALVINGS + 1
 
 
@@ -116,10 +126,10 @@ def _piece_sums(s, p, ell, kernel, log_geom):
 
 @njit(cache=True, inline="always")
 def _push_quarters(stack, top, row):
-    """Push the four quarters of the piece ``row`` (corners, ℓ, halvings: 13 numbers) by its
+    """Push the four quarters of the piece ``row`` (corners, ℓ, bits: 13 numbers) by its
     edges' midpoints; the new top."""
     x0, y0, z0, x1, y1, z1, x2, y2, z2 = row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8]
-    e0, e1, e2, h = row[9], row[10], row[11], row[12] + 1.0
+    e0, e1, e2, h = row[9], row[10], row[11], row[12] + 2.0
     m01 = (0.5 * (x0 + x1), 0.5 * (y0 + y1), 0.5 * (z0 + z1), 0.5 * (e0 + e1))
     m12 = (0.5 * (x1 + x2), 0.5 * (y1 + y2), 0.5 * (z1 + z2), 0.5 * (e1 + e2))
     m20 = (0.5 * (x2 + x0), 0.5 * (y2 + y0), 0.5 * (z2 + z0), 0.5 * (e2 + e0))
@@ -137,6 +147,59 @@ def _push_quarters(stack, top, row):
         stack[top, 12] = h
         top += 1
     return top
+
+
+@njit(cache=True, inline="always")
+def _corner_exponent(row, v, bhat, kappa):
+    """κ⟨b̂, ŷ⟩ + ℓ at corner v of the piece ``row``."""
+    x, y, z = row[3 * v], row[3 * v + 1], row[3 * v + 2]
+    return kappa * (x * bhat[0] + y * bhat[1] + z * bhat[2]) / math.sqrt(x * x + y * y + z * z) + row[9 + v]
+
+
+@njit(cache=True, inline="always")
+def _push_halves(stack, top, row, bhat, kappa):
+    """Push the two halves of the piece ``row`` cut at the midpoint of its edge whose ends' exponents κ⟨b̂, ŷ⟩ + ℓ
+    differ most (on a piece where the exponent is nearly linear, the edge along its gradient), each with the
+    piece's orientation; the new top."""
+    e0, e1, e2 = (
+        _corner_exponent(row, 0, bhat, kappa),
+        _corner_exponent(row, 1, bhat, kappa),
+        _corner_exponent(row, 2, bhat, kappa),
+    )
+    # k: the corner opposite the edge of largest exponent difference
+    k, widest = 0, abs(e1 - e2)
+    if abs(e2 - e0) > widest:
+        k, widest = 1, abs(e2 - e0)
+    if abs(e0 - e1) > widest:
+        k = 2
+    a, b = (k + 1) % 3, (k + 2) % 3
+    keep = (row[3 * k], row[3 * k + 1], row[3 * k + 2], row[9 + k])
+    first = (row[3 * a], row[3 * a + 1], row[3 * a + 2], row[9 + a])
+    last = (row[3 * b], row[3 * b + 1], row[3 * b + 2], row[9 + b])
+    f0, f1, f2, f3 = first
+    l0, l1, l2, l3 = last
+    mid = (0.5 * (f0 + l0), 0.5 * (f1 + l1), 0.5 * (f2 + l2), 0.5 * (f3 + l3))
+    bits = row[12] + 1.0
+    for corners in ((keep, first, mid), (keep, mid, last)):  # (k, a, m) and (k, m, b): the piece's orientation
+        for v in range(3):
+            for r in range(3):
+                stack[top, 3 * v + r] = corners[v][r]
+            stack[top, 9 + v] = corners[v][3]
+        stack[top, 12] = bits
+        top += 1
+    return top
+
+
+@njit(cache=True, inline="always")
+def _split(stack, top, row, bhat, kappa, kernel_spread, allowed):
+    """Cut the piece ``row``: into halves (``_push_halves``) where the kernel's part of its variation bound
+    (``kernel_spread``) is within half the ``allowed`` variation, so that what is left to cut is ℓ, linear, or where
+    only one bit is left; into quarters (``_push_quarters``), which shrink the kernel's part too, otherwise. A half
+    lies in its piece, so its kernel part stays about as small (its cap radius grows by at most a few per cent
+    where the piece was equilateral). The new top."""
+    if kernel_spread <= 0.5 * allowed or row[12] + 2.0 > MAX_BITS:
+        return _push_halves(stack, top, row, bhat, kappa)
+    return _push_quarters(stack, top, row)
 
 
 @njit(cache=True, inline="always")
@@ -197,13 +260,12 @@ def triangle_sums(s, t, kernel, mesh, tables, stack):
     (``kernel`` = (b̂x, b̂y, b̂z, κ/2, shift, L, depth, variation, tolerance, spread): L the query's proven lower
     bound of log Z, ``spread`` a bound of the exponent's variation over T from its cap), and how many nodes that
     took. Within ``tolerance`` (``variation`` loosened for T), T takes the evaluation's static nodes (one piece);
-    otherwise its chord triangle is halved into quarters (``stack``: PIECE_STACK rows of 13) until the exponent
-    κ⟨b̂, y⟩ + ℓ varies by at most ``variation`` on a piece (``_piece_bounds``), loosened as a triangle is by the
-    piece's own bound, and the 7-point rule integrates it. A piece whose bound, as if it held all of T's area,
-    stays below L − depth is skipped: the skipped pieces of one triangle, disjoint, hold less than e^{L − depth}
-    together. A piece
-    still too varied after MAX_HALVINGS halvings is integrated and flagged: nodes returned negative
-    (``MeshTooCoarse``)."""
+    otherwise its chord triangle is cut into quarters or halves (``_split``; ``stack``: PIECE_STACK rows of 13)
+    until the exponent κ⟨b̂, y⟩ + ℓ varies by at most ``variation`` on a piece (``_piece_bounds``), loosened as a
+    triangle is by the piece's own bound, and the 7-point rule integrates it. A piece whose bound, as if it held all
+    of T's area, stays below L − depth is skipped: the skipped pieces of one triangle, disjoint, hold less than
+    e^{L − depth} together. A piece still too varied at MAX_BITS (a quarter MAX_HALVINGS halvings deep) is
+    integrated and flagged: nodes returned negative (``MeshTooCoarse``)."""
     bx, by, bz, half, shift, lower, depth, variation, tolerance, spread = kernel
     if spread <= tolerance:
         node_y, node_lw = tables.node_y, tables.node_lw
@@ -231,11 +293,12 @@ def triangle_sums(s, t, kernel, mesh, tables, stack):
         if upper < cutoff:
             continue
         # the piece's share of Z is at most e^{−below}
-        allowed = loosened(variation, depth - (upper - cutoff) + 2.0 * LOG2 * row[12])
-        if spread > allowed and row[12] < MAX_HALVINGS:
-            top = _push_quarters(stack, top, row)
+        allowed = loosened(variation, depth - (upper - cutoff) + LOG2 * row[12])
+        if spread > allowed and row[12] < MAX_BITS:
+            kernel_spread = spread - (max(ell[0], ell[1], ell[2]) - min(ell[0], ell[1], ell[2]))
+            top = _split(stack, top, row, (bx, by, bz), 2.0 * half, kernel_spread, allowed)
             continue
         coarse = coarse or spread > allowed
-        s = _piece_sums(s, p, ell, (bx, by, bz, half, 0.25 ** row[12]), log_geom)
+        s = _piece_sums(s, p, ell, (bx, by, bz, half, 0.5 ** row[12]), log_geom)
         nodes += 7
     return s, -nodes if coarse else nodes
