@@ -201,5 +201,7 @@ w2-snapshots: $(STAMP)
 		--snapshots results/bench/w2_snapshots/N16384/beta100.nc results/bench/w2_snapshots/N16384/zero_temperature.nc \
 		--markdown docs/w2_snapshots.md
 
+## clean: remove results/, .snakemake/ and numba's on-disk caches (one directory per version of the package's
+## sources accumulates there; the next run compiles afresh, about a minute)
 clean:
-	rm -rf results .snakemake
+	rm -rf results .snakemake workflow/lowtemp/__pycache__/numba

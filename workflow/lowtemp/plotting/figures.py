@@ -228,15 +228,18 @@ def plot_time_scale(data, experiment):
     bounds = fit["metastable_slope"].values
     lo, hi = fit["metastable_slope_interval"].values
     ok = used & np.isfinite(mean)
-    if np.all(np.isfinite(bounds)) and ok.sum() >= 2:
-        s_mid = float(np.mean(bounds))
+    if ok.sum() >= 2 and np.isfinite(lo):
+        # two-sided: the middle of the bounds; one-sided (a censored β leaves the slope unbounded above): the lower
+        # bound, drawn through the departed β, with the claim's interval in the legend
+        s_line = float(np.mean(bounds)) if np.all(np.isfinite(bounds)) else float(lo)
         xx = np.linspace(x[ok].min(), x[ok].max(), 20)
         ax.plot(
             xx,
-            np.mean(mean[ok]) + s_mid * (xx - np.mean(x[ok])),
+            np.mean(mean[ok]) + s_line * (xx - np.mean(x[ok])),
             "--",
             color="C3",
-            label=f"slope over the judged β: bounds [{lo:.2f}, {hi:.2f}]",
+            label=f"slope over the judged β: bounds [{lo:.2f}, {hi:.2f}]"
+            + ("" if np.isfinite(hi) else " (drawn: the lower bound)"),
         )
     else:
         ax.plot(
@@ -244,7 +247,7 @@ def plot_time_scale(data, experiment):
             [],
             "--",
             color="C3",
-            label="no slope: fewer than two judged β departed, or censoring leaves it unbounded",
+            label="no slope: fewer than two judged β departed, or censoring leaves it unbounded below",
         )
     ax.set_xlabel("log β")
     ax.set_ylabel(DEPARTURE_LABEL)
