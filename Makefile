@@ -118,13 +118,13 @@ sphere-zero-temperature: $(STAMP)
 	$(BIN)/python studies/sphere_zero_temperature.py --markdown docs/sphere_zero_temperature.md
 
 ## sphere-departure: docs/sphere_departure.md and docs/img/particle_regime_sphere.png, the d = 3 mean field of
-## `concentration` (the S² mesh solver at two levels, at most 16 000 triangles) against its particles at N = 256 …
-## 16 384, and where in (log N, log beta) they stand for it: beta = 10 to t = 8 (levels 2, 3), then beta = 100 to
-## t = 10 (levels 3, 4; level 2 is too coarse for beta >= 31.6 with this study's remeshing edge, and levels 3, 4 at
-## 31.6 would take hours here); the page is rewritten after each beta
+## `concentration` (the S² mesh solver at two levels with `make sphere`'s reference settings) against its particles
+## at N = 256 … 16 384, and where in (log N, log beta) they stand for it: beta = 10 to t = 8 and beta = 100 to
+## t = 15, past its mean field's departure, both on levels 2, 3 (level 2 coarser than the kernel at beta = 100, its
+## softmax finer; levels 3, 4, as `make sphere` takes, would add about an hour); the page is rewritten after each beta
 sphere-departure: $(STAMP)
-	$(BIN)/python studies/sphere_departure.py --betas 10 100 --horizons 8 10 --levels 2 3 3 4 \
-		--tokens 256 1024 4096 16384 --replicas 2 --max-triangles 16000 \
+	$(BIN)/python studies/sphere_departure.py --betas 10 100 --horizons 8 15 --levels 2 3 \
+		--tokens 256 1024 4096 16384 --replicas 2 --max-triangles 40000 \
 		--markdown docs/sphere_departure.md --out docs/data/sphere_departure.npz \
 		--figure docs/img/particle_regime_sphere.png
 

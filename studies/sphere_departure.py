@@ -28,21 +28,21 @@ from mean_field_departure import boundary_summary, particle_shift, regime_table,
 
 from lowtemp.analysis import fitting
 from lowtemp.config import experiment, schema
-from lowtemp.dynamics import integrate, kernels, sphere_meanfield, sphere_mesh
+from lowtemp.dynamics import integrate, kernels, sphere_levels, sphere_meanfield
+from lowtemp.dynamics.sphere_levels import REFERENCE_REMESH_EVERY, REFERENCE_RTOL
 from lowtemp.model import measures, projection
 from lowtemp.model.seeding import generator
 from lowtemp.plotting import regimes
 from lowtemp.store import harness
 
 
-def mesh_run(M, beta, times, name, params, level, rtol, every, max_triangles, log):
-    """(distance to E1(A) per snapshot, solution) of the mesh solver at ``level``, remeshed to 1.5 times its
-    initial longest edge."""
+def mesh_run(M, beta, times, name, params, level, max_triangles, log):
+    """(distance to E1(A) per snapshot, solution) of the mesh solver at ``level`` with the pipeline's reference
+    settings (``sphere_meanfield.reference_settings``: remeshed to the level's edge, the softmax at the level's
+    variation, ``sphere_levels.reference_variation``), as `make sphere` solves it."""
     mesh = sphere_meanfield.initial_mesh(name, params, level)
-    edge = 1.5 * float(sphere_mesh.edge_lengths(mesh.points, mesh.triangles).max())
-    settings = sphere_meanfield.SphereSettings(
-        edge=edge, rtol=rtol, atol=rtol * 1e-2, remesh_every=every, max_triangles=max_triangles
-    )
+    variation = sphere_levels.reference_variation(level, M.B, beta)
+    settings = sphere_meanfield.reference_settings(level, max_triangles, variation)
     start = time.perf_counter()
 
     def progress(t, info):
@@ -119,10 +119,6 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 4096])
     ap.add_argument("--replicas", type=int, default=2)
-    # the softmax's adaptive quadrature makes the field piecewise smooth at the 1e-5 level: a tighter ODE tolerance
-    # only buys rejected steps (the distances agree to 6 digits between 1e-4 and 1e-6 at beta = 10, 3x the cost)
-    ap.add_argument("--rtol", type=float, default=1e-4)
-    ap.add_argument("--remesh-every", type=float, default=0.5)
     ap.add_argument("--max-triangles", type=int, default=20000, help="a mesh run stops at the first snapshot above")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--out", default=None)
@@ -151,8 +147,8 @@ def main(argv=None) -> int:
     for beta, horizon, (lo, hi) in zip(args.betas, horizons, levels):
         grid = horizon_grid(exp, horizon)
         times = curves[f"times_beta{beta:g}"] = grid.times
-        coarse, _ = mesh_run(M, beta, times, name, params, lo, args.rtol, args.remesh_every, args.max_triangles, log)
-        fine, sol = mesh_run(M, beta, times, name, params, hi, args.rtol, args.remesh_every, args.max_triangles, log)
+        coarse, _ = mesh_run(M, beta, times, name, params, lo, args.max_triangles, log)
+        fine, sol = mesh_run(M, beta, times, name, params, hi, args.max_triangles, log)
         curves[f"mesh_coarse_beta{beta:g}"], curves[f"mesh_fine_beta{beta:g}"] = coarse, fine
         until = float(sol.info["resolved_until"])
         resolved = times <= until
@@ -227,10 +223,11 @@ def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
         "",
         f"Experiment `{args.experiment}` of `{args.config}` (d = 3, its matrices and initial measure, no symmetry). "
         "Mean field: the S² mesh solver (docs/sphere_mean_field.md) from two icosphere levels (in the table), "
-        f"remeshed every {args.remesh_every:g} to 1.5 times the initial edge, DOP853 at rtol "
-        f"{args.rtol:g}; the finer level is the reference and the largest difference between the two its error "
-        f"estimate; a mesh run stops at the first snapshot with more than {args.max_triangles} triangles (its error "
-        "and its distance to the particles are taken up to there). Particles: the dense kernel, "
+        f"with the pipeline's reference settings (`make sphere`): remeshed every {REFERENCE_REMESH_EVERY:g} to the "
+        f"level's edge, DOP853 at rtol {REFERENCE_RTOL:g}, the softmax at the level's variation (finer on a level "
+        "coarser than the kernel); the finer level is the reference and the largest difference between the two its "
+        f"error estimate; a mesh run stops at the first snapshot with more than {args.max_triangles} triangles (its "
+        "error and its distance to the particles are taken up to there). Particles: the dense kernel, "
         f"RK4 at dt = {exp['time']['dt']:g}, from the experiment's own initial tokens ({args.replicas} replicas). "
         f"Departure: the first time after the metastable phase that the distance to E1(A) exceeds half the "
         f"distance between E1(A) and V's leading eigenspace ({gap / 2:.3f}); '> T': still metastable at T.",
