@@ -38,34 +38,39 @@ def _data(censored_last: bool, slope, interval):
 
 
 def _slope_line(data):
-    """(slope, label) of the dashed line the figure draws, or (None, label) where it draws none."""
+    """(slope, label, the line's (x, y) at its ends) of the dashed line the figure draws; slope None where it draws
+    none."""
     fig = figures.plot_time_scale(data, {})
     try:
         (line,) = [ln for ln in fig.axes[0].lines if ln.get_linestyle() == "--"]
-        x, y = line.get_xdata(), line.get_ydata()
+        x, y = np.asarray(line.get_xdata()), np.asarray(line.get_ydata())
         slope = None if len(x) < 2 else float((y[-1] - y[0]) / (x[-1] - x[0]))
-        return slope, line.get_label()
+        return slope, line.get_label(), (x[[0, -1]], y[[0, -1]]) if len(x) else None
     finally:
         plt.close(fig)
 
 
 def test_a_censored_beta_draws_the_lower_bound_of_the_slope():
-    """Censored β = 1000 (the slope bounded below only): the line through the departed β has the interval's lower
-    bound as its slope and says so; before, the figure drew no line and said the slope was unbounded."""
-    slope, label = _slope_line(_data(True, [[2.17, np.inf], [2.19, np.inf], [2.17, np.inf]], [2.159, np.inf]))
+    """Censored β = 1000 (the slope bounded below only): the line has the interval's lower bound as its slope and
+    says so, and runs through the centroid of the judged β with the censored one at the horizon, where the bound
+    comes from; before, the figure drew no line and said the slope was unbounded."""
+    slope, label, (x, y) = _slope_line(_data(True, [[2.17, np.inf], [2.19, np.inf], [2.17, np.inf]], [2.159, np.inf]))
     assert slope == pytest.approx(2.159)
     assert "[2.16, inf]" in label and "lower bound" in label
+    centroid = (np.mean(np.log(BETAS)), np.mean([4.25, np.mean([6.5, 6.25, 6.5]), 13.5, 14.0]))
+    assert x[-1] == pytest.approx(np.log(1000.0))
+    assert y[0] + slope * (centroid[0] - x[0]) == pytest.approx(centroid[1])
 
 
 def test_two_sided_bounds_draw_their_middle():
     """Every β departed: the slope drawn is the mean of the replicas' bounds, and nothing is said of a lower bound."""
     bounds = [[2.0, 3.0], [2.2, 3.2], [2.1, 3.1]]
-    slope, label = _slope_line(_data(False, bounds, [2.0, 3.2]))
+    slope, label, _ = _slope_line(_data(False, bounds, [2.0, 3.2]))
     assert slope == pytest.approx(np.mean(bounds))
     assert "lower bound" not in label
 
 
 def test_no_lower_bound_draws_no_slope():
     """Bounds NaN (fewer than two judged β): no line, and the legend says why."""
-    slope, label = _slope_line(_data(True, [[np.nan, np.nan]] * 3, [np.nan, np.nan]))
+    slope, label, _ = _slope_line(_data(True, [[np.nan, np.nan]] * 3, [np.nan, np.nan]))
     assert slope is None and label.startswith("no slope")

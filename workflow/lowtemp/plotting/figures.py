@@ -224,22 +224,24 @@ def plot_time_scale(data, experiment):
         color="C0",
         label="under-resolved β (not judged)" if (~used).any() else None,
     )
-    # the slope's bounds per replica (snapshot step, censoring) drawn through the judged β only
+    # the slope's bounds per replica (snapshot step, censoring) drawn through the judged β only, a censored
+    # departure at its lower bound, the horizon (where the slope's lower bound comes from)
     bounds = fit["metastable_slope"].values
     lo, hi = fit["metastable_slope_interval"].values
-    ok = used & np.isfinite(mean)
+    floor = fitting.mean_of_finite(np.where(censored, horizon, dep))
+    ok = used & np.isfinite(floor)
     if ok.sum() >= 2 and np.isfinite(lo):
         # two-sided: the middle of the bounds; one-sided (a censored β leaves the slope unbounded above): the lower
-        # bound, drawn through the departed β, with the claim's interval in the legend
+        # bound, with the claim's interval in the legend
         s_line = float(np.mean(bounds)) if np.all(np.isfinite(bounds)) else float(lo)
         xx = np.linspace(x[ok].min(), x[ok].max(), 20)
         ax.plot(
             xx,
-            np.mean(mean[ok]) + s_line * (xx - np.mean(x[ok])),
+            np.mean(floor[ok]) + s_line * (xx - np.mean(x[ok])),
             "--",
             color="C3",
             label=f"slope over the judged β: bounds [{lo:.2f}, {hi:.2f}]"
-            + ("" if np.isfinite(hi) else " (drawn: the lower bound)"),
+            + ("" if np.isfinite(hi) else " (drawn: the lower bound, censored β at the horizon)"),
         )
     else:
         ax.plot(
