@@ -227,8 +227,8 @@ def test_a_cluster_steeper_than_its_triangles_against_brute_force(beta):
     """Where ℓ varies across a triangle far more than the kernel does (β = 10) and about as much (β = 100), the pass
     integrates the mesh's own density as a brute-force rule does (2 × 2 chord quarters, 24 × 24 sub-triangles on
     each, all within 1.2 rad of the cluster, e^{−190} beyond; within 1e-10 of one twice as fine): the mean within
-    1e-5 of the β-effect (measured 1.0e-6, 4.4e-8 at most), the covariance within 3e-4 of its largest entry (8e-5,
-    2.1e-6), log Z within 1e-4 (1.3e-5, 2.2e-7). At β = 10 it cuts pieces in two across their steepest edge: 1 902
+    1e-5 of the β-effect (measured 1.1e-6, 4.4e-8 at most), the covariance within 3e-4 of its largest entry (8e-5,
+    2.1e-6), log Z within 1e-4 (1.3e-5, 2.2e-7). At β = 10 it cuts pieces in two across their steepest edge: 2 154
     nodes per query, where cutting every piece in four took 3 824; the bound on them fails on quarters alone."""
     weights, means, kappas = STEEP
     mesh = sphere_mesh.mesh_from_density(2, lambda y: vmf_log_density(y, weights, means, kappas))
@@ -241,6 +241,21 @@ def test_a_cluster_steeper_than_its_triangles_against_brute_force(beta):
         assert abs(sm.log_z[s] - log_z) < 1e-4
     if beta == 10.0:
         assert sm.nodes.mean() < 2800
+
+
+def test_halves_near_the_peak_do_not_run_out_of_bits():
+    """A cluster of κ = 10⁴ on level 2 (ℓ varying by thousands of e-folds across a triangle) seen at β = 10⁴ from a
+    kernel 0.05 rad off its centre: where the kernel's gradient cancels ℓ's near the integrand's peak, cutting the
+    edge of largest *exponent* difference left ℓ's range unchanged on long thin halves and the piece ran out of bits
+    (``MeshTooCoarse``, where quarters integrate it); the edge of largest ℓ difference, cut only where the halves stay
+    round, integrates it, both passes alike."""
+    x = np.array([0.5638197602383339, -0.7852632678646965, -0.25586886896855116])
+    bhat = unit(B.T @ x)
+    mu = unit(bhat + 0.05 * unit(np.cross(bhat, [-0.3002194205247538, 0.1647329204351259, 0.9395378462120063])))
+    mesh = sphere_mesh.mesh_from_density(2, lambda y: vmf_log_density(y, [1.0], [mu], [1e4]))
+    exact = sphere_softmax.softmax(mesh, B, 1e4, x[None])
+    tree = sphere_sources.tree_softmax(mesh, B, 1e4, x[None])
+    assert np.isfinite(exact.log_z[0]) and exact.log_z[0] == pytest.approx(tree.log_z[0], abs=1e-9)
 
 
 @settings(max_examples=12, deadline=None)

@@ -6,9 +6,9 @@ follows a triangle's pieces towards the kernel's centre (``descended_lower``); t
 How a piece is cut depends on what varies on it (``_split``). Where the kernel does (a triangle wider than the
 kernel, whose peak may lie inside it) it is halved into four chord quarters. Where ℓ does more than the kernel (a
 triangle in a contracted cluster: its edges far shorter than the kernel's width, ℓ varying by tens of e-folds
-across it, linearly) the exponent is nearly linear on the piece, and it is bisected across its edge of largest
-exponent difference: a variation V then takes about V/variation pieces, not (V/variation)². The Dunavant rule is
-affine-invariant, so its error on a long thin piece is that of the reference triangle with the same corner values.
+across it, linearly) it is bisected at the midpoint of its edge of largest ℓ difference, while that edge is at
+least half as long as the piece's longest (the halves stay round): a variation V then takes about V/variation
+pieces, not (V/variation)².
 
 A piece is a sub-triangle of the triangle's chord triangle: its corners (off the sphere, in the chord plane) and ℓ
 at them, linear, in one row of 13 numbers (corners, ℓ, bits: log₂ of the triangle's area over the piece's — a
@@ -125,6 +125,17 @@ def _piece_sums(s, p, ell, kernel, log_geom):
 
 
 @njit(cache=True, inline="always")
+def _push_piece(stack, top, corners, bits):
+    """Row ``top`` of ``stack`` := the piece of ``corners`` (three (x, y, z, ℓ)) and ``bits``; the new top."""
+    for v in range(3):
+        for r in range(3):
+            stack[top, 3 * v + r] = corners[v][r]
+        stack[top, 9 + v] = corners[v][3]
+    stack[top, 12] = bits
+    return top + 1
+
+
+@njit(cache=True, inline="always")
 def _push_quarters(stack, top, row):
     """Push the four quarters of the piece ``row`` (corners, ℓ, bits: 13 numbers) by its
     edges' midpoints; the new top."""
@@ -140,38 +151,14 @@ def _push_quarters(stack, top, row):
         (m12, m20, m01),
     )
     for corners in quarters:
-        for v in range(3):
-            for r in range(3):
-                stack[top, 3 * v + r] = corners[v][r]
-            stack[top, 9 + v] = corners[v][3]
-        stack[top, 12] = h
-        top += 1
+        top = _push_piece(stack, top, corners, h)
     return top
 
 
 @njit(cache=True, inline="always")
-def _corner_exponent(row, v, bhat, kappa):
-    """κ⟨b̂, ŷ⟩ + ℓ at corner v of the piece ``row``."""
-    x, y, z = row[3 * v], row[3 * v + 1], row[3 * v + 2]
-    return kappa * (x * bhat[0] + y * bhat[1] + z * bhat[2]) / math.sqrt(x * x + y * y + z * z) + row[9 + v]
-
-
-@njit(cache=True, inline="always")
-def _push_halves(stack, top, row, bhat, kappa):
-    """Push the two halves of the piece ``row`` cut at the midpoint of its edge whose ends' exponents κ⟨b̂, ŷ⟩ + ℓ
-    differ most (on a piece where the exponent is nearly linear, the edge along its gradient), each with the
+def _push_halves(stack, top, row, k):
+    """Push the two halves of the piece ``row`` cut at the midpoint of the edge opposite its corner k, each with the
     piece's orientation; the new top."""
-    e0, e1, e2 = (
-        _corner_exponent(row, 0, bhat, kappa),
-        _corner_exponent(row, 1, bhat, kappa),
-        _corner_exponent(row, 2, bhat, kappa),
-    )
-    # k: the corner opposite the edge of largest exponent difference
-    k, widest = 0, abs(e1 - e2)
-    if abs(e2 - e0) > widest:
-        k, widest = 1, abs(e2 - e0)
-    if abs(e0 - e1) > widest:
-        k = 2
     a, b = (k + 1) % 3, (k + 2) % 3
     keep = (row[3 * k], row[3 * k + 1], row[3 * k + 2], row[9 + k])
     first = (row[3 * a], row[3 * a + 1], row[3 * a + 2], row[9 + a])
@@ -180,25 +167,37 @@ def _push_halves(stack, top, row, bhat, kappa):
     l0, l1, l2, l3 = last
     mid = (0.5 * (f0 + l0), 0.5 * (f1 + l1), 0.5 * (f2 + l2), 0.5 * (f3 + l3))
     bits = row[12] + 1.0
-    for corners in ((keep, first, mid), (keep, mid, last)):  # (k, a, m) and (k, m, b): the piece's orientation
-        for v in range(3):
-            for r in range(3):
-                stack[top, 3 * v + r] = corners[v][r]
-            stack[top, 9 + v] = corners[v][3]
-        stack[top, 12] = bits
-        top += 1
-    return top
+    top = _push_piece(stack, top, (keep, first, mid), bits)  # (k, a, m) and (k, m, b): the piece's orientation
+    return _push_piece(stack, top, (keep, mid, last), bits)
 
 
 @njit(cache=True, inline="always")
-def _split(stack, top, row, bhat, kappa, kernel_spread, allowed):
-    """Cut the piece ``row``: into halves (``_push_halves``) where the kernel's part of its variation bound
-    (``kernel_spread``) is within half the ``allowed`` variation, so that what is left to cut is ℓ, linear, or where
-    only one bit is left; into quarters (``_push_quarters``), which shrink the kernel's part too, otherwise. A half
-    lies in its piece, so its kernel part stays about as small (its cap radius grows by at most a few per cent
-    where the piece was equilateral). The new top."""
-    if kernel_spread <= 0.5 * allowed or row[12] + 2.0 > MAX_BITS:
-        return _push_halves(stack, top, row, bhat, kappa)
+def _edge(row, v):
+    """(squared length, |ℓ difference|) of the edge of the piece ``row`` opposite its corner v."""
+    a, b = (v + 1) % 3, (v + 2) % 3
+    dx, dy, dz = row[3 * a] - row[3 * b], row[3 * a + 1] - row[3 * b + 1], row[3 * a + 2] - row[3 * b + 2]
+    return dx * dx + dy * dy + dz * dz, abs(row[9 + a] - row[9 + b])
+
+
+@njit(cache=True, inline="always")
+def _split(stack, top, row, kernel_spread, allowed):
+    """Cut the piece ``row`` in two (``_push_halves``) across its edge of largest ℓ difference where the kernel's
+    part of its variation bound (``kernel_spread``) is within half the ``allowed`` variation, so that what is left to
+    cut is ℓ, linear, and that edge is at least half as long as the piece's longest (the halves stay about as round
+    as the piece: a long thin half would keep the piece's cap radius, and with it the kernel's part and the
+    curvature of the radial projection along it), or where only one bit is left; into quarters
+    (``_push_quarters``), which shrink everything, otherwise. The new top."""
+    l0, g0 = _edge(row, 0)
+    l1, g1 = _edge(row, 1)
+    l2, g2 = _edge(row, 2)
+    k, gap, length = 0, g0, l0
+    if g1 > gap:
+        k, gap, length = 1, g1, l1
+    if g2 > gap:
+        k, gap, length = 2, g2, l2
+    round_enough = 4.0 * length >= max(l0, l1, l2)
+    if row[12] + 2.0 > MAX_BITS or (kernel_spread <= 0.5 * allowed and round_enough):
+        return _push_halves(stack, top, row, k)
     return _push_quarters(stack, top, row)
 
 
@@ -296,7 +295,7 @@ def triangle_sums(s, t, kernel, mesh, tables, stack):
         allowed = loosened(variation, depth - (upper - cutoff) + LOG2 * row[12])
         if spread > allowed and row[12] < MAX_BITS:
             kernel_spread = spread - (max(ell[0], ell[1], ell[2]) - min(ell[0], ell[1], ell[2]))
-            top = _split(stack, top, row, (bx, by, bz), 2.0 * half, kernel_spread, allowed)
+            top = _split(stack, top, row, kernel_spread, allowed)
             continue
         coarse = coarse or spread > allowed
         s = _piece_sums(s, p, ell, (bx, by, bz, half, 0.5 ** row[12]), log_geom)
