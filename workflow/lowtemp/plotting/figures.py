@@ -192,6 +192,33 @@ def plot_end_phase(data, experiment):
     return fig
 
 
+def _draw_slope(ax, x, floor, ok, fit):
+    """The departure slope the claim reports, through the centroid of the β ``ok`` (log β ``x``, departures
+    ``floor``): the middle of its bounds where two-sided, its lower bound where a censored β leaves it unbounded
+    above (the claim's interval in the legend), none without a lower bound."""
+    bounds = fit["metastable_slope"].values
+    lo, hi = fit["metastable_slope_interval"].values
+    if ok.sum() >= 2 and np.isfinite(lo):
+        s_line = float(np.mean(bounds)) if np.all(np.isfinite(bounds)) else float(lo)
+        xx = np.linspace(x[ok].min(), x[ok].max(), 20)
+        ax.plot(
+            xx,
+            np.mean(floor[ok]) + s_line * (xx - np.mean(x[ok])),
+            "--",
+            color="C3",
+            label=f"slope over the judged β: bounds [{lo:.2f}, {hi:.2f}]"
+            + ("" if np.isfinite(hi) else " (drawn: the lower bound, censored β at the horizon)"),
+        )
+    else:
+        ax.plot(
+            [],
+            [],
+            "--",
+            color="C3",
+            label="no slope: fewer than two judged β departed, or censoring leaves it unbounded below",
+        )
+
+
 def plot_time_scale(data, experiment):
     """The departure time from E1(A) against log β, with its fitted slope (the metastable time scale)."""
     fit = data["fit"]
@@ -226,31 +253,8 @@ def plot_time_scale(data, experiment):
     )
     # the slope's bounds per replica (snapshot step, censoring) drawn through the judged β only, a censored
     # departure at its lower bound, the horizon (where the slope's lower bound comes from)
-    bounds = fit["metastable_slope"].values
-    lo, hi = fit["metastable_slope_interval"].values
     floor = fitting.mean_of_finite(np.where(censored, horizon, dep))
-    ok = used & np.isfinite(floor)
-    if ok.sum() >= 2 and np.isfinite(lo):
-        # two-sided: the middle of the bounds; one-sided (a censored β leaves the slope unbounded above): the lower
-        # bound, with the claim's interval in the legend
-        s_line = float(np.mean(bounds)) if np.all(np.isfinite(bounds)) else float(lo)
-        xx = np.linspace(x[ok].min(), x[ok].max(), 20)
-        ax.plot(
-            xx,
-            np.mean(floor[ok]) + s_line * (xx - np.mean(x[ok])),
-            "--",
-            color="C3",
-            label=f"slope over the judged β: bounds [{lo:.2f}, {hi:.2f}]"
-            + ("" if np.isfinite(hi) else " (drawn: the lower bound, censored β at the horizon)"),
-        )
-    else:
-        ax.plot(
-            [],
-            [],
-            "--",
-            color="C3",
-            label="no slope: fewer than two judged β departed, or censoring leaves it unbounded below",
-        )
+    _draw_slope(ax, x, floor, used & np.isfinite(floor), fit)
     ax.set_xlabel("log β")
     ax.set_ylabel(DEPARTURE_LABEL)
     ax.set_title("Metastable time scale against log β")
