@@ -240,23 +240,33 @@ class _EdgeODE:
         return edge_velocity(self.red, e, self.masses, self.beta, y, fast=self.fast)
 
 
-def _advance_edges(rhs, t0: float, t1: float, y0: np.ndarray, rtol: float, atol: float, step: float | None):
-    """Integrate the edges' ODE from t0 to t1 by DOP853; (y(t1), steps taken, the step to start the next stretch).
+def _advance_edges(
+    rhs, t0: float, t1: float, y0: np.ndarray, rtol: float, atol: float, step: float | None, dense=(), method=DOP853
+) -> tuple[np.ndarray, int, float, list[np.ndarray]]:
+    """Integrate the edges' ODE from t0 to t1 by ``method`` (a SciPy ``OdeSolver``: DOP853 unless told); (y(t1),
+    steps taken, the step to start the next stretch, y at each time of ``dense``, non-decreasing within (t0, t1),
+    from the steps' dense output).
 
     The controller's step is carried from one stretch between stops (remeshings, snapshots) to the next:
     restarting at every stop with SciPy's initial-step guess and its growth limit of 10 per step cost about
     three steps per stretch where one or two suffice (the error control is the same either way). The step
-    carried is the controller's last untruncated proposal (the final step is cut to land on t1).
+    carried is the controller's last untruncated proposal (the final step is cut to land on t1). A time of
+    ``dense`` is read from the interpolant of the step that spans it (DOP853's of order 7, three more
+    evaluations of ``rhs`` per step that spans one; RK45's of order 4, none), so a snapshot need not end a step.
     """
-    solver = DOP853(rhs, t0, y0, t1, rtol=rtol, atol=atol, first_step=None if step is None else min(step, t1 - t0))
-    taken, proposal = 0, solver.h_abs
+    solver = method(rhs, t0, y0, t1, rtol=rtol, atol=atol, first_step=None if step is None else min(step, t1 - t0))
+    taken, proposal, at = 0, solver.h_abs, []
     while solver.status == "running":
         proposal = solver.h_abs
         message = solver.step()
         if solver.status == "failed":
             raise RuntimeError(message)
         taken += 1
-    return solver.y, taken, max(proposal, solver.h_abs)
+        spanned = [t for t in dense[len(at) :] if t <= solver.t]
+        if spanned:
+            interpolant = solver.dense_output()
+            at.extend(interpolant(t) for t in spanned)
+    return solver.y, taken, max(proposal, solver.h_abs), at
 
 
 def _checked_times(beta: float, times, remesh_every: float) -> np.ndarray:
@@ -308,6 +318,15 @@ def stop_times(times, every: float) -> np.ndarray:
     return np.union1d(times, grid[gap > 1e-9 * every])
 
 
+def remesh_stops(times, every: float) -> np.ndarray:
+    """The stops of a solve that reads its snapshots from the steps' dense output (``_advance_edges``): the stops
+    of ``stop_times`` on the grid of multiples of ``every`` (a snapshot within 10⁻⁹·``every`` of a multiple stands
+    for it) and the last time; a snapshot between two of them ends no step and no stretch."""
+    stops = stop_times(times, every)
+    on_grid = np.abs(stops - every * np.round(stops / every)) <= 1e-9 * every
+    return stops[on_grid | (stops == np.asarray(times, dtype=float)[-1])]
+
+
 def _march(ode: _EdgeODE, times, edges, masses, *, widest, remesh_every, rtol, atol, progress, truncate):
     """Move the cells through every stop (every ``remesh_every`` and every time in ``times``), splitting cells
     wider than ``widest`` at each; (the snapshots (edges, masses, owner, fraction_lo, fraction_hi) at ``times``
@@ -322,7 +341,7 @@ def _march(ode: _EdgeODE, times, edges, masses, *, widest, remesh_every, rtol, a
             y0 = edges[:-1] if circle else edges[1:-1]
             ode.masses, ode.t_now = masses, t_now
             try:
-                y, taken, step = _advance_edges(ode, t_now, float(stop), y0, rtol, atol, step)
+                y, taken, step, _ = _advance_edges(ode, t_now, float(stop), y0, rtol, atol, step)
             except CellsUnresolved:
                 if not truncate:
                     raise

@@ -8,8 +8,9 @@ uniform late in the metastable window) is known relative to itself, whatever its
 tracers advected in the same field, so the same-token coupling of W2(ρ^β_t, ρ^∞_t) holds for the mean field too.
 Derivation, accuracy and limits: docs/sphere_mean_field.md.
 
-Time stepping: DOP853 on (vertices, ℓ, tracers) with its step carried across stops (snapshots and remeshings);
-positions are put back on the sphere at every stop. A remeshing callable (``sphere_remesh.adapt``) may replace
+Time stepping: a Runge–Kutta pair (DOP853 unless told) on (vertices, ℓ, tracers) with its step carried across
+stops (the remeshings and the last time); positions are put back on the sphere at every stop, and a snapshot
+between two stops is read from the steps' dense output. A remeshing callable (``sphere_remesh.adapt``) may replace
 the mesh at the stops: it must keep every patch's mass, and the tracers are untouched by it.
 
 Arrays: tracers (…, token, 3) in, (…, time, token, 3) out, as everywhere in the package.
@@ -23,9 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.integrate import DOP853, RK45
 
 from ..model import projection
-from .meanfield import _advance_edges, stop_times
+from .meanfield import _advance_edges, remesh_stops
 from .sphere_aggregate import aggregated_field, exact_softmax
 from .sphere_folds import repair_folds
 from .sphere_levels import (
@@ -64,10 +66,11 @@ class SphereSettings:
     sub-division tolerance
     ``variation`` and pruning ``depth``; DOP853's ``rtol`` and ``atol`` (positions in radians, ℓ in e-folds);
     stops for remeshing every ``remesh_every`` to the target edge ``edge`` (radians; None: no remeshing); the solve
-    stops at the first snapshot whose mesh holds more than ``max_triangles`` (None: no limit), the later snapshots
+    stops at the first remeshing whose mesh holds more than ``max_triangles`` (None: no limit), the later snapshots
     left out (``info["resolved_until"]``), so a run whose mesh outgrows the machine ends with what it has;
     ``aggregate``: crowded queries expanded about their group's centre (``sphere_aggregate``); ``sources``: triangles
-    aggregated as sources (``sphere_sources``)."""
+    aggregated as sources (``sphere_sources``); ``integrator``: the Runge–Kutta pair that moves the state
+    (``INTEGRATORS``)."""
 
     edge: float | None = None
     variation: float = DEFAULT_VARIATION
@@ -78,6 +81,7 @@ class SphereSettings:
     max_triangles: int | None = None
     aggregate: bool = False
     sources: bool = False
+    integrator: str = "DOP853"
 
 
 @dataclass
@@ -208,7 +212,9 @@ def check_inputs(B, V, beta: float, times, settings: SphereSettings) -> tuple[np
     return B, V, times
 
 
-#: most stops (snapshots and remeshings) one solve may make: a remesh_every out of scale with the horizon is refused
+#: the Runge–Kutta pairs a solve may take (``SphereSettings.integrator``): Dormand–Prince 8(5,3) and 5(4)
+INTEGRATORS = {"DOP853": DOP853, "RK45": RK45}
+#: most stops (remeshings) one solve may make: a remesh_every out of scale with the horizon is refused
 MAX_STOPS = 100_000
 #: a stretch between stops on which the softmax finds a triangle too coarse for β is halved (a remeshing inserted
 #: halfway) while it is longer than remesh_every·SHORTEST_STRETCH; a shorter one that still fails stops the solve
@@ -230,6 +236,8 @@ def check_settings(settings: SphereSettings, times: np.ndarray) -> None:
         raise ValueError(f"S² mean field: rtol and atol must lie in (0, 1), got {settings.rtol!r}, {settings.atol!r}")
     if settings.edge is not None and not (math.isfinite(settings.edge) and 0 < settings.edge < 1):
         raise ValueError(f"S² mean field: edge must lie in (0, 1) rad, got {settings.edge!r}")
+    if settings.integrator not in INTEGRATORS:
+        raise ValueError(f"S² mean field: integrator must be one of {sorted(INTEGRATORS)}, not {settings.integrator!r}")
     if settings.max_triangles is not None and not (
         isinstance(settings.max_triangles, (int, np.integer)) and settings.max_triangles > 0
     ):
@@ -373,13 +381,19 @@ def _checked_tracers(tracers0: np.ndarray | None) -> np.ndarray:
     return tracers0
 
 
-def _advance(march: _March, stop: float, B, V, beta: float, settings: SphereSettings) -> None:
-    """Move the mesh and the tracers from ``march.t`` to ``stop`` on the mesh's fixed triangles (MeshTooCoarse, the
-    march unchanged, where the flow stretches a triangle too far for the softmax on the way)."""
+def _advance(march: _March, stop: float, B, V, beta: float, settings: SphereSettings, times, progress) -> None:
+    """Move the mesh and the tracers from ``march.t`` to ``stop`` on the mesh's fixed triangles, recording a
+    snapshot at every time of ``times`` strictly between them from the steps' dense output, the mesh moved there
+    and not remeshed (MeshTooCoarse, the march unchanged and nothing recorded, where the flow stretches a triangle
+    too far for the softmax on the way)."""
     rhs = _field(march.mesh, B, V, beta, settings, march.tracers.shape[0], march.nfev)
-    y, taken, march.step = _advance_edges(
-        rhs, march.t, stop, _pack(march.mesh, march.tracers), settings.rtol, settings.atol, march.step
+    inside = times[(times > march.t) & (times < stop)]
+    tolerances, method = (settings.rtol, settings.atol), INTEGRATORS[settings.integrator]
+    y, taken, march.step, at = _advance_edges(
+        rhs, march.t, stop, _pack(march.mesh, march.tracers), *tolerances, march.step, inside, method
     )
+    for t, state in zip(inside, at):
+        _record(march, *_unpack(state, march.mesh, march.tracers.shape[0]), float(t), progress)
     march.mesh, march.tracers = _unpack(y, march.mesh, march.tracers.shape[0])
     march.steps += taken
     march.t = stop
@@ -395,19 +409,23 @@ def _halfway(err: MeshTooCoarse, t: float, stop: float, settings: SphereSettings
     return 0.5 * (t + stop)
 
 
+def _record(march: _March, mesh: SphereMesh, tracers: np.ndarray, t: float, progress) -> None:
+    """Record the snapshot (``mesh``, ``tracers``) at t and report it to ``progress``."""
+    march.meshes.append(mesh.copy())
+    march.paths.append(tracers.copy())
+    march.diagnostics.append({**_mesh_diagnostics(mesh), "repaired_w2": march.repaired_w2})
+    if progress is not None:
+        progress(t, {**march.diagnostics[-1], "nfev": march.nfev[0], "steps": march.steps})
+
+
 def _at_stop(march: _March, stop: float, times: np.ndarray, remesh, progress) -> None:
-    """At a stop: remesh (when a remeshing is given), then record a snapshot for every time equal to the stop and
-    report it to ``progress``."""
+    """At a stop: remesh (when a remeshing is given), then record a snapshot for every time equal to the stop."""
     if remesh is not None:
         march.mesh, counts = remesh(march.mesh, march.t)
         march.remeshings += 1
         march.repaired_w2 += counts.get("fold_w2_moved", 0.0)
     for _ in range(int(np.sum(times == stop))):
-        march.meshes.append(march.mesh.copy())
-        march.paths.append(march.tracers.copy())
-        march.diagnostics.append({**_mesh_diagnostics(march.mesh), "repaired_w2": march.repaired_w2})
-    if np.any(times == stop) and progress is not None:
-        progress(float(stop), {**march.diagnostics[-1], "nfev": march.nfev[0], "steps": march.steps})
+        _record(march, march.mesh, march.tracers, float(stop), progress)
 
 
 def _solution(march: _March, beta: float, times: np.ndarray, tracers0: np.ndarray) -> SphereMeanFieldSolution:
@@ -449,10 +467,12 @@ def solve(
     """Move ``mesh0`` (ρ0) and the tracers (…, token, 3) with the mean-field velocity to every time in ``times``.
 
     Every input is checked before any work (``check_inputs``, ``check_resolution``, ``SphereMesh.check``).
-    ``remesh(mesh, t)`` is called at every stop (snapshots and every ``settings.remesh_every``) and returns the new
-    mesh and its counts (default: ``repair_and_adapt`` to ``settings.edge`` when it is set); a stretch on which the
-    flow stretches a triangle too far for the softmax at β is integrated again from its start with a remeshing
-    halfway (``info["remesh_halvings"]`` counts them), while the stretch is longer than
+    ``remesh(mesh, t)`` is called at every stop (every ``settings.remesh_every`` and the last time:
+    ``remesh_stops``; a snapshot between two stops is read from the steps' dense output, the mesh moved there and
+    not remeshed, so the snapshots asked for leave the solution unchanged) and returns the new mesh and its counts
+    (default: ``repair_and_adapt`` to ``settings.edge`` when it is set); a stretch on which the flow stretches a
+    triangle too far for the softmax at β is integrated again from its start with a remeshing halfway
+    (``info["remesh_halvings"]`` counts them), while the stretch is longer than
     ``remesh_every·SHORTEST_STRETCH``;
     ``progress(t, info)`` at every snapshot."""
     B, V, times = check_inputs(B, V, float(beta), times, settings)
@@ -464,19 +484,19 @@ def solve(
         remesh = lambda m, _t: repair_and_adapt(m, settings.edge)  # noqa: E731
     flat = tracers0.reshape(-1, 3)
     march = _March(mesh0.copy(), flat / np.linalg.norm(flat, axis=1, keepdims=True), start=_time.perf_counter())
-    stops = list(stop_times(times, settings.remesh_every))
+    stops = list(remesh_stops(times, settings.remesh_every))
     k = 0
     while k < len(stops):
         stop = stops[k]
         if stop > march.t:
             try:
-                _advance(march, float(stop), B, V, float(beta), settings)
+                _advance(march, float(stop), B, V, float(beta), settings, times, progress)
             except MeshTooCoarse as err:
                 stops.insert(k, _halfway(err, march.t, float(stop), settings, remesh is not None))
                 march.halvings += 1
                 continue
         k += 1
         _at_stop(march, stop, times, remesh, progress)
-        if np.any(times == stop) and settings.max_triangles and march.mesh.triangles.shape[0] > settings.max_triangles:
+        if settings.max_triangles and march.mesh.triangles.shape[0] > settings.max_triangles:
             break
     return _solution(march, float(beta), times, tracers0)
