@@ -220,8 +220,10 @@ def test_axisymmetric_input_reproduces_the_one_dimensional_solver():
 
 
 def test_a_mesh_that_outgrows_max_triangles_stops_with_what_it_has():
-    """With max_triangles below what remeshing makes by t = 1 the solve stops at the first snapshot above it: the
-    later snapshots are NaN (distances and tracers) and info says how far it got; without the limit it runs on."""
+    """With max_triangles below what remeshing makes by t = 1 the solve stops at the first stop above it that
+    follows a snapshot: the later snapshots are NaN (distances and tracers) and info says how far it got; without
+    the limit it runs on. Asked first for t = 0.6, after the remeshing at 0.5 that breaks the limit, it still
+    records that snapshot and stops after it."""
     mesh = sphere_meanfield.initial_mesh("uniform", {}, 2)
     times = np.linspace(0.0, 1.0, 5)
     settings = sphere_meanfield.SphereSettings(edge=0.3, rtol=1e-4, atol=1e-6, max_triangles=330)
@@ -239,6 +241,9 @@ def test_a_mesh_that_outgrows_max_triangles_stops_with_what_it_has():
     assert np.abs(sol.tracers[0] - tracers).max() < 1e-15  # the flow map is the identity at t = 0
     unlimited = sphere_meanfield.solve(B, V, 10.0, times, mesh, settings=sphere_meanfield.SphereSettings(edge=0.3))
     assert len(unlimited.meshes) == times.size
+    late = sphere_meanfield.solve(B, V, 10.0, [0.6, 1.0], mesh, tracers, settings=settings)
+    assert len(late.meshes) == 1 and late.info["resolved_until"] == 0.6
+    assert np.all(np.isfinite(late.tracers[0])) and np.all(np.isnan(late.tracers[1]))
 
 
 def test_tracers_move_with_the_mesh_and_keep_the_layout():
@@ -343,7 +348,7 @@ def test_snapshots_between_remeshings_are_read_from_the_steps_and_cost_none():
     the integration's tolerance (rtol 1e-6: vertices and tracers within 5e-7, ℓ within 5e-6; measured 1.0e-7,
     7.4e-8 and 1.4e-6). A solver that stopped, or remeshed, at every snapshot fails the first; one that read a
     snapshot from the step's end the second."""
-    settings = dataclasses.replace(sphere_meanfield.reference_settings(2, None), rtol=1e-6, atol=1e-8)
+    settings = dataclasses.replace(sphere_meanfield.reference_settings(2, None), rtol=1e-6, atol=1e-8, remesh_every=0.5)
     tracers = fibonacci_lattice(16)
     dense = sphere_meanfield.solve(B, V, 10.0, np.linspace(0.0, 1.0, 9), UNIFORM, tracers, settings)
     sparse = sphere_meanfield.solve(B, V, 10.0, [0.0, 0.5, 1.0], UNIFORM, tracers, settings)

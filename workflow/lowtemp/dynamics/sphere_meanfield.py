@@ -66,8 +66,9 @@ class SphereSettings:
     sub-division tolerance
     ``variation`` and pruning ``depth``; DOP853's ``rtol`` and ``atol`` (positions in radians, ℓ in e-folds);
     stops for remeshing every ``remesh_every`` to the target edge ``edge`` (radians; None: no remeshing); the solve
-    stops at the first remeshing whose mesh holds more than ``max_triangles`` (None: no limit), the later snapshots
-    left out (``info["resolved_until"]``), so a run whose mesh outgrows the machine ends with what it has;
+    stops at the first stop after a snapshot where its mesh holds more than ``max_triangles`` (None: no limit), the
+    later snapshots left out (``info["resolved_until"]``), so a run whose mesh outgrows the machine ends with what
+    it has;
     ``aggregate``: crowded queries expanded about their group's centre (``sphere_aggregate``); ``sources``: triangles
     aggregated as sources (``sphere_sources``); ``integrator``: the Runge–Kutta pair that moves the state
     (``INTEGRATORS``)."""
@@ -392,10 +393,10 @@ def _advance(march: _March, stop: float, B, V, beta: float, settings: SphereSett
     y, taken, march.step, at = _advance_edges(
         rhs, march.t, stop, _pack(march.mesh, march.tracers), *tolerances, march.step, inside, method
     )
+    march.steps += taken  # the snapshots read below report the stretch's steps, as its evaluations
     for t, state in zip(inside, at):
         _record(march, *_unpack(state, march.mesh, march.tracers.shape[0]), float(t), progress)
     march.mesh, march.tracers = _unpack(y, march.mesh, march.tracers.shape[0])
-    march.steps += taken
     march.t = stop
 
 
@@ -497,6 +498,7 @@ def solve(
                 continue
         k += 1
         _at_stop(march, stop, times, remesh, progress)
-        if settings.max_triangles and march.mesh.triangles.shape[0] > settings.max_triangles:
+        # the triangles change only at stops; a solve stops once it has a snapshot to end with
+        if settings.max_triangles and march.mesh.triangles.shape[0] > settings.max_triangles and march.meshes:
             break
     return _solution(march, float(beta), times, tracers0)
