@@ -64,7 +64,7 @@ from .sphere_softmax import velocity_divergence
 class SphereSettings:
     """How the mean field is discretised (the initial mesh is the caller's, ``initial_mesh``): the softmax's
     sub-division tolerance
-    ``variation`` and pruning ``depth``; DOP853's ``rtol`` and ``atol`` (positions in radians, ℓ in e-folds);
+    ``variation`` and pruning ``depth``; the integrator's ``rtol`` and ``atol`` (positions in radians, ℓ in e-folds);
     stops for remeshing every ``remesh_every`` to the target edge ``edge`` (radians; None: no remeshing); the solve
     stops at the first stop after a snapshot where its mesh holds more than ``max_triangles`` (None: no limit), the
     later snapshots left out (``info["resolved_until"]``), so a run whose mesh outgrows the machine ends with what
