@@ -221,6 +221,16 @@ def test_under_resolved_beta_give_their_own_status():
     assert "UNDER-RESOLVED conjecture_1" in found["conjecture_1"].line()
 
 
+def test_conjecture_1_under_resolved_names_only_the_beta_that_departed():
+    """Every β under-resolved and the largest still metastable at the horizon: the refusal names the β that departed
+    (the ones it could have judged), not the metastable one (the message listed every unresolved β before)."""
+    _, found = judge(synthetic(ess=1.0, never_depart=(BETAS[-1],)))
+    numbers = found["conjecture_1"].numbers
+    assert found["conjecture_1"].status == verdicts.Status.UNDER_RESOLVED
+    listed = numbers.split("): ", 1)[1].split(" (", 1)[0]
+    assert f"{BETAS[-1]:g}" not in listed and f"{BETAS[0]:g}" in listed, numbers
+
+
 def test_under_resolved_beta_are_left_out_of_the_verdict():
     """The largest β under-resolved: judged on the rest, and a violation only at that β does not decide."""
     ess = np.array([100.0, 100.0, 100.0, 1.0])

@@ -461,7 +461,8 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
             )
         status = Status.UNDER_RESOLVED if departed.any() else Status.NOT_EVALUABLE
         why = (
-            f"the β that departed are under-resolved ({unresolved_rule(fit)}): {listed_betas(beta, ~resolved)}"
+            f"the β that departed are under-resolved ({unresolved_rule(fit)}): "
+            f"{listed_betas(beta, departed.any(axis=1) & ~resolved)}"
             if status == Status.UNDER_RESOLVED
             else "no β left the metastable phase before the horizon"
         )
