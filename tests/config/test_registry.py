@@ -134,7 +134,7 @@ def test_threaded_rules_take_their_threads_from_the_registry():
     refs, _ = _all_references()
     threaded = {name for name, s in registry.STAGES.items() if s.threads > 1}
     assert threaded == {rule for rule, calls in refs.items() if ("stage_threads", rule) in calls}
-    assert threaded == {"finite_temperature", "convergence", "particle_error_beta"}
+    assert threaded == {"finite_temperature", "convergence"}
 
 
 def test_the_config_slices_are_the_registry_keys():

@@ -72,7 +72,6 @@ rule particle_error_beta:
         job_file("benchmark", "particle_error_beta{beta}")
     conda:
         SOFTWARE
-    threads: stage_threads("particle_error_beta")
     resources:
         mem_mb=stage_mem_mb("particle_error_beta"),
         runtime=stage_runtime("particle_error_beta"),

@@ -91,7 +91,9 @@ STAGES: dict[str, Stage] = {
             "time",
             "tokens",
         ),
-        threads=2,
+        # one thread: the exact W2 solves, one after another, take most of its time (13.4 of 18 s at n = 256 and
+        # 1024 on the circle, where the particle runs took 2 s), so a second reserved core would idle
+        threads=1,
         evaluates_field=True,
         default_target=False,
         enabled_by=lambda experiment: bool(particle_error_tokens("experiment", experiment)),
