@@ -10,11 +10,9 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: captions readme-figure demo sphere sphere-zero-temperature sphere-departure sphere-convergence reproduce extensions circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
 
-# --no-compile: the packages' bytecode is written when a module is first imported (most never are), not all at
-# install time: 57 s against 31 s for the lock on 2 AMD EPYC cores
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --no-input --no-compile -r envs/requirements.lock
+	$(BIN)/python -m pip install --quiet --no-input -r envs/requirements.lock
 	$(BIN)/python -m pip install --quiet --no-input --no-deps --no-build-isolation -e .
 	touch $@
 
