@@ -43,7 +43,13 @@ def jobs(config: dict, checked: dict, threads: int):
                     name,
                     "particle_error_beta",
                     beta,
-                    resources.estimate("particle_error_beta", exp, beta=beta, matrices=M, threads=threads),
+                    resources.estimate(
+                        "particle_error_beta",
+                        exp,
+                        beta=beta,
+                        matrices=M,
+                        threads=min(threads, registry.stage("particle_error_beta").threads),
+                    ),
                 )
         optional = tuple(s for s in ("particle_error", "animation") if s in registry.target_stages(exp))
         for stage in ("zero_temperature", "distances", "fit", "figure") + optional:
@@ -80,12 +86,13 @@ def main(argv=None):
     checked = validation.validate_config(config, SCHEMA, configfiles=args.config)
     rows = list(jobs(config, checked, args.threads))
     extra = f" {'took s':>8} {'/ est':>6} {'RSS GB':>7} {'/ est':>6}" if args.measured else ""
-    print(f"{'experiment':<16} {'job':<20} {'beta':>8} {'compute h':>10} {'memory GB':>10} {'cpus':>5}{extra}")
+    width = max([16] + [len(name) for name in config["experiments"]])
+    print(f"{'experiment':<{width}} {'job':<20} {'beta':>8} {'compute h':>10} {'memory GB':>10} {'cpus':>5}{extra}")
     cpu_seconds = 0.0
     for name, stage, beta, est in rows:
         b = "" if beta is None else f"{beta:g}"
         line = (
-            f"{name:<16} {stage:<20} {b:>8} {est.compute_seconds / 3600:>10.2f} {est.mem_mb / 1024:>10.1f} "
+            f"{name:<{width}} {stage:<20} {b:>8} {est.compute_seconds / 3600:>10.2f} {est.mem_mb / 1024:>10.1f} "
             f"{est.cpus:>5}"
         )
         took = measured(args.measured, name, stage, beta) if args.measured else None

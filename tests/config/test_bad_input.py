@@ -957,7 +957,7 @@ def test_memory_refusal_against_this_machine_when_no_limit_is_set(tmp_path, base
     assert validation.machine_memory_bytes() < need
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "test.yaml", "circle.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "extensions.yaml", "test.yaml", "circle.yaml"])
 def test_shipped_configs_pass_every_check(tmp_path, name):
     """Through the project's loader (no duplicate keys, no aliases) and every check, memory included
     (paper_scale.yaml needs a bigger machine than the test's: tests/config/test_config.py checks it without memory)."""

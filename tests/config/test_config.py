@@ -515,19 +515,20 @@ def test_a_mean_field_experiment_is_checked_before_any_work(test_config):
 
 def test_the_default_runs_sphere_experiment_is_make_spheres_early_window():
     """`mean_field_sphere_generic` (config/config.yaml) is `make sphere`'s experiment (config/sphere.yaml) on a shorter
-    horizon: the same streams, matrices, ρ0, tokens and replicas, and at β = 10 the same reference levels, so that
-    its numbers there are the first snapshots of `make sphere`'s (a run of both agreed bit for bit to t = 2 at β = 10
-    and 31.6).
-    An edit to one config that the other does not follow fails here."""
-    default = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["experiments"]["mean_field_sphere_generic"]
-    sphere = yaml.safe_load((ROOT / "config" / "sphere.yaml").read_text())["experiments"]["concentration_mean_field"]
-    for key in ("dim", "model", "streams", "matrices", "initial_measure", "tokens", "replicas"):
-        assert default[key] == sphere[key], key
-    assert default["time"]["horizon"] < sphere["time"]["horizon"]
-    assert (
-        default["time"]["horizon"] / default["time"]["snapshots"]
-        == sphere["time"]["horizon"] / sphere["time"]["snapshots"]
-    )
-    assert set(default["betas"]) <= set(sphere["betas"])
+    horizon and fewer β: every other key the same (streams, matrices, ρ0, tokens, replicas, distances, particles, the
+    grid's interval and step, the root seed), and at β = 10 the same reference levels, so that its numbers there are
+    the first snapshots of `make sphere`'s (a run of both agreed bit for bit to t = 2 at β = 10 and 31.6). An edit to
+    one config that the other does not follow fails here."""
+    configs = {name: yaml.safe_load((ROOT / "config" / name).read_text()) for name in ("config.yaml", "sphere.yaml")}
+    assert configs["config.yaml"]["root_seed"] == configs["sphere.yaml"]["root_seed"]
+    default = copy.deepcopy(configs["config.yaml"]["experiments"]["mean_field_sphere_generic"])
+    sphere = copy.deepcopy(configs["sphere.yaml"]["experiments"]["concentration_mean_field"])
+    assert set(default["betas"]) <= set(sphere["betas"]) and 10 in default["betas"]
     levels = dict(zip(sphere["betas"], sphere["mean_field"]["level"]))
-    assert 10 in default["betas"] and default["mean_field"]["level"] == levels[10]
+    assert default["mean_field"]["level"] == levels[10]
+    assert default["time"]["horizon"] < sphere["time"]["horizon"]
+    interval = [block["time"]["horizon"] / block["time"]["snapshots"] for block in (default, sphere)]
+    assert interval[0] == interval[1]
+    for block in (default, sphere):
+        del block["betas"], block["mean_field"]["level"], block["time"]["horizon"], block["time"]["snapshots"]
+    assert default == sphere

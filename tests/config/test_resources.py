@@ -214,7 +214,7 @@ def test_particle_runs_are_costed_as_finite_temperature_runs_of_their_size():
 
 
 def test_shipped_configs_ask_for_sane_amounts():
-    for path in (ROOT / "config" / "config.yaml", TEST_CONFIG):
+    for path in (ROOT / "config" / "config.yaml", ROOT / "config" / "extensions.yaml", TEST_CONFIG):
         cfg = validated(yaml.safe_load(path.read_text()))
         for name, exp in cfg["experiments"].items():
             M = lowtemp_experiment.build_matrices(name, exp, cfg["root_seed"])

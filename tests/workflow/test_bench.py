@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import script_module
 
+from lowtemp.config import schema
 from lowtemp.store import netcdf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,6 +323,18 @@ def test_meanfield_bench_solves_both_rules_to_the_same_tokens(tmp_path):
     for row in rows:
         ratio, distance = float(row[5]), float(row[6])
         assert ratio > 0 and distance <= 1e-10, row
+
+
+def test_meanfield_bench_takes_the_one_dimensional_experiments_of_both_configs_only():
+    """`make bench` runs bench_meanfield on the default run's and `make extensions`' experiments: it takes the
+    circle and the axisymmetric sphere and leaves out the S² mesh's experiment (its reduction raises)."""
+    bench = script_module("benchmarks/bench_meanfield.py")
+    chosen = set()
+    for path in ("config/config.yaml", "config/extensions.yaml"):
+        cfg = schema.load_config_file(ROOT / path)
+        schema.check_schema(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
+        chosen |= {n for n, e in cfg["experiments"].items() if bench.one_dimensional(n, e, cfg["root_seed"])}
+    assert chosen == {"mean_field_circle", "mean_field_sphere"}
 
 
 def test_w2_snapshot_page_states_each_speed_up_against_its_definition(tmp_path):

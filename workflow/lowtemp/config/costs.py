@@ -68,7 +68,8 @@ What is counted (8-byte floats; T + 1 = snapshots + 1 stored times):
     run costed as a finite-temperature run of n tokens (its kernel the rule's for n), R exact W2 of n tokens per
     exact snapshot and the coupling bound at every one; its memory is the reference's push-forward (read whole) and
     one run's arrays and W2 at a time. Measured on ``mean_field_circle`` (N = 1024, R = 4, horizon 16, n = 256,
-    512, 1024, two threads): 23 CPU s at β = 10 against a budget of 30 s.
+    512, 1024, then on two threads): 23 CPU s at β = 10 against a budget of 30 s. The job now runs on one thread
+    (the registry's): its time is the exact W2 solves, one after another.
   - fit and figures: small arrays; startup dominates. The animation of the tokens (``animation_cost``) reads every
     β's positions and holds its frames as images; it draws ``ANIMATION_SECONDS_PER_PANEL`` per panel and frame
     and ``ANIMATION_SECONDS_PER_POINT`` per token drawn.
