@@ -124,6 +124,112 @@ def _piece_sums(s, p, ell, kernel, log_geom):
     return s
 
 
+#: a piece on which ℓ varies by more than the allowed variation δ_P while the kernel's part of its bound is at most
+#: δ_P·KERNEL_FLAT takes the exp-linear rule (``_exp_linear_sums``) instead of being cut. Against a brute-force rule
+#: on random small pieces (ℓ varying by 4 … 40 e-folds) it erred at most 3.5·10⁻⁶ (δ = 3) and 1.3·10⁻⁷ (δ = 1.5),
+#: where the 7-point rule errs 9·10⁻⁵ and 1.5·10⁻⁶ on an exponent varying linearly by δ
+#: (tests/dynamics/test_sphere_softmax.py; docs/sphere_mean_field.md, "Adaptive rule")
+KERNEL_FLAT = 1.0 / 6.0
+#: the Legendre nodes of the 2-point Gauss rule on [0, 1] (weights ½ each)
+_LEGENDRE2 = (0.5 - 0.5 / math.sqrt(3.0), 0.5 + 0.5 / math.sqrt(3.0))
+#: below this e-fold range the moments of e^{−Eu} on [0, 1] come from their Taylor series (20 terms: 1/20! < 10⁻¹⁸)
+_SERIES_RANGE = 1.0
+
+
+@njit(cache=True, inline="always")
+def _decay_moments(e):
+    """K_k = ∫₀¹ u^k e^{−e·u} du, k = 0 … 4 (e ≥ 0): by the series Σ_j (−e)^j / (j!(k + j + 1)) below
+    ``_SERIES_RANGE``, else upwards, K_k = (k K_{k−1} − e^{−e})/e (each step multiplies a rounding error by
+    k/e ≤ 4: no cancellation, as K_k > 0 and e^{−e} < k K_{k−1})."""
+    if e < _SERIES_RANGE:
+        k0 = k1 = k2 = k3 = k4 = 0.0
+        term = 1.0
+        for j in range(20):
+            k0 += term / (j + 1)
+            k1 += term / (j + 2)
+            k2 += term / (j + 3)
+            k3 += term / (j + 4)
+            k4 += term / (j + 5)
+            term *= -e / (j + 1)
+        return k0, k1, k2, k3, k4
+    tail = math.exp(-e)
+    k0 = -math.expm1(-e) / e
+    k1 = (k0 - tail) / e
+    k2 = (2.0 * k1 - tail) / e
+    k3 = (3.0 * k2 - tail) / e
+    return k0, k1, k2, k3, (4.0 * k3 - tail) / e
+
+
+@njit(cache=True, inline="always")
+def _gauss2(m0, m1, m2, m3):
+    """The 2-point Gauss rule of a positive weight on [0, 1] from its moments m0 … m3: (node, node, weight, weight).
+    About the weight's mean the orthogonal quadratic is y² − (c₃/c₂)y − c₂ (c₂, c₃ its central moments), whose roots
+    are the nodes; the weights put the mean at the mean."""
+    mean = m1 / m0
+    c2 = max(m2 / m0 - mean * mean, 1e-300)
+    c3 = m3 / m0 - 3.0 * mean * m2 / m0 + 2.0 * mean * mean * mean
+    r = c3 / c2
+    root = math.sqrt(r * r + 4.0 * c2)
+    hi, lo = 0.5 * (r + root), 0.5 * (r - root)
+    return mean + lo, mean + hi, m0 * hi / root, -m0 * lo / root
+
+
+@njit(cache=True, inline="always")
+def _fan_sums(s, apex, base, ell, kernel, log_weight):
+    """s plus the sub-triangle (``apex`` and the two ends of ``base``, chord points (x, y, z)) on whose base ℓ is
+    constant: ``ell`` = (ℓ at the apex, ℓ on the base). With y = apex + a·(base point at b − apex), a, b ∈ [0, 1],
+    the chord area is 2a da db (of the sub-triangle's) and ℓ = ℓ_apex + a(ℓ_base − ℓ_apex): e^{ℓ} is integrated
+    exactly along a by the Gauss rule of its weight (a·e^{ℓ}, measured from the end where ℓ is largest), the rest
+    (kernel, Jacobian, moments) by the 2 × 2 rule. ``kernel`` = (b̂x, b̂y, b̂z, κ/2); ``log_weight`` the log of the
+    sub-triangle's share of T's area plus T's solid-angle factor less the shift."""
+    bx, by, bz, half = kernel
+    drop = ell[1] - ell[0]
+    k0, k1, k2, k3, k4 = _decay_moments(abs(drop))
+    if drop <= 0.0:  # ℓ largest at the apex: the weight a·e^{−|drop|·a}
+        a0, a1, w0, w1 = _gauss2(k1, k2, k3, k4)
+        top = ell[0]
+    else:  # largest on the base: with u = 1 − a, the weight (1 − u)e^{−drop·u}
+        u0, u1, w0, w1 = _gauss2(k0 - k1, k1 - k2, k2 - k3, k3 - k4)
+        a0, a1, top = 1.0 - u0, 1.0 - u1, ell[1]
+    for along, w in ((a0, w0), (a1, w1)):
+        for across in _LEGENDRE2:
+            px = apex[0] + along * (base[0][0] + across * (base[1][0] - base[0][0]) - apex[0])
+            py = apex[1] + along * (base[0][1] + across * (base[1][1] - base[0][1]) - apex[1])
+            pz = apex[2] + along * (base[0][2] + across * (base[1][2] - base[0][2]) - apex[2])
+            rinv = 1.0 / math.sqrt(px * px + py * py + pz * pz)
+            dx, dy, dz = px * rinv - bx, py * rinv - by, pz * rinv - bz
+            expo = -half * (dx * dx + dy * dy + dz * dz) + top + log_weight
+            s = _add(s, w * math.exp(expo) * rinv * rinv * rinv, dx, dy, dz)  # 2·w·½: area 2a, Legendre ½
+    return s
+
+
+@njit(cache=True, inline="always")
+def _exp_linear_sums(s, p, ell, kernel, log_geom):
+    """s plus one piece (as in ``_piece_sums``) by the exp-linear rule: the level line of ℓ through the corner of
+    middle ℓ cuts it into two fans (``_fan_sums``), each with its base on that line, whose shares of the piece's area
+    are f and 1 − f, f = (ℓ_mid − ℓ_min)/(ℓ_max − ℓ_min) (ℓ's range is at least 5/6 of the allowed variation where
+    it is called). Exact for e^{ℓ} times any polynomial of degree 3 in each fan's coordinates; 8 nodes however far ℓ
+    varies."""
+    bx, by, bz, half, scale = kernel
+    lo, mid, hi = 0, 1, 2  # the corners in increasing ℓ
+    if ell[lo] > ell[mid]:
+        lo, mid = mid, lo
+    if ell[mid] > ell[hi]:
+        mid, hi = hi, mid
+    if ell[lo] > ell[mid]:
+        lo, mid = mid, lo
+    corner = ((p[0], p[1], p[2]), (p[3], p[4], p[5]), (p[6], p[7], p[8]))
+    f = (ell[mid] - ell[lo]) / (ell[hi] - ell[lo])
+    a, b, m = corner[lo], corner[hi], corner[mid]
+    cut = (a[0] + f * (b[0] - a[0]), a[1] + f * (b[1] - a[1]), a[2] + f * (b[2] - a[2]))
+    log_scale = log_geom + math.log(scale)
+    if f > 0.0:
+        s = _fan_sums(s, a, (m, cut), (ell[lo], ell[mid]), (bx, by, bz, half), log_scale + math.log(f))
+    if f < 1.0:
+        s = _fan_sums(s, b, (m, cut), (ell[hi], ell[mid]), (bx, by, bz, half), log_scale + math.log1p(-f))
+    return s
+
+
 @njit(cache=True, inline="always")
 def _push_piece(stack, top, corners, bits):
     """Row ``top`` of ``stack`` := the piece of ``corners`` (three (x, y, z, ℓ)) and ``bits``; the new top."""
@@ -295,6 +401,10 @@ def triangle_sums(s, t, kernel, mesh, tables, stack):
         allowed = loosened(variation, depth - (upper - cutoff) + LOG2 * row[12])
         if spread > allowed and row[12] < MAX_BITS:
             kernel_spread = spread - (max(ell[0], ell[1], ell[2]) - min(ell[0], ell[1], ell[2]))
+            if kernel_spread <= KERNEL_FLAT * allowed:  # ℓ, linear, is what varies: integrated exactly
+                s = _exp_linear_sums(s, p, ell, (bx, by, bz, half, 0.5 ** row[12]), log_geom)
+                nodes += 8
+                continue
             top = _split(stack, top, row, kernel_spread, allowed)
             continue
         coarse = coarse or spread > allowed
