@@ -130,6 +130,11 @@ def _piece_sums(s, p, ell, kernel, log_geom):
 #: where the 7-point rule errs 9·10⁻⁵ and 1.5·10⁻⁶ on an exponent varying linearly by δ
 #: (tests/dynamics/test_sphere_softmax.py; docs/sphere_mean_field.md, "Adaptive rule")
 KERNEL_FLAT = 1.0 / 6.0
+#: ... and the kernel's bend on it (``_kernel_bend``: how far it may lie from its affine interpolant) at most
+#: KERNEL_BEND·δ_P²: near the kernel's centre the kernel is a bump, not a ramp, and the 2 × 2 rule errs about
+#: 7·10⁻³ × (its depth)² there, where the 7-point rule on pieces varying by δ errs 1.5·10⁻⁶ (δ = 1.5) and 9·10⁻⁵
+#: (δ = 3): a bend of 0.002δ² keeps it below both
+KERNEL_BEND = 0.002
 #: the Legendre nodes of the 2-point Gauss rule on [0, 1] (weights ½ each)
 _LEGENDRE2 = (0.5 - 0.5 / math.sqrt(3.0), 0.5 + 0.5 / math.sqrt(3.0))
 #: below this e-fold range the moments of e^{−Eu} on [0, 1] come from their Taylor series (20 terms: 1/20! < 10⁻¹⁸)
@@ -201,6 +206,20 @@ def _fan_sums(s, apex, base, ell, kernel, log_weight):
             expo = -half * (dx * dx + dy * dy + dz * dz) + top + log_weight
             s = _add(s, w * math.exp(expo) * rinv * rinv * rinv, dx, dy, dz)  # 2·w·½: area 2a, Legendre ½
     return s
+
+
+@njit(cache=True, inline="always")
+def _kernel_bend(p, half, cos_r):
+    """A bound of |K − K₁| on a piece (chord corners ``p``; ``half`` = κ/2), K = κ(⟨b̂, y⟩ − 1) at the radial
+    projection y of a chord point and K₁ its affine interpolant from the corners: K₁ interpolates K at the corners,
+    so the gap is at most ½·max‖∇²K‖·h² (h the longest edge), and on the chord plane (|p| ≥ cos r_T, directions
+    within sin r_T of the tangent plane) ‖∇²⟨b̂, p/|p|⟩‖ ≤ (1 + 2 sin r_T + 3 sin² r_T)/cos² r_T."""
+    h2 = 0.0
+    for a, b in ((0, 1), (1, 2), (2, 0)):
+        dx, dy, dz = p[3 * a] - p[3 * b], p[3 * a + 1] - p[3 * b + 1], p[3 * a + 2] - p[3 * b + 2]
+        h2 = max(h2, dx * dx + dy * dy + dz * dz)
+    sin_r = math.sqrt(max(0.0, 1.0 - cos_r * cos_r))
+    return half * h2 * (1.0 + 2.0 * sin_r + 3.0 * sin_r * sin_r) / (cos_r * cos_r)
 
 
 @njit(cache=True, inline="always")
@@ -401,7 +420,8 @@ def triangle_sums(s, t, kernel, mesh, tables, stack):
         allowed = loosened(variation, depth - (upper - cutoff) + LOG2 * row[12])
         if spread > allowed and row[12] < MAX_BITS:
             kernel_spread = spread - (max(ell[0], ell[1], ell[2]) - min(ell[0], ell[1], ell[2]))
-            if kernel_spread <= KERNEL_FLAT * allowed:  # ℓ, linear, is what varies: integrated exactly
+            flat = kernel_spread <= KERNEL_FLAT * allowed
+            if flat and _kernel_bend(p, half, cos_r) <= KERNEL_BEND * allowed * allowed:  # ℓ is what varies
                 s = _exp_linear_sums(s, p, ell, (bx, by, bz, half, 0.5 ** row[12]), log_geom)
                 nodes += 8
                 continue
