@@ -106,8 +106,8 @@ gpu-paper-scale-report: $(STAMP)
 		--backends docs/data/gpu_paper_scale/backends.json --markdown docs/gpu_paper_scale.md
 
 ## sphere: the paper's setting on the mean field itself (config/sphere.yaml: d = 3, `concentration`'s matrices, the
-## S² mesh reference at beta = 10, 100, 1000 to t = 14 with particles measured against it; its longest jobs,
-## beta = 100 and 1000, took 72 and 42 min on 2 cores beside other jobs, not yet timed together alone), then
+## S² mesh reference at beta = 10, 100, 1000 to t = 14 with particles measured against it; 50 min 36 s from a
+## fresh clone on 2 AMD EPYC cores, nothing beside it), then
 ## docs/sphere_results.md and its figures (docs/img/sphere_*.png; sphere_w2_projection.png leads the README) generated
 ## from its outputs
 sphere: $(STAMP)
