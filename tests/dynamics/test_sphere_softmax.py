@@ -345,6 +345,24 @@ def test_a_kernel_bump_on_the_piece_is_left_to_the_cuts(variation):
     assert flat_only.min() > 3 * tolerance
 
 
+@pytest.mark.parametrize("offset", [0.0, 0.03])
+def test_a_kernel_centred_on_a_steep_cluster_errs_as_the_cuts_do(offset):
+    """A cluster of κ = 1000 on level 2 seen at β = 30 from the query whose kernel centre b̂ lies on the cluster's
+    centre (or 0.03 rad off): pieces there are small, ℓ is steep across them and the kernel bends over them. The pass
+    meets the brute-force rule as the 7-point rule with cuts did (mean within 2e-5 of the β-effect, covariance within
+    1e-3 of its largest entry; measured 1.6e-6, 4.0e-6 and 2.2e-4 for both, the parent's cuts 1.9e-6, 4.1e-6,
+    2.2e-4); with the exp-linear rule's bend limit removed from ``triangle_sums`` it errs 2.5e-4, 2.4e-4 on the mean
+    and 1.2e-2, 1.3e-2 on the covariance (run once)."""
+    mu = unit([0.3, -0.5, 0.8])
+    mesh = sphere_mesh.mesh_from_density(2, lambda y: vmf_log_density(y, [1.0], [mu], [1000.0]))
+    target = unit(mu + offset * unit(np.cross(mu, [1.0, 0.0, 0.0])))
+    x = unit(np.linalg.solve(B.T, target))
+    sm = sphere_softmax.softmax(mesh, B, 30.0, x[None])
+    log_z, mean, cov = dense_softmax(mesh, 30.0, x, window=1.2, around=mu)
+    assert np.linalg.norm(sm.mean[0] - mean) < 2e-5 * np.linalg.norm(mean - unit(B.T @ x))
+    assert np.abs(sm.cov[0] - cov).max() < 1e-3 * np.abs(cov).max()
+
+
 def test_halves_near_the_peak_do_not_run_out_of_bits():
     """A cluster of κ = 10⁴ on level 2 (ℓ varying by thousands of e-folds across a triangle) seen at β = 10⁴ from a
     kernel 0.05 rad off its centre: where the kernel's gradient cancels ℓ's near the integrand's peak, cutting the
