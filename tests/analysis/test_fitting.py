@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from lowtemp.analysis import fitting
 from lowtemp.config import experiment
+from lowtemp.model import projection
+from lowtemp.transport import w2
 
 HYP = settings(max_examples=25, deadline=None)
 _FIT = resource_experiment()["fit"]  # the schema's defaults of the fit block
@@ -279,3 +281,81 @@ def test_fit_growth_rate_skips_snapshots_without_exact_distance():
     np.testing.assert_allclose(fit.C1, 0.7, rtol=1e-9)
     np.testing.assert_allclose(full.C1, 0.7, rtol=1e-9)
     assert np.all(np.isfinite(fit.windows))
+
+
+def clouds_crossing(rng, n, spread, cross, draws):
+    """``draws`` clouds of n tokens at the atoms ±u = ±e1 of Π♯ρ0 with a Gaussian spread of root mean square
+    ``spread`` about their atom, each started in a random hemisphere and ending in the other with probability
+    ``cross`` = (from u's side, from −u's): (initial tokens, tokens) of shape (draws, n, 3). The measure they are
+    drawn from moves the net mass (cross[0] − cross[1])/2 from u's side to −u's."""
+    side = rng.choice([-1.0, 1.0], size=(draws, n))
+    X0 = np.zeros((draws, n, 3))
+    X0[..., 0] = side
+    flip = rng.random((draws, n)) < np.where(side > 0, cross[0], cross[1])
+    end = np.where(flip, -side, side)
+    X = np.concatenate([end[..., None], rng.normal(0.0, spread / np.sqrt(2.0), (draws, n, 2))], axis=-1)
+    return X0, X / np.linalg.norm(X, axis=-1, keepdims=True)
+
+
+def over_bound_rate(bound, spread, cross, n, draws=1500, alpha=0.05, seed=0, plain=False):
+    """How often n tokens (``clouds_crossing``) are called over ``bound`` beyond the tokens across, from the exact
+    W2 to Π♯ρ0, the distance to E1(A) and the counts across; with ``plain``, how often w > bound."""
+    X0, X = clouds_crossing(np.random.default_rng(seed), n, spread, cross, draws)
+    u, E1 = np.array([1.0, 0.0, 0.0]), np.eye(3)[:, :1]
+    w = np.array([w2.w2_two_atoms(x, u, projection.two_atom_masses(x0, u)) for x0, x in zip(X0, X)])
+    if plain:
+        return float(np.mean(w > bound))
+    d = projection.distance_to_eigenspace(X, E1)
+    across, net = (v[:, 0] for v in projection.tokens_across(X[:, None], X0, E1))
+    return float(np.mean(~fitting.under_bound_but_for_tokens_across(bound, w, d, across, net, n, alpha)))
+
+
+LEVEL_SLACK = 0.05 + 3.0 * np.sqrt(0.05 * 0.95 / 1500)  # alpha plus three standard errors of 1500 draws
+
+
+@pytest.mark.parametrize(
+    ("n", "bound"), [(64, 0.13), (256, 0.085), (256, 0.05), (1024, 0.05), (4096, 0.1), (4096, 0.17)]
+)
+@pytest.mark.parametrize("both_ways", [0.0, 0.01, 0.05])
+def test_tokens_across_the_split_are_told_from_a_bound_violation(n, bound, both_ways):
+    """Tokens drawn from a measure exactly at the bound (spread 0.014; the rest of B² a net mass p_max =
+    (B² − 0.014²)/4 carried across the split of Π♯ρ0's two atoms, on top of ``both_ways`` of each side crossing in
+    both directions) are called over it at most alpha = 0.05 of the time (measured on 1500 clouds, the exact W2
+    of ``w2_two_atoms``), though one token across alone puts W2 at 2/√n, over these bounds, and the plain
+    comparison w ≤ B calls them over it more than twice as often. At n = 4096 one token is under these bounds, but
+    the measure sends 10 (B = 0.1) or 29 (B = 0.17) tokens one way on average: there the rule's one-way end keeps
+    its level, and the lower bound on the mass crossing (a plug-in λ = g calls 10 % over at 29) too. A measure moving 16 tokens one way beyond
+    what the bound allows and what sampling of it and of those crossing both ways explains, or with a spread 1.2
+    times the bound and nothing across, is called over it in most clouds."""
+    spread = 0.014
+    p_max = (bound**2 - spread**2) / 4.0
+    at_bound = (2.0 * p_max + both_ways, both_ways)
+    assert 2.0 / np.sqrt(n) > bound or n * p_max > 5.0
+    assert over_bound_rate(bound, spread, at_bound, n) <= LEVEL_SLACK
+    assert over_bound_rate(bound, spread, at_bound, n, plain=True) > 2.0 * LEVEL_SLACK
+    # 16 tokens one way beyond the n·p_max the bound allows, plus three standard deviations of that count and four
+    # of the net count of those crossing both ways
+    one_way = 2.0 * (n * p_max + 16.0 + 3.0 * np.sqrt(n * p_max) + 4.0 * np.sqrt(both_ways * n)) / n
+    assert over_bound_rate(bound, spread, (one_way + both_ways, both_ways), n, seed=1) > 0.5
+    assert over_bound_rate(bound, 1.2 * bound, (both_ways, both_ways), n, seed=2) > 0.99
+
+
+def test_tokens_across_at_the_sphere_runs_bound():
+    """n = 256, a bound of 0.085 and a spread of 0.014 (the held-out β = 1000 curve of the S² run at t ≈ 10): one
+    token across puts W2 at sqrt(0.014² + 4/256) = 0.126, over the bound and explained by sampling either way;
+    three all one way are still a fair coin's 1 in 4 or so; six all one way pass (with 2.2 crossing on the lower
+    bound, a measure under the bound splits them 0.60 : 0.40, and six of six (or none) then has probability 0.051 ≥ 0.025);
+    seven do not, nor does a spread over the bound with nothing across."""
+    n, d, bound = 256, 0.014, 0.085
+    for tokens, under in ((1, True), (3, True), (6, True), (7, False)):
+        w = np.sqrt(d**2 + 4.0 * tokens / n * (1.0 - 1e-4))  # the tokens across a little off their atom
+        assert fitting.under_bound_but_for_tokens_across(bound, w, d, tokens, tokens, n, 0.05) == under, tokens
+    w8 = np.sqrt(d**2 + 4.0 * 8 / n)
+    assert not fitting.under_bound_but_for_tokens_across(bound, w8, d, 8, 8, n, 0.05)
+    assert fitting.under_bound_but_for_tokens_across(bound, w8, d, 16, 8, n, 0.05)  # 12 one way, 4 the other
+    assert not fitting.under_bound_but_for_tokens_across(bound, 0.09, 0.086, 0, 0, n, 0.05)  # the spread alone
+    # two tokens across at |<x,u>| = 0.9 pay for the excess over B² = 0.0081, but the spread 0.1 is over B = 0.09
+    w = np.sqrt(0.1**2 + 4.0 * 2 * 0.9 / n)
+    assert not fitting.under_bound_but_for_tokens_across(0.09, w, 0.1, 2, 2, n, 0.05)
+    assert fitting.under_bound_but_for_tokens_across(0.09, np.sqrt(0.08**2 + 4.0 * 2 * 0.9 / n), 0.08, 2, 2, n, 0.05)
+    assert fitting.under_bound_but_for_tokens_across(bound, 0.08, 0.086, 0, 0, n, 0.05)  # under is under

@@ -112,6 +112,29 @@ def test_distance_to_eigenspace_equals_rms_distance_to_nearest_point(seed, d, k)
         np.testing.assert_allclose(got, 0.0, atol=1e-7)
 
 
+@HYP
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 40), flips=st.integers(0, 40), d=st.integers(2, 4))
+def test_tokens_across_are_those_the_two_atom_plan_sends_to_the_farther_atom(seed, n, flips, d):
+    """Tokens at the atoms ±u, some moved to the other atom: ``tokens_across`` counts the moved ones, and its net
+    count k is what the exact W2 to Π♯ρ0 pays for, 4 each: W2² = D² + 4k/n with D the distance to E1(A) (0 here,
+    every token at an atom). A snapshot with a NaN token gives NaN; dim E1 = 2 has no two atoms: NaN."""
+    rng = np.random.default_rng(seed)
+    u = np.linalg.qr(rng.standard_normal((d, d)))[0][:, :1]
+    side0 = rng.choice([-1.0, 1.0], size=n)
+    moved = rng.permutation(n) < min(flips, n)
+    side = np.where(moved, -side0, side0)
+    X0 = (side0[:, None] * u[:, 0])[None]  # (replica, token, dim)
+    X = np.stack([X0[0], side[:, None] * u[:, 0], np.full((n, d), np.nan)])[None]  # (replica, time, token, dim)
+    across, net = projection.tokens_across(X, X0, u)
+    assert across[0].tolist()[:2] == [0.0, float(moved.sum())] and np.isnan(across[0, 2])
+    k = abs(int(np.sum(side > 0)) - int(np.sum(side0 > 0)))
+    assert net[0, 1] == k and net[0, 0] == 0.0 and np.isnan(net[0, 2])
+    w = transport.w2_to_projection(X[0, 1], X0[0], u)
+    assert w**2 == pytest.approx(4.0 * k / n, abs=1e-12)
+    E2 = np.linalg.qr(rng.standard_normal((d, d)))[0][:, :2]
+    assert np.all(np.isnan(projection.tokens_across(X, X0, E2)[0]))
+
+
 # ------------------------------------------------------------------ convergence rate
 def _zero_temperature_w2(M, X0, horizon=12.0, snapshots=60):
     grid = integrate.TimeGrid(horizon=horizon, snapshots=snapshots, dt=0.05)

@@ -352,6 +352,7 @@ def fit_experiment(
             ess_threshold=float(ess_threshold),
             particle_error_fraction=res.fraction,
             tokens=int(n_tokens),
+            leading_A_dimension=int(M.E1.shape[1]),
         ),
     )
 

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import binom, gamma
 from scipy.stats import t as student_t
 
 DEFAULT_MIN_LOG_DROP = 1.0
@@ -324,6 +325,46 @@ def subspace_gap(E_a: np.ndarray, E_b: np.ndarray) -> float:
 def bound_curve(t: np.ndarray, beta: float, a: float, C1: float, b: float, c: float) -> np.ndarray:
     """a·sqrt(log(β+1)/β)·e^{C1 t} + b·e^{−c t}."""
     return a * temperature_scale(beta) * np.exp(C1 * t) + b * np.exp(-c * t)
+
+
+def under_bound_but_for_tokens_across(bound, w2_projection, dist_leading_A, across, net, tokens: int, alpha: float):
+    """Per point: W2(ρ_t, Π♯ρ0) of n tokens lies under ``bound``, or over it only by tokens across the split of
+    Π♯ρ0's two atoms ±u (E1(A) one-dimensional) that a measure under the bound could have sent there at level
+    alpha. ``across``: tokens on the other side of u⊥ from their start; ``net``: the change of the count on u's
+    side (``projection.tokens_across``). docs/claims.md, "Tokens across the split".
+
+    The exact plan to m₊δ_u + m₋δ_{−u} (``transport.w2.w2_two_atoms``) sends every token to its nearer atom but the
+    ``net`` ones the masses force to the farther, each at 4|⟨x,u⟩| ≤ 4 more: W2² = D² + Δ², D = ``dist_leading_A``,
+    Δ² ≤ 4·net/n. One token weighs 4/n in W2² whatever β is: a floor 2/√n that a bound in sqrt(log β/β) goes
+    under. A measure under the bound B has its spread D ≤ B and moves a net mass at most p_max = (B² − D²)/4
+    across, on top of any mass crossing both ways. The point is over the bound beyond sampling when its excess
+    over B² is more than 4/n per net token, when D > B, or when the net count is unlikely for such a measure
+    (``_net_across_plausible``).
+    """
+    w, d = np.asarray(w2_projection, float), np.asarray(dist_leading_A, float)
+    p_max = np.clip((np.asarray(bound, float) ** 2 - d**2) / 4.0, 0.0, 1.0)
+    with np.errstate(invalid="ignore"):
+        paid = w**2 - 4.0 * np.asarray(net, float) / tokens <= np.asarray(bound, float) ** 2
+        plausible = _net_across_plausible(np.asarray(across, float), np.asarray(net, float), tokens * p_max, alpha)
+        return (w <= bound) | (paid & (d <= bound) & plausible)
+
+
+def _net_across_plausible(g: np.ndarray, k: np.ndarray, n_p_max: np.ndarray, alpha: float) -> np.ndarray:
+    """Whether ``k`` of ``g`` tokens across, net, is plausible at level alpha for a measure moving a net mass at most
+    p_max one way (``n_p_max`` = n·p_max) and any mass both ways.
+
+    Each token crosses one way (mass a₁) or the other (a₂) or not at all, so given the g across the ways are
+    Binomial(g, r), r = a₁/(a₁ + a₂) ≤ ½ + n·p_max/(2λ), λ = n(a₁ + a₂): the more crosses, the nearer a fair coin
+    the net mass allows. λ is not known: with probability 1 − alpha/2 it is at least λ_lo, the Poisson lower
+    bound from g, so r ≤ r_max = min(1, ½ + n·p_max/(2λ_lo)); the split is then tested at alpha/2:
+    P(|2·Binomial(g, r_max) − g| ≥ k) ≥ alpha/2. The two halves of alpha bound the level (measured:
+    tests/analysis/test_fitting.py)."""
+    lam_lo = np.where(g > 0, gamma.ppf(alpha / 2.0, np.maximum(g, 1.0)), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(lam_lo > 0, np.minimum(1.0, 0.5 + n_p_max / (2.0 * lam_lo)), 1.0)
+    upper = binom.sf(np.ceil((g + k) / 2.0) - 1, g, r)  # P(ways ≥ (g + k)/2)
+    lower = binom.cdf(np.floor((g - k) / 2.0), g, r)  # P(ways ≤ (g − k)/2): the other direction
+    return (k <= 0) | (np.minimum(1.0, upper + lower) >= alpha / 2.0)
 
 
 # ---------------------------------------------------------------- uncertainty over replicas

@@ -83,3 +83,22 @@ def squared_distance_to_great_sphere(X: np.ndarray, E: np.ndarray) -> np.ndarray
     p = X @ E
     r = X - p @ E.T
     return np.sum(r * r, axis=-1) + (1.0 - np.linalg.norm(p, axis=-1)) ** 2
+
+
+def tokens_across(X: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(across, net) for clouds X (replica, time, token, dim) started from X0 (replica, token, dim), E1 (dim, 1):
+    how many tokens sit on the other side of u⊥ from their initial token (sign ⟨x,u⟩ ≠ sign ⟨x0,u⟩), and by how
+    many the count on u's side differs from the initial count: the tokens the exact plan to Π♯ρ0 = m₊δ_u + m₋δ_{−u}
+    must send to the farther atom. Both (replica, time), float (NaN at a snapshot with a NaN token and for
+    dim E1 > 1, where Π♯ρ0 is no pair of atoms)."""
+    X, X0 = check_tokens(X), check_tokens(X0, "X0")
+    shape = X.shape[:2]
+    if E1.shape[1] != 1:
+        return np.full(shape, np.nan), np.full(shape, np.nan)
+    u = check_basis(E1, X.shape[-1], "E1")[:, 0]
+    side0 = (X0 @ u > 0)[:, None, :]  # (replica, 1, token)
+    side = X @ u > 0
+    across = np.sum(side != side0, axis=-1).astype(float)
+    net = np.abs(np.sum(side, axis=-1) - np.sum(side0, axis=-1)).astype(float)
+    reached = ~np.any(np.isnan(X), axis=(-2, -1))
+    return np.where(reached, across, np.nan), np.where(reached, net, np.nan)

@@ -58,6 +58,7 @@ def stage_distances_beta(
     exact, ckpt = _exact_w2_loop(name, beta, Y, Z, exact_w2_snapshots(experiment, nt), checkpoint_path)
     out["w2_zero_temperature"], out["w2_zero_temperature_sq_bound"] = exact["w2"], exact["w2_sq_bound"]
     out.update(_eigenspace_distances(Y, M))
+    out["tokens_across"], out["tokens_across_net"] = projection.tokens_across(Y, X0, M.E1)
     netcdf.write_netcdf(
         datasets.distances_beta_dataset(out, fin),
         output,

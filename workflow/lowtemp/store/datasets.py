@@ -290,6 +290,16 @@ DISTANCE_ATTRS = {
     "dist_leading_A": netcdf.attrs("distance to measures on E1(A) ∩ S: sqrt(mean(2 - 2|P1 x|))"),
     "dist_leading_V": netcdf.attrs("distance to measures on V's leading eigenspace (largest real part) ∩ S"),
     "dist_leading_V_modulus": netcdf.attrs("distance to measures on V's leading eigenspace (largest modulus) ∩ S"),
+    "tokens_across": netcdf.attrs(
+        "tokens on the other side of E1(A)'s orthogonal complement from their initial token (dim E1 = 1; NaN "
+        "otherwise)",
+        "1",
+    ),
+    "tokens_across_net": netcdf.attrs(
+        "|tokens on u's side now - initially|: those the plan to Pi_# rho0's two atoms sends to the farther one "
+        "(dim E1 = 1; NaN otherwise)",
+        "1",
+    ),
 }
 #: suffix of the eigenspace distances of the zero-temperature run in distances.nc
 ZERO_SUFFIX = "_zero_temperature"
