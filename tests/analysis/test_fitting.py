@@ -321,12 +321,13 @@ def test_tokens_across_the_split_are_told_from_a_bound_violation(n, bound, both_
     """Tokens drawn from a measure exactly at the bound (spread 0.014; the rest of B² a net mass p_max =
     (B² − 0.014²)/4 carried across the split of Π♯ρ0's two atoms, on top of ``both_ways`` of each side crossing in
     both directions) are called over it at most alpha = 0.05 of the time (measured on 1500 clouds, the exact W2
-    of ``w2_two_atoms``), though one token across alone puts W2 at 2/√n, over these bounds, and the plain
-    comparison w ≤ B calls them over it more than twice as often. At n = 4096 one token is under these bounds, but
-    the measure sends 10 (B = 0.1) or 29 (B = 0.17) tokens one way on average: there the rule's one-way end keeps
-    its level, and the lower bound on the mass crossing (a plug-in λ = g calls 10 % over at 29) too. A measure moving 16 tokens one way beyond
-    what the bound allows and what sampling of it and of those crossing both ways explains, or with a spread 1.2
-    times the bound and nothing across, is called over it in most clouds."""
+    of ``w2_two_atoms``), though one token across alone puts W2 at 2/√n, over most of these bounds, and the plain
+    comparison w ≤ B calls them over it more than twice as often. At n = 4096 one token is under these bounds,
+    but the measure sends 10 (B = 0.1) or 29 (B = 0.17) tokens one way on average: there the rule's one-way end
+    keeps its level, and the lower bound on the mass crossing too (a plug-in λ = g calls 10 % over at 29). A
+    measure moving 16 tokens one way beyond what the bound allows and what sampling of it and of those crossing
+    both ways explains, or with a spread 1.2 times the bound and nothing across, is called over it in most
+    clouds."""
     spread = 0.014
     p_max = (bound**2 - spread**2) / 4.0
     at_bound = (2.0 * p_max + both_ways, both_ways)
@@ -344,8 +345,8 @@ def test_tokens_across_at_the_sphere_runs_bound():
     """n = 256, a bound of 0.085 and a spread of 0.014 (the held-out β = 1000 curve of the S² run at t ≈ 10): one
     token across puts W2 at sqrt(0.014² + 4/256) = 0.126, over the bound and explained by sampling either way;
     three all one way are still a fair coin's 1 in 4 or so; six all one way pass (with 2.2 crossing on the lower
-    bound, a measure under the bound splits them 0.60 : 0.40, and six of six (or none) then has probability 0.051 ≥ 0.025);
-    seven do not, nor does a spread over the bound with nothing across."""
+    bound, a measure under the bound splits them 0.60 : 0.40, and six of six, or none, has probability
+    0.051 ≥ 0.025); seven do not, nor does a spread over the bound with nothing across."""
     n, d, bound = 256, 0.014, 0.085
     for tokens, under in ((1, True), (3, True), (6, True), (7, False)):
         w = np.sqrt(d**2 + 4.0 * tokens / n * (1.0 - 1e-4))  # the tokens across a little off their atom

@@ -143,30 +143,33 @@ def _bound_not_judged(fit: xr.Dataset, cal_beta: np.ndarray, resolved: np.ndarra
     return None
 
 
-def _held_out_fractions(fit: xr.Dataset, dist: xr.Dataset, held: np.ndarray) -> tuple[dict, np.ndarray]:
-    """{(β index, replica): the fraction of its judged points under the bound} of every held-out curve, and the
-    worst fraction per β (NaN where none is judged)."""
+def _held_out_fractions(fit: xr.Dataset, dist: xr.Dataset, held: np.ndarray) -> tuple[dict, np.ndarray, int]:
+    """{(β index, replica): the fraction of its judged points under the bound} of every held-out curve, the worst
+    fraction per β (NaN where none is judged), and how many judged points were over the bound only by tokens
+    across the split of Π♯ρ0's atoms that sampling explains (``fitting.under_bound_but_for_tokens_across``)."""
     t, beta = dist.time.values, fit.beta.values
     a, C1, b, c = fitted_bound(fit)
     w = dist["w2_projection"].sel(beta=beta).values
     judged = fitting.judged_mask(t, fit["judged_until"].values) & np.isfinite(w)
-    curves, fractions = {}, np.full(beta.size, np.nan)
+    curves, fractions, sampled = {}, np.full(beta.size, np.nan), 0
     d, g, k = (dist[v].sel(beta=beta).values for v in ("dist_leading_A", "tokens_across", "tokens_across_net"))
     two_atoms = int(fit.attrs["leading_A_dimension"]) == 1
     n, alpha = int(fit.attrs["tokens"]), 1.0 - float(fit.attrs["confidence"])
     for i in np.flatnonzero(held):
         bound = fitting.bound_curve(t, beta[i], a, C1, b, c)
         for r in range(w.shape[1]):
-            j = judged[i, r]
-            if j.any():
-                under = bound[j] >= w[i, r, j]
+            on = judged[i, r]
+            if on.any():
+                under = bound[on] >= w[i, r, on]
                 if two_atoms:
+                    plain = under
                     under = fitting.under_bound_but_for_tokens_across(
-                        bound[j], w[i, r, j], d[i, r, j], g[i, r, j], k[i, r, j], n, alpha
+                        bound[on], w[i, r, on], d[i, r, on], g[i, r, on], k[i, r, on], n, alpha
                     )
+                    sampled += int(np.sum(under & ~plain))
                 curves[i, r] = float(np.mean(under))
         fractions[i] = min((f for (j, _), f in curves.items() if j == i), default=np.nan)
-    return curves, fractions
+    return curves, fractions, sampled
 
 
 def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -> Claim:
@@ -182,7 +185,7 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
     if refusal is not None:
         per_beta = {"bound_fraction_above": (np.full(beta.size, np.nan), long_name)}
         return Claim(name, statement, refusal[0], per_beta=per_beta, numbers=refusal[1])
-    curves, fractions = _held_out_fractions(fit, dist, held)
+    curves, fractions, sampled = _held_out_fractions(fit, dist, held)
     per_beta = {"bound_fraction_above": (fractions, long_name)}
     if not curves:
         return Claim(
@@ -209,8 +212,18 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
         f"every held-out curve must lie under the bound at ≥ {fraction:g} of its points up to departure; "
         f"the worst of {len(curves)} (β = {beta[worst[0]]:g}, replica {worst[1]}) does at {value:.3f}; "
         f"calibrated on β {listed_betas(beta, cal_beta)} and β = ∞: a = {a:.3g}, C1 = {C1:.3g}, b = {b:.3g}, "
-        f"c = {c:.3g}; worst curve per β {shown}{skipped}",
+        f"c = {c:.3g}; worst curve per β {shown}{skipped}{_sampled_words(sampled, int(fit.attrs['tokens']))}",
         per_beta,
+    )
+
+
+def _sampled_words(sampled: int, tokens: int) -> str:
+    """The points counted under the bound though over it, by tokens across the split that sampling explains."""
+    if not sampled:
+        return ""
+    return (
+        f"; {sampled} judged point(s) over the bound only by tokens across the split of Π♯ρ0's atoms (each 4/n = "
+        f"{4.0 / tokens:.3g} of W2²) that a measure under it sends there at this level, counted under it"
     )
 
 
