@@ -283,80 +283,121 @@ def test_fit_growth_rate_skips_snapshots_without_exact_distance():
     assert np.all(np.isfinite(fit.windows))
 
 
-def clouds_crossing(rng, n, spread, cross, draws):
-    """``draws`` clouds of n tokens at the atoms ±u = ±e1 of Π♯ρ0 with a Gaussian spread of root mean square
-    ``spread`` about their atom, each started in a random hemisphere and ending in the other with probability
-    ``cross`` = (from u's side, from −u's): (initial tokens, tokens) of shape (draws, n, 3). The measure they are
-    drawn from moves the net mass (cross[0] − cross[1])/2 from u's side to −u's."""
+U, E1 = np.array([1.0, 0.0, 0.0]), np.eye(3)[:, :1]
+
+
+def at_the_bound(bound, spread, across_at, both_ways):
+    """Per-side crossing probabilities (from u's side, from −u's) of the measure whose W2 to Π♯ρ0 is ``bound``:
+    tokens that stay have a Gaussian spread of root mean square ``spread`` about their atom, ``both_ways`` of each
+    side crosses, those that cross sit at |⟨x,u⟩| = ``across_at`` on the other side, and the rest of B² is a net
+    mass p moved from u's side: B² = D² + 4·across_at·p, D² the mean squared distance to the nearer atom."""
+    s2, m, b = spread**2, across_at, both_ways
+    p = (bound**2 - s2 * (1.0 - b) - (2.0 - 2.0 * m) * b) / (2.0 + 2.0 * m - s2)
+    assert p >= 0.0, "the spread and the tokens crossing both ways are already over the bound"
+    return b + 2.0 * p, b
+
+
+def clouds(rng, n, spread, cross, across_at, draws):
+    """``draws`` clouds of n tokens, each started at a random atom ±u and crossing with probability ``cross`` =
+    (from u's side, from −u's) to |⟨x,u⟩| = ``across_at`` on the other side, the others spread about their atom
+    (``at_the_bound``): (initial tokens, tokens) (draws, n, 3)."""
     side = rng.choice([-1.0, 1.0], size=(draws, n))
     X0 = np.zeros((draws, n, 3))
     X0[..., 0] = side
     flip = rng.random((draws, n)) < np.where(side > 0, cross[0], cross[1])
-    end = np.where(flip, -side, side)
-    X = np.concatenate([end[..., None], rng.normal(0.0, spread / np.sqrt(2.0), (draws, n, 2))], axis=-1)
-    return X0, X / np.linalg.norm(X, axis=-1, keepdims=True)
+    X = np.concatenate([side[..., None], rng.normal(0.0, spread / np.sqrt(2.0), (draws, n, 2))], axis=-1)
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    phi = rng.uniform(0.0, 2.0 * np.pi, (draws, n))
+    ring = np.sqrt(1.0 - across_at**2)
+    crossed = np.stack([-side * across_at, ring * np.cos(phi), ring * np.sin(phi)], axis=-1)
+    return X0, np.where(flip[..., None], crossed, X)
 
 
-def over_bound_rate(bound, spread, cross, n, draws=1500, alpha=0.05, seed=0, plain=False):
-    """How often n tokens (``clouds_crossing``) are called over ``bound`` beyond the tokens across, from the exact
-    W2 to Π♯ρ0, the distance to E1(A) and the counts across; with ``plain``, how often w > bound."""
-    X0, X = clouds_crossing(np.random.default_rng(seed), n, spread, cross, draws)
-    u, E1 = np.array([1.0, 0.0, 0.0]), np.eye(3)[:, :1]
-    w = np.array([w2.w2_two_atoms(x, u, projection.two_atom_masses(x0, u)) for x0, x in zip(X0, X)])
+def over_rate(n, bound, spread=0.014, across_at=1.0, both_ways=0.0, cross=None, draws=400, seed=0, plain=False):
+    """How often a cloud of n tokens from ``at_the_bound``'s measure (or one crossing with ``cross``) is called over
+    ``bound`` beyond sampling (alpha = 0.05), from its exact W2 to Π♯ρ0, its distance to E1(A) and that distance's
+    lower bound over resampled tokens, and its counts across; with ``plain``, how often w > bound."""
+    rng = np.random.default_rng(seed)
+    cross = at_the_bound(bound, spread, across_at, both_ways) if cross is None else cross
+    X0, X = clouds(rng, n, spread, cross, across_at, draws)
+    w = np.array([w2.w2_two_atoms(x, U, projection.two_atom_masses(x0, U)) for x0, x in zip(X0, X)])
     if plain:
         return float(np.mean(w > bound))
     d = projection.distance_to_eigenspace(X, E1)
+    d_low = projection.distance_to_eigenspace_lower(X[:, None], E1, 0.025, rng)[:, 0]
     across, net = (v[:, 0] for v in projection.tokens_across(X[:, None], X0, E1))
-    return float(np.mean(~fitting.under_bound_but_for_tokens_across(bound, w, d, across, net, n, alpha)))
+    return float(np.mean(~fitting.under_bound_but_for_tokens_across(bound, w, d, d_low, across, net, n, 0.05)))
 
 
-LEVEL_SLACK = 0.05 + 3.0 * np.sqrt(0.05 * 0.95 / 1500)  # alpha plus three standard errors of 1500 draws
+#: the level 0.05 plus three standard errors of 300 draws
+LEVEL_SLACK = 0.05 + 3.0 * np.sqrt(0.05 * 0.95 / 300)
+#: (spread, |⟨x,u⟩| of the tokens across, share of each side crossing both ways) of measures at the bound
+AT_THE_BOUND = {
+    "net mass at the atoms": (0.014, 1.0, 0.0),
+    "5 % both ways on top": (0.014, 1.0, 0.05),
+    "20 % both ways on top": (0.014, 1.0, 0.2),
+    "tokens across at 0.4": (0.014, 0.4, 0.0),
+    "tokens across near the split": (0.014, 0.1, 0.0),
+    "spread alone": ("bound", 1.0, 0.0),
+}
 
 
-@pytest.mark.parametrize(
-    ("n", "bound"), [(64, 0.13), (256, 0.085), (256, 0.05), (1024, 0.05), (4096, 0.1), (4096, 0.17)]
-)
-@pytest.mark.parametrize("both_ways", [0.0, 0.01, 0.05])
-def test_tokens_across_the_split_are_told_from_a_bound_violation(n, bound, both_ways):
-    """Tokens drawn from a measure exactly at the bound (spread 0.014; the rest of B² a net mass p_max =
-    (B² − 0.014²)/4 carried across the split of Π♯ρ0's two atoms, on top of ``both_ways`` of each side crossing in
-    both directions) are called over it at most alpha = 0.05 of the time (measured on 1500 clouds, the exact W2
-    of ``w2_two_atoms``), though one token across alone puts W2 at 2/√n, over most of these bounds, and the plain
-    comparison w ≤ B calls them over it more than twice as often. At n = 4096 one token is under these bounds,
-    but the measure sends 10 (B = 0.1) or 29 (B = 0.17) tokens one way on average: there the rule's one-way end
-    keeps its level, and the lower bound on the mass crossing too (a plug-in λ = g calls 10 % over at 29). A
-    measure moving 16 tokens one way beyond what the bound allows and what sampling of it and of those crossing
-    both ways explains, or with a spread 1.2 times the bound and nothing across, is called over it in most
-    clouds."""
-    spread = 0.014
-    p_max = (bound**2 - spread**2) / 4.0
-    at_bound = (2.0 * p_max + both_ways, both_ways)
-    assert 2.0 / np.sqrt(n) > bound or n * p_max > 5.0
-    assert over_bound_rate(bound, spread, at_bound, n) <= LEVEL_SLACK
-    assert over_bound_rate(bound, spread, at_bound, n, plain=True) > 2.0 * LEVEL_SLACK
-    # 16 tokens one way beyond the n·p_max the bound allows, plus three standard deviations of that count and four
-    # of the net count of those crossing both ways
-    one_way = 2.0 * (n * p_max + 16.0 + 3.0 * np.sqrt(n * p_max) + 4.0 * np.sqrt(both_ways * n)) / n
-    assert over_bound_rate(bound, spread, (one_way + both_ways, both_ways), n, seed=1) > 0.5
-    assert over_bound_rate(bound, 1.2 * bound, (both_ways, both_ways), n, seed=2) > 0.99
+@pytest.mark.parametrize(("n", "bound"), [(64, 0.13), (256, 0.085), (1024, 0.05)])
+@pytest.mark.parametrize("measure", list(AT_THE_BOUND))
+def test_the_sampling_allowance_keeps_its_level_on_measures_at_the_bound(n, bound, measure):
+    """Clouds drawn from measures exactly at the bound are called over it at most at the level 0.05 (plus three
+    standard errors of 300 draws; measured 0 … 2 % over n = 64 … 4096), however the bound is met: through a net
+    mass across the split of Π♯ρ0's atoms with the tokens across at the atoms, with 5 or 20 % of each side
+    crossing both ways on top (their net count is noise of order √(2·0.05·n)), with the tokens across left at
+    |⟨x,u⟩| = 0.4 or 0.1 (each weighs less than 4/n in W2² and adds to the distance to the nearer atom), or
+    through the spread alone (the distance to the nearer atom fluctuates about the bound) — though one token
+    across puts W2 at 2/√n, over these bounds. Each of these broke an earlier form of the rule: the spread
+    judged as exact (over at up to 41 %), every token across costed at 4/n (up to 53 % at n = 4096), a fair
+    coin and "all one way" accepted separately (21 %), a lower bound over resampled tokens of W2 itself (72 %
+    with 5 % crossing both ways at n = 1024: the net count is a difference, which resampling does not
+    centre)."""
+    spread, across_at, both_ways = AT_THE_BOUND[measure]
+    spread = bound if spread == "bound" else spread
+    assert 2.0 / np.sqrt(n) > bound
+    assert over_rate(n, bound, spread, across_at, both_ways, draws=300) <= LEVEL_SLACK
 
 
-def test_tokens_across_at_the_sphere_runs_bound():
+def test_the_sampling_allowance_keeps_its_level_where_many_tokens_go_one_way():
+    """At n = 4096 a measure at B = 0.17 sends 29 tokens one way on average: the rule's one-way end keeps the level,
+    the tokens across at the atoms or at |⟨x,u⟩| = 0.4 (costed by their own mean |⟨x,u⟩|, not 1)."""
+    for across_at in (1.0, 0.4):
+        assert over_rate(4096, 0.17, 0.014, across_at, 0.0, draws=200) <= 0.05 + 3.0 * np.sqrt(0.05 * 0.95 / 200)
+
+
+def test_the_sampling_allowance_calls_measures_well_over_the_bound_over_it():
+    """What the rule can see (200 draws each): a spread 1.5 times the bound, whatever n; a net mass across making W2
+    6 times the bound at n = 256 (about 7 tokens one way); twice the bound at n = 4096. What it cannot: four
+    times the bound through about four tokens one way at n = 256 is called over it in about a third of the clouds
+    (measured 0.35), six times with 5 % crossing both ways in about 0.7. And the plain comparison w ≤ B, which it
+    replaces, calls a measure at the bound over it in most clouds once tokens cross both ways."""
+    for n, bound in ((256, 0.085), (1024, 0.05)):
+        assert over_rate(n, bound, 1.5 * bound, cross=(0.0, 0.0), draws=200, seed=2) > 0.9
+    p = ((6.0 * 0.085) ** 2 - 0.014**2) / 4.0
+    assert over_rate(256, 0.085, cross=(2.0 * p, 0.0), draws=200, seed=1) > 0.8
+    p = ((2.0 * 0.1) ** 2 - 0.014**2) / 4.0
+    assert over_rate(4096, 0.1, cross=(2.0 * p, 0.0), draws=100, seed=1) > 0.8
+    assert over_rate(256, 0.085, both_ways=0.05, draws=200, seed=3, plain=True) > 0.5
+
+
+def test_one_token_across_at_the_sphere_runs_bound_is_sampling():
     """n = 256, a bound of 0.085 and a spread of 0.014 (the held-out β = 1000 curve of the S² run at t ≈ 10): one
-    token across puts W2 at sqrt(0.014² + 4/256) = 0.126, over the bound and explained by sampling either way;
-    three all one way are still a fair coin's 1 in 4 or so; six all one way pass (with 2.2 crossing on the lower
-    bound, a measure under the bound splits them 0.60 : 0.40, and six of six, or none, has probability
-    0.051 ≥ 0.025); seven do not, nor does a spread over the bound with nothing across."""
+    token across puts W2 at sqrt(0.014² + 4/256) = 0.126, over the bound and explained by sampling; so are three
+    all one way (a fair coin's 1 in 4) and seven (0.027 with the measure's split 0.59 : 0.41 on 2.4 crossing, the
+    Poisson lower bound at 0.0125, against 0.0125); nine all one way are not (0.006), nor is a spread whose lower
+    bound is over the bound, with nothing across, nor twelve tokens across at |⟨x,u⟩| = 0.3 where the measure
+    may send only about 1.5."""
     n, d, bound = 256, 0.014, 0.085
-    for tokens, under in ((1, True), (3, True), (6, True), (7, False)):
+    for tokens, under in ((1, True), (3, True), (7, True), (9, False)):
         w = np.sqrt(d**2 + 4.0 * tokens / n * (1.0 - 1e-4))  # the tokens across a little off their atom
-        assert fitting.under_bound_but_for_tokens_across(bound, w, d, tokens, tokens, n, 0.05) == under, tokens
-    w8 = np.sqrt(d**2 + 4.0 * 8 / n)
-    assert not fitting.under_bound_but_for_tokens_across(bound, w8, d, 8, 8, n, 0.05)
-    assert fitting.under_bound_but_for_tokens_across(bound, w8, d, 16, 8, n, 0.05)  # 12 one way, 4 the other
-    assert not fitting.under_bound_but_for_tokens_across(bound, 0.09, 0.086, 0, 0, n, 0.05)  # the spread alone
-    # two tokens across at |<x,u>| = 0.9 pay for the excess over B² = 0.0081, but the spread 0.1 is over B = 0.09
-    w = np.sqrt(0.1**2 + 4.0 * 2 * 0.9 / n)
-    assert not fitting.under_bound_but_for_tokens_across(0.09, w, 0.1, 2, 2, n, 0.05)
-    assert fitting.under_bound_but_for_tokens_across(0.09, np.sqrt(0.08**2 + 4.0 * 2 * 0.9 / n), 0.08, 2, 2, n, 0.05)
-    assert fitting.under_bound_but_for_tokens_across(bound, 0.08, 0.086, 0, 0, n, 0.05)  # under is under
+        assert fitting.under_bound_but_for_tokens_across(bound, w, d, d, tokens, tokens, n, 0.05) == under, tokens
+    assert fitting.under_bound_but_for_tokens_across(bound, 0.09, 0.09, 0.08, 0, 0, n, 0.05)  # spread sampled
+    assert not fitting.under_bound_but_for_tokens_across(bound, 0.09, 0.09, 0.086, 0, 0, n, 0.05)
+    assert fitting.under_bound_but_for_tokens_across(bound, 0.08, 0.09, 0.09, 0, 0, n, 0.05)  # under is under
+    w = np.sqrt(d**2 + 4.0 * 12 * 0.3 / n)
+    assert not fitting.under_bound_but_for_tokens_across(bound, w, d, d, 12, 12, n, 0.05)
+    assert fitting.under_bound_but_for_tokens_across(bound, w, d, d, 40, 12, n, 0.05)  # 26 one way, 14 the other

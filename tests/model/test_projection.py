@@ -135,6 +135,25 @@ def test_tokens_across_are_those_the_two_atom_plan_sends_to_the_farther_atom(see
     assert np.all(np.isnan(projection.tokens_across(X, X0, E2)[0]))
 
 
+def test_the_lower_bound_on_the_distance_is_a_quantile_over_resampled_clouds():
+    """``distance_to_eigenspace_lower``: one set of resamples per replica (the generator's multinomial draws, in
+    order), each resample's distance that of the cloud built by repeating the tokens as counted (a naive
+    reference through ``distance_to_eigenspace``), the bound their level quantile; NaN at a snapshot with a NaN
+    token; below the tokens' own distance at level 0.025."""
+    rng = np.random.default_rng(1)
+    E = np.linalg.qr(rng.standard_normal((3, 3)))[0][:, :1]
+    X = random_unit(rng, 2, 30, 3).reshape(2, 1, 30, 3).repeat(2, axis=1)
+    X[1, 1, 4] = np.nan
+    low = projection.distance_to_eigenspace_lower(X, E, 0.025, np.random.default_rng(7))
+    draws = np.random.default_rng(7)
+    for r in range(2):
+        counts = draws.multinomial(30, np.full(30, 1.0 / 30), size=projection.RESAMPLES)
+        naive = [projection.distance_to_eigenspace(np.repeat(X[r, 0], c, axis=0), E) for c in counts]
+        assert low[r, 0] == pytest.approx(np.sqrt(np.quantile(np.square(naive), 0.025)), rel=1e-12)
+    assert np.isnan(low[1, 1]) and np.isfinite(low[0, 1])
+    assert np.all(low[:, 0] < projection.distance_to_eigenspace(X[:, 0], E))
+
+
 # ------------------------------------------------------------------ convergence rate
 def _zero_temperature_w2(M, X0, horizon=12.0, snapshots=60):
     grid = integrate.TimeGrid(horizon=horizon, snapshots=snapshots, dt=0.05)

@@ -152,7 +152,10 @@ def _held_out_fractions(fit: xr.Dataset, dist: xr.Dataset, held: np.ndarray) -> 
     w = dist["w2_projection"].sel(beta=beta).values
     judged = fitting.judged_mask(t, fit["judged_until"].values) & np.isfinite(w)
     curves, fractions, sampled = {}, np.full(beta.size, np.nan), 0
-    d, g, k = (dist[v].sel(beta=beta).values for v in ("dist_leading_A", "tokens_across", "tokens_across_net"))
+    d, d_low, g, k = (
+        dist[v].sel(beta=beta).values
+        for v in ("dist_leading_A", "dist_leading_A_low", "tokens_across", "tokens_across_net")
+    )
     two_atoms = int(fit.attrs["leading_A_dimension"]) == 1
     n, alpha = int(fit.attrs["tokens"]), 1.0 - float(fit.attrs["confidence"])
     for i in np.flatnonzero(held):
@@ -164,7 +167,7 @@ def _held_out_fractions(fit: xr.Dataset, dist: xr.Dataset, held: np.ndarray) -> 
                 if two_atoms:
                     plain = under
                     under = fitting.under_bound_but_for_tokens_across(
-                        bound[on], w[i, r, on], d[i, r, on], g[i, r, on], k[i, r, on], n, alpha
+                        bound[on], w[i, r, on], d[i, r, on], d_low[i, r, on], g[i, r, on], k[i, r, on], n, alpha
                     )
                     sampled += int(np.sum(under & ~plain))
                 curves[i, r] = float(np.mean(under))

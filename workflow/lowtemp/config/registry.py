@@ -72,8 +72,9 @@ STAGES: dict[str, Stage] = {
     ),
     # stages.simulate.stage_zero_temperature: experiment.time_grid, the integrator and its tolerance
     "zero_temperature": Stage(keys=("integrator", "time", "tokens")),
-    # stages.distances.stage_distances_beta -> experiment.exact_w2_snapshots
-    "distances_beta": Stage(keys=("distances.exact_every",), group="distances"),
+    # stages.distances.stage_distances_beta -> experiment.exact_w2_snapshots; the level of the lower bound on
+    # W2(ρ^β_t, Π♯ρ0) over resampled tokens is 1 − fit.confidence
+    "distances_beta": Stage(keys=("distances.exact_every", "fit.confidence"), group="distances"),
     # stages.distances.stage_distances: nothing beyond its input files
     "distances": Stage(keys=(), group="distances"),
     # stages.distances.stage_particle_error_beta (model: mean_field with mean_field.particles): the particle runs

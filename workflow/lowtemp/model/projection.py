@@ -102,3 +102,25 @@ def tokens_across(X: np.ndarray, X0: np.ndarray, E1: np.ndarray) -> tuple[np.nda
     net = np.abs(np.sum(side, axis=-1) - np.sum(side0, axis=-1)).astype(float)
     reached = ~np.any(np.isnan(X), axis=(-2, -1))
     return np.where(reached, across, np.nan), np.where(reached, net, np.nan)
+
+
+#: resamples of the tokens behind ``distance_to_eigenspace_lower``
+RESAMPLES = 400
+
+
+def distance_to_eigenspace_lower(X: np.ndarray, E: np.ndarray, level: float, rng: np.random.Generator) -> np.ndarray:
+    """A lower confidence bound on the distance to E ∩ S of the measure the tokens X (replica, time, token, dim)
+    sample, (replica, time): the ``level`` quantile of ``distance_to_eigenspace`` over ``RESAMPLES`` resamples of the
+    tokens with replacement (one set per replica, kept over time). The squared distance is a mean over tokens, so
+    the resampled one is counts @ (the tokens' squared distances)/N. NaN at a snapshot with a NaN token."""
+    X = check_tokens(X)
+    nr, nt, n = X.shape[:3]
+    E = check_basis(E, X.shape[-1], "E")
+    out = np.full((nr, nt), np.nan)
+    for r in range(nr):
+        counts = rng.multinomial(n, np.full(n, 1.0 / n), size=RESAMPLES).astype(float)
+        for k in range(nt):
+            if not np.any(np.isnan(X[r, k])):
+                resampled = counts @ squared_distance_to_great_sphere(X[r, k], E) / n
+                out[r, k] = np.sqrt(np.quantile(resampled, level))
+    return out

@@ -17,7 +17,7 @@ import numpy as np
 from ..config.experiment import exact_w2_snapshots, field_kernel, integration_tolerance, time_grid
 from ..config.plan import ConfigError, particle_error_tokens
 from ..dynamics import integrate, kernels
-from ..model import projection
+from ..model import projection, seeding
 from ..store import checkpoint, datasets, netcdf
 from ..transport import w2
 from .joblog import progress_logger
@@ -59,6 +59,10 @@ def stage_distances_beta(
     out["w2_zero_temperature"], out["w2_zero_temperature_sq_bound"] = exact["w2"], exact["w2_sq_bound"]
     out.update(_eigenspace_distances(Y, M))
     out["tokens_across"], out["tokens_across_net"] = projection.tokens_across(Y, X0, M.E1)
+    # half the claims' level: bound_above_data spends the other half on the tokens across (docs/claims.md)
+    level = (1.0 - float(experiment["fit"]["confidence"])) / 2.0
+    resampling = seeding.generator(root_seed, name, "resampling", repr(beta))
+    out["dist_leading_A_low"] = projection.distance_to_eigenspace_lower(Y, M.E1, level, resampling)
     netcdf.write_netcdf(
         datasets.distances_beta_dataset(out, fin),
         output,

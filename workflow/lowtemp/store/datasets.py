@@ -295,6 +295,10 @@ DISTANCE_ATTRS = {
         "otherwise)",
         "1",
     ),
+    "dist_leading_A_low": netcdf.attrs(
+        "lower confidence bound on the distance to measures on E1(A) of the measure the tokens sample: its "
+        "(1 - fit.confidence)/2 quantile over tokens resampled with replacement"
+    ),
     "tokens_across_net": netcdf.attrs(
         "|tokens on u's side now - initially|: those the plan to Pi_# rho0's two atoms sends to the farther one "
         "(dim E1 = 1; NaN otherwise)",
