@@ -221,12 +221,13 @@ def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -
 
 
 def _sampled_words(sampled: int, tokens: int) -> str:
-    """The points counted under the bound though over it, by tokens across the split that sampling explains."""
+    """The points counted under the bound though over it, where the sampling of the tokens explains the excess."""
     if not sampled:
         return ""
     return (
-        f"; {sampled} judged point(s) over the bound only by tokens across the split of Π♯ρ0's atoms (each 4/n = "
-        f"{4.0 / tokens:.3g} of W2²) that a measure under it sends there at this level, counted under it"
+        f"; {sampled} judged point(s) over the bound by no more than the sampling of {tokens} tokens explains (the "
+        f"spread's lower bound under it, and tokens across the split of Π♯ρ0's atoms, each {4.0 / tokens:.3g} of "
+        f"W2², that a measure under it sends there), counted under it"
     )
 
 
