@@ -53,7 +53,10 @@ def test_canonical_sorts_keys_and_normalises_integral_floats():
 def test_slice_keeps_empty_blocks_and_skips_absent_keys(test_config):
     exp = validated(test_config)["experiments"]["tiny"]
     assert params.stage_slice(exp, "claims") == {"claims": exp["claims"]}
-    assert params.stage_slice(exp, "distances_beta") == {"distances": {"exact_every": 1}}
+    assert params.stage_slice(exp, "distances_beta") == {
+        "distances": {"exact_every": 1},
+        "fit": {"confidence": exp["fit"]["confidence"]},
+    }
     circle = validated(copy.deepcopy(test_config))["experiments"]["tiny_circle"]
     assert params.stage_slice(circle, "figure:snapshots") == {"figures": {}, "time": {"horizon": 6}}
     assert params.stage_slice({"dim": 3}, "matrices") == {"dim": 3}
@@ -507,7 +510,8 @@ EDITS = [
         _set("experiments.tiny_circle.figures.snapshot_times", [0.0, 2.0, 6.0]),
         {"figure[tiny_circle,snapshots]"},
     ),
-    ("fit option (confidence)", _set("experiments.tiny.fit.confidence", 0.9), from_fit("tiny")),
+    # the level of the spread's lower bound over resampled tokens in distances.nc too
+    ("fit option (confidence)", _set("experiments.tiny.fit.confidence", 0.9), from_distances("tiny")),
     ("fit option (early_time)", _set("experiments.tiny.fit.early_time", 2.0), from_fit("tiny")),
     ("claims option", _set("experiments.tiny.claims.rate_tolerance", 0.2), {"claims[tiny]"} | SUMMARY),
     ("distances.exact_every", _set("experiments.tiny.distances.exact_every", 2), from_distances("tiny")),
@@ -544,7 +548,11 @@ EDITS = [
         lambda cfg: cfg["experiments"]["tiny_mean_field"]["mean_field"].pop("particles"),
         {"figure[tiny_mean_field,w2_projection]"},
     ),
-    ("another experiment's fit option", _set("experiments.tiny_circle.fit.confidence", 0.9), from_fit("tiny_circle")),
+    (
+        "another experiment's fit option",
+        _set("experiments.tiny_circle.fit.confidence", 0.9),
+        from_distances("tiny_circle"),
+    ),
     (
         "a convergence block: its particle-number study then decides with the ESS which beta the fit resolves, and "
         "its figure joins the default target",

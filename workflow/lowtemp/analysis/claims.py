@@ -37,7 +37,7 @@ import numpy as np
 import xarray as xr
 
 from ..model import layout
-from . import fitting
+from . import fitting, sampling
 from .verdicts import Claim, Status, listed_betas, particles_needed, passed_if, unresolved_rule
 
 EIGENSPACES = {
@@ -146,7 +146,7 @@ def _bound_not_judged(fit: xr.Dataset, cal_beta: np.ndarray, resolved: np.ndarra
 def _held_out_fractions(fit: xr.Dataset, dist: xr.Dataset, held: np.ndarray) -> tuple[dict, np.ndarray, int]:
     """{(β index, replica): the fraction of its judged points under the bound} of every held-out curve, the worst
     fraction per β (NaN where none is judged), and how many judged points were over the bound only by tokens
-    across the split of Π♯ρ0's atoms that sampling explains (``fitting.under_bound_but_for_tokens_across``)."""
+    across the split of Π♯ρ0's atoms that sampling explains (``sampling.under_bound_but_for_tokens_across``)."""
     t, beta = dist.time.values, fit.beta.values
     a, C1, b, c = fitted_bound(fit)
     w = dist["w2_projection"].sel(beta=beta).values
@@ -166,7 +166,7 @@ def _held_out_fractions(fit: xr.Dataset, dist: xr.Dataset, held: np.ndarray) -> 
                 under = bound[on] >= w[i, r, on]
                 if two_atoms:
                     plain = under
-                    under = fitting.under_bound_but_for_tokens_across(
+                    under = sampling.under_bound_but_for_tokens_across(
                         bound[on], w[i, r, on], d[i, r, on], d_low[i, r, on], g[i, r, on], k[i, r, on], n, alpha
                     )
                     sampled += int(np.sum(under & ~plain))
