@@ -145,8 +145,9 @@ def _bound_not_judged(fit: xr.Dataset, cal_beta: np.ndarray, resolved: np.ndarra
 
 def _held_out_fractions(fit: xr.Dataset, dist: xr.Dataset, held: np.ndarray) -> tuple[dict, np.ndarray, int]:
     """{(β index, replica): the fraction of its judged points under the bound} of every held-out curve, the worst
-    fraction per β (NaN where none is judged), and how many judged points were over the bound only by tokens
-    across the split of Π♯ρ0's atoms that sampling explains (``sampling.under_bound_but_for_tokens_across``)."""
+    fraction per β (NaN where none is judged), and how many judged points were over the bound by no more than the
+    sampling of the tokens explains (``sampling.under_bound_but_for_tokens_across``: the spread's lower bound and
+    the tokens across the split of Π♯ρ0's atoms)."""
     t, beta = dist.time.values, fit.beta.values
     a, C1, b, c = fitted_bound(fit)
     w = dist["w2_projection"].sel(beta=beta).values
