@@ -19,7 +19,7 @@ import yaml
 from conftest import TEST_CONFIG, resource_experiment, validated
 
 from lowtemp.analysis import claims, estimates, fitting, resolution, verdicts
-from lowtemp.model import layout, matrices, rates
+from lowtemp.model import layout, matrices, projection, rates
 from lowtemp.stages import fit as fit_stage
 from lowtemp.stages import matrices as matrices_stage
 from lowtemp.store import analyses, datasets, netcdf
@@ -112,7 +112,7 @@ def synthetic(
             "dist_leading_A": (("beta", "replica", "time"), dist_A),
             "dist_leading_V": (("beta", "replica", "time"), dist_V),
             "dist_leading_V_modulus": (("beta", "replica", "time"), dist_V + 0.01),
-            "dist_leading_A_low": (("beta", "replica", "time"), dist_A.copy()),
+            "w2sq_moving_low": (("beta", "replica", "time", "moved"), sending(dist_A, 256)),
             "tokens_across": (("beta", "replica", "time"), np.zeros_like(w2_proj)),
             "tokens_across_net": (("beta", "replica", "time"), np.zeros_like(w2_proj)),
             "ess_median": (
@@ -151,7 +151,7 @@ def test_curves_out_of_the_one_layout_are_refused_not_misread():
     synthetic distances with time before replica are refused with the variable named, where reading them would
     have fitted the replicas as times."""
     dist = synthetic()
-    swapped = dist.transpose("beta", "time", "replica")
+    swapped = dist.transpose("beta", "time", "replica", ...)
     with pytest.raises(layout.LayoutError, match="distances: variable '.*' has dimensions"):
         fit_of("synthetic", swapped, M, FIT, THRESHOLD, N)
     fit, _ = judge(dist)
@@ -625,6 +625,12 @@ def test_a_mean_field_reference_decides_by_its_own_error_claim_by_claim():
     assert bad["metastable_log_beta"].status == verdicts.Status.PASSED  # its departures are resolved
 
 
+def sending(spread, n):
+    """W2² of sending j = 0 … MOVED tokens at the atoms net across (the lower bound the distances stage stores,
+    ``projection.moving_cost_lower``) for measures of spread ``spread`` (any shape): spread² + 4j/n."""
+    return np.asarray(spread)[..., None] ** 2 + 4.0 * np.arange(projection.MOVED + 1) / n
+
+
 def tokens_across_held_out(dist, fit, across, net, n, judged_with=None):
     """``dist`` whose held-out β = 1000, replica 0, has ``across`` tokens across the split of Π♯ρ0's atoms (``net``
     of them net, each weighing 4/n in W2²) at its judged points where the bound is under 0.1, with a spread half
@@ -637,7 +643,7 @@ def tokens_across_held_out(dist, fit, across, net, n, judged_with=None):
     j = fitting.judged_mask(t, fit["judged_until"].values)[i, 0] & (bound < 0.1)  # there 2/√256 is over the bound
     d = 0.5 * bound[j]
     dist["dist_leading_A"][i, 0, j] = d
-    dist["dist_leading_A_low"][i, 0, j] = d
+    dist["w2sq_moving_low"][i, 0, j] = sending(d, n)
     dist["w2_projection"][i, 0, j] = np.sqrt(d**2 + 4.0 * net / n)
     dist["tokens_across"][i, 0, j] = across
     dist["tokens_across_net"][i, 0, j] = net
@@ -666,6 +672,14 @@ def test_tokens_across_the_split_are_sampling_unless_too_many_go_one_way():
     dist, fit_n = tokens_across_held_out(synthetic(), fit, 1, 1, 256)
     fit_n.attrs["leading_A_dimension"] = 2
     assert claims.evaluate(dist, fit_n, CFG)[2].status == verdicts.Status.FAILED
+
+
+def test_distances_from_before_the_sampling_rule_are_refused_by_name():
+    """A distances.nc without the curves the sampling rule reads (written by an earlier distances_beta) stops
+    bound_above_data with the variables named and the stage to rerun, not a KeyError."""
+    fit, _ = judge(synthetic())
+    with pytest.raises(ValueError, match=r"lacks \['w2sq_moving_low'\].*forcerun distances_beta"):
+        claims.evaluate(synthetic().drop_vars("w2sq_moving_low"), fit, CFG)
 
 
 def test_a_mean_field_end_phase_is_resolved_by_its_error_against_the_margin():

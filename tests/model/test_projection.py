@@ -135,23 +135,45 @@ def test_tokens_across_are_those_the_two_atom_plan_sends_to_the_farther_atom(see
     assert np.all(np.isnan(projection.tokens_across(X, X0, E2)[0]))
 
 
-def test_the_lower_bound_on_the_distance_is_a_quantile_over_resampled_clouds():
-    """``distance_to_eigenspace_lower``: one set of resamples per replica (the generator's multinomial draws, in
-    order), each resample's distance that of the cloud built by repeating the tokens as counted (a naive
-    reference through ``distance_to_eigenspace``), the bound their level quantile; NaN at a snapshot with a NaN
-    token; below the tokens' own distance at level 0.025."""
+def naive_moving_cost(X, X0, u, counts, moved):
+    """W2² to the two atoms ±u of the cloud X repeated as ``counts`` says, were it to send j = 0 … moved tokens to
+    their farther atom: each token's squared distance to its nearer atom, plus 4|⟨x,u⟩| for the j with the
+    smallest |⟨x,u⟩| on the side that gained tokens since X0 (past those drawn, the cloud's largest there)."""
+    Xr = np.repeat(X, counts, axis=0)
+    near = np.mean(np.sum((Xr - np.sign(Xr @ u)[:, None] * u) ** 2, axis=1))
+    gained = np.sum(X @ u > 0) >= np.sum(X0 @ u > 0)
+    heights = np.sort(np.abs([x @ u for x in Xr if (x @ u > 0) == gained]))
+    largest = np.max(np.abs([x @ u for x in X if (x @ u > 0) == gained]))  # of the cloud's, drawn or not
+    heights = np.concatenate([heights, np.full(moved + 1, largest)])
+    return near + 4.0 * np.concatenate([[0.0], np.cumsum(heights[:moved])]) / len(X)
+
+
+@pytest.mark.parametrize(("n", "lost"), [(30, False), (30, True), (1000, True)])
+def test_the_cost_of_sending_tokens_is_bounded_by_a_quantile_over_resampled_clouds(n, lost):
+    """``moving_cost_lower``: one set of resamples per replica (the generator's multinomial draws, in order), each
+    resample's cost of sending j tokens that of the cloud built by repeating the tokens as counted (a naive
+    reference: the plan's cost token by token, the j cheapest sent), the bound their level quantile per j;
+    nondecreasing in j; at j = 0 under the tokens' own squared distance to E1(A) at level 0.025; NaN at a
+    snapshot with a NaN token and for a two-dimensional E1. With u's side losing tokens (``lost``) the tokens
+    sent are on the other side; with 1 000 tokens only the cheapest are sorted."""
     rng = np.random.default_rng(1)
-    E = np.linalg.qr(rng.standard_normal((3, 3)))[0][:, :1]
-    X = random_unit(rng, 2, 30, 3).reshape(2, 1, 30, 3).repeat(2, axis=1)
-    X[1, 1, 4] = np.nan
-    low = projection.distance_to_eigenspace_lower(X, E, 0.025, np.random.default_rng(7))
+    u = np.linalg.qr(rng.standard_normal((3, 3)))[0][:, :1]
+    X0 = random_unit(rng, 2, n, 3)
+    X = np.stack([X0, X0], axis=1)
+    shift = -0.3 if lost else 0.3  # every token pulled toward −u or +u: the count on u's side falls or rises
+    X[:, 1] = X[:, 1] + shift * u[:, 0]
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    X[1, 0, 4] = np.nan
+    low = projection.moving_cost_lower(X, X0, u, 0.025, np.random.default_rng(7))
     draws = np.random.default_rng(7)
     for r in range(2):
-        counts = draws.multinomial(30, np.full(30, 1.0 / 30), size=projection.RESAMPLES)
-        naive = [projection.distance_to_eigenspace(np.repeat(X[r, 0], c, axis=0), E) for c in counts]
-        assert low[r, 0] == pytest.approx(np.sqrt(np.quantile(np.square(naive), 0.025)), rel=1e-12)
-    assert np.isnan(low[1, 1]) and np.isfinite(low[0, 1])
-    assert np.all(low[:, 0] < projection.distance_to_eigenspace(X[:, 0], E))
+        counts = draws.multinomial(n, np.full(n, 1.0 / n), size=projection.RESAMPLES)
+        naive = np.array([naive_moving_cost(X[r, 1], X0[r], u[:, 0], c, projection.MOVED) for c in counts])
+        np.testing.assert_allclose(low[r, 1], np.quantile(naive, 0.025, axis=0), rtol=1e-10)
+    assert np.all(np.diff(low[0], axis=-1) >= 0.0) and np.isnan(low[1, 0]).all() and np.isfinite(low[1, 1]).all()
+    assert np.all(low[0, :, 0] < projection.distance_to_eigenspace(X[0], u) ** 2)
+    E2 = np.linalg.qr(rng.standard_normal((3, 3)))[0][:, :2]
+    assert np.isnan(projection.moving_cost_lower(X, X0, E2, 0.025, rng)).all()
 
 
 # ------------------------------------------------------------------ convergence rate

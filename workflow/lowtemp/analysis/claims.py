@@ -146,17 +146,14 @@ def _bound_not_judged(fit: xr.Dataset, cal_beta: np.ndarray, resolved: np.ndarra
 def _held_out_fractions(fit: xr.Dataset, dist: xr.Dataset, held: np.ndarray) -> tuple[dict, np.ndarray, int]:
     """{(β index, replica): the fraction of its judged points under the bound} of every held-out curve, the worst
     fraction per β (NaN where none is judged), and how many judged points were over the bound by no more than the
-    sampling of the tokens explains (``sampling.under_bound_but_for_tokens_across``: the spread's lower bound and
-    the tokens across the split of Π♯ρ0's atoms)."""
+    sampling of the tokens explains (``sampling.under_bound_but_for_tokens_across``: the lower bound on what sending
+    tokens across the split of Π♯ρ0's atoms costs the measure sampled, and the tokens across)."""
     t, beta = dist.time.values, fit.beta.values
     a, C1, b, c = fitted_bound(fit)
     w = dist["w2_projection"].sel(beta=beta).values
     judged = fitting.judged_mask(t, fit["judged_until"].values) & np.isfinite(w)
     curves, fractions, sampled = {}, np.full(beta.size, np.nan), 0
-    d, d_low, g, k = (
-        dist[v].sel(beta=beta).values
-        for v in ("dist_leading_A", "dist_leading_A_low", "tokens_across", "tokens_across_net")
-    )
+    d, moving_low, g, k = _sampling_curves(dist, beta)
     two_atoms = int(fit.attrs["leading_A_dimension"]) == 1
     n, alpha = int(fit.attrs["tokens"]), 1.0 - float(fit.attrs["confidence"])
     for i in np.flatnonzero(held):
@@ -168,12 +165,28 @@ def _held_out_fractions(fit: xr.Dataset, dist: xr.Dataset, held: np.ndarray) -> 
                 if two_atoms:
                     plain = under
                     under = sampling.under_bound_but_for_tokens_across(
-                        bound[on], w[i, r, on], d[i, r, on], d_low[i, r, on], g[i, r, on], k[i, r, on], n, alpha
+                        bound[on], w[i, r, on], d[i, r, on], moving_low[i, r, on], g[i, r, on], k[i, r, on], n, alpha
                     )
                     sampled += int(np.sum(under & ~plain))
                 curves[i, r] = float(np.mean(under))
         fractions[i] = min((f for (j, _), f in curves.items() if j == i), default=np.nan)
     return curves, fractions, sampled
+
+
+#: what the sampling rule reads from distances.nc
+SAMPLING_VARIABLES = ("dist_leading_A", "w2sq_moving_low", "tokens_across", "tokens_across_net")
+
+
+def _sampling_curves(dist: xr.Dataset, beta: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``SAMPLING_VARIABLES`` at ``beta``, or ValueError naming the missing ones (a distances.nc written by an
+    earlier version of ``distances_beta``, which did not store them)."""
+    missing = [v for v in SAMPLING_VARIABLES if v not in dist]
+    if missing:
+        raise ValueError(
+            f"distances.nc lacks {missing}, which bound_above_data's sampling rule reads: it was written by an "
+            f"earlier version of the distances_beta stage; rerun it (snakemake --forcerun distances_beta)"
+        )
+    return tuple(dist[v].sel(beta=beta).values for v in SAMPLING_VARIABLES)
 
 
 def check_bound_above_data(fit: xr.Dataset, dist: xr.Dataset, fraction: float) -> Claim:

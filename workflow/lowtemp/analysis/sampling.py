@@ -12,30 +12,45 @@ import numpy as np
 from scipy.stats import binom, gamma
 
 
-def under_bound_but_for_tokens_across(bound, w2_projection, spread, spread_low, across, net, tokens: int, alpha: float):
+def under_bound_but_for_tokens_across(bound, w2_projection, spread, moving_low, across, net, tokens: int, alpha: float):
     """Per point: W2(ρ_t, Π♯ρ0) of n tokens lies under ``bound``, or over it no further than the sampling of those
     tokens explains at level alpha, E1(A) one-dimensional (docs/claims.md, "Sampling of the tokens").
 
     The exact plan to Π♯ρ0 = m₊δ_u + m₋δ_{−u} (``transport.w2.w2_two_atoms``) sends every token to its nearer atom
-    but the ``net`` ones the masses force to the farther, each at 4|⟨x,u⟩| more: W2² = D² + 4·c̄·net/n, D =
-    ``spread`` (``dist_leading_A``), c̄ the forced tokens' mean |⟨x,u⟩|. The measure the tokens sample has W2² =
-    D_c² + 4·m̄·p, p its net mass across, m̄ its |⟨x,u⟩| there. D is a mean over tokens: ``spread_low`` bounds D_c
-    from below at level alpha/2 (``projection.distance_to_eigenspace_lower``). One token across weighs 4c̄/n
-    whatever β is, and ``net`` is a difference of tokens crossing each way (``across`` in all), so it is tested,
-    at alpha/2, against the largest net mass a measure under B can move, p_max = (B² − D_low²)/(4c̄)
-    (``_net_across_plausible``). Over the bound beyond sampling: D_low > B, or the net count implausible, or
-    W2² more than D² + 4·net/n (no two-atom plan of these counts).
+    but the ``net`` ones the masses force to the farther, the cheapest, each at 4|⟨x,u⟩| more: W2² = D² + 4·c̄·net/n,
+    D = ``spread`` (``dist_leading_A``), c̄ their mean |⟨x,u⟩|. ``moving_low`` (…, j = 0 … MOVED) bounds from below,
+    at level alpha/2, W2² of the measure the tokens sample were it to send j tokens' mass net
+    (``projection.moving_cost_lower``): under B it sends at most the largest such j, n·p_max
+    (``largest_net_sent``), and none at all when the bound at j = 0, its spread, is over B². ``net`` is a difference
+    of tokens crossing each way (``across`` in all), so it is tested at alpha/2 against n·p_max
+    (``_net_across_plausible``). Over the bound beyond sampling: the spread over it, or the net count implausible,
+    or W2² more than D² + 4·net/n (no two-atom plan of these counts).
     """
-    w, d, d_low = (np.asarray(v, float) for v in (w2_projection, spread, spread_low))
+    w, d = np.asarray(w2_projection, float), np.asarray(spread, float)
     k, g, b = np.asarray(net, float), np.asarray(across, float), np.asarray(bound, float)
+    n_p_max = largest_net_sent(moving_low, b)
+    plausible = _net_across_plausible(g, k, np.maximum(n_p_max, 0.0), alpha / 2.0)
+    # the excess over the spread is the net tokens' doing (an identity of the exact plan, to rounding): curves
+    # that are not two-atom W2 of these counts get no allowance
+    explained = w**2 - 4.0 * k / tokens <= d**2 * (1.0 + 1e-9) + 1e-15
+    return (w <= b) | (explained & (n_p_max >= 0.0) & plausible)
+
+
+def largest_net_sent(moving_low, bound) -> np.ndarray:
+    """The most tokens' mass (real, interpolated linearly in j) a measure under ``bound`` can send net across, given
+    ``moving_low`` (…, j = 0 … MOVED), the lower bound on W2² of the measure sending j: the largest j with
+    moving_low(j) ≤ B²; −1 where even j = 0 (the spread) is over; past MOVED, extended at the last step's cost
+    (a lower bound, the cost of each further token being at least that of the last); NaN where the bound is."""
+    c = np.asarray(moving_low, float)
+    b2 = np.square(np.asarray(bound, float))[..., None]
+    last = np.sum(c <= b2, axis=-1) - 1  # c is nondecreasing in j
+    j = np.clip(last, 0, c.shape[-1] - 2)
+    lo = np.take_along_axis(c, j[..., None], -1)[..., 0]
+    hi = np.take_along_axis(c, j[..., None] + 1, -1)[..., 0]
     with np.errstate(divide="ignore", invalid="ignore"):
-        cost = np.where(k > 0, np.clip(tokens * (w**2 - d**2) / (4.0 * k), 1e-12, 1.0), 1.0)  # c̄
-        n_p_max = tokens * np.clip((b**2 - d_low**2) / (4.0 * cost), 0.0, 1.0)
-        plausible = _net_across_plausible(g, k, n_p_max, alpha / 2.0)
-        # the excess over the spread is the net tokens' doing (an identity of the exact plan, to rounding): curves
-        # that are not two-atom W2 of these counts get no allowance
-        explained = w**2 - 4.0 * k / tokens <= d**2 * (1.0 + 1e-9) + 1e-15
-        return (w <= b) | (explained & (d_low <= b) & plausible)
+        step = np.where(hi > lo, (b2[..., 0] - lo) / (hi - lo), np.inf)
+    within = np.where(last < c.shape[-1] - 1, np.minimum(step, 1.0), step)
+    return np.where(np.isnan(c[..., 0]), np.nan, np.where(last < 0, -1.0, j + within))
 
 
 def _net_across_plausible(g: np.ndarray, k: np.ndarray, n_p_max: np.ndarray, alpha: float) -> np.ndarray:

@@ -1,12 +1,12 @@
 """The one array layout: every array the package stores or computes on has its dimensions in ``ORDER``.
 
 Outer to inner: what a claim or a fit is about (claim, β, regime, pair of β), the study's levels (integrator,
-step, particle number N, budget exponent), then the independent sample (replica), then time, then the tokens
-and their coordinates (a matrix is (row, col), a basis (dim, e1)), last the bounds of an interval. So a curve
-is (replica, time), a β's curves are (beta, replica, time), a cloud is (replica, token, dim) and a trajectory
-(replica, time, token, dim): the integrator inserts the time axis before the tokens
-(``dynamics.integrate.trajectory_shape``); statistics over replicas reduce axis −2 of a curve, and
-``[..., -1]`` is the last time.
+step, particle number N, budget exponent), then the independent sample (replica), then time (inside it, a curve
+over the tokens sent across, ``moved``), then the tokens and their coordinates (a matrix is (row, col), a basis
+(dim, e1)), last the bounds of an interval. So a curve is (replica, time), a β's curves are (beta, replica, time),
+a cloud is (replica, token, dim) and a trajectory (replica, time, token, dim): the integrator inserts the time
+axis before the tokens (``dynamics.integrate.trajectory_shape``); statistics over replicas reduce axis −2 of a
+curve, and ``[..., -1]`` is the last time.
 
 ``store.netcdf.write_netcdf`` refuses a dataset out of this order (``require_canonical``), so every output
 file is in it and no reader transposes. The exceptions are files that are not outputs of the pipeline
@@ -33,6 +33,7 @@ ORDER = (
     "step_replica",
     "check_time",
     "time",
+    "moved",
     "token",
     "row",
     "col",

@@ -62,7 +62,7 @@ def stage_distances_beta(
     # half the claims' level: bound_above_data spends the other half on the tokens across (docs/claims.md)
     level = (1.0 - float(experiment["fit"]["confidence"])) / 2.0
     resampling = seeding.generator(root_seed, name, "resampling", repr(beta))
-    out["dist_leading_A_low"] = projection.distance_to_eigenspace_lower(Y, M.E1, level, resampling)
+    out["w2sq_moving_low"] = projection.moving_cost_lower(Y, X0, M.E1, level, resampling)
     netcdf.write_netcdf(
         datasets.distances_beta_dataset(out, fin),
         output,

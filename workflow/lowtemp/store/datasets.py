@@ -295,9 +295,10 @@ DISTANCE_ATTRS = {
         "otherwise)",
         "1",
     ),
-    "dist_leading_A_low": netcdf.attrs(
-        "lower confidence bound on the distance to measures on E1(A) of the measure the tokens sample: its "
-        "(1 - fit.confidence)/2 quantile over tokens resampled with replacement"
+    "w2sq_moving_low": netcdf.attrs(
+        "lower confidence bound on W2^2(mu, Pi_# rho0) of the measure mu the tokens sample, were it to send the "
+        "mass of `moved` tokens net across E1(A)'s orthogonal complement: the (1 - fit.confidence)/2 quantile over "
+        "tokens resampled with replacement (dim E1 = 1; NaN otherwise)"
     ),
     "tokens_across_net": netcdf.attrs(
         "|tokens on u's side now - initially|: those the plan to Pi_# rho0's two atoms sends to the farther one "
@@ -310,10 +311,11 @@ ZERO_SUFFIX = "_zero_temperature"
 
 
 def distances_beta_dataset(curves: dict[str, np.ndarray], finite: xr.Dataset) -> xr.Dataset:
-    """distances/beta<β>.nc: the (replica, time) ``curves`` named in ``DISTANCE_ATTRS`` and the ESS of
-    the finite-temperature file ``finite`` (whose replica, time and beta coordinates it takes)."""
+    """distances/beta<β>.nc: the (replica, time) ``curves`` named in ``DISTANCE_ATTRS`` (a third axis, ``moved``,
+    where a curve has one: j = 0, 1, … net tokens sent) and the ESS of the finite-temperature file ``finite``
+    (whose replica, time and beta coordinates it takes)."""
     ds = xr.Dataset(
-        {k: (CURVE, v, DISTANCE_ATTRS[k]) for k, v in curves.items()},
+        {k: ((*CURVE, "moved")[: np.ndim(v)], v, DISTANCE_ATTRS[k]) for k, v in curves.items()},
         coords={"time": finite["time"], "replica": finite["replica"], "beta": finite["beta"]},
     )
     for key in ("ess_median", "ess_p05", *REFERENCE_VARIABLES):  # the ESS, or a mean-field experiment's error
