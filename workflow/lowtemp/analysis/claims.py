@@ -501,7 +501,7 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
             )
         status = Status.UNDER_RESOLVED if departed.any() else Status.NOT_EVALUABLE
         why = (
-            f"the β that departed are under-resolved ({end_phase_rule(fit)}): "
+            f"the β that departed are under-resolved ({end_phase_rule(fit, dist)}): "
             f"{listed_betas(beta, np.any(departed & ~resolved, axis=1))}"
             if status == Status.UNDER_RESOLVED
             else "no β left the metastable phase before the horizon"
@@ -541,9 +541,10 @@ def end_phase_resolved(fit: xr.Dataset, dist: xr.Dataset, to_v: np.ndarray, tole
         return err < np.abs(to_v - tolerance)
 
 
-def end_phase_rule(fit: xr.Dataset) -> str:
-    """What leaves a (β, replica) out of ``conjecture_1`` as under-resolved, in words."""
-    if "reference_departure_shift" in fit:
+def end_phase_rule(fit: xr.Dataset, dist: xr.Dataset) -> str:
+    """What leaves a (β, replica) out of ``conjecture_1`` as under-resolved, in words (``end_phase_resolved``'s
+    rule: a mean-field reference where distances.nc holds ``reference_error``)."""
+    if "reference_error" in dist:
         return (
             "the mean-field reference's error estimate at the horizon not below the final distance's margin to the "
             "tolerance"

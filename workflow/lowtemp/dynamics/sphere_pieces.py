@@ -145,7 +145,8 @@ _SERIES_RANGE = 1.0
 def _decay_moments(e):
     """K_k = ∫₀¹ u^k e^{−e·u} du, k = 0 … 4 (e ≥ 0): by the series Σ_j (−e)^j / (j!(k + j + 1)) below
     ``_SERIES_RANGE``, else upwards, K_k = (k K_{k−1} − e^{−e})/e (each step multiplies a rounding error by
-    k/e ≤ 4: no cancellation, as K_k > 0 and e^{−e} < k K_{k−1})."""
+    k/e ≤ 4; near e = 1 the difference k K_{k−1} − e^{−e} cancels mildly: 2.3·10⁻¹⁵ absolute at most over
+    e = 1 … 6 against k!·P(k + 1, e)/e^{k+1}, P the regularised incomplete gamma function)."""
     if e < _SERIES_RANGE:
         k0 = k1 = k2 = k3 = k4 = 0.0
         term = 1.0
