@@ -140,7 +140,7 @@ def naive_moving_cost(X, X0, u, counts, moved):
     their farther atom: each token's squared distance to its nearer atom, plus 4|⟨x,u⟩| for the j with the
     smallest |⟨x,u⟩| on the side that gained tokens since X0 (past those drawn, the cloud's largest there)."""
     Xr = np.repeat(X, counts, axis=0)
-    near = np.mean(np.sum((Xr - np.sign(Xr @ u)[:, None] * u) ** 2, axis=1))
+    near = np.sum((Xr - np.sign(Xr @ u)[:, None] * u) ** 2) / len(X)  # the draws at an atom add 0
     gained = np.sum(X @ u > 0) >= np.sum(X0 @ u > 0)
     heights = np.sort(np.abs([x @ u for x in Xr if (x @ u > 0) == gained]))
     largest = np.max(np.abs([x @ u for x in X if (x @ u > 0) == gained]))  # of the cloud's, drawn or not
@@ -150,8 +150,9 @@ def naive_moving_cost(X, X0, u, counts, moved):
 
 @pytest.mark.parametrize(("n", "lost"), [(30, False), (30, True), (1000, True)])
 def test_the_cost_of_sending_tokens_is_bounded_by_a_quantile_over_resampled_clouds(n, lost):
-    """``moving_cost_lower``: one set of resamples per replica (the generator's multinomial draws, in order), each
-    resample's cost of sending j tokens that of the cloud built by repeating the tokens as counted (a naive
+    """``moving_cost_lower``: one set of resamples per replica (the generator's multinomial draws of n from the
+    tokens and one more at an atom, in order), each resample's cost of sending j tokens that of the cloud built by
+    repeating the tokens as counted, the draws at the atom adding nothing (a naive
     reference: the plan's cost token by token, the j cheapest sent), the bound their level quantile per j;
     nondecreasing in j; at j = 0 under the tokens' own squared distance to E1(A) at level 0.025; NaN at a
     snapshot with a NaN token and for a two-dimensional E1. With u's side losing tokens (``lost``) the tokens
@@ -167,7 +168,7 @@ def test_the_cost_of_sending_tokens_is_bounded_by_a_quantile_over_resampled_clou
     low = projection.moving_cost_lower(X, X0, u, 0.025, np.random.default_rng(7))
     draws = np.random.default_rng(7)
     for r in range(2):
-        counts = draws.multinomial(n, np.full(n, 1.0 / n), size=projection.RESAMPLES)
+        counts = draws.multinomial(n, np.full(n + 1, 1.0 / (n + 1)), size=projection.RESAMPLES)[:, :n]
         naive = np.array([naive_moving_cost(X[r, 1], X0[r], u[:, 0], c, projection.MOVED) for c in counts])
         np.testing.assert_allclose(low[r, 1], np.quantile(naive, 0.025, axis=0), rtol=1e-10)
     assert np.all(np.diff(low[0], axis=-1) >= 0.0) and np.isnan(low[1, 0]).all() and np.isfinite(low[1, 1]).all()

@@ -40,7 +40,8 @@ def largest_net_sent(moving_low, bound) -> np.ndarray:
     """The most tokens' mass (real, interpolated linearly in j) a measure under ``bound`` can send net across, given
     ``moving_low`` (…, j = 0 … MOVED), the lower bound on W2² of the measure sending j: the largest j with
     moving_low(j) ≤ B²; −1 where even j = 0 (the spread) is over; past MOVED, extended at the last step's cost
-    (a lower bound, the cost of each further token being at least that of the last); NaN where the bound is."""
+    (a lower bound, the cost of each further token being at least that of the last); NaN where moving_low
+    is NaN."""
     c = np.asarray(moving_low, float)
     b2 = np.square(np.asarray(bound, float))[..., None]
     last = np.sum(c <= b2, axis=-1) - 1  # c is nondecreasing in j

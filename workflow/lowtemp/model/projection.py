@@ -121,8 +121,11 @@ def moving_cost_lower(
     cost of sending j tokens' mass is mean a + (4/n)·(the j smallest |⟨x,u⟩| there), the side that gained tokens
     since X0 (replica, token, dim). The bound is its ``level`` quantile over ``RESAMPLES`` resamples of the tokens
     with replacement (one set per replica, kept over time), per j: the near-split tokens that make sending cheap
-    and their share of the spread are resampled together. Column 0 is the squared distance to the atoms (the spread
-    D²). Nondecreasing in j. NaN at a snapshot with a NaN token and for dim E1 > 1 (no pair of atoms)."""
+    and their share of the spread are resampled together. Each resample draws n from the tokens and one more at an
+    atom (a = 0, the dearest to send), which stands for tokens nearer the atoms than the sample happened to hold:
+    without it a sample that missed a rare such mass (a spread on a ring about the atoms, a few tokens on them) has
+    every resample over the measure's spread. Column 0 is the squared distance to the atoms (the spread D²).
+    Nondecreasing in j. NaN at a snapshot with a NaN token and for dim E1 > 1 (no pair of atoms)."""
     X, X0 = check_tokens(X), check_tokens(X0, "X0")
     nr, nt, n = X.shape[:3]
     out = np.full((nr, nt, MOVED + 1), np.nan)
@@ -130,7 +133,8 @@ def moving_cost_lower(
         return out
     u = check_basis(E1, X.shape[-1], "E1")[:, 0]
     for r in range(nr):
-        counts = rng.multinomial(n, np.full(n, 1.0 / n), size=RESAMPLES).astype(float)
+        # n draws from the n tokens and one at an atom, which adds nothing to the spread and is never sent
+        counts = rng.multinomial(n, np.full(n + 1, 1.0 / (n + 1)), size=RESAMPLES)[:, :n].astype(float)
         initial_u = np.sum(X0[r] @ u > 0)
         for k in range(nt):
             if np.any(np.isnan(X[r, k])):
