@@ -240,8 +240,8 @@ def _sampled_words(sampled: int, tokens: int) -> str:
         return ""
     return (
         f"; {sampled} judged point(s) over the bound by no more than the sampling of {tokens} tokens explains (the "
-        f"spread's lower bound under it, and tokens across the split of Π♯ρ0's atoms, each {4.0 / tokens:.3g} of "
-        f"W2², that a measure under it sends there), counted under it"
+        f"spread's lower bound under it, and no more tokens across the split of Π♯ρ0's atoms, each up to "
+        f"{4.0 / tokens:.3g} of W2², than a measure under it may send there), counted under it"
     )
 
 
