@@ -124,12 +124,12 @@ sphere-zero-temperature: $(STAMP)
 
 ## sphere-departure: docs/sphere_departure.md and docs/img/particle_regime_sphere.png, the d = 3 mean field of
 ## `concentration` (the S² mesh solver at two levels with `make sphere`'s reference settings) against its particles
-## at N = 256 … 16 384, and where in (log N, log beta) they stand for it: beta = 10 to t = 8, 31.6 to t = 10 and
-## 100 to t = 15, each past its mean field's departure, on levels 2, 3 (level 2 coarser than the kernel at beta =
-## 100, its softmax finer; levels 3, 4, as `make sphere` takes, would add about an hour); the page is rewritten after
-## each beta
+## at N = 256 … 16 384, where in (log N, log beta) they stand for it, and where the mean field ends (Conjecture 1):
+## beta = 10 to t = 14, 31.6 to t = 20 and 100 to t = 30, each about ten time units past its mean field's departure,
+## on levels 2, 3 (level 2 coarser than the kernel at beta = 100, its softmax finer; levels 3, 4, as `make sphere`
+## takes, would add hours); the page is rewritten after each beta
 sphere-departure: $(STAMP)
-	$(BIN)/python studies/sphere_departure.py --betas 10 31.6 100 --horizons 8 10 15 --levels 2 3 \
+	$(BIN)/python studies/sphere_departure.py --betas 10 31.6 100 --horizons 14 20 30 --levels 2 3 \
 		--tokens 256 1024 4096 16384 --replicas 2 --max-triangles 40000 \
 		--markdown docs/sphere_departure.md --out docs/data/sphere_departure.npz \
 		--figure docs/img/particle_regime_sphere.png

@@ -27,7 +27,7 @@ import numpy as np
 from mean_field_departure import boundary_summary, particle_shift, regime_table, stands_for
 
 from lowtemp.analysis import fitting
-from lowtemp.config import experiment, schema
+from lowtemp.config import experiment, schema, validation
 from lowtemp.dynamics import integrate, kernels, sphere_levels, sphere_meanfield
 from lowtemp.dynamics.sphere_levels import REFERENCE_REMESH_EVERY, REFERENCE_RTOL
 from lowtemp.model import measures, projection
@@ -37,7 +37,8 @@ from lowtemp.store import harness
 
 
 def mesh_run(M, beta, times, name, params, level, max_triangles, log):
-    """(distance to E1(A) per snapshot, solution) of the mesh solver at ``level`` with the pipeline's reference
+    """(distance to E1(A) per snapshot, distance to V's leading eigenspace (largest real part) per snapshot,
+    solution) of the mesh solver at ``level`` with the pipeline's reference
     settings (``sphere_meanfield.reference_settings``: remeshed to the level's edge, the softmax at the level's
     variation, ``sphere_levels.reference_variation``), as `make sphere` solves it."""
     mesh = sphere_meanfield.initial_mesh(name, params, level)
@@ -52,7 +53,7 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log):
         )
 
     sol = sphere_meanfield.solve(M.B, M.V, beta, times, mesh, settings=settings, progress=progress)
-    return sol.distance_to_eigenspace(M.E1), sol
+    return sol.distance_to_eigenspace(M.E1), sol.distance_to_eigenspace(M.E1_V_real), sol
 
 
 def particle_run(M, beta, X0, grid, log):
@@ -87,6 +88,22 @@ def describe_departure(times, dist, gap) -> str:
     return ", ".join(out)
 
 
+def describe_end_phase(times, dist_A, dist_V, gap, tolerance) -> str:
+    """Where the mean field ends, on the snapshots its solve reached: its distance to V's leading eigenspace at the
+    last of them, and whether it lies within ``tolerance`` of it (Conjecture 1, the pipeline's
+    ``claims.end_phase_tolerance``), is still approaching it (``fitting.still_approaching``: it fell by more than a
+    tenth over the run's last tenth) or has settled elsewhere; 'not departed' where it is still metastable."""
+    reached = int(np.sum(np.isfinite(dist_A)))
+    departure, censored = fitting.geometric_departure(times[:reached], dist_A[:reached], gap)
+    if bool(censored) or np.isnan(departure):
+        return "not departed"
+    final = float(dist_V[reached - 1])
+    if final <= tolerance:
+        return f"{final:.3f} (on it)"
+    moving = bool(fitting.still_approaching(times[:reached], dist_V[:reached]))
+    return f"{final:.3f} ({'still approaching' if moving else 'settled off it'})"
+
+
 def log(msg) -> None:
     """A progress line on stderr."""
     print(msg, file=sys.stderr, flush=True)
@@ -96,6 +113,7 @@ def sphere_experiment(config: str, name: str, script: str) -> tuple[dict, dict]:
     """(config, experiment ``name``) of a config file, the experiment in d = 3 (SystemExit naming ``script``
     otherwise: the S² solver needs it)."""
     cfg = schema.load_config_file(config)
+    validation.validate_config(cfg, harness.SCHEMA, configfiles=[config])  # fills in the schema's defaults
     exp = cfg["experiments"][name]
     if exp["dim"] != 3:
         raise SystemExit(f"{script}: experiment {name} has d = {exp['dim']}, the solver needs 3")
@@ -143,13 +161,15 @@ def main(argv=None) -> int:
     rng = generator(cfg["root_seed"], args.experiment, "initial_tokens")
     X0 = measures.sample_initial_tokens(name, rng, args.replicas, max(args.tokens), 3, **params)
     gap = float(projection.distance_to_eigenspace(M.E1_V_real[:, :1].T[None], M.E1)[0])
+    tolerance = float(exp["claims"]["end_phase_tolerance"])
     curves, rows = {}, []
     for beta, horizon, (lo, hi) in zip(args.betas, horizons, levels):
         grid = horizon_grid(exp, horizon)
         times = curves[f"times_beta{beta:g}"] = grid.times
-        coarse, _ = mesh_run(M, beta, times, name, params, lo, args.max_triangles, log)
-        fine, sol = mesh_run(M, beta, times, name, params, hi, args.max_triangles, log)
+        coarse, coarse_v, _ = mesh_run(M, beta, times, name, params, lo, args.max_triangles, log)
+        fine, fine_v, sol = mesh_run(M, beta, times, name, params, hi, args.max_triangles, log)
         curves[f"mesh_coarse_beta{beta:g}"], curves[f"mesh_fine_beta{beta:g}"] = coarse, fine
+        curves[f"to_V_coarse_beta{beta:g}"], curves[f"to_V_fine_beta{beta:g}"] = coarse_v, fine_v
         until = float(sol.info["resolved_until"])
         resolved = times <= until
         reference = fitting.geometric_departure(times[resolved], fine[None, resolved], gap)
@@ -162,6 +182,9 @@ def main(argv=None) -> int:
             "levels": f"{hi} / {lo}",
             "mesh": describe_departure(times, fine, gap),
             "mesh_coarse": describe_departure(times, coarse, gap),
+            "end": describe_end_phase(times, fine, fine_v, gap, tolerance),
+            "end_coarse": describe_end_phase(times, coarse, coarse_v, gap, tolerance),
+            "end_time": float(times[int(np.sum(np.isfinite(fine))) - 1]),
             "error": float(np.nanmax(np.abs(fine - coarse))),
             "resolved": float(sol.info["resolved_until"]),
             "triangles": int(sol.diagnostics["triangles"][-1]),
@@ -186,7 +209,7 @@ def main(argv=None) -> int:
         if args.figure:
             regime_figure(args, rows)
         if args.markdown:
-            write_markdown(args, exp, gap, curves, rows, stamp)
+            write_markdown(args, exp, (gap, tolerance), curves, rows, stamp)
     return 0
 
 
@@ -213,9 +236,11 @@ def regime_figure(args, rows) -> None:
     fig.savefig(args.figure, dpi=130)
 
 
-def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
-    """The page: one row per β (departures, the reference's error, the particles' distance to it, cost), then per β
-    the distance to E1(A) at every 4th snapshot."""
+def write_markdown(args, exp, geometry, curves, rows, stamp) -> None:
+    """The page: one row per β (departures, the reference's error, the particles' distance to it, cost), where the
+    mean field ends (``geometry``: the gap between the eigenspaces and Conjecture 1's tolerance), then per β the
+    distance to E1(A) at every 4th snapshot."""
+    gap, tolerance = geometry
     lines = [
         f"# The d = 3 mean field of `{args.experiment}` against its particles (generated)",
         "",
@@ -251,6 +276,18 @@ def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
     betas = [r["beta"] for r in rows]
     lines += [
         "",
+        "## Where the mean field ends",
+        "",
+        "Conjecture 1: after the metastable phase the tokens concentrate on V's leading eigenspace (largest real "
+        f"part). Per β the mean field's distance to it at the last snapshot its solve reached, 'on it' within "
+        f"{tolerance:g} (`claims.end_phase_tolerance`, the pipeline's `conjecture_1`), 'still approaching' where "
+        "it fell by more than a tenth over the run's last tenth (a longer horizon would say where it settles), "
+        "'settled off it' otherwise:",
+        "",
+        "| β | last snapshot | fine level | coarse level |",
+        "|---|---|---|---|",
+        *(f"| {r['beta']:g} | {r['end_time']:g} | {r['end']} | {r['end_coarse']} |" for r in rows),
+        "",
         "## Where the particles stand for the mean field",
         "",
         f"Per (β, N): 'yes' where every replica departs within one snapshot interval ({rows[0]['interval']:g}) of "
@@ -269,12 +306,15 @@ def write_markdown(args, exp, gap, curves, rows, stamp) -> None:
         tag = f"beta{r['beta']:g}"
         times = curves[f"times_{tag}"]
         keys = [k for k in curves if k.endswith(tag) and k.startswith(("mesh_", "particles_"))]  # the curves
+        keys.append(f"to_V_fine_{tag}")
         lines += [
             "",
-            f"Distance to E1(A) at β = {r['beta']:g}, every 4th snapshot (particles: one value per replica):",
+            f"Distance to E1(A) at β = {r['beta']:g}, every 4th snapshot (particles: one value per replica), and the "
+            "fine level's distance to V's leading eigenspace (last column):",
             "",
         ]
-        lines.append("| t | " + " | ".join(k.removesuffix("_" + tag).replace("_", " ") for k in keys) + " |")
+        labels = [k.removesuffix("_" + tag).replace("_", " ") for k in keys[:-1]] + ["mesh fine: to E1(V)"]
+        lines.append("| t | " + " | ".join(labels) + " |")
         lines.append("|---" * (len(keys) + 1) + "|")
         for k in range(0, times.size, 4):
             vals = [np.atleast_2d(curves[key])[:, k] for key in keys]

@@ -63,8 +63,29 @@ def test_a_short_run_writes_the_regime_and_its_picture(tmp_path):
     text = page.read_text()
     assert "## Where the particles stand for the mean field" in text
     assert "| 10 | yes | yes |" in text  # at t = 1.25 neither has arrived at the metastable phase: they agree
-    assert "| t | mesh coarse | mesh fine | particles N8 | particles N16 |" in text
+    assert "| t | mesh coarse | mesh fine | particles N8 | particles N16 | mesh fine: to E1(V) |" in text
+    assert "## Where the mean field ends" in text and "| 10 | 1.25 | not departed | not departed |" in text
     assert "\n| 1 | " in text
     assert "](img/regime.png)" in text and figure.stat().st_size > 0
     curves = np.load(out)
     assert curves["shift_N8_beta10"].shape == (2,) and curves["shift_N16_beta10"].shape == (2,)
+
+
+def test_the_end_phase_is_on_v_still_approaching_settled_elsewhere_or_not_departed():
+    """Curves on the study's grid (gap 0.5 between the eigenspaces, Conjecture 1's tolerance 0.1): a mean field that
+    departs at t = 4 and reaches V's eigenspace is 'on it'; one that departs but whose distance still falls over
+    the run's last tenth is 'still approaching'; one that stops off it is 'settled off it' (the violation the page
+    must show); one still on E1(A) at the horizon is 'not departed'; NaN after a stopped solve is not read."""
+    t = np.linspace(0.0, 20.0, 81)
+    to_a = np.where(t < 2.0, 1.0, np.where(t < 4.0, 0.05, 0.5))  # arrives at 2, departs at 4
+    on_v = np.maximum(1.0 - 0.2 * t, 0.02)
+    falling = 1.0 - 0.0455 * t  # 0.181 at t = 18, 0.09 at 20: fell by half over the last tenth
+    elsewhere = np.where(t < 8.0, 1.0 - 0.1 * t, 0.25)
+    describe = study.describe_end_phase
+    assert describe(t, to_a, on_v, 0.5, 0.1) == "0.020 (on it)"
+    assert describe(t, to_a, falling, 0.5, 0.1) == "0.090 (on it)"  # within the tolerance at the horizon
+    assert describe(t, to_a, falling + 0.05, 0.5, 0.1) == "0.140 (still approaching)"
+    assert describe(t, to_a, elsewhere, 0.5, 0.1) == "0.250 (settled off it)"
+    assert describe(t, np.where(t < 2.0, 1.0, 0.05), on_v, 0.5, 0.1) == "not departed"
+    stopped = np.where(t <= 10.0, to_a, np.nan)
+    assert describe(t, stopped, np.where(t <= 10.0, elsewhere, np.nan), 0.5, 0.1) == "0.250 (settled off it)"

@@ -484,7 +484,7 @@ def check_conjecture_1(fit: xr.Dataset, dist: xr.Dataset, tolerance: float) -> C
     judged = departed & resolved & ~moving
     arriving = (
         f"; {int(np.sum(moving & resolved))} (β, replica) still approaching it at the horizon "
-        f"(distance fell by more than {STILL_APPROACHING_DROP:.0%} over its last tenth), not judged: "
+        f"(distance fell by more than {fitting.STILL_APPROACHING_DROP:.0%} over its last tenth), not judged: "
         f"lengthen time.horizon"
         if np.any(moving & resolved)
         else ""
@@ -552,21 +552,10 @@ def end_phase_rule(fit: xr.Dataset, dist: xr.Dataset) -> str:
     return unresolved_rule(fit)
 
 
-#: a departed curve whose distance to V's leading eigenspace fell by more than this fraction over the last tenth of
-#: the run is still on its way there: its final distance says when the run stopped, not where the tokens settle
-STILL_APPROACHING_DROP = 0.1
-
-
 def still_approaching(dist: xr.Dataset) -> np.ndarray:
-    """(beta, replica): the distance to V's leading eigenspace (largest real part) fell by more than
-    ``STILL_APPROACHING_DROP`` of itself between 90 % of the horizon and the horizon. Tokens that stay on E1(A) or
-    settle elsewhere keep a constant distance and are judged; tokens still converging to E1(V) are not (their
-    final distance would FAIL the conjecture on a run that stopped too early)."""
-    t = dist.time.values
-    d = dist["dist_leading_V"].values
-    k = int(np.searchsorted(t, t[0] + 0.9 * (t[-1] - t[0])))
-    with np.errstate(invalid="ignore"):
-        return d[..., -1] < (1.0 - STILL_APPROACHING_DROP) * d[..., min(k, t.size - 1)]
+    """(beta, replica): ``fitting.still_approaching`` on distances.nc's ``dist_leading_V``. Tokens still converging
+    to E1(V) are not judged: their final distance would FAIL the conjecture on a run that stopped too early."""
+    return fitting.still_approaching(dist.time.values, dist["dist_leading_V"].values)
 
 
 # ---------------------------------------------------------------- all of them

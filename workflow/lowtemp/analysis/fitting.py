@@ -261,6 +261,23 @@ def geometric_departure(t: np.ndarray, dist_A: np.ndarray, gap: float) -> tuple[
     return departure.reshape(d.shape[:-1]), censored.reshape(d.shape[:-1])
 
 
+#: a departed curve whose distance to V's leading eigenspace fell by more than this fraction over the last tenth of
+#: the run is still on its way there: its final distance says when the run stopped, not where the tokens settle
+STILL_APPROACHING_DROP = 0.1
+
+
+def still_approaching(t: np.ndarray, dist_V: np.ndarray) -> np.ndarray:
+    """(…): whether the distance to V's leading eigenspace ``dist_V`` (…, time) fell by more than
+    ``STILL_APPROACHING_DROP`` of itself between 90 % of the span of ``t`` and its end. Tokens that stay on E1(A) or
+    settle elsewhere keep a constant distance; tokens still converging to E1(V) do not, and their final distance
+    says when the run stopped, not where they settle."""
+    t = np.asarray(t, float)
+    d = np.asarray(dist_V, float)
+    k = int(np.searchsorted(t, t[0] + 0.9 * (t[-1] - t[0])))
+    with np.errstate(invalid="ignore"):
+        return d[..., -1] < (1.0 - STILL_APPROACHING_DROP) * d[..., min(k, t.size - 1)]
+
+
 def departure_shift(departure, censored, other, other_censored) -> np.ndarray:
     """|departure − other| per curve, two ``geometric_departure`` results compared (a finer and a coarser
     solution, particles and the mean field): 0 where the two agree in kind without a time to compare (both still
