@@ -104,6 +104,46 @@ def describe_end_phase(times, dist_A, dist_V, gap, tolerance) -> str:
     return f"{final:.3f} ({'still approaching' if moving else 'settled off it'})"
 
 
+def departure_law_lines(rows) -> list[str]:
+    """The page's lines on which law in β the mean field's departure times follow: each known to (t_k − Δt − s,
+    t_k + s] (t_k the snapshot the rule finds it at, Δt the snapshot interval, s the coarse level's shift from it),
+    one still metastable beyond its last resolved snapshot; the bounds are those of ``metastable_log_beta``'s
+    functionals over these ranges (``fitting.departure_slope_bounds``, ``departure_law_bounds``) and the law is
+    ``fitting.departure_law``'s. One curve per β, no replicas: the bounds are the functionals' ranges, not
+    confidence intervals, and hold as far as the coarse level's shift bounds the reference's error."""
+    beta = np.array([r["beta"] for r in rows])
+    departure = np.array([[r["departure"]] for r in rows])
+    censored = np.array([[r["censored"]] for r in rows])
+    horizon = np.array([[r["resolved"]] for r in rows])
+    args = (beta, departure, censored, horizon, rows[0]["interval"], np.array([r["shift"] for r in rows]))
+    slope = [float(v[0]) for v in fitting.departure_slope_bounds(*args)]
+    bounds = {k: [float(v[0]) for v in b] for k, b in fitting.departure_law_bounds(*args).items()}
+    law = fitting.departure_law(bounds["linear"], bounds["log"])
+    words = law.words
+    if law is fitting.DepartureLaw.NEITHER:
+        words += ": " + fitting.neither_law_words(bounds["linear"][0], bounds["log"][0])
+    ranges = ", ".join(
+        f"β = {r['beta']:g}: > {r['resolved']:g}"
+        if r["censored"]
+        else f"β = {r['beta']:g}: ({r['departure'] - r['interval'] - r['shift']:g}, {r['departure'] + r['shift']:g}]"
+        for r in rows
+        if r["censored"] or np.isfinite(r["departure"])
+    )
+    interval = "[{:.3g}, {:.3g}]".format
+    return [
+        "## Which law in β the departure follows",
+        "",
+        f"The mean field's departure per β, from the snapshot the rule finds it at, the snapshot interval before it "
+        f"and the coarse level's shift on both sides: {ranges or 'none'}. Over these ranges (one curve per β, no "
+        "replicas: ranges of least-squares functionals, not confidence intervals; they hold as far as the coarse "
+        "level's shift bounds the reference's error) the slope of τ against log β lies in "
+        f"{interval(*slope)} (`metastable_log_beta` asks that it be positive), the quadratic coefficient in log β "
+        f"of τ in {interval(*bounds['linear'])} (0 for τ = a + s·log β), that of log τ in "
+        f"{interval(*bounds['log'])} (0 for τ = c·β^p), the exponent of β in {interval(*bounds['power'])}. "
+        f"Law in β (three β or more with a known departure): **{words}**.",
+    ]
+
+
 def log(msg) -> None:
     """A progress line on stderr."""
     print(msg, file=sys.stderr, flush=True)
@@ -173,6 +213,8 @@ def main(argv=None) -> int:
         until = float(sol.info["resolved_until"])
         resolved = times <= until
         reference = fitting.geometric_departure(times[resolved], fine[None, resolved], gap)
+        reached = np.isfinite(coarse)  # the coarse level may have stopped (max_triangles) before the fine one
+        twin = fitting.geometric_departure(times[reached], coarse[None, reached], gap)
         still = until if bool(reference[1][0]) else np.nan  # the reference still metastable at its last snapshot
         row = {
             "beta": beta,
@@ -185,6 +227,9 @@ def main(argv=None) -> int:
             "end": describe_end_phase(times, fine, fine_v, gap, tolerance),
             "end_coarse": describe_end_phase(times, coarse, coarse_v, gap, tolerance),
             "end_time": float(times[int(np.sum(np.isfinite(fine))) - 1]),
+            "departure": float(reference[0][0]),
+            "censored": bool(reference[1][0]),
+            "shift": float(fitting.departure_shift(*reference, *twin)[0]),
             "error": float(np.nanmax(np.abs(fine - coarse))),
             "resolved": float(sol.info["resolved_until"]),
             "triangles": int(sol.diagnostics["triangles"][-1]),
@@ -287,6 +332,8 @@ def write_markdown(args, exp, geometry, curves, rows, stamp) -> None:
         "| β | last snapshot | fine level | coarse level |",
         "|---|---|---|---|",
         *(f"| {r['beta']:g} | {r['end_time']:g} | {r['end']} | {r['end_coarse']} |" for r in rows),
+        "",
+        *departure_law_lines(rows),
         "",
         "## Where the particles stand for the mean field",
         "",

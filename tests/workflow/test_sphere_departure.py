@@ -89,3 +89,29 @@ def test_the_end_phase_is_on_v_still_approaching_settled_elsewhere_or_not_depart
     assert describe(t, np.where(t < 2.0, 1.0, 0.05), on_v, 0.5, 0.1) == "not departed"
     stopped = np.where(t <= 10.0, to_a, np.nan)
     assert describe(t, stopped, np.where(t <= 10.0, elsewhere, np.nan), 0.5, 0.1) == "0.250 (settled off it)"
+
+
+def law_rows(departures, interval=0.25, shifts=(0.0, 0.25, 0.25), censored=(False, False, False), resolved=30.0):
+    """One row per β = 10, 31.6, 100 as the study keeps them for the law."""
+    return [
+        {"beta": b, "departure": d, "censored": c, "resolved": resolved, "interval": interval, "shift": s}
+        for b, d, s, c in zip((10.0, 31.6, 100.0), departures, shifts, censored)
+    ]
+
+
+def test_the_departure_law_is_read_from_the_mean_fields_departure_ranges():
+    """Departures 4.25, 6.5, 13.5 (known to a 0.25 snapshot and the coarse level's shift) grow faster than any power
+    of β over β = 10 … 100: both curvatures in log β are positive over every time in the ranges. Departures on a
+    line in log β (4.25, 6.5, 8.75, known to 0.05) read log β. The last still metastable at t = 9 leaves both
+    curvatures unbounded above and reads undecided, never a law; still metastable at t = 30 it is faster than any
+    power whatever its departure."""
+    text = "\n".join(study.departure_law_lines(law_rows((4.25, 6.5, 13.5))))
+    assert "β = 31.6: (6, 6.75]" in text
+    assert "**neither log β nor a power of β: log τ convex in log β" in text
+    on_a_line = law_rows((4.25, 6.5, 8.75), interval=0.05, shifts=(0.0, 0.0, 0.0))
+    assert "**log β**" in "\n".join(study.departure_law_lines(on_a_line))
+    censored = law_rows((4.25, 6.5, np.nan), censored=(False, False, True), resolved=9.0)
+    text = "\n".join(study.departure_law_lines(censored))
+    assert "β = 100: > 9" in text and "**undecided**" in text
+    late = law_rows((4.25, 6.5, np.nan), censored=(False, False, True))
+    assert "**neither log β nor a power of β: log τ convex" in "\n".join(study.departure_law_lines(late))

@@ -370,12 +370,7 @@ def departure_law_text(fit: xr.Dataset) -> str:
         return f"; law in β: not evaluable ({why}{power})"
     how = ""
     if law is fitting.DepartureLaw.NEITHER:
-        how = {
-            (True, True): ": log τ convex in log β, faster over these β than any c·β^p (as is a + c·β^p, a > 0)",
-            (True, False): ": between log β and a power of β",
-            (False, False): ": slower than log β",
-            (False, True): ": τ concave but log τ convex in log β (contradictory)",
-        }[(lin_lo > 0, log_lo > 0)]
+        how = ": " + fitting.neither_law_words(lin_lo, log_lo)
     elif law is fitting.DepartureLaw.UNDECIDED:
         censored = fit["departure_censored"].values.astype(bool)[used].any()
         faster = ": faster than log β, a power of β or faster," if lin_lo > 0 else ""
