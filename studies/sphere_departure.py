@@ -92,16 +92,32 @@ def describe_end_phase(times, dist_A, dist_V, gap, tolerance) -> str:
     """Where the mean field ends, on the snapshots its solve reached: its distance to V's leading eigenspace at the
     last of them, and whether it lies within ``tolerance`` of it (Conjecture 1, the pipeline's
     ``claims.end_phase_tolerance``), is still approaching it (``fitting.still_approaching``: it fell by more than a
-    tenth over the run's last tenth) or has settled elsewhere; 'not departed' where it is still metastable."""
+    tenth over the run's last tenth), moving away from it (it rose by as much), or has settled off it. 'not
+    departed' where it is still metastable at its last snapshot; a departure within the run's last tenth is too
+    late to read; prefixed 'no metastable phase' where it never arrived at E1(A)."""
     reached = int(np.sum(np.isfinite(dist_A)))
-    departure, censored = fitting.geometric_departure(times[:reached], dist_A[:reached], gap)
-    if bool(censored) or np.isnan(departure):
+    if reached == 0:
+        return "not reached"
+    t, dA, dV = times[:reached], dist_A[:reached], dist_V[:reached]
+    departure, censored = fitting.geometric_departure(t, dA, gap)
+    if bool(censored):
         return "not departed"
-    final = float(dist_V[reached - 1])
+    final = float(dV[-1])
+    prefix = "no metastable phase; " if np.isnan(departure) else ""
+    last_tenth = t[0] + 0.9 * (t[-1] - t[0])
     if final <= tolerance:
-        return f"{final:.3f} (on it)"
-    moving = bool(fitting.still_approaching(times[:reached], dist_V[:reached]))
-    return f"{final:.3f} ({'still approaching' if moving else 'settled off it'})"
+        how = "on it"
+    elif not np.isnan(departure) and float(departure) >= last_tenth:
+        how = "departed in the run's last tenth: too late to read"
+    elif bool(fitting.still_approaching(t, dV)):
+        how = "still approaching"
+    elif final > (1.0 + fitting.STILL_APPROACHING_DROP) * float(
+        dV[min(int(np.searchsorted(t, last_tenth)), reached - 1)]
+    ):
+        how = "moving away from it"
+    else:
+        how = "settled off it"
+    return f"{prefix}{final:.4g} ({how})"
 
 
 def departure_law_lines(rows) -> list[str]:
@@ -114,7 +130,9 @@ def departure_law_lines(rows) -> list[str]:
     beta = np.array([r["beta"] for r in rows])
     departure = np.array([[r["departure"]] for r in rows])
     censored = np.array([[r["censored"]] for r in rows])
-    horizon = np.array([[r["resolved"]] for r in rows])
+    # a β still metastable at its last resolved snapshot departs after it, unless its coarse twin departed (an
+    # infinite shift): then its departure is not known at all
+    horizon = np.array([[r["resolved"] - r["shift"]] for r in rows])
     args = (beta, departure, censored, horizon, rows[0]["interval"], np.array([r["shift"] for r in rows]))
     slope = [float(v[0]) for v in fitting.departure_slope_bounds(*args)]
     bounds = {k: [float(v[0]) for v in b] for k, b in fitting.departure_law_bounds(*args).items()}
@@ -122,14 +140,15 @@ def departure_law_lines(rows) -> list[str]:
     words = law.words
     if law is fitting.DepartureLaw.NEITHER:
         words += ": " + fitting.neither_law_words(bounds["linear"][0], bounds["log"][0])
-    ranges = ", ".join(
-        f"β = {r['beta']:g}: > {r['resolved']:g}"
-        if r["censored"]
-        else f"β = {r['beta']:g}: ({r['departure'] - r['interval'] - r['shift']:g}, {r['departure'] + r['shift']:g}]"
-        for r in rows
-        if r["censored"] or np.isfinite(r["departure"])
-    )
+    known = [r for r in rows if r["censored"] or np.isfinite(r["departure"])]
+    ranges = ", ".join(f"β = {r['beta']:g}: {_departure_range(r)}" for r in known)
     interval = "[{:.3g}, {:.3g}]".format
+    if len(known) < 3:
+        return [
+            "## Which law in β the departure follows",
+            "",
+            f"The mean field's departure per β: {ranges or 'none'}. Fewer than three β with a known departure: no law.",
+        ]
     return [
         "## Which law in β the departure follows",
         "",
@@ -142,6 +161,16 @@ def departure_law_lines(rows) -> list[str]:
         f"{interval(*bounds['log'])} (0 for τ = c·β^p), the exponent of β in {interval(*bounds['power'])}. "
         f"Law in β (three β or more with a known departure): **{words}**.",
     ]
+
+
+def _departure_range(row) -> str:
+    """Where the mean field's departure lies: (t_k − Δt − s, t_k + s], beyond the last resolved snapshot where it is
+    still metastable there, unknown where one level departed and the other did not."""
+    if not np.isfinite(row["shift"]):
+        return "unknown (one level departed, the other not)"
+    if row["censored"]:
+        return f"> {row['resolved'] - row['shift']:g}"
+    return f"({row['departure'] - row['interval'] - row['shift']:g}, {row['departure'] + row['shift']:g}]"
 
 
 def log(msg) -> None:
@@ -190,6 +219,8 @@ def main(argv=None) -> int:
     M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
     params = dict(exp["initial_measure"])
     name = params.pop("name")
+    if len(set(args.betas)) != len(args.betas):
+        raise SystemExit(f"sphere_departure: --betas must not repeat a value, got {args.betas}")
     horizons = args.horizons or [experiment.time_grid(exp).horizon]
     if len(horizons) not in (1, len(args.betas)):
         raise SystemExit("sphere_departure: --horizons takes one value, or one per beta")

@@ -219,6 +219,19 @@ def test_the_verdict_table():
     assert fitting.departure_law((-np.inf, 0.1), (-0.5, -0.1)) is Law.UNDECIDED
 
 
+def test_a_departure_at_the_end_of_its_range_is_not_misread_by_rounding():
+    """τ = √β at β = 1, 4, 16 (an exact power law) detected at the snapshots 1, 2.25, 4 (step 0.25), the middle one
+    with a shift of 2e-16: its true departure lies at the closed end of its range, k_log's upper bound comes out
+    −1.7e-16 where the law's is 0, and a sign test at exact 0 named log β. The ranges hold both laws' curvatures
+    (k_lin's reaches 0 at its lower end too): undecided. A real curvature beyond rounding is named as before."""
+    beta, dep = np.array([1.0, 4.0, 16.0]), np.array([[1.0], [2.25], [4.0]])
+    found = fitting.departure_law_bounds(beta, dep, np.zeros((3, 1), bool), 1e9, 0.25, np.array([0.0, 2e-16, 0.0]))
+    lin, log = ((float(v[0]) for v in found[k]) for k in ("linear", "log"))
+    assert fitting.departure_law(tuple(lin), tuple(log)) is Law.UNDECIDED
+    assert fitting.departure_law((0.1, 0.5), (-0.153, -1.67e-16)) is Law.POWER
+    assert fitting.departure_law((0.1, 0.5), (-0.153, -0.05)) is Law.NEITHER  # the must-fail: a real curvature
+
+
 def test_censored_departures_faster_than_any_power_are_not_named_a_power():
     """τ = 4.25·e^{(β − 10)/40} (faster than any power of β) at β = 10, 31.6, 100 with β = 100 beyond the horizon 12
     in every replica (d = 3's pattern: 4.25, about 6.4, censored): k_lin's interval lies above 0 and k_log's holds 0

@@ -64,7 +64,7 @@ def test_a_short_run_writes_the_regime_and_its_picture(tmp_path):
     assert "## Where the particles stand for the mean field" in text
     assert "| 10 | yes | yes |" in text  # at t = 1.25 neither has arrived at the metastable phase: they agree
     assert "| t | mesh coarse | mesh fine | particles N8 | particles N16 | mesh fine: to E1(V) |" in text
-    assert "## Where the mean field ends" in text and "| 10 | 1.25 | not departed | not departed |" in text
+    assert "## Where the mean field ends" in text and "| 10 | 1.25 | no metastable phase; " in text  # not arrived yet
     assert "\n| 1 | " in text
     assert "](img/regime.png)" in text and figure.stat().st_size > 0
     curves = np.load(out)
@@ -73,22 +73,30 @@ def test_a_short_run_writes_the_regime_and_its_picture(tmp_path):
 
 def test_the_end_phase_is_on_v_still_approaching_settled_elsewhere_or_not_departed():
     """Curves on the study's grid (gap 0.5 between the eigenspaces, Conjecture 1's tolerance 0.1): a mean field that
-    departs at t = 4 and reaches V's eigenspace is 'on it'; one that departs but whose distance still falls over
-    the run's last tenth is 'still approaching'; one that stops off it is 'settled off it' (the violation the page
-    must show); one still on E1(A) at the horizon is 'not departed'; NaN after a stopped solve is not read."""
+    departs at t = 4 and reaches V's eigenspace is 'on it'; one whose distance still falls over the run's last tenth
+    is 'still approaching', one rising there 'moving away from it'; one that stops off it is 'settled off it' (the
+    violation the page must show); one still on E1(A) at the horizon is 'not departed', one that departs within the
+    last tenth too late to read, one that never arrived at E1(A) says so; NaN after a stopped solve is not read."""
     t = np.linspace(0.0, 20.0, 81)
     to_a = np.where(t < 2.0, 1.0, np.where(t < 4.0, 0.05, 0.5))  # arrives at 2, departs at 4
     on_v = np.maximum(1.0 - 0.2 * t, 0.02)
     falling = 1.0 - 0.0455 * t  # 0.181 at t = 18, 0.09 at 20: fell by half over the last tenth
     elsewhere = np.where(t < 8.0, 1.0 - 0.1 * t, 0.25)
     describe = study.describe_end_phase
-    assert describe(t, to_a, on_v, 0.5, 0.1) == "0.020 (on it)"
-    assert describe(t, to_a, falling, 0.5, 0.1) == "0.090 (on it)"  # within the tolerance at the horizon
-    assert describe(t, to_a, falling + 0.05, 0.5, 0.1) == "0.140 (still approaching)"
-    assert describe(t, to_a, elsewhere, 0.5, 0.1) == "0.250 (settled off it)"
+    assert describe(t, to_a, on_v, 0.5, 0.1) == "0.02 (on it)"
+    assert describe(t, to_a, falling, 0.5, 0.1) == "0.09 (on it)"  # within the tolerance at the horizon
+    assert describe(t, to_a, falling + 0.05, 0.5, 0.1) == "0.14 (still approaching)"
+    assert describe(t, to_a, elsewhere, 0.5, 0.1) == "0.25 (settled off it)"
+    assert (
+        describe(t, to_a, np.where(t < 18.0, 0.25, 0.25 + 0.5 * (t - 18.0)), 0.5, 0.1) == "1.25 (moving away from it)"
+    )
     assert describe(t, np.where(t < 2.0, 1.0, 0.05), on_v, 0.5, 0.1) == "not departed"
+    late = np.where(t < 2.0, 1.0, np.where(t < 19.5, 0.05, 0.5))
+    assert describe(t, late, elsewhere, 0.5, 0.1) == "0.25 (departed in the run's last tenth: too late to read)"
+    assert describe(t, np.full(t.size, 0.5), on_v, 0.5, 0.1) == "no metastable phase; 0.02 (on it)"
     stopped = np.where(t <= 10.0, to_a, np.nan)
-    assert describe(t, stopped, np.where(t <= 10.0, elsewhere, np.nan), 0.5, 0.1) == "0.250 (settled off it)"
+    assert describe(t, stopped, np.where(t <= 10.0, elsewhere, np.nan), 0.5, 0.1) == "0.25 (settled off it)"
+    assert describe(t, np.full(t.size, np.nan), on_v, 0.5, 0.1) == "not reached"
 
 
 def law_rows(departures, interval=0.25, shifts=(0.0, 0.25, 0.25), censored=(False, False, False), resolved=30.0):
@@ -110,8 +118,15 @@ def test_the_departure_law_is_read_from_the_mean_fields_departure_ranges():
     assert "**neither log β nor a power of β: log τ convex in log β" in text
     on_a_line = law_rows((4.25, 6.5, 8.75), interval=0.05, shifts=(0.0, 0.0, 0.0))
     assert "**log β**" in "\n".join(study.departure_law_lines(on_a_line))
-    censored = law_rows((4.25, 6.5, np.nan), censored=(False, False, True), resolved=9.0)
+    # a censored β has a shift of 0 (both levels still metastable) or inf (below)
+    censored = law_rows((4.25, 6.5, np.nan), shifts=(0.0, 0.25, 0.0), censored=(False, False, True), resolved=9.0)
     text = "\n".join(study.departure_law_lines(censored))
     assert "β = 100: > 9" in text and "**undecided**" in text
-    late = law_rows((4.25, 6.5, np.nan), censored=(False, False, True))
+    late = law_rows((4.25, 6.5, np.nan), shifts=(0.0, 0.25, 0.0), censored=(False, False, True))
     assert "**neither log β nor a power of β: log τ convex" in "\n".join(study.departure_law_lines(late))
+    # still metastable at 30 on the fine level while the coarse one departed: nothing known of that departure
+    unknown = law_rows((4.25, 6.5, np.nan), shifts=(0.0, 0.25, np.inf), censored=(False, False, True))
+    text = "\n".join(study.departure_law_lines(unknown))
+    assert "β = 100: unknown (one level departed, the other not)" in text and "**undecided**" in text
+    two = "\n".join(study.departure_law_lines(law_rows((4.25, 6.5, np.nan))))
+    assert "Fewer than three β with a known departure: no law." in two and "nan" not in two.split(":", 1)[1]

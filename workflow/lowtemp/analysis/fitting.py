@@ -542,6 +542,13 @@ def departure_law_bounds(beta, departure, censored, horizon: float, step: float,
     }
 
 
+def _sign_beyond_rounding(lo: float, hi: float) -> int:
+    """+1 where [lo, hi] lies above 0, −1 below, 0 where it holds 0 or misses it by no more than rounding: a true
+    departure exactly at the end of its range gives a curvature of ±1e-15 where the law's is 0."""
+    eps = 1e-9 * max([1.0] + [abs(v) for v in (lo, hi) if math.isfinite(v)])
+    return 1 if lo > eps else -1 if hi < -eps else 0
+
+
 def departure_law(linear_interval, log_interval) -> DepartureLaw:
     """The law from the intervals of k_lin and k_log (``departure_law_bounds``; each made of two one-sided
     bounds): a power of β when k_lin's lies above 0 and k_log's contains 0 between finite ends; log β when k_log's
@@ -555,8 +562,7 @@ def departure_law(linear_interval, log_interval) -> DepartureLaw:
     (lin_lo, lin_hi), (log_lo, log_hi) = (tuple(float(v) for v in i) for i in (linear_interval, log_interval))
     if np.isnan([lin_lo, lin_hi, log_lo, log_hi]).any():
         return DepartureLaw.NOT_EVALUABLE
-    lin_sign = 1 if lin_lo > 0 else -1 if lin_hi < 0 else 0
-    log_sign = 1 if log_lo > 0 else -1 if log_hi < 0 else 0
+    lin_sign, log_sign = _sign_beyond_rounding(lin_lo, lin_hi), _sign_beyond_rounding(log_lo, log_hi)
     if lin_sign > 0 and log_sign == 0 and math.isfinite(log_lo) and math.isfinite(log_hi):
         return DepartureLaw.POWER
     if log_sign < 0 and lin_sign == 0 and math.isfinite(lin_lo) and math.isfinite(lin_hi):
