@@ -127,6 +127,14 @@ def departure_law_lines(rows) -> list[str]:
     functionals over these ranges (``fitting.departure_slope_bounds``, ``departure_law_bounds``) and the law is
     ``fitting.departure_law``'s. One curve per β, no replicas: the bounds are the functionals' ranges, not
     confidence intervals, and hold as far as the coarse level's shift bounds the reference's error."""
+    known = [r for r in rows if r["censored"] or np.isfinite(r["departure"])]
+    ranges = ", ".join(f"β = {r['beta']:g}: {_departure_range(r)}" for r in known)
+    if len(known) < 3:
+        return [
+            "## Which law in β the departure follows",
+            "",
+            f"The mean field's departure per β: {ranges or 'none'}. Fewer than three β with a known departure: no law.",
+        ]
     beta = np.array([r["beta"] for r in rows])
     departure = np.array([[r["departure"]] for r in rows])
     censored = np.array([[r["censored"]] for r in rows])
@@ -140,15 +148,7 @@ def departure_law_lines(rows) -> list[str]:
     words = law.words
     if law is fitting.DepartureLaw.NEITHER:
         words += ": " + fitting.neither_law_words(bounds["linear"][0], bounds["log"][0])
-    known = [r for r in rows if r["censored"] or np.isfinite(r["departure"])]
-    ranges = ", ".join(f"β = {r['beta']:g}: {_departure_range(r)}" for r in known)
     interval = "[{:.3g}, {:.3g}]".format
-    if len(known) < 3:
-        return [
-            "## Which law in β the departure follows",
-            "",
-            f"The mean field's departure per β: {ranges or 'none'}. Fewer than three β with a known departure: no law.",
-        ]
     return [
         "## Which law in β the departure follows",
         "",
@@ -358,7 +358,8 @@ def write_markdown(args, exp, geometry, curves, rows, stamp) -> None:
         f"part). Per β the mean field's distance to it at the last snapshot its solve reached, 'on it' within "
         f"{tolerance:g} (`claims.end_phase_tolerance`, the pipeline's `conjecture_1`), 'still approaching' where "
         "it fell by more than a tenth over the run's last tenth (a longer horizon would say where it settles), "
-        "'settled off it' otherwise:",
+        "'moving away from it' where it rose by as much, 'settled off it' otherwise; 'not departed' where it is "
+        "still metastable at its last snapshot, 'too late to read' where it departed within the run's last tenth:",
         "",
         "| β | last snapshot | fine level | coarse level |",
         "|---|---|---|---|",
