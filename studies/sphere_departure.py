@@ -26,7 +26,7 @@ import time
 import numpy as np
 from mean_field_departure import boundary_summary, particle_shift, regime_table, stands_for
 
-from lowtemp.analysis import fitting
+from lowtemp.analysis import departures, fitting
 from lowtemp.config import experiment, schema, validation
 from lowtemp.dynamics import integrate, kernels, sphere_levels, sphere_meanfield
 from lowtemp.dynamics.sphere_levels import REFERENCE_REMESH_EVERY, REFERENCE_RTOL
@@ -92,9 +92,9 @@ def describe_end_phase(times, dist_A, dist_V, gap, tolerance) -> str:
     """Where the mean field ends, on the snapshots its solve reached: its distance to V's leading eigenspace at the
     last of them, and whether it lies within ``tolerance`` of it (Conjecture 1, the pipeline's
     ``claims.end_phase_tolerance``), is still approaching it (``fitting.still_approaching``: it fell by more than a
-    tenth over the run's last tenth), moving away from it (it rose by as much), or has settled off it. 'not
-    departed' where it is still metastable at its last snapshot; a departure within the run's last tenth is too
-    late to read; prefixed 'no metastable phase' where it never arrived at E1(A)."""
+    tenth over the run's last tenth), moving away from it (``fitting.moving_away``: it rose by as much), or has
+    settled off it. 'not departed' where it is still metastable at its last snapshot; a departure within the run's
+    last tenth is too late to read; prefixed 'no metastable phase' where it never arrived at E1(A)."""
     reached = int(np.sum(np.isfinite(dist_A)))
     if reached == 0:
         return "not reached"
@@ -111,9 +111,7 @@ def describe_end_phase(times, dist_A, dist_V, gap, tolerance) -> str:
         how = "departed in the run's last tenth: too late to read"
     elif bool(fitting.still_approaching(t, dV)):
         how = "still approaching"
-    elif final > (1.0 + fitting.STILL_APPROACHING_DROP) * float(
-        dV[min(int(np.searchsorted(t, last_tenth)), reached - 1)]
-    ):
+    elif bool(fitting.moving_away(t, dV)):
         how = "moving away from it"
     else:
         how = "settled off it"
@@ -124,8 +122,8 @@ def departure_law_lines(rows) -> list[str]:
     """The page's lines on which law in β the mean field's departure times follow: each known to (t_k − Δt − s,
     t_k + s] (t_k the snapshot the rule finds it at, Δt the snapshot interval, s the coarse level's shift from it),
     one still metastable beyond its last resolved snapshot; the bounds are those of ``metastable_log_beta``'s
-    functionals over these ranges (``fitting.departure_slope_bounds``, ``departure_law_bounds``) and the law is
-    ``fitting.departure_law``'s. One curve per β, no replicas: the bounds are the functionals' ranges, not
+    functionals over these ranges (``departures.departure_slope_bounds``, ``departure_law_bounds``) and the law is
+    ``departures.departure_law``'s. One curve per β, no replicas: the bounds are the functionals' ranges, not
     confidence intervals, and hold as far as the coarse level's shift bounds the reference's error."""
     known = [r for r in rows if r["censored"] or np.isfinite(r["departure"])]
     ranges = ", ".join(f"β = {r['beta']:g}: {_departure_range(r)}" for r in known)
@@ -142,12 +140,12 @@ def departure_law_lines(rows) -> list[str]:
     # infinite shift): then its departure is not known at all
     horizon = np.array([[r["resolved"] - r["shift"]] for r in rows])
     args = (beta, departure, censored, horizon, rows[0]["interval"], np.array([r["shift"] for r in rows]))
-    slope = [float(v[0]) for v in fitting.departure_slope_bounds(*args)]
-    bounds = {k: [float(v[0]) for v in b] for k, b in fitting.departure_law_bounds(*args).items()}
-    law = fitting.departure_law(bounds["linear"], bounds["log"])
+    slope = [float(v[0]) for v in departures.departure_slope_bounds(*args)]
+    bounds = {k: [float(v[0]) for v in b] for k, b in departures.departure_law_bounds(*args).items()}
+    law = departures.departure_law(bounds["linear"], bounds["log"])
     words = law.words
-    if law is fitting.DepartureLaw.NEITHER:
-        words += ": " + fitting.neither_law_words(bounds["linear"][0], bounds["log"][0])
+    if law is departures.DepartureLaw.NEITHER:
+        words += ": " + departures.neither_law_words(bounds["linear"][0], bounds["log"][0])
     interval = "[{:.3g}, {:.3g}]".format
     return [
         "## Which law in β the departure follows",

@@ -18,7 +18,7 @@ import xarray as xr
 import yaml
 from conftest import TEST_CONFIG, resource_experiment, validated
 
-from lowtemp.analysis import claims, estimates, fitting, resolution, verdicts
+from lowtemp.analysis import claims, departures, estimates, fitting, resolution, verdicts
 from lowtemp.model import layout, matrices, projection, rates
 from lowtemp.stages import fit as fit_stage
 from lowtemp.stages import matrices as matrices_stage
@@ -263,11 +263,11 @@ def test_departure_slope_bounds_against_a_naive_least_squares():
     x = np.log(beta)
     dep = np.array([[3.0], [5.0], [np.nan]])
     cen = np.array([[False], [False], [True]])
-    lo, hi = fitting.departure_slope_bounds(beta, dep, cen, horizon=8.0, step=0.5)
+    lo, hi = departures.departure_slope_bounds(beta, dep, cen, horizon=8.0, step=0.5)
     assert lo[0] == pytest.approx(np.polyfit(x, [3.0, 5.0 - 0.5, 8.0], 1)[0])  # w < 0, w = 0, w > 0
     assert np.isposinf(hi[0])
     dep2, cen2 = np.array([[np.nan], [5.0], [6.0]]), np.array([[True], [False], [False]])
-    lo, hi = fitting.departure_slope_bounds(beta, dep2, cen2, 8.0, 0.5)
+    lo, hi = departures.departure_slope_bounds(beta, dep2, cen2, 8.0, 0.5)
     assert np.isneginf(lo[0]) and hi[0] == pytest.approx(np.polyfit(x, [8.0, 5.0 - 0.5, 6.0], 1)[0])
 
 
@@ -745,22 +745,22 @@ def test_status_codes_and_words():
 @pytest.mark.parametrize(
     ("departure", "law", "words"),
     [
-        ("log", fitting.DepartureLaw.LOG, "law in β: log β ("),
-        ("power", fitting.DepartureLaw.POWER, "law in β: a power of β ("),
+        ("log", departures.DepartureLaw.LOG, "law in β: log β ("),
+        ("power", departures.DepartureLaw.POWER, "law in β: a power of β ("),
         (
             "offset plus β",
-            fitting.DepartureLaw.NEITHER,
+            departures.DepartureLaw.NEITHER,
             "law in β: neither log β nor a power of β: log τ convex in log β, faster over these β than any c·β^p "
             "(as is a + c·β^p, a > 0)",
         ),
         (
             "power, largest β censored",
-            fitting.DepartureLaw.UNDECIDED,
+            departures.DepartureLaw.UNDECIDED,
             "law in β: undecided: faster than log β, a power of β or faster, at this confidence",
         ),
         (
             "two beta",
-            fitting.DepartureLaw.NOT_EVALUABLE,
+            departures.DepartureLaw.NOT_EVALUABLE,
             "law in β: not evaluable (2 β used, 3 needed; exponent of β [",
         ),
     ],
@@ -785,12 +785,12 @@ def test_metastable_log_beta_says_which_law_in_beta_the_departures_follow(depart
     fit, found = judge(dist)
     claim = found["metastable_log_beta"]
     assert claim.status == verdicts.Status.PASSED
-    assert fitting.DepartureLaw(int(fit["departure_law"])) is law
+    assert departures.DepartureLaw(int(fit["departure_law"])) is law
     assert words in claim.numbers, claim.numbers
     for name in ("departure_curvature_linear", "departure_curvature_log", "departure_power"):
         assert fit[name].dims == ("replica", "bound") and fit[f"{name}_interval"].dims == ("bound",)
     # the law's own curvature is 0: k_lin's interval holds it for log β, k_log's for a power of β
-    own = {fitting.DepartureLaw.LOG: "linear", fitting.DepartureLaw.POWER: "log"}.get(law)
+    own = {departures.DepartureLaw.LOG: "linear", departures.DepartureLaw.POWER: "log"}.get(law)
     if own:
         lo, hi = fit[f"departure_curvature_{own}_interval"].values
         assert lo <= 0 <= hi

@@ -1,4 +1,4 @@
-"""The law in β of the departure times (``fitting.departure_law_bounds``, ``fitting.departure_law``).
+"""The law in β of the departure times (``departures.departure_law_bounds``, ``departures.departure_law``).
 
 Two curvatures against x = log β, each a linear functional of the per-β departure times, are bounded per replica
 from the departures' snapshot ranges and censoring, then over replicas (Student-t, one-sided): k_lin (quadratic
@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtemp.analysis import fitting
+from lowtemp.analysis import departures, fitting
 from lowtemp.store import analyses
 
-Law = fitting.DepartureLaw
+Law = departures.DepartureLaw
 CONF = 0.95  # the fit's default confidence (config/README.md)
 BETA = np.array([10.0, 31.6, 100.0, 316.0])
 SLOPE = 9.75 / np.log(10.0)  # a log-β law through the circle's mean-field departures 4.25 (β = 10) and 14 (β = 100)
@@ -54,9 +54,9 @@ def trials(law, n, seed, conf=CONF, **kw):
     out = {"law": [], "linear": [], "log": [], "per_replica": [], "censored": 0}
     for _ in range(n):
         dep, cen = simulate(law, rng, **kw)
-        bounds = fitting.departure_law_bounds(beta, dep, cen, horizon, step)
+        bounds = departures.departure_law_bounds(beta, dep, cen, horizon, step)
         lin, log = (fitting.one_sided_bounds(*bounds[k], conf) for k in ("linear", "log"))
-        out["law"].append(fitting.departure_law(lin, log))
+        out["law"].append(departures.departure_law(lin, log))
         out["linear"].append(lin)
         out["log"].append(log)
         out["per_replica"].append(bounds)
@@ -122,7 +122,7 @@ def test_functional_bounds_are_the_extremes_over_the_range_ends(points, step, lo
     w, dep, cen, slack = (np.array(v) for v in zip(*points))
     horizon = 31.0
     dep = np.where(cen, np.nan, dep)
-    bounds = fitting.departure_log_functional_bounds if log else fitting.departure_functional_bounds
+    bounds = departures.departure_log_functional_bounds if log else departures.departure_functional_bounds
     lo, hi = bounds(w, dep[:, None], cen[:, None], horizon, step, slack)
     early, late = naive_ends(dep, cen, horizon, step, slack, log)
     want_lo, want_hi = naive_check(w, early, late)
@@ -144,7 +144,7 @@ def test_the_brute_force_tells_a_wrong_end_choice_apart():
     early, late = naive_ends(dep, cen, 20.0, 0.5, slack, log=False)
     wrong_lo = float(np.sum(w * np.array(early)))
     assert naive_check(w, early, late)[0] != pytest.approx(wrong_lo)
-    assert fitting.departure_functional_bounds(w, dep[:, None], cen[:, None], 20.0, 0.5)[0][0] == pytest.approx(
+    assert departures.departure_functional_bounds(w, dep[:, None], cen[:, None], 20.0, 0.5)[0][0] == pytest.approx(
         naive_check(w, early, late)[0]
     )
 
@@ -155,12 +155,12 @@ def test_unknown_departures_and_censoring_on_each_side():
     w = np.array([1.0, -2.0, 1.0])
     dep = np.array([[4.0, 4.0, 0.4], [np.nan, np.nan, 6.0], [9.0, 9.0, 9.0]])  # (beta, replica)
     cen = np.array([[False, False, False], [False, True, False], [False, False, False]])
-    lo, hi = fitting.departure_functional_bounds(w, dep, cen, 20.0, 0.5)
+    lo, hi = departures.departure_functional_bounds(w, dep, cen, 20.0, 0.5)
     assert np.isnan(lo[0]) and np.isnan(hi[0])  # never arrived at a weighted β
     assert np.isneginf(lo[1]) and np.isfinite(hi[1])  # censored, w < 0
-    lo, hi = fitting.departure_log_functional_bounds(w, dep, cen, 20.0, 0.5)
+    lo, hi = departures.departure_log_functional_bounds(w, dep, cen, 20.0, 0.5)
     assert np.isneginf(lo[2]) and np.isfinite(hi[2])  # 0.4 − 0.5 < 0: log τ has no lower end, w > 0
-    lo, hi = fitting.departure_functional_bounds(np.array([1.0, 0.0, 1.0]), dep[:, :1], cen[:, :1], 20.0, 0.5)
+    lo, hi = departures.departure_functional_bounds(np.array([1.0, 0.0, 1.0]), dep[:, :1], cen[:, :1], 20.0, 0.5)
     assert lo[0] == pytest.approx(3.5 + 8.5) and hi[0] == pytest.approx(4.0 + 9.0)
 
 
@@ -173,7 +173,7 @@ def test_the_coefficients_are_numpy_polyfit_s_on_exact_data():
     x = np.log(beta)
     for _ in range(20):
         tau = rng.uniform(2.0, 40.0, beta.size)
-        found = fitting.departure_law_bounds(beta, tau[:, None], np.zeros((beta.size, 1), bool), 50.0, 0.0)
+        found = departures.departure_law_bounds(beta, tau[:, None], np.zeros((beta.size, 1), bool), 50.0, 0.0)
         for key, want in (
             ("linear", np.polyfit(x, tau, 2)[0]),
             ("log", np.polyfit(x, np.log(tau), 2)[0]),
@@ -183,7 +183,7 @@ def test_the_coefficients_are_numpy_polyfit_s_on_exact_data():
             assert found[key][1][0] == pytest.approx(want, rel=1e-9, abs=1e-12)
     y = x**2
     h = np.mean(np.diff(x[:3]))
-    assert fitting.polynomial_weights(x[:3], 2) @ y[:3] == pytest.approx(1.0)
+    assert departures.polynomial_weights(x[:3], 2) @ y[:3] == pytest.approx(1.0)
     assert (y[0] - 2 * y[1] + y[2]) / (2 * h**2) != pytest.approx(np.polyfit(x[:3], y[:3], 2)[0], rel=1e-3)
 
 
@@ -195,7 +195,7 @@ def test_the_coefficients_are_numpy_polyfit_s_on_exact_data():
 def test_each_law_has_the_curvatures_it_should(law, lin_sign, log_sign):
     """On exact data: log β gives k_lin = 0 and k_log < 0, a power of β k_log = 0 and k_lin > 0, e^{β/100}
     (faster than any power) both > 0."""
-    found = fitting.departure_law_bounds(BETA, law(BETA)[:, None], np.zeros((4, 1), bool), 1e9, 0.0)
+    found = departures.departure_law_bounds(BETA, law(BETA)[:, None], np.zeros((4, 1), bool), 1e9, 0.0)
     k_lin, k_log = found["linear"][0][0], found["log"][0][0]
     scale = np.max(np.abs(law(BETA)))
     assert (np.sign(k_lin) if abs(k_lin) > 1e-9 * scale else 0) == lin_sign
@@ -206,17 +206,17 @@ def test_the_verdict_table():
     """power: k_lin above 0, k_log's interval holds 0; log: k_log below 0, k_lin's holds 0; both excluding 0:
     neither; anything else undecided; NaN: not evaluable."""
     above, below, holds, nan = (0.1, 0.5), (-0.5, -0.1), (-0.1, 0.1), (np.nan, np.nan)
-    assert fitting.departure_law(above, holds) is Law.POWER
-    assert fitting.departure_law(holds, below) is Law.LOG
+    assert departures.departure_law(above, holds) is Law.POWER
+    assert departures.departure_law(holds, below) is Law.LOG
     for lin, log in ((above, above), (above, below), (below, below), (below, above)):
-        assert fitting.departure_law(lin, log) is Law.NEITHER
+        assert departures.departure_law(lin, log) is Law.NEITHER
     for lin, log in ((holds, holds), (below, holds), (holds, above), ((-np.inf, np.inf), (-np.inf, np.inf))):
-        assert fitting.departure_law(lin, log) is Law.UNDECIDED
-    assert fitting.departure_law(nan, holds) is Law.NOT_EVALUABLE is fitting.departure_law(above, nan)
+        assert departures.departure_law(lin, log) is Law.UNDECIDED
+    assert departures.departure_law(nan, holds) is Law.NOT_EVALUABLE is departures.departure_law(above, nan)
     # censoring leaves k_log unbounded above: its interval holds 0 whatever the data, so it names no power law
-    assert fitting.departure_law((0.1, np.inf), (-0.1, np.inf)) is Law.UNDECIDED
-    assert fitting.departure_law((0.1, np.inf), (-0.1, 0.2)) is Law.POWER
-    assert fitting.departure_law((-np.inf, 0.1), (-0.5, -0.1)) is Law.UNDECIDED
+    assert departures.departure_law((0.1, np.inf), (-0.1, np.inf)) is Law.UNDECIDED
+    assert departures.departure_law((0.1, np.inf), (-0.1, 0.2)) is Law.POWER
+    assert departures.departure_law((-np.inf, 0.1), (-0.5, -0.1)) is Law.UNDECIDED
 
 
 def test_a_departure_at_the_end_of_its_range_is_not_misread_by_rounding():
@@ -225,11 +225,11 @@ def test_a_departure_at_the_end_of_its_range_is_not_misread_by_rounding():
     −1.7e-16 where the law's is 0, and a sign test at exact 0 named log β. The ranges hold both laws' curvatures
     (k_lin's reaches 0 at its lower end too): undecided. A real curvature beyond rounding is named as before."""
     beta, dep = np.array([1.0, 4.0, 16.0]), np.array([[1.0], [2.25], [4.0]])
-    found = fitting.departure_law_bounds(beta, dep, np.zeros((3, 1), bool), 1e9, 0.25, np.array([0.0, 2e-16, 0.0]))
+    found = departures.departure_law_bounds(beta, dep, np.zeros((3, 1), bool), 1e9, 0.25, np.array([0.0, 2e-16, 0.0]))
     lin, log = ((float(v[0]) for v in found[k]) for k in ("linear", "log"))
-    assert fitting.departure_law(tuple(lin), tuple(log)) is Law.UNDECIDED
-    assert fitting.departure_law((0.1, 0.5), (-0.153, -1.67e-16)) is Law.POWER
-    assert fitting.departure_law((0.1, 0.5), (-0.153, -0.05)) is Law.NEITHER  # the must-fail: a real curvature
+    assert departures.departure_law(tuple(lin), tuple(log)) is Law.UNDECIDED
+    assert departures.departure_law((0.1, 0.5), (-0.153, -1.67e-16)) is Law.POWER
+    assert departures.departure_law((0.1, 0.5), (-0.153, -0.05)) is Law.NEITHER  # the must-fail: a real curvature
 
 
 def test_censored_departures_faster_than_any_power_are_not_named_a_power():
@@ -241,10 +241,10 @@ def test_censored_departures_faster_than_any_power_are_not_named_a_power():
     dep = np.repeat(np.ceil(tau / 0.25)[:, None] * 0.25, 3, axis=1) + np.array([[0.0, 0.25, -0.25]])
     cen = dep > 12.0
     assert cen[2].all() and not cen[:2].any()
-    found = fitting.departure_law_bounds(BETA[:3], np.where(cen, np.nan, dep), cen, 12.0, 0.25)
+    found = departures.departure_law_bounds(BETA[:3], np.where(cen, np.nan, dep), cen, 12.0, 0.25)
     lin, log = (fitting.one_sided_bounds(*found[k], CONF) for k in ("linear", "log"))
     assert lin[0] > 0 and log[0] <= 0 and np.isposinf(log[1])
-    assert fitting.departure_law(lin, log) is Law.UNDECIDED
+    assert departures.departure_law(lin, log) is Law.UNDECIDED
 
 
 def test_two_beta_are_not_evaluable_and_a_censored_largest_beta_never_reads_as_log():
@@ -253,17 +253,17 @@ def test_two_beta_are_not_evaluable_and_a_censored_largest_beta_never_reads_as_l
     unbounded above, so the verdict is never log β: a short horizon gives undecided, a long one shows the jump
     (faster than any power)."""
     dep = np.array([[4.25, 4.5, 4.0], [6.4, 6.5, 6.25]])
-    two = fitting.departure_law_bounds(BETA[:2], dep, np.zeros((2, 3), bool), 10.0, 0.25)
+    two = departures.departure_law_bounds(BETA[:2], dep, np.zeros((2, 3), bool), 10.0, 0.25)
     assert np.isnan(two["linear"]).all() and np.isnan(two["log"]).all()
     exact = np.log(dep[1] / dep[0]) / np.log(BETA[1] / BETA[0])
     assert np.all((two["power"][0] <= exact) & (exact <= two["power"][1]))
     dep3, cen3 = np.vstack([dep, np.full((1, 3), np.nan)]), np.array([[False] * 3, [False] * 3, [True] * 3])
     verdicts = {}
     for horizon in (7.0, 40.0):
-        found = fitting.departure_law_bounds(BETA[:3], dep3, cen3, horizon, 0.25)
+        found = departures.departure_law_bounds(BETA[:3], dep3, cen3, horizon, 0.25)
         lin, log = (fitting.one_sided_bounds(*found[k], CONF) for k in ("linear", "log"))
         assert np.isposinf(lin[1]) and np.isposinf(log[1])
-        verdicts[horizon] = fitting.departure_law(lin, log)
+        verdicts[horizon] = departures.departure_law(lin, log)
     assert verdicts == {7.0: Law.UNDECIDED, 40.0: Law.NEITHER}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import resource_experiment
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from lowtemp.analysis import fitting
@@ -279,3 +279,26 @@ def test_fit_growth_rate_skips_snapshots_without_exact_distance():
     np.testing.assert_allclose(fit.C1, 0.7, rtol=1e-9)
     np.testing.assert_allclose(full.C1, 0.7, rtol=1e-9)
     assert np.all(np.isfinite(fit.windows))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.floats(0.5, 50.0),
+    st.floats(-0.9, 3.0),
+    st.integers(11, 200),
+)
+def test_the_change_over_the_last_tenth_reads_approaching_and_moving_away(span, change, n):
+    """A curve constant at 1 up to 90 % of the run, then linear to 1 + change at its end: ``last_tenth_change``
+    is ``change`` (from the first snapshot at or after 90 % of the span, where the curve is still 1), and it reads
+    'still approaching' only below −0.1 and 'moving away' only above +0.1; a curve that falls or rises by less
+    (the violation of either) reads neither."""
+    t = np.linspace(0.0, span, n)
+    k = int(np.searchsorted(t, 0.9 * span))
+    assume(k < n - 1)  # 90 % of the span rounded onto the last snapshot: no tenth to change over
+    d = np.ones(n)
+    d[k:] = 1.0 + change * (t[k:] - t[k]) / (t[-1] - t[k])
+    assert fitting.last_tenth_change(t, d) == pytest.approx(change, abs=1e-12)
+    assert bool(fitting.still_approaching(t, d)) == (change < -0.1 - 1e-12) or abs(change + 0.1) < 1e-9
+    assert bool(fitting.moving_away(t, d)) == (change > 0.1 + 1e-12) or abs(change - 0.1) < 1e-9
+    flat = np.stack([d, np.full(n, 2.0)])  # (…, time): a constant curve beside it neither approaches nor leaves
+    assert not fitting.still_approaching(t, flat)[1] and not fitting.moving_away(t, flat)[1]

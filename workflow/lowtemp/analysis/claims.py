@@ -37,7 +37,7 @@ import numpy as np
 import xarray as xr
 
 from ..model import layout
-from . import fitting, sampling
+from . import departures, fitting, sampling
 from .verdicts import Claim, Status, listed_betas, particles_needed, passed_if, unresolved_rule
 
 EIGENSPACES = {
@@ -354,24 +354,24 @@ def check_temperature_scaling(fit: xr.Dataset) -> Claim:
 # ---------------------------------------------------------------- 4. departure time ∝ log β
 def departure_law_text(fit: xr.Dataset) -> str:
     """The law in β the departure times follow, in words, from fit.nc's ``departure_law`` and the intervals
-    behind it (``fitting.departure_law``): reported beside metastable_log_beta's verdict, which is about growth
+    behind it (``departures.departure_law``): reported beside metastable_log_beta's verdict, which is about growth
     alone."""
     if "departure_law" not in fit:
         return "; law in β: not in this fit.nc (written before the law test: rerun fit)"
-    law = fitting.DepartureLaw(int(fit["departure_law"]))
+    law = departures.DepartureLaw(int(fit["departure_law"]))
     used = fit["metastable_beta_used"].values.astype(bool)
     (lin_lo, lin_hi), (log_lo, log_hi), (p_lo, p_hi) = (
         (float(v) for v in fit[f"departure_{k}_interval"].values)
         for k in ("curvature_linear", "curvature_log", "power")
     )
-    if law is fitting.DepartureLaw.NOT_EVALUABLE:
+    if law is departures.DepartureLaw.NOT_EVALUABLE:
         why = f"{used.sum()} β used, 3 needed" if used.sum() < 3 else "fewer than two replicas with a curvature"
         power = f"; exponent of β [{p_lo:.3g}, {p_hi:.3g}]" if not np.isnan([p_lo, p_hi]).any() else ""
         return f"; law in β: not evaluable ({why}{power})"
     how = ""
-    if law is fitting.DepartureLaw.NEITHER:
-        how = ": " + fitting.neither_law_words(lin_lo, log_lo)
-    elif law is fitting.DepartureLaw.UNDECIDED:
+    if law is departures.DepartureLaw.NEITHER:
+        how = ": " + departures.neither_law_words(lin_lo, log_lo)
+    elif law is departures.DepartureLaw.UNDECIDED:
         censored = fit["departure_censored"].values.astype(bool)[used].any()
         faster = ": faster than log β, a power of β or faster," if lin_lo > 0 else ""
         how = f"{faster} at this confidence (more β or replicas would decide it" + (

@@ -33,7 +33,7 @@ import xarray as xr
 
 from ..model import layout, rates
 from ..model.matrices import AttentionMatrices
-from . import fitting
+from . import departures, fitting
 from .resolution import (
     NAN_PAIR,
     Curves,
@@ -246,8 +246,8 @@ def temperature_scaling(c: Curves, res: Resolution, cfg: dict, conf: float) -> t
 def departure_slopes(c: Curves, res: Resolution, ess_to_departure, conf: float) -> dict:
     """The departure time from the metastable phase against log β: per-replica bounds on its slope over the
     β whose departure is resolved, and their one-sided interval; and which law in β it follows
-    (``fitting.departure_law_bounds``, ``fitting.departure_law``: log β or a power of β, from its curvature against
-    log β with ≥ 3 β), with the exponent of the power law."""
+    (``departures.departure_law_bounds``, ``departures.departure_law``: log β or a power of β, from its curvature
+    against log β with ≥ 3 β), with the exponent of the power law."""
     nb, nr = c.shape
     ess_to_horizon = min_median_ess(c.ess_median, np.ones((nb, c.t.size), bool))
     meta_used = np.where(res.measured, res.departure_within, ess_to_departure >= res.ess_threshold)
@@ -266,9 +266,9 @@ def departure_slopes(c: Curves, res: Resolution, ess_to_departure, conf: float) 
         np.broadcast_to(slack, c.beta.shape)[meta_used],
     )
     nan_bounds = (np.full(nr, np.nan), np.full(nr, np.nan))
-    slope_low, slope_high = fitting.departure_slope_bounds(*args) if meta_used.sum() >= 2 else nan_bounds
+    slope_low, slope_high = departures.departure_slope_bounds(*args) if meta_used.sum() >= 2 else nan_bounds
     law = (  # the curvatures need 3 β (NaN with 2), the exponent 2
-        fitting.departure_law_bounds(*args)
+        departures.departure_law_bounds(*args)
         if meta_used.sum() >= 2
         else dict.fromkeys(("linear", "log", "power"), nan_bounds)
     )
@@ -285,7 +285,7 @@ def departure_slopes(c: Curves, res: Resolution, ess_to_departure, conf: float) 
         "departure_curvature_log_interval": law_interval["log"],
         "departure_power": np.stack(law["power"], axis=1),
         "departure_power_interval": law_interval["power"],
-        "departure_law": np.int8(fitting.departure_law(law_interval["linear"], law_interval["log"])),
+        "departure_law": np.int8(departures.departure_law(law_interval["linear"], law_interval["log"])),
         "judged_until": res.until,
         "resolved_to_horizon": res.resolved(
             ess_to_horizon, None if res.reference is None else res.reference.to_horizon

@@ -17,7 +17,7 @@ resolves Q well enough for a claim (docs/convergence.md, "Particle number"):
   (a particle cloud that leaves its metastable phase because it is finite) has no limit to
   extrapolate to. The least-squares slope of the departure time (the threshold crossing
   interpolated between snapshots, ``departure_crossing``) against log2 N, with the same
-  pseudo-replica pairing and censoring accounted for (``fitting.departure_slope_bounds``), gives a
+  pseudo-replica pairing and censoring accounted for (``departures.departure_slope_bounds``), gives a
   confidence interval; the departure is resolved when the bound on |slope| is at most the stated
   fraction of the snapshot interval: a doubling of N moves the departure by less than that part of
   the resolution the claims measure it with.
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from . import fitting
+from . import departures, fitting
 
 #: the range of exponents p of the remaining N error a·N^−p. 1/2 is the Monte Carlo rate of a softmax
 #: average over N tokens and 1 the bias of its ratio; W2 between N points and a density on a surface
@@ -245,13 +245,13 @@ def departure_slope_per_doubling(
 
     ``departure`` (N, replica): departure times (``departure_crossing``), ``censored`` (N, replica): still
     metastable at ``horizon``. Each replica index pairs one independent draw per N into a pseudo-replica,
-    whose least-squares slope a censored time bounds on one side (``fitting.departure_slope_bounds``);
+    whose least-squares slope a censored time bounds on one side (``departures.departure_slope_bounds``);
     each end is a one-sided Student-t bound at (1 + confidence)/2 over the pseudo-replicas, so the
     interval covers at ``confidence``. NaN where fewer than two pseudo-replicas have two N with a
     metastable phase.
     """
     n, dep = _check(numbers, departure)
-    lower, upper = fitting.departure_slope_bounds(n, dep, censored, horizon, 0.0)  # per pseudo-replica, in ln N
+    lower, upper = departures.departure_slope_bounds(n, dep, censored, horizon, 0.0)  # per pseudo-replica, in ln N
     ok = ~(np.isnan(lower) | np.isnan(upper))
     if ok.sum() < 2:
         return float("nan"), float("nan")

@@ -352,7 +352,7 @@ FIT_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
     ),
     "departure_law": (
         (),
-        "law of the departure time in beta (lowtemp.analysis.fitting.DepartureLaw): 2 a power of beta (k_lin's "
+        "law of the departure time in beta (lowtemp.analysis.departures.DepartureLaw): 2 a power of beta (k_lin's "
         "interval above 0, k_log's contains 0), 1 log beta (k_log's interval below 0, k_lin's contains 0), 0 neither "
         "log beta nor a power of beta (both intervals exclude 0 otherwise), -1 undecided (any other case), -2 not "
         "evaluable (fewer than 3 beta used, or fewer than 2 replicas with a curvature)",
