@@ -19,7 +19,9 @@ wall time. Method and its checks: docs/sphere_mean_field.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import sys
 import time
 
@@ -187,7 +189,8 @@ def sphere_experiment(config: str, name: str, script: str) -> tuple[dict, dict]:
     return cfg, exp
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The study's command line (also how ``render`` reads the settings of an npz that predates ``arguments``)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="config/config.yaml")
     ap.add_argument("--experiment", default="concentration")
@@ -205,14 +208,26 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 4096])
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--max-triangles", type=int, default=20000, help="a mesh run stops at the first snapshot above")
+    ap.add_argument(
+        "--render",
+        nargs="+",
+        metavar="NPZ",
+        help="run nothing: write the page, figure and --out from the curves of these npz files (their β together)",
+    )
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--figure", help="write the (log N, log β) picture of where particles stand for the mean field")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     args.tokens = sorted(set(args.tokens))  # the regime reads them increasing
+    command = harness.command(__file__, argv if argv is not None else sys.argv[1:])
+    if args.render:
+        return render(args, command)
     wall = time.perf_counter()
     commit = harness.commit()  # the code that runs: read before the (long) run
-    command = harness.command(__file__, argv if argv is not None else sys.argv[1:])
     cfg, exp = sphere_experiment(args.config, args.experiment, "sphere_departure")
     M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
     params = dict(exp["initial_measure"])
@@ -223,68 +238,184 @@ def main(argv=None) -> int:
     if len(horizons) not in (1, len(args.betas)):
         raise SystemExit("sphere_departure: --horizons takes one value, or one per beta")
     horizons = horizons * len(args.betas) if len(horizons) == 1 else horizons
-    if len(args.levels) not in (2, 2 * len(args.betas)):
-        raise SystemExit("sphere_departure: --levels takes one pair, or one pair per beta")
-    levels = [tuple(args.levels[2 * k : 2 * k + 2]) for k in range(len(args.levels) // 2)]
-    levels = levels * len(args.betas) if len(levels) == 1 else levels
+    levels = levels_per_beta(args.levels, len(args.betas))
     rng = generator(cfg["root_seed"], args.experiment, "initial_tokens")
     X0 = measures.sample_initial_tokens(name, rng, args.replicas, max(args.tokens), 3, **params)
-    gap = float(projection.distance_to_eigenspace(M.E1_V_real[:, :1].T[None], M.E1)[0])
-    tolerance = float(exp["claims"]["end_phase_tolerance"])
-    curves, rows = {}, []
+    geometry = end_phase_geometry(M, exp)
+    curves, rows = {"arguments": np.array(json.dumps(shared_settings(args)))}, []
     for beta, horizon, (lo, hi) in zip(args.betas, horizons, levels):
         grid = horizon_grid(exp, horizon)
-        times = curves[f"times_beta{beta:g}"] = grid.times
-        coarse, coarse_v, _ = mesh_run(M, beta, times, name, params, lo, args.max_triangles, log)
-        fine, fine_v, sol = mesh_run(M, beta, times, name, params, hi, args.max_triangles, log)
-        curves[f"mesh_coarse_beta{beta:g}"], curves[f"mesh_fine_beta{beta:g}"] = coarse, fine
-        curves[f"to_V_coarse_beta{beta:g}"], curves[f"to_V_fine_beta{beta:g}"] = coarse_v, fine_v
-        until = float(sol.info["resolved_until"])
-        resolved = times <= until
-        reference = fitting.geometric_departure(times[resolved], fine[None, resolved], gap)
-        reached = np.isfinite(coarse)  # the coarse level may have stopped (max_triangles) before the fine one
-        twin = fitting.geometric_departure(times[reached], coarse[None, reached], gap)
-        still = until if bool(reference[1][0]) else np.nan  # the reference still metastable at its last snapshot
-        row = {
-            "beta": beta,
-            "interval": float(times[1] - times[0]),
-            "still": still,
-            "horizon": float(times[-1]),
-            "levels": f"{hi} / {lo}",
-            "mesh": describe_departure(times, fine, gap),
-            "mesh_coarse": describe_departure(times, coarse, gap),
-            "end": describe_end_phase(times, fine, fine_v, gap, tolerance),
-            "end_coarse": describe_end_phase(times, coarse, coarse_v, gap, tolerance),
-            "end_time": float(times[int(np.sum(np.isfinite(fine))) - 1]),
-            "departure": float(reference[0][0]),
-            "censored": bool(reference[1][0]),
-            "shift": float(fitting.departure_shift(*reference, *twin)[0]),
-            "error": float(np.nanmax(np.abs(fine - coarse))),
-            "resolved": float(sol.info["resolved_until"]),
-            "triangles": int(sol.diagnostics["triangles"][-1]),
-            "nfev": sol.info["nfev"],
-            "seconds": sol.info["seconds"],
-        }
+        tag = f"beta{beta:g}"
+        times = curves[f"times_{tag}"] = grid.times
+        curves[f"mesh_coarse_{tag}"], curves[f"to_V_coarse_{tag}"], _ = mesh_run(
+            M, beta, times, name, params, lo, args.max_triangles, log
+        )
+        curves[f"mesh_fine_{tag}"], curves[f"to_V_fine_{tag}"], sol = mesh_run(
+            M, beta, times, name, params, hi, args.max_triangles, log
+        )
+        curves[f"levels_{tag}"] = np.array([lo, hi])
+        curves[f"solve_{tag}"] = np.array(
+            [sol.diagnostics["triangles"][-1], sol.info["nfev"], sol.info["seconds"]], dtype=float
+        )
+        reference = reference_departure(times, curves[f"mesh_fine_{tag}"], geometry[0])
         for n in args.tokens:
             dist = particle_run(M, beta, X0[:, :n], grid, log)
-            curves[f"particles_N{n}_beta{beta:g}"] = dist
-            row[f"N{n}"] = describe_departure(times, dist, gap)
-            row[f"N{n}_gap"] = float(np.nanmax(np.abs(dist - fine[None])))
-            row[f"N{n}_shift"] = curves[f"shift_N{n}_beta{beta:g}"] = particle_shift(times, until, dist, reference, gap)
-        rows.append(row)
-        log(f"beta {beta:g}: {row}")
+            curves[f"particles_N{n}_{tag}"] = dist
+            curves[f"shift_N{n}_{tag}"] = particle_shift(times, reference_until(times, curves, tag), dist, reference,
+                                                         geometry[0])  # fmt: skip
+        rows.append(beta_row(beta, curves, geometry, args.tokens))
+        log(f"beta {beta:g}: {rows[-1]}")
         # written after every β, so a long run stopped later keeps what it finished (the stamp says which β)
         done = len(rows) == len(args.betas)
         stamp = harness.stamp(command, "sphere-departure", revision=commit, seconds=time.perf_counter() - wall) + (
             "" if done else f" So far the first {len(rows)} of {len(args.betas)} β."
         )
-        if args.out:
-            np.savez(args.out, **curves, stamp=stamp)
-        if args.figure:
-            regime_figure(args, rows)
-        if args.markdown:
-            write_markdown(args, exp, (gap, tolerance), curves, rows, stamp)
+        write_outputs(args, exp, geometry, curves, rows, stamp)
     return 0
+
+
+def levels_per_beta(levels: list[int], n_betas: int) -> list[tuple[int, int]]:
+    """(coarse, fine) per β of ``--levels``: one pair for every β, or one pair per β."""
+    if len(levels) not in (2, 2 * n_betas):
+        raise SystemExit("sphere_departure: --levels takes one pair, or one pair per beta")
+    pairs = [tuple(levels[2 * k : 2 * k + 2]) for k in range(len(levels) // 2)]
+    return pairs * n_betas if len(pairs) == 1 else pairs
+
+
+def shared_settings(args) -> dict:
+    """The settings every β of one page must share (``render`` refuses npz files that differ in them)."""
+    return {"config": args.config, "experiment": args.experiment, "replicas": args.replicas,
+            "max_triangles": args.max_triangles}  # fmt: skip
+
+
+def end_phase_geometry(M, exp: dict) -> tuple[float, float]:
+    """(the distance between E1(A) and V's leading eigenspace, which the departure rule halves; Conjecture 1's
+    tolerance, the experiment's ``claims.end_phase_tolerance``)."""
+    gap = float(projection.distance_to_eigenspace(M.E1_V_real[:, :1].T[None], M.E1)[0])
+    return gap, float(exp["claims"]["end_phase_tolerance"])
+
+
+def reference_until(times, curves, tag: str) -> float:
+    """The last snapshot the reference (fine level) reached: its solve stops at the first snapshot with more than
+    ``--max-triangles`` triangles, its distances NaN after."""
+    return float(times[np.isfinite(curves[f"mesh_fine_{tag}"])][-1])
+
+
+def reference_departure(times, fine, gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """``geometric_departure`` of the reference on the snapshots it reached."""
+    reached = np.isfinite(fine)
+    return fitting.geometric_departure(times[reached], fine[None, reached], gap)
+
+
+def beta_row(beta: float, curves: dict, geometry: tuple[float, float], tokens: list[int]) -> dict:
+    """The page's numbers at β, from the npz's arrays alone (so ``render`` rebuilds them without a run): the
+    departures of both levels and of the particles at each of ``tokens`` (NaN, 'not run', where the npz has no such
+    N at this β), the reference's error, where it ends, and the solve's cost where recorded."""
+    gap, tolerance = geometry
+    tag = f"beta{beta:g}"
+    times, fine, coarse = curves[f"times_{tag}"], curves[f"mesh_fine_{tag}"], curves[f"mesh_coarse_{tag}"]
+    until = reference_until(times, curves, tag)
+    reference = reference_departure(times, fine, gap)
+    twin = reference_departure(times, coarse, gap)  # the coarse level may have stopped before the fine one
+    lo, hi = (int(v) for v in curves[f"levels_{tag}"])
+    triangles, nfev, seconds = curves.get(f"solve_{tag}", np.full(3, np.nan))
+    row = {
+        "beta": beta,
+        "interval": float(times[1] - times[0]),
+        "still": until if bool(reference[1][0]) else np.nan,  # the reference still metastable at its last snapshot
+        "horizon": float(times[-1]),
+        "levels": f"{hi} / {lo}",
+        "mesh": describe_departure(times, fine, gap),
+        "mesh_coarse": describe_departure(times, coarse, gap),
+        "end": describe_end_phase(times, fine, curves[f"to_V_fine_{tag}"], gap, tolerance),
+        "end_coarse": describe_end_phase(times, coarse, curves[f"to_V_coarse_{tag}"], gap, tolerance),
+        "end_time": until,
+        "departure": float(reference[0][0]),
+        "censored": bool(reference[1][0]),
+        "shift": float(fitting.departure_shift(*reference, *twin)[0]),
+        "error": float(np.nanmax(np.abs(fine - coarse))),
+        "resolved": until,
+        "triangles": triangles,
+        "nfev": nfev,
+        "seconds": seconds,
+    }
+    replicas = max(v.shape[0] for k, v in curves.items() if k.startswith("particles_"))
+    for n in tokens:
+        dist = curves.get(f"particles_N{n}_{tag}")
+        row[f"N{n}"] = "not run" if dist is None else describe_departure(times, dist, gap)
+        row[f"N{n}_gap"] = np.nan if dist is None else float(np.nanmax(np.abs(dist - fine[None])))
+        row[f"N{n}_shift"] = curves.get(f"shift_N{n}_{tag}", np.full(replicas, np.nan))
+    return row
+
+
+def write_outputs(args, exp, geometry, curves, rows, stamp) -> None:
+    """The npz (``--out``), the picture (``--figure``) and the page (``--markdown``), whichever were asked for."""
+    if args.out:
+        np.savez(args.out, **curves, stamp=stamp)
+    if args.figure:
+        regime_figure(args, rows)
+    if args.markdown:
+        write_markdown(args, exp, geometry, curves, rows, stamp)
+
+
+def recorded(path: str) -> tuple[dict, dict]:
+    """(arrays, shared settings) of a study's npz; each β's ``levels_*`` and ``stamp_*`` filled in where the npz
+    predates them, from the command its stamp names (the command that wrote it)."""
+    with np.load(path) as z:
+        curves = {k: z[k] for k in z.files}
+    stamp = str(curves.pop("stamp"))
+    if "arguments" in curves:
+        settings = json.loads(str(curves.pop("arguments")))
+    else:
+        ran = parser().parse_args(shlex.split(stamp.split("`")[1])[2:])
+        settings = shared_settings(ran)
+        betas = [float(k.removeprefix("times_beta")) for k in curves if k.startswith("times_beta")]
+        for beta, pair in zip(ran.betas, levels_per_beta(ran.levels, len(ran.betas))):
+            if beta in betas:
+                curves.setdefault(f"levels_beta{beta:g}", np.array(pair))
+    for key in [k for k in curves if k.startswith("times_beta")]:
+        curves.setdefault(key.replace("times_", "stamp_"), np.array(stamp))
+    return curves, settings
+
+
+def render(args, command: str) -> int:
+    """``--render``: the page, figure and npz of the β in the given npz files together, nothing run; the npz
+    files must share their experiment, replicas and max_triangles and no β may be in two of them. The stamp names
+    this command and, per β, the run that computed it."""
+    curves, settings = {}, None
+    for path in args.render:
+        more, theirs = recorded(path)
+        if settings is not None and theirs != settings:
+            raise SystemExit(f"sphere_departure: {path} was run with {theirs}, the others with {settings}")
+        twice = [k for k in more if k.startswith("times_") and k in curves]
+        if twice:
+            raise SystemExit(f"sphere_departure: {path} repeats {', '.join(twice)}: each β from one run")
+        settings = theirs
+        curves.update(more)
+    vars(args).update(settings)
+    cfg, exp = sphere_experiment(args.config, args.experiment, "sphere_departure")
+    M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
+    betas = sorted(float(k.removeprefix("times_beta")) for k in curves if k.startswith("times_beta"))
+    intervals = {float(np.diff(curves[f"times_beta{b:g}"][:2])[0]) for b in betas}
+    if len(intervals) != 1:
+        raise SystemExit(f"sphere_departure: the npz files' snapshot intervals differ ({sorted(intervals)})")
+    args.tokens = sorted({int(k.split("_")[1].removeprefix("N")) for k in curves if k.startswith("particles_")})
+    rows = [beta_row(b, curves, end_phase_geometry(M, exp), args.tokens) for b in betas]
+    curves["arguments"] = np.array(json.dumps(settings))  # so the npz written renders again
+    closing = " Do not edit: regenerate."
+    stamp = harness.stamp(command, "sphere-departure").removesuffix(closing).rstrip(".")
+    stamp += f", from {_runs(curves, betas)}."
+    write_outputs(args, exp, end_phase_geometry(M, exp), curves, rows, stamp + closing)
+    return 0
+
+
+def _runs(curves: dict, betas: list[float]) -> str:
+    """Which run computed which β: each run's stamp (its command, commit, machine, time) after its β."""
+    runs: dict[str, list[str]] = {}
+    for b in betas:
+        run = str(curves[f"stamp_beta{b:g}"]).removeprefix("Generated by ").removesuffix(" Do not edit: regenerate.")
+        runs.setdefault(run.rstrip("."), []).append(f"{b:g}")
+    return "; ".join(f"β = {', '.join(bs)}: the run of {run}" for run, bs in runs.items())
 
 
 def regime(args, rows) -> tuple[np.ndarray, np.ndarray]:
@@ -336,7 +467,7 @@ def write_markdown(args, exp, geometry, curves, rows, stamp) -> None:
         + " | ".join(
             f"particles N = {n}: departure per replica | largest distance to the reference" for n in args.tokens
         )
-        + " | triangles at the last snapshot | field evaluations | seconds |",
+        + " | triangles at the last snapshot | field evaluations | seconds ('—': not recorded by its run) |",
         "|---" * (8 + 2 * len(args.tokens)) + "|",
     ]
     for r in rows:
@@ -344,7 +475,7 @@ def write_markdown(args, exp, geometry, curves, rows, stamp) -> None:
         cells.append(f"{r['error']:.2e} (to t = {r['resolved']:g})")
         for n in args.tokens:
             cells += [r[f"N{n}"], f"{r[f'N{n}_gap']:.3f}"]
-        cells += [str(r["triangles"]), str(r["nfev"]), f"{r['seconds']:.0f}"]
+        cells += [_count(r["triangles"]), _count(r["nfev"]), _count(r["seconds"])]
         lines.append("| " + " | ".join(cells) + " |")
     stands, shift = regime(args, rows)
     betas = [r["beta"] for r in rows]
@@ -398,6 +529,11 @@ def write_markdown(args, exp, geometry, curves, rows, stamp) -> None:
             lines.append(f"| {times[k]:g} | " + " | ".join(" / ".join(f"{v:.4f}" for v in val) for val in vals) + " |")
     with open(args.markdown, "w") as fh:
         fh.write("\n".join(lines) + "\n")
+
+
+def _count(value) -> str:
+    """A whole number of the table, '—' where the run did not record it."""
+    return f"{value:.0f}" if np.isfinite(value) else "—"
 
 
 def _relative(path: str, page: str) -> str:
