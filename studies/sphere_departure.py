@@ -13,7 +13,9 @@ they do in (log N, log β) beside the scaling at which softmax attention over N 
 (``lowtemp.plotting.regimes``).
 
 Writes a Markdown page (``--markdown``) and the curves (``--out``, npz) stamped with the command, commit, CPU and
-wall time. Method and its checks: docs/sphere_mean_field.md.
+wall time, the npz after every β. Every number of the page is rebuilt from the npz (``beta_row``), so ``--render``
+writes the page and picture of one or more npz files without running anything: the β of several runs on one page,
+each run named in its stamp. Method and its checks: docs/sphere_mean_field.md.
 """
 
 from __future__ import annotations
@@ -474,7 +476,7 @@ def write_markdown(args, exp, geometry, curves, rows, stamp) -> None:
         cells = [f"{r['beta']:g}", f"{r['horizon']:g}", r["levels"], f"{r['mesh']} / {r['mesh_coarse']}"]
         cells.append(f"{r['error']:.2e} (to t = {r['resolved']:g})")
         for n in args.tokens:
-            cells += [r[f"N{n}"], f"{r[f'N{n}_gap']:.3f}"]
+            cells += [r[f"N{n}"], "—" if np.isnan(r[f"N{n}_gap"]) else f"{r[f'N{n}_gap']:.3f}"]
         cells += [_count(r["triangles"]), _count(r["nfev"]), _count(r["seconds"])]
         lines.append("| " + " | ".join(cells) + " |")
     stands, shift = regime(args, rows)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from conftest import script_module
 
 study = script_module("studies/sphere_departure.py")
@@ -130,3 +131,39 @@ def test_the_departure_law_is_read_from_the_mean_fields_departure_ranges():
     assert "β = 100: unknown (one level departed, the other not)" in text and "**undecided**" in text
     two = "\n".join(study.departure_law_lines(law_rows((4.25, 6.5, np.nan))))
     assert "Fewer than three β with a known departure: no law." in two and "nan" not in two.split(":", 1)[1]
+
+
+def test_a_page_renders_again_from_its_npz_and_merges_the_beta_of_two_runs(tmp_path):
+    """Two short runs (β = 10 at N = 8, 16; β = 31.6 at N = 8): rendering the first's npz gives its page line for
+    line but the stamp; rendering both gives one page with both β, the N not run at 31.6 'not run' and not judged
+    ('-'), each β's run named in the stamp; an npz written before its settings were recorded renders from the
+    command its stamp names. The violations: a β in two files, or files run with other replicas, are refused."""
+    short = ["--horizons", "1.25", "--levels", "2", "3", "--replicas", "2"]
+    first, second = tmp_path / "a.npz", tmp_path / "b.npz"
+    study.main(
+        ["--betas", "10", "--tokens", "8", "16", *short, "--markdown", str(tmp_path / "a.md"), "--out", str(first)]
+    )
+    study.main(["--betas", "31.6", "--tokens", "8", *short, "--out", str(second)])
+    again = tmp_path / "again.md"
+    study.main(["--render", str(first), "--markdown", str(again)])
+    ran, rendered = (tmp_path / "a.md").read_text().splitlines(), again.read_text().splitlines()
+    assert ran[3:] == rendered[3:] and ran[2] != rendered[2]
+    assert "from β = 10: the run of `python studies/sphere_departure.py --betas 10" in rendered[2]
+    both = tmp_path / "both.md"
+    study.main(["--render", str(first), str(second), "--markdown", str(both)])
+    text = both.read_text()
+    assert "| 31.6 | 1.25 | 3 / 2 |" in text and "| not run | — |" in text
+    assert "| 31.6 | yes | - |" in text  # N = 16 not run at β = 31.6: not judged
+    assert "β = 10: the run of" in text and "β = 31.6: the run of" in text
+    with np.load(first) as z:  # as the study wrote it before it recorded its settings and levels
+        old = {k: z[k] for k in z.files if not k.startswith(("arguments", "levels_", "solve_"))}
+    np.savez(tmp_path / "old.npz", **old)
+    study.main(["--render", str(tmp_path / "old.npz"), "--markdown", str(tmp_path / "old.md")])
+    old_page = (tmp_path / "old.md").read_text().splitlines()
+    assert old_page[4:8] == rendered[4:8] and "| 10 | 1.25 | 3 / 2 |" in old_page[8]
+    assert old_page[8].endswith("| — | — | — |")  # the cost its npz did not record
+    with pytest.raises(SystemExit, match="repeats times_beta10"):
+        study.main(["--render", str(first), str(first)])
+    study.main(["--betas", "100", "--tokens", "8", *short[:-1], "3", "--out", str(tmp_path / "c.npz")])
+    with pytest.raises(SystemExit, match="was run with"):
+        study.main(["--render", str(first), str(tmp_path / "c.npz")])
