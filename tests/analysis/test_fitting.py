@@ -302,3 +302,16 @@ def test_the_change_over_the_last_tenth_reads_approaching_and_moving_away(span, 
     assert bool(fitting.moving_away(t, d)) == (change > 0.1 + 1e-12) or abs(change - 0.1) < 1e-9
     flat = np.stack([d, np.full(n, 2.0)])  # (…, time): a constant curve beside it neither approaches nor leaves
     assert not fitting.still_approaching(t, flat)[1] and not fitting.moving_away(t, flat)[1]
+
+
+def test_a_run_with_few_snapshots_still_compares_its_last_step():
+    """Three snapshots over [0, 10]: 90 % of the span falls on the last one, and comparing it with itself would
+    never read a change; the last step is compared instead, so a distance halving over it is still approaching
+    and one doubling is moving away, while one constant over it (the violation) is neither."""
+    t = np.array([0.0, 5.0, 10.0])
+    assert fitting.last_tenth_change(t, np.array([2.0, 1.0, 0.5])) == pytest.approx(-0.5)
+    assert fitting.still_approaching(t, np.array([2.0, 1.0, 0.5]))
+    assert fitting.moving_away(t, np.array([2.0, 1.0, 2.0]))
+    steady = np.array([2.0, 1.0, 1.0])
+    assert not fitting.still_approaching(t, steady) and not fitting.moving_away(t, steady)
+    assert fitting.last_tenth_change(np.array([3.0]), np.array([1.0])) == 0.0  # one snapshot: no change

@@ -264,11 +264,12 @@ STILL_APPROACHING_DROP = 0.1
 
 def last_tenth_change(t: np.ndarray, dist: np.ndarray) -> np.ndarray:
     """(…): the relative change of ``dist`` (…, time) over the last tenth of the span of ``t``, d(end) / d(t_0.9) − 1
-    with t_0.9 the first snapshot at or after 90 % of the span: negative where it fell, positive where it rose (inf
-    from an exact zero, NaN where it stays at zero)."""
+    with t_0.9 the first snapshot at or after 90 % of the span, or the last but one where that is the last (a run
+    with fewer than ten snapshots still compares its last step): negative where it fell, positive where it rose
+    (inf from an exact zero, NaN where it stays at zero)."""
     t = np.asarray(t, float)
     d = np.asarray(dist, float)
-    k = min(int(np.searchsorted(t, t[0] + 0.9 * (t[-1] - t[0]))), t.size - 1)
+    k = max(min(int(np.searchsorted(t, t[0] + 0.9 * (t[-1] - t[0]))), t.size - 2), 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return d[..., -1] / d[..., k] - 1.0
 
