@@ -750,8 +750,8 @@ def test_status_codes_and_words():
         (
             "offset plus β",
             departures.DepartureLaw.NEITHER,
-            "law in β: neither log β nor a power of β: log τ convex in log β, faster over these β than any c·β^p "
-            "(as is a + c·β^p, a > 0)",
+            "law in β: neither log β nor a power of β: log τ convex in log β, curving up more than any c·β^p "
+            "(as a + c·β^p, a > 0, does)",
         ),
         (
             "power, largest β censored",

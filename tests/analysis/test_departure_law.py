@@ -343,3 +343,16 @@ def test_fit_nc_names_every_law_code_with_its_words():
     for law in Law:
         assert f"{law.value} {law.words.replace('β', 'beta')}" in long_name, law
     assert "3 a power of beta" not in long_name  # the check can fail: a code that is not there
+
+
+def test_the_words_of_neither_do_not_say_departures_that_fall_grow():
+    """Departures 10, 3, 4 at β = 10, 100, 1000 fall with β, yet both curvatures are positive (log τ convex): the
+    law reads NEITHER, and its words must say only what the curvatures say (curving up), not that τ grows faster
+    than a power; the slope's bounds, both below 0, are what fail such data."""
+    beta, dep = np.array([10.0, 100.0, 1000.0]), np.array([[10.0], [3.0], [4.0]])
+    bounds = departures.departure_law_bounds(beta, dep, np.zeros((3, 1), bool), 40.0, 1e-6)
+    lin, log = ([float(v[0]) for v in bounds[k]] for k in ("linear", "log"))
+    assert departures.departure_law(lin, log) is Law.NEITHER
+    words = departures.neither_law_words(lin[0], log[0])
+    assert "curving up" in words and "faster" not in words
+    assert departures.departure_slope_bounds(beta, dep, np.zeros((3, 1), bool), 40.0, 1e-6)[1][0] < 0

@@ -180,7 +180,7 @@ def neither_law_words(lin_lo: float, log_lo: float) -> str:
     """How departure times that follow ``DepartureLaw.NEITHER`` grow, from the signs of the curvatures' intervals
     (``departure_law``: both exclude 0, so each lower bound's sign is the interval's)."""
     return {
-        (True, True): "log τ convex in log β, faster over these β than any c·β^p (as is a + c·β^p, a > 0)",
+        (True, True): "log τ convex in log β, curving up more than any c·β^p (as a + c·β^p, a > 0, does)",
         (True, False): "between log β and a power of β",
         (False, False): "slower than log β",
         (False, True): "τ concave but log τ convex in log β (contradictory)",
