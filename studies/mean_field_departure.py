@@ -99,9 +99,11 @@ def boundary_summary(betas, tokens, stands, dim: int, horizon=None) -> str:
     """The measured boundary per β (``regimes.measured_boundary``, over the β judged at every N) and its slope in
     (log N, log β) beside the selectivity scaling's 2/(d−1). Where the reference is still metastable at the horizon
     (``horizon`` (beta,) finite, as in ``regime_table``) the particles that stand for it only stayed with it, so the
-    boundary there is a lower bound, left out of the slope."""
+    boundary there is a lower bound, left out of the slope. A β not judged at every N (not run there, or not
+    judged) is named after them: beyond the largest N judged where none of those stands, else not placed."""
     stands = np.asarray(stands, dtype=float)
     judged = ~np.any(np.isnan(stands), axis=1)
+    partial = [_partial_boundary(b, tokens, row) for b, row in zip(np.asarray(betas, float)[~judged], stands[~judged])]
     horizon = np.full(len(betas), np.nan) if horizon is None else np.asarray(horizon, dtype=float)
     betas, horizon = np.asarray(betas, dtype=float)[judged], horizon[judged]
     boundary = regimes.measured_boundary(tokens, stands[judged] == 1)
@@ -119,7 +121,7 @@ def boundary_summary(betas, tokens, stands, dim: int, horizon=None) -> str:
             else f"N ≈ {n:.0f} or more (the reference is still metastable at t = {h:g})"
         )
         for b, n, h in zip(betas, boundary, horizon)
-    ]
+    ] + partial
     boundary = np.where(np.isfinite(horizon) & np.isfinite(boundary), np.inf, boundary)  # a lower bound: no point
     slope = regimes.boundary_slope(betas, boundary)
     between = boundary[np.isfinite(boundary)]
@@ -130,9 +132,18 @@ def boundary_summary(betas, tokens, stands, dim: int, horizon=None) -> str:
     else:
         measured = f"{slope:.2f}"
     return (
-        f"Measured boundary: {'; '.join(where)}. Slope of log β against log N along it: {measured}; "
-        f"the selectivity scaling's: {2 / (dim - 1):g}."
+        f"Measured boundary: {'; '.join(where) or 'none (no β judged)'}. Slope of log β against log N along it: "
+        f"{measured}; the selectivity scaling's: {2 / (dim - 1):g}."
     )
+
+
+def _partial_boundary(beta: float, tokens, row) -> str:
+    """Where the boundary lies at a β not judged at every N (``row`` (tokens,) NaN there): beyond the largest N
+    judged where none of the judged N stands for the mean field (a lower bound), else not placed."""
+    seen = np.flatnonzero(~np.isnan(row))
+    if seen.size and not np.any(row[seen] == 1):
+        return f"β = {beta:g}: beyond N = {tokens[seen[-1]]} (not judged at larger N)"
+    return f"β = {beta:g}: not placed (not judged at every N)"
 
 
 def main(argv=None) -> int:

@@ -234,8 +234,8 @@ def main(argv=None) -> int:
     M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
     params = dict(exp["initial_measure"])
     name = params.pop("name")
-    if len(set(args.betas)) != len(args.betas):
-        raise SystemExit(f"sphere_departure: --betas must not repeat a value, got {args.betas}")
+    if len({f"{b:g}" for b in args.betas}) != len(args.betas):  # the npz names a β by its 6 significant digits
+        raise SystemExit(f"sphere_departure: --betas must differ in their first 6 digits, got {args.betas}")
     horizons = args.horizons or [experiment.time_grid(exp).horizon]
     if len(horizons) not in (1, len(args.betas)):
         raise SystemExit("sphere_departure: --horizons takes one value, or one per beta")
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
     rng = generator(cfg["root_seed"], args.experiment, "initial_tokens")
     X0 = measures.sample_initial_tokens(name, rng, args.replicas, max(args.tokens), 3, **params)
     geometry = end_phase_geometry(M, exp)
-    curves, rows = {"arguments": np.array(json.dumps(shared_settings(args)))}, []
+    curves, rows = {"arguments": np.array(json.dumps(shared_settings(args, cfg)))}, []
     for beta, horizon, (lo, hi) in zip(args.betas, horizons, levels):
         grid = horizon_grid(exp, horizon)
         tag = f"beta{beta:g}"
@@ -284,10 +284,15 @@ def levels_per_beta(levels: list[int], n_betas: int) -> list[tuple[int, int]]:
     return pairs * n_betas if len(pairs) == 1 else pairs
 
 
-def shared_settings(args) -> dict:
-    """The settings every β of one page must share (``render`` refuses npz files that differ in them)."""
-    return {"config": args.config, "experiment": args.experiment, "replicas": args.replicas,
-            "max_triangles": args.max_triangles}  # fmt: skip
+def shared_settings(args, cfg: dict | None = None) -> dict:
+    """The settings every β of one page must share (``render`` refuses npz files that differ in them): with the
+    run's config ``cfg``, the experiment as it ran (its block, schema defaults filled in, and the root seed), so a
+    page renders the matrices, dt and tolerance its curves were computed with whatever the config file says now."""
+    ran = {"config": args.config, "experiment": args.experiment, "replicas": args.replicas,
+           "max_triangles": args.max_triangles}  # fmt: skip
+    if cfg is not None:
+        ran.update(block=cfg["experiments"][args.experiment], root_seed=cfg["root_seed"])
+    return ran
 
 
 def end_phase_geometry(M, exp: dict) -> tuple[float, float]:
@@ -351,39 +356,57 @@ def beta_row(beta: float, curves: dict, geometry: tuple[float, float], tokens: l
 
 
 def write_outputs(args, exp, geometry, curves, rows, stamp) -> None:
-    """The npz (``--out``), the picture (``--figure``) and the page (``--markdown``), whichever were asked for."""
+    """The npz (``--out``), the picture (``--figure``) and the page (``--markdown``), whichever were asked for; the
+    page links the picture only where one was drawn (an older one at that path is removed, not left to be read as
+    this one)."""
     if args.out:
         np.savez(args.out, **curves, stamp=stamp)
-    if args.figure:
-        regime_figure(args, rows)
+    drawn = bool(args.figure) and regime_figure(args, rows)
+    if args.figure and not drawn and os.path.exists(args.figure):
+        os.remove(args.figure)
     if args.markdown:
-        write_markdown(args, exp, geometry, curves, rows, stamp)
+        write_markdown(args, exp, geometry, curves, rows, stamp, drawn)
 
 
 def recorded(path: str) -> tuple[dict, dict]:
     """(arrays, shared settings) of a study's npz; each β's ``levels_*`` and ``stamp_*`` filled in where the npz
-    predates them, from the command its stamp names (the command that wrote it)."""
-    with np.load(path) as z:
-        curves = {k: z[k] for k in z.files}
-    stamp = str(curves.pop("stamp"))
-    if "arguments" in curves:
-        settings = json.loads(str(curves.pop("arguments")))
-    else:
+    predates them, from the command its stamp names (the command that wrote it). SystemExit naming the file where
+    it is not a study's npz."""
+    try:
+        with np.load(path) as z:
+            curves = {k: z[k] for k in z.files}
+        stamp = str(curves.pop("stamp"))
+        if "arguments" in curves:
+            return _stamped(curves, stamp), json.loads(str(curves.pop("arguments")))
         ran = parser().parse_args(shlex.split(stamp.split("`")[1])[2:])
-        settings = shared_settings(ran)
-        betas = [float(k.removeprefix("times_beta")) for k in curves if k.startswith("times_beta")]
         for beta, pair in zip(ran.betas, levels_per_beta(ran.levels, len(ran.betas))):
-            if beta in betas:
+            if f"times_beta{beta:g}" in curves:
                 curves.setdefault(f"levels_beta{beta:g}", np.array(pair))
+        missing = [k for k in curves if k.startswith("times_") and k.replace("times_", "levels_") not in curves]
+        if missing:
+            raise ValueError(f"its stamp's command has no levels for {', '.join(missing)}")
+    except (OSError, KeyError, IndexError, ValueError, SystemExit) as err:
+        raise SystemExit(f"sphere_departure: {path} is not a study npz this can render ({err})") from None
+    cfg, _ = sphere_experiment(ran.config, ran.experiment, "sphere_departure")  # the config as it is now
+    return _stamped(curves, stamp), json.loads(json.dumps(shared_settings(ran, cfg)))
+
+
+def _stamped(curves: dict, stamp: str) -> dict:
+    """``curves`` with every β that has no run of its own recorded (``stamp_*``) given the file's ``stamp``."""
     for key in [k for k in curves if k.startswith("times_beta")]:
         curves.setdefault(key.replace("times_", "stamp_"), np.array(stamp))
-    return curves, settings
+    return curves
 
 
 def render(args, command: str) -> int:
     """``--render``: the page, figure and npz of the β in the given npz files together, nothing run; the npz
-    files must share their experiment, replicas and max_triangles and no β may be in two of them. The stamp names
-    this command and, per β, the run that computed it."""
+    files must share their settings (``shared_settings``: the experiment as it was run, replicas, max_triangles)
+    and snapshot interval, and no β may be in two of them. The stamp names this command and, per β, the run that
+    computed it. An npz that predates its recorded experiment is read with the config file as it is now
+    (``recorded``)."""
+    given = [o for o in RUN_OPTIONS if getattr(args, o) != parser().get_default(o)]
+    if given:
+        raise SystemExit(f"sphere_departure: --render runs nothing and takes no {', '.join(given)}")
     curves, settings = {}, None
     for path in args.render:
         more, theirs = recorded(path)
@@ -395,12 +418,12 @@ def render(args, command: str) -> int:
         settings = theirs
         curves.update(more)
     vars(args).update(settings)
-    cfg, exp = sphere_experiment(args.config, args.experiment, "sphere_departure")
-    M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
+    exp = settings["block"]
+    M = experiment.build_matrices(args.experiment, exp, settings["root_seed"])
     betas = sorted(float(k.removeprefix("times_beta")) for k in curves if k.startswith("times_beta"))
-    intervals = {float(np.diff(curves[f"times_beta{b:g}"][:2])[0]) for b in betas}
-    if len(intervals) != 1:
-        raise SystemExit(f"sphere_departure: the npz files' snapshot intervals differ ({sorted(intervals)})")
+    intervals = [float(np.diff(curves[f"times_beta{b:g}"][:2])[0]) for b in betas]
+    if not np.allclose(intervals, intervals[0], rtol=1e-9, atol=0.0):  # one linspace's rounding apart is one
+        raise SystemExit(f"sphere_departure: the npz files' snapshot intervals differ ({sorted(set(intervals))})")
     args.tokens = sorted({int(k.split("_")[1].removeprefix("N")) for k in curves if k.startswith("particles_")})
     rows = [beta_row(b, curves, end_phase_geometry(M, exp), args.tokens) for b in betas]
     curves["arguments"] = np.array(json.dumps(settings))  # so the npz written renders again
@@ -411,11 +434,15 @@ def render(args, command: str) -> int:
     return 0
 
 
+#: the options of a run, which ``--render`` does not take
+RUN_OPTIONS = ("config", "experiment", "betas", "levels", "horizons", "tokens", "replicas", "max_triangles")
+
+
 def _runs(curves: dict, betas: list[float]) -> str:
     """Which run computed which β: each run's stamp (its command, commit, machine, time) after its β."""
     runs: dict[str, list[str]] = {}
     for b in betas:
-        run = str(curves[f"stamp_beta{b:g}"]).removeprefix("Generated by ").removesuffix(" Do not edit: regenerate.")
+        run = str(curves[f"stamp_beta{b:g}"]).removeprefix("Generated by ").replace(" Do not edit: regenerate.", "")
         runs.setdefault(run.rstrip("."), []).append(f"{b:g}")
     return "; ".join(f"β = {', '.join(bs)}: the run of {run}" for run, bs in runs.items())
 
@@ -427,13 +454,13 @@ def regime(args, rows) -> tuple[np.ndarray, np.ndarray]:
     return stands_for(shift, rows[0]["interval"]), shift
 
 
-def regime_figure(args, rows) -> None:
+def regime_figure(args, rows) -> bool:
     """The (log N, log β) picture of the β finished so far, each point labelled with the particles' largest
-    difference from the reference in the distance to E1(A)."""
+    difference from the reference in the distance to E1(A); whether one was drawn (only β judged at every N are)."""
     stands, _ = regime(args, rows)
     if np.all(np.any(np.isnan(stands), axis=1)):
         log("  no β judged at every N yet: no picture")  # the picture draws only those (regimes)
-        return
+        return False
     gaps = np.array([[r[f"N{n}_gap"] for n in args.tokens] for r in rows])
     fig = regimes.plot_particle_regime(
         [r["beta"] for r in rows], args.tokens, stands, gaps, 3,
@@ -441,9 +468,10 @@ def regime_figure(args, rows) -> None:
         horizon=[r["still"] for r in rows],
     )  # fmt: skip
     fig.savefig(args.figure, dpi=130)
+    return True
 
 
-def write_markdown(args, exp, geometry, curves, rows, stamp) -> None:
+def write_markdown(args, exp, geometry, curves, rows, stamp, figure: bool = False) -> None:
     """The page: one row per β (departures, the reference's error, the particles' distance to it, cost), where the
     mean field ends (``geometry``: the gap between the eigenspaces and Conjecture 1's tolerance), then per β the
     distance to E1(A) at every 4th snapshot."""
@@ -504,13 +532,13 @@ def write_markdown(args, exp, geometry, curves, rows, stamp) -> None:
         "the reference, compared on the snapshots the reference resolves ('no (off by Δt = inf)' where one "
         "departed and the other did not, a departure after the horizon counting as none; '-': not judged, where "
         "the reference stopped early (max_triangles) still metastable and the particles were too, or before it had "
-        "arrived at the metastable phase).",
+        "arrived at the metastable phase, or not run at that N; the picture draws the β judged at every N).",
         "",
         regime_table(betas, args.tokens, stands, shift, [r["still"] for r in rows]),
         "",
         boundary_summary(betas, args.tokens, stands, 3, [r["still"] for r in rows]),
     ]
-    if args.figure:
+    if figure:
         lines += ["", f"![where particles stand for the mean field in d = 3]({_relative(args.figure, args.markdown)})"]
     for r in rows:
         tag = f"beta{r['beta']:g}"

@@ -170,8 +170,22 @@ def test_the_boundary_slope_and_summary():
     stands = np.array([[1, 1, 1, 1], [0, 1, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0], [np.nan] * 4])
     text = study.boundary_summary([10.0, 31.6, 100.0, 316.0, 1000.0], list(TOKENS), stands, 2)
     assert text.startswith("Measured boundary: β = 10: below N = 64; β = 31.6: N ≈ 128; β = 100: N ≈ 2048; ")
-    assert "β = 316: beyond N = 4096." in text and "1000" not in text
+    assert "β = 316: beyond N = 4096; β = 1000: not placed (not judged at every N)." in text
     assert f"along it: {np.log(100 / 31.6) / np.log(16):.2f}; the selectivity scaling's: 2." in text
+
+
+def test_a_beta_not_run_at_the_larger_n_is_a_lower_bound_only_where_none_of_its_n_stands():
+    """β = 316 run at N = 64, 256 only: neither stands, so the boundary lies beyond 256 (a lower bound, out of the
+    slope); β = 1000 run there too with N = 256 standing (the violation of 'beyond') is not placed: whether the
+    larger N stand is not known. No β judged at all reads so, not an empty list."""
+    stands = np.array([[0, 1, 1, 1], [0, 0, 0, 1], [0, 0, np.nan, np.nan], [0, 1, np.nan, np.nan]], dtype=float)
+    text = study.boundary_summary([10.0, 100.0, 316.0, 1000.0], list(TOKENS), stands, 2)
+    assert "β = 316: beyond N = 256 (not judged at larger N); β = 1000: not placed (not judged at every N)." in text
+    assert f"along it: {np.log(10) / np.log(16):.2f};" in text  # 10 and 100 only
+    assert study.boundary_summary([10.0], list(TOKENS), np.full((1, 4), np.nan), 2).startswith(
+        "Measured boundary: β = 10: not placed"
+    )
+    assert study.boundary_summary([], list(TOKENS), np.zeros((0, 4)), 2).startswith("Measured boundary: none")
 
 
 def test_a_boundary_between_the_same_two_n_at_every_beta_is_not_resolved():

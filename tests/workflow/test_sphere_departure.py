@@ -164,6 +164,30 @@ def test_a_page_renders_again_from_its_npz_and_merges_the_beta_of_two_runs(tmp_p
     assert old_page[8].endswith("| — | — | — |")  # the cost its npz did not record
     with pytest.raises(SystemExit, match="repeats times_beta10"):
         study.main(["--render", str(first), str(first)])
+    with pytest.raises(SystemExit, match="takes no tokens"):  # a run's option would be ignored: refused
+        study.main(["--render", str(first), "--tokens", "8"])
+    with pytest.raises(SystemExit, match="a.md is not a study npz"):
+        study.main(["--render", str(tmp_path / "a.md")])
+    with pytest.raises(SystemExit, match="must differ in their first 6 digits"):  # both would be beta31.6228
+        study.main(["--betas", "31.62277", "31.62278"])
+    with np.load(second) as z:
+        b = {k: z[k] for k in z.files}
+    b["times_beta31.6"] = b["times_beta31.6"] * (1 + 4e-16)  # one linspace's rounding: the same interval
+    np.savez(tmp_path / "ulp.npz", **b)
+    study.main(["--render", str(first), str(tmp_path / "ulp.npz"), "--markdown", str(tmp_path / "ulp.md")])
+    b["times_beta31.6"] = b["times_beta31.6"] * 2.0
+    np.savez(tmp_path / "twice.npz", **b)
+    with pytest.raises(SystemExit, match="snapshot intervals differ"):
+        study.main(["--render", str(first), str(tmp_path / "twice.npz")])
+    # no β judged at every N (β = 10 lacks N = 32, β = 31.6 N = 16): no picture, no link, an older one removed
+    b["times_beta31.6"] = b["times_beta31.6"] / 2.0
+    b["particles_N32_beta31.6"], b["shift_N32_beta31.6"] = b.pop("particles_N8_beta31.6"), b.pop("shift_N8_beta31.6")
+    np.savez(tmp_path / "n32.npz", **b)
+    stale = tmp_path / "stale.png"
+    stale.write_bytes(b"an older picture")
+    study.main(["--render", str(first), str(tmp_path / "n32.npz"), "--markdown", str(both), "--figure", str(stale)])
+    assert not stale.exists() and "](stale.png)" not in both.read_text()
+    assert "β = 10: not placed (not judged at every N); β = 31.6: not placed" in both.read_text()
     study.main(["--betas", "100", "--tokens", "8", *short[:-1], "3", "--out", str(tmp_path / "c.npz")])
     with pytest.raises(SystemExit, match="was run with"):
         study.main(["--render", str(first), str(tmp_path / "c.npz")])
