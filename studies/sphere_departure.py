@@ -370,14 +370,16 @@ def write_outputs(args, exp, geometry, curves, rows, stamp) -> None:
 
 def recorded(path: str) -> tuple[dict, dict]:
     """(arrays, shared settings) of a study's npz; each β's ``levels_*`` and ``stamp_*`` filled in where the npz
-    predates them, from the command its stamp names (the command that wrote it). SystemExit naming the file where
-    it is not a study's npz."""
+    predates them, from the command its stamp names (the command that wrote it), and the experiment's block from
+    the config file as it is now where the npz did not record it. SystemExit naming the file where it is not a
+    study's npz."""
     try:
         with np.load(path) as z:
             curves = {k: z[k] for k in z.files}
         stamp = str(curves.pop("stamp"))
-        if "arguments" in curves:
-            return _stamped(curves, stamp), json.loads(str(curves.pop("arguments")))
+        settings = json.loads(str(curves.pop("arguments", "{}")))
+        if "block" in settings:
+            return _stamped(curves, stamp), settings
         ran = parser().parse_args(shlex.split(stamp.split("`")[1])[2:])
         for beta, pair in zip(ran.betas, levels_per_beta(ran.levels, len(ran.betas))):
             if f"times_beta{beta:g}" in curves:

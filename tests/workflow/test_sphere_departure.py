@@ -3,6 +3,7 @@ a short real run that writes it."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -161,6 +162,12 @@ def test_a_page_renders_again_from_its_npz_and_merges_the_beta_of_two_runs(tmp_p
     study.main(["--render", str(tmp_path / "old.npz"), "--markdown", str(tmp_path / "old.md")])
     old_page = (tmp_path / "old.md").read_text().splitlines()
     assert old_page[4:8] == rendered[4:8] and "| 10 | 1.25 | 3 / 2 |" in old_page[8]
+    settings = {
+        k: v for k, v in json.loads(str(np.load(first)["arguments"])).items() if k not in ("block", "root_seed")
+    }
+    np.savez(tmp_path / "unblocked.npz", **{**np.load(first), "arguments": np.array(json.dumps(settings))})
+    study.main(["--render", str(tmp_path / "unblocked.npz"), "--markdown", str(tmp_path / "unblocked.md")])
+    assert (tmp_path / "unblocked.md").read_text().splitlines()[3:] == rendered[3:]  # the block from the config
     assert old_page[8].endswith("| — | — | — |")  # the cost its npz did not record
     with pytest.raises(SystemExit, match="repeats times_beta10"):
         study.main(["--render", str(first), str(first)])
