@@ -96,9 +96,10 @@ def describe_end_phase(times, dist_A, dist_V, gap, tolerance) -> str:
     """Where the mean field ends, on the snapshots its solve reached: its distance to V's leading eigenspace at the
     last of them, and whether it lies within ``tolerance`` of it (Conjecture 1, the pipeline's
     ``claims.end_phase_tolerance``), is still approaching it (``fitting.still_approaching``: it fell by more than a
-    tenth over the run's last tenth), moving away from it (``fitting.moving_away``: it rose by as much), or has
-    settled off it. 'not departed' where it is still metastable at its last snapshot; a departure within the run's
-    last tenth is too late to read; prefixed 'no metastable phase' where it never arrived at E1(A)."""
+    tenth over the run's last tenth), moving away from it (``fitting.moving_away``: it rose by as much), or is off
+    it and changed by less than a tenth over the run's last tenth (the change printed: whether it has settled there
+    a longer horizon would say). 'not departed' where it is still metastable at its last snapshot; a departure
+    within the run's last tenth is too late to read; prefixed 'no metastable phase' where it never arrived at E1(A)."""
     reached = int(np.sum(np.isfinite(dist_A)))
     if reached == 0:
         return "not reached"
@@ -118,7 +119,7 @@ def describe_end_phase(times, dist_A, dist_V, gap, tolerance) -> str:
     elif bool(fitting.moving_away(t, dV)):
         how = "moving away from it"
     else:
-        how = "settled off it"
+        how = f"off it, {float(fitting.last_tenth_change(t, dV)):+.1%} over the run's last tenth"
     return f"{prefix}{final:.4g} ({how})"
 
 
@@ -519,8 +520,10 @@ def write_markdown(args, exp, geometry, curves, rows, stamp, figure: bool = Fals
         f"part). Per β the mean field's distance to it at the last snapshot its solve reached, 'on it' within "
         f"{tolerance:g} (`claims.end_phase_tolerance`, the pipeline's `conjecture_1`), 'still approaching' where "
         "it fell by more than a tenth over the run's last tenth (a longer horizon would say where it settles), "
-        "'moving away from it' where it rose by as much, 'settled off it' otherwise; 'not departed' where it is "
-        "still metastable at its last snapshot, 'too late to read' where it departed within the run's last tenth:",
+        "'moving away from it' where it rose by as much, 'off it' otherwise, with its change over the run's last "
+        "tenth (less than a tenth either way: whether it has settled there a longer horizon would say); 'not "
+        "departed' where it is still metastable at its last snapshot, 'too late to read' where it departed within "
+        "the run's last tenth:",
         "",
         "| β | last snapshot | fine level | coarse level |",
         "|---|---|---|---|",

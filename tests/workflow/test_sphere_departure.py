@@ -76,9 +76,10 @@ def test_a_short_run_writes_the_regime_and_its_picture(tmp_path):
 def test_the_end_phase_is_on_v_still_approaching_settled_elsewhere_or_not_departed():
     """Curves on the study's grid (gap 0.5 between the eigenspaces, Conjecture 1's tolerance 0.1): a mean field that
     departs at t = 4 and reaches V's eigenspace is 'on it'; one whose distance still falls over the run's last tenth
-    is 'still approaching', one rising there 'moving away from it'; one that stops off it is 'settled off it' (the
-    violation the page must show); one still on E1(A) at the horizon is 'not departed', one that departs within the
-    last tenth too late to read, one that never arrived at E1(A) says so; NaN after a stopped solve is not read."""
+    is 'still approaching', one rising there 'moving away from it'; one that stops off it is 'off it' with its
+    change (the violation the page must show); one still on E1(A) at the horizon is 'not departed', one that
+    departs within the last tenth too late to read, one that never arrived at E1(A) says so; NaN after a stopped
+    solve is not read."""
     t = np.linspace(0.0, 20.0, 81)
     to_a = np.where(t < 2.0, 1.0, np.where(t < 4.0, 0.05, 0.5))  # arrives at 2, departs at 4
     on_v = np.maximum(1.0 - 0.2 * t, 0.02)
@@ -88,16 +89,18 @@ def test_the_end_phase_is_on_v_still_approaching_settled_elsewhere_or_not_depart
     assert describe(t, to_a, on_v, 0.5, 0.1) == "0.02 (on it)"
     assert describe(t, to_a, falling, 0.5, 0.1) == "0.09 (on it)"  # within the tolerance at the horizon
     assert describe(t, to_a, falling + 0.05, 0.5, 0.1) == "0.14 (still approaching)"
-    assert describe(t, to_a, elsewhere, 0.5, 0.1) == "0.25 (settled off it)"
+    assert describe(t, to_a, elsewhere, 0.5, 0.1) == "0.25 (off it, +0.0% over the run's last tenth)"
     assert (
         describe(t, to_a, np.where(t < 18.0, 0.25, 0.25 + 0.5 * (t - 18.0)), 0.5, 0.1) == "1.25 (moving away from it)"
     )
     assert describe(t, np.where(t < 2.0, 1.0, 0.05), on_v, 0.5, 0.1) == "not departed"
     late = np.where(t < 2.0, 1.0, np.where(t < 19.5, 0.05, 0.5))
     assert describe(t, late, elsewhere, 0.5, 0.1) == "0.25 (departed in the run's last tenth: too late to read)"
+    slow = np.where(t < 8.0, 1.0 - 0.1 * t, 0.25 - 0.002 * (t - 8.0))  # 0.229 to 0.225 over the last tenth
+    assert describe(t, to_a, slow, 0.5, 0.1) == "0.226 (off it, -1.7% over the run's last tenth)"
     assert describe(t, np.full(t.size, 0.5), on_v, 0.5, 0.1) == "no metastable phase; 0.02 (on it)"
     stopped = np.where(t <= 10.0, to_a, np.nan)
-    assert describe(t, stopped, np.where(t <= 10.0, elsewhere, np.nan), 0.5, 0.1) == "0.25 (settled off it)"
+    assert describe(t, stopped, np.where(t <= 10.0, elsewhere, np.nan), 0.5, 0.1).startswith("0.25 (off it, +0.0%")
     assert describe(t, np.full(t.size, np.nan), on_v, 0.5, 0.1) == "not reached"
 
 
