@@ -138,19 +138,8 @@ def departure_law_lines(rows) -> list[str]:
             "",
             f"The mean field's departure per β: {ranges or 'none'}. Fewer than three β with a known departure: no law.",
         ]
-    beta = np.array([r["beta"] for r in rows])
-    departure = np.array([[r["departure"]] for r in rows])
-    censored = np.array([[r["censored"]] for r in rows])
-    # a β still metastable at its last resolved snapshot departs after it, unless its coarse twin departed (an
-    # infinite shift): then its departure is not known at all
-    horizon = np.array([[r["resolved"] - r["shift"]] for r in rows])
-    args = (beta, departure, censored, horizon, rows[0]["interval"], np.array([r["shift"] for r in rows]))
-    slope = [float(v[0]) for v in departures.departure_slope_bounds(*args)]
-    bounds = {k: [float(v[0]) for v in b] for k, b in departures.departure_law_bounds(*args).items()}
-    law = departures.departure_law(bounds["linear"], bounds["log"])
-    words = law.words
-    if law is departures.DepartureLaw.NEITHER:
-        words += ": " + departures.neither_law_words(bounds["linear"][0], bounds["log"][0])
+    slope, bounds, words = _law(rows, "", with_shift=True)
+    alone = [f"{level} level **{_law(rows, suffix, with_shift=False)[2]}**" for level, suffix in LEVELS]
     interval = "[{:.3g}, {:.3g}]".format
     return [
         "## Which law in β the departure follows",
@@ -162,8 +151,33 @@ def departure_law_lines(rows) -> list[str]:
         f"{interval(*slope)} (`metastable_log_beta` asks that it be positive), the quadratic coefficient in log β "
         f"of τ in {interval(*bounds['linear'])} (0 for τ = a + s·log β), that of log τ in "
         f"{interval(*bounds['log'])} (0 for τ = c·β^p), the exponent of β in {interval(*bounds['power'])}. "
-        f"Law in β (three β or more with a known departure): **{words}**.",
+        f"Law in β (three β or more with a known departure): **{words}**. Each level alone, its departures known "
+        f"to their snapshot interval (no shift; what the law would read were that level exact): {', '.join(alone)}.",
     ]
+
+
+#: the page's two mesh levels and the suffix of their departures in a row
+LEVELS = (("fine", ""), ("coarse", "_coarse"))
+
+
+def _law(rows, suffix: str, with_shift: bool) -> tuple[list[float], dict, str]:
+    """(slope bounds, curvature and exponent bounds, the law's words) over one level's departures (``suffix``:
+    '' the fine level, '_coarse' the coarse one), each widened by the coarse level's shift where ``with_shift``."""
+    beta = np.array([r["beta"] for r in rows])
+    departure = np.array([[r["departure" + suffix]] for r in rows])
+    censored = np.array([[r["censored" + suffix]] for r in rows])
+    slack = np.array([r["shift"] for r in rows]) if with_shift else np.zeros(len(rows))
+    # a β still metastable at its last resolved snapshot departs after it, unless its coarse twin departed (an
+    # infinite shift): then its departure is not known at all
+    horizon = np.array([[r["resolved" + suffix] - s] for r, s in zip(rows, slack)])
+    args = (beta, departure, censored, horizon, rows[0]["interval"], slack)
+    slope = [float(v[0]) for v in departures.departure_slope_bounds(*args)]
+    bounds = {k: [float(v[0]) for v in b] for k, b in departures.departure_law_bounds(*args).items()}
+    law = departures.departure_law(bounds["linear"], bounds["log"])
+    words = law.words
+    if law is departures.DepartureLaw.NEITHER:
+        words += ": " + departures.neither_law_words(bounds["linear"][0], bounds["log"][0])
+    return slope, bounds, words
 
 
 def _departure_range(row) -> str:
@@ -340,6 +354,9 @@ def beta_row(beta: float, curves: dict, geometry: tuple[float, float], tokens: l
         "end_time": until,
         "departure": float(reference[0][0]),
         "censored": bool(reference[1][0]),
+        "departure_coarse": float(twin[0][0]),
+        "censored_coarse": bool(twin[1][0]),
+        "resolved_coarse": float(times[np.isfinite(coarse)][-1]),
         "shift": float(fitting.departure_shift(*reference, *twin)[0]),
         "error": float(np.nanmax(np.abs(fine - coarse))),
         "resolved": until,

@@ -107,9 +107,11 @@ def test_the_end_phase_is_on_v_still_approaching_settled_elsewhere_or_not_depart
 def law_rows(departures, interval=0.25, shifts=(0.0, 0.25, 0.25), censored=(False, False, False), resolved=30.0):
     """One row per β = 10, 31.6, 100 as the study keeps them for the law."""
     return [
-        {"beta": b, "departure": d, "censored": c, "resolved": resolved, "interval": interval, "shift": s}
+        {"beta": b, "departure": d, "censored": c, "resolved": resolved, "interval": interval, "shift": s,
+         "departure_coarse": d + s if np.isfinite(s) else np.nan, "censored_coarse": c and np.isfinite(s),
+         "resolved_coarse": resolved}
         for b, d, s, c in zip((10.0, 31.6, 100.0), departures, shifts, censored)
-    ]
+    ]  # fmt: skip
 
 
 def test_the_departure_law_is_read_from_the_mean_fields_departure_ranges():
@@ -201,3 +203,24 @@ def test_a_page_renders_again_from_its_npz_and_merges_the_beta_of_two_runs(tmp_p
     study.main(["--betas", "100", "--tokens", "8", *short[:-1], "3", "--out", str(tmp_path / "c.npz")])
     with pytest.raises(SystemExit, match="was run with"):
         study.main(["--render", str(first), str(tmp_path / "c.npz")])
+
+
+def test_each_level_alone_reads_its_own_law_where_the_shift_lets_a_power_in():
+    """The page's four β as measured: fine departures 4.25, 6.5, 13.5, 29.25, coarse 4.25, 6.25, 13.75, 35.25. The
+    coarse shift of 6 at β = 316 stretches its range down to 23, where log τ's curvature reaches −0.0017: the law
+    over the ranges reads a power of β. Each level alone, known to its snapshot, has log τ convex (curvature
+    [0.0527, 0.0767] fine, [0.0921, 0.116] coarse, by brute force over the corners): neither, which the page must
+    show beside it; were the shift applied to the fine level alone (the violation), it would read a power again."""
+    fine, coarse = (4.25, 6.5, 13.5, 29.25), (4.25, 6.25, 13.75, 35.25)
+    rows = [
+        {"beta": b, "departure": f, "censored": False, "resolved": 40.0, "interval": 0.25, "shift": abs(f - c),
+         "departure_coarse": c, "censored_coarse": False, "resolved_coarse": 40.0}
+        for b, f, c in zip((10.0, 31.6, 100.0, 316.0), fine, coarse)
+    ]  # fmt: skip
+    text = "\n".join(study.departure_law_lines(rows))
+    assert "β = 316: (23, 35.25]" in text and "**a power of β**. Each level alone" in text
+    assert "fine level **neither log β nor a power of β: log τ convex" in text
+    assert "coarse level **neither log β nor a power of β: log τ convex" in text
+    assert study._law(rows, "", with_shift=False)[1]["log"] == pytest.approx([0.0527, 0.0767], abs=1e-4)
+    assert study._law(rows, "_coarse", with_shift=False)[1]["log"] == pytest.approx([0.0921, 0.1161], abs=1e-4)
+    assert study._law(rows, "", with_shift=True)[2] == "a power of β"  # the shift applied to the fine level alone
