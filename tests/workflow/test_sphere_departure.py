@@ -149,7 +149,7 @@ def test_a_page_renders_again_from_its_npz_and_merges_the_beta_of_two_runs(tmp_p
     study.main(
         ["--betas", "10", "--tokens", "8", "16", *short, "--markdown", str(tmp_path / "a.md"), "--out", str(first)]
     )
-    study.main(["--betas", "31.6", "--tokens", "8", *short, "--out", str(second)])
+    study.main(["--betas", "31.6", "--tokens", "8", *short, "--out", str(second), "--figure", str(tmp_path / "b.png")])
     again = tmp_path / "again.md"
     study.main(["--render", str(first), "--markdown", str(again)])
     ran, rendered = (tmp_path / "a.md").read_text().splitlines(), again.read_text().splitlines()
@@ -161,6 +161,7 @@ def test_a_page_renders_again_from_its_npz_and_merges_the_beta_of_two_runs(tmp_p
     assert "| 31.6 | 1.25 | 3 / 2 |" in text and "| not run | — |" in text
     assert "| 31.6 | yes | - |" in text  # N = 16 not run at β = 31.6: not judged
     assert "β = 10: the run of" in text and "β = 31.6: the run of" in text
+    assert "b.png" not in text.splitlines()[2]  # a run's output path is no part of the command a stamp names
     with np.load(first) as z:  # as the study wrote it before it recorded its settings and levels
         old = {k: z[k] for k in z.files if not k.startswith(("arguments", "levels_", "solve_"))}
     np.savez(tmp_path / "old.npz", **old)

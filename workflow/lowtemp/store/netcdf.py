@@ -228,16 +228,20 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+#: a script's options that name where its outputs go, left out of the command a stamp names
+OUTPUT_OPTIONS = ("--markdown", "--out", "--figure")
+
+
 def report_command(script: str, argv: list[str]) -> str:
-    """``python <script> <args>`` for a generated page's stamp, without the output paths (``--markdown``, ``--out``:
-    they change no number, and a page names no machine's path)."""
+    """``python <script> <args>`` for a generated page's stamp, without the output paths (``--markdown``, ``--out``,
+    ``--figure``: they change no number, and a page names no machine's path)."""
     kept, skip = [], False
     for arg in argv:
         if skip:
             skip = False
-        elif arg in ("--markdown", "--out"):
+        elif arg in OUTPUT_OPTIONS:
             skip = True
-        elif not arg.startswith(("--markdown=", "--out=")):
+        elif not arg.startswith(tuple(f"{o}=" for o in OUTPUT_OPTIONS)):
             kept.append(arg)
     return " ".join(["python", script, *(shlex.quote(a) for a in kept)])
 
