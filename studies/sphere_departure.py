@@ -29,8 +29,15 @@ import time
 
 import numpy as np
 from mean_field_departure import boundary_summary, particle_shift, regime_table, stands_for
+from sphere_departure_law import (
+    departure_law_lines,
+    level_departures,
+    reference_departure,
+    threshold_lines,
+    threshold_sweep,
+)
 
-from lowtemp.analysis import departures, fitting
+from lowtemp.analysis import fitting
 from lowtemp.config import experiment, schema, validation
 from lowtemp.dynamics import integrate, kernels, sphere_levels, sphere_meanfield
 from lowtemp.dynamics.sphere_levels import REFERENCE_REMESH_EVERY, REFERENCE_RTOL
@@ -121,73 +128,6 @@ def describe_end_phase(times, dist_A, dist_V, gap, tolerance) -> str:
     else:
         how = f"off it, {float(fitting.last_tenth_change(t, dV)):+.1%} over the run's last tenth"
     return f"{prefix}{final:.4g} ({how})"
-
-
-def departure_law_lines(rows) -> list[str]:
-    """The page's lines on which law in β the mean field's departure times follow: each known to (t_k − Δt − s,
-    t_k + s] (t_k the snapshot the rule finds it at, Δt the snapshot interval, s the coarse level's shift from it),
-    one still metastable beyond its last resolved snapshot; the bounds are those of ``metastable_log_beta``'s
-    functionals over these ranges (``departures.departure_slope_bounds``, ``departure_law_bounds``) and the law is
-    ``departures.departure_law``'s. One curve per β, no replicas: the bounds are the functionals' ranges, not
-    confidence intervals, and hold as far as the coarse level's shift bounds the reference's error."""
-    known = [r for r in rows if r["censored"] or np.isfinite(r["departure"])]
-    ranges = ", ".join(f"β = {r['beta']:g}: {_departure_range(r)}" for r in known)
-    if len(known) < 3:
-        return [
-            "## Which law in β the departure follows",
-            "",
-            f"The mean field's departure per β: {ranges or 'none'}. Fewer than three β with a known departure: no law.",
-        ]
-    slope, bounds, words = _law(rows, "", with_shift=True)
-    alone = [f"{level} level **{_law(rows, suffix, with_shift=False)[2]}**" for level, suffix in LEVELS]
-    interval = "[{:.3g}, {:.3g}]".format
-    return [
-        "## Which law in β the departure follows",
-        "",
-        f"The mean field's departure per β, from the snapshot the rule finds it at, the snapshot interval before it "
-        f"and the coarse level's shift on both sides: {ranges or 'none'}. Over these ranges (one curve per β, no "
-        "replicas: ranges of least-squares functionals, not confidence intervals; they hold as far as the coarse "
-        "level's shift bounds the reference's error) the slope of τ against log β lies in "
-        f"{interval(*slope)} (`metastable_log_beta` asks that it be positive), the quadratic coefficient in log β "
-        f"of τ in {interval(*bounds['linear'])} (0 for τ = a + s·log β), that of log τ in "
-        f"{interval(*bounds['log'])} (0 for τ = c·β^p), the exponent of β in {interval(*bounds['power'])}. "
-        f"Law in β (three β or more with a known departure): **{words}**. Each level alone, its departures known "
-        f"to their snapshot interval (no shift; what the law would read were that level exact): {', '.join(alone)}.",
-    ]
-
-
-#: the page's two mesh levels and the suffix of their departures in a row
-LEVELS = (("fine", ""), ("coarse", "_coarse"))
-
-
-def _law(rows, suffix: str, with_shift: bool) -> tuple[list[float], dict, str]:
-    """(slope bounds, curvature and exponent bounds, the law's words) over one level's departures (``suffix``:
-    '' the fine level, '_coarse' the coarse one), each widened by the coarse level's shift where ``with_shift``."""
-    beta = np.array([r["beta"] for r in rows])
-    departure = np.array([[r["departure" + suffix]] for r in rows])
-    censored = np.array([[r["censored" + suffix]] for r in rows])
-    slack = np.array([r["shift"] for r in rows]) if with_shift else np.zeros(len(rows))
-    # a β still metastable at its last resolved snapshot departs after it, unless its coarse twin departed (an
-    # infinite shift): then its departure is not known at all
-    horizon = np.array([[r["resolved" + suffix] - s] for r, s in zip(rows, slack)])
-    args = (beta, departure, censored, horizon, rows[0]["interval"], slack)
-    slope = [float(v[0]) for v in departures.departure_slope_bounds(*args)]
-    bounds = {k: [float(v[0]) for v in b] for k, b in departures.departure_law_bounds(*args).items()}
-    law = departures.departure_law(bounds["linear"], bounds["log"])
-    words = law.words
-    if law is departures.DepartureLaw.NEITHER:
-        words += ": " + departures.neither_law_words(bounds["linear"][0], bounds["log"][0])
-    return slope, bounds, words
-
-
-def _departure_range(row) -> str:
-    """Where the mean field's departure lies: (t_k − Δt − s, t_k + s], beyond the last resolved snapshot where it is
-    still metastable there, unknown where one level departed and the other did not."""
-    if not np.isfinite(row["shift"]):
-        return "unknown (one level departed, the other not)"
-    if row["censored"]:
-        return f"> {row['resolved'] - row['shift']:g}"
-    return f"({row['departure'] - row['interval'] - row['shift']:g}, {row['departure'] + row['shift']:g}]"
 
 
 def log(msg) -> None:
@@ -323,12 +263,6 @@ def reference_until(times, curves, tag: str) -> float:
     return float(times[np.isfinite(curves[f"mesh_fine_{tag}"])][-1])
 
 
-def reference_departure(times, fine, gap: float) -> tuple[np.ndarray, np.ndarray]:
-    """``geometric_departure`` of the reference on the snapshots it reached."""
-    reached = np.isfinite(fine)
-    return fitting.geometric_departure(times[reached], fine[None, reached], gap)
-
-
 def beta_row(beta: float, curves: dict, geometry: tuple[float, float], tokens: list[int]) -> dict:
     """The page's numbers at β, from the npz's arrays alone (so ``render`` rebuilds them without a run): the
     departures of both levels and of the particles at each of ``tokens`` (NaN, 'not run', where the npz has no such
@@ -337,14 +271,13 @@ def beta_row(beta: float, curves: dict, geometry: tuple[float, float], tokens: l
     tag = f"beta{beta:g}"
     times, fine, coarse = curves[f"times_{tag}"], curves[f"mesh_fine_{tag}"], curves[f"mesh_coarse_{tag}"]
     until = reference_until(times, curves, tag)
-    reference = reference_departure(times, fine, gap)
-    twin = reference_departure(times, coarse, gap)  # the coarse level may have stopped before the fine one
+    reference = level_departures(times, fine, coarse, gap)
     lo, hi = (int(v) for v in curves[f"levels_{tag}"])
     triangles, nfev, seconds = curves.get(f"solve_{tag}", np.full(3, np.nan))
     row = {
         "beta": beta,
         "interval": float(times[1] - times[0]),
-        "still": until if bool(reference[1][0]) else np.nan,  # the reference still metastable at its last snapshot
+        "still": until if reference["censored"] else np.nan,  # the reference still metastable at its last snapshot
         "horizon": float(times[-1]),
         "levels": f"{hi} / {lo}",
         "mesh": describe_departure(times, fine, gap),
@@ -352,12 +285,8 @@ def beta_row(beta: float, curves: dict, geometry: tuple[float, float], tokens: l
         "end": describe_end_phase(times, fine, curves[f"to_V_fine_{tag}"], gap, tolerance),
         "end_coarse": describe_end_phase(times, coarse, curves[f"to_V_coarse_{tag}"], gap, tolerance),
         "end_time": until,
-        "departure": float(reference[0][0]),
-        "censored": bool(reference[1][0]),
-        "departure_coarse": float(twin[0][0]),
-        "censored_coarse": bool(twin[1][0]),
+        **reference,
         "resolved_coarse": float(times[np.isfinite(coarse)][-1]),
-        "shift": float(fitting.departure_shift(*reference, *twin)[0]),
         "error": float(np.nanmax(np.abs(fine - coarse))),
         "resolved": until,
         "triangles": triangles,
@@ -549,6 +478,8 @@ def write_markdown(args, exp, geometry, curves, rows, stamp, figure: bool = Fals
         *(f"| {r['beta']:g} | {r['end_time']:g} | {r['end']} | {r['end_coarse']} |" for r in rows),
         "",
         *departure_law_lines(rows),
+        "",
+        *threshold_lines(threshold_sweep(rows, curves, gap), gap),
         "",
         "## Where the particles stand for the mean field",
         "",

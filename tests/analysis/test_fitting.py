@@ -114,15 +114,17 @@ def test_fit_growth_rate_without_window_raises():
     k=st.floats(0.3, 3.0),
     gap=st.floats(0.2, 1.5),
     shape=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    fraction=st.one_of(st.just(0.5), st.floats(0.1, 0.9)),
 )
-def test_geometric_departure_on_closed_form_curves(t_arrive, t_leave, k, gap, shape):
+def test_geometric_departure_on_closed_form_curves(t_arrive, t_leave, k, gap, shape, fraction):
     """dist_A falls linearly to 0 at t_arrive, stays, and rises at rate k after t_leave: the departure is the first
-    snapshot past t_leave + gap/(2k)."""
+    snapshot past t_leave + gap/(2k), past t_leave + fraction·gap/k with the threshold at that fraction of the gap
+    (a rule that kept gap/2 whatever the fraction fails the second)."""
     t = np.linspace(0.0, 10.0, 201)
     curve = np.where(t < t_arrive, gap * (1 - t / t_arrive), 0.0) + k * np.maximum(t - t_leave, 0.0)
-    dep, cen = fitting.geometric_departure(t, np.broadcast_to(curve, shape + t.shape), gap)
+    dep, cen = fitting.geometric_departure(t, np.broadcast_to(curve, shape + t.shape), gap, fraction)
     assert dep.shape == cen.shape == shape
-    expected = t_leave + gap / (2 * k)
+    expected = t_leave + fraction * gap / k
     if expected < t[-1] - 0.05:
         assert np.all(np.abs(dep - expected) <= 1.5 * (t[1] - t[0])) and not cen.any()
     elif expected > t[-1]:

@@ -104,41 +104,6 @@ def test_the_end_phase_is_on_v_still_approaching_settled_elsewhere_or_not_depart
     assert describe(t, np.full(t.size, np.nan), on_v, 0.5, 0.1) == "not reached"
 
 
-def law_rows(departures, interval=0.25, shifts=(0.0, 0.25, 0.25), censored=(False, False, False), resolved=30.0):
-    """One row per β = 10, 31.6, 100 as the study keeps them for the law."""
-    return [
-        {"beta": b, "departure": d, "censored": c, "resolved": resolved, "interval": interval, "shift": s,
-         "departure_coarse": d + s if np.isfinite(s) else np.nan, "censored_coarse": c and np.isfinite(s),
-         "resolved_coarse": resolved}
-        for b, d, s, c in zip((10.0, 31.6, 100.0), departures, shifts, censored)
-    ]  # fmt: skip
-
-
-def test_the_departure_law_is_read_from_the_mean_fields_departure_ranges():
-    """Departures 4.25, 6.5, 13.5 (known to a 0.25 snapshot and the coarse level's shift) grow faster than any power
-    of β over β = 10 … 100: both curvatures in log β are positive over every time in the ranges. Departures on a
-    line in log β (4.25, 6.5, 8.75, known to 0.05) read log β. The last still metastable at t = 9 leaves both
-    curvatures unbounded above and reads undecided, never a law; still metastable at t = 30 it is faster than any
-    power whatever its departure."""
-    text = "\n".join(study.departure_law_lines(law_rows((4.25, 6.5, 13.5))))
-    assert "β = 31.6: (6, 6.75]" in text
-    assert "**neither log β nor a power of β: log τ convex in log β" in text
-    on_a_line = law_rows((4.25, 6.5, 8.75), interval=0.05, shifts=(0.0, 0.0, 0.0))
-    assert "**log β**" in "\n".join(study.departure_law_lines(on_a_line))
-    # a censored β has a shift of 0 (both levels still metastable) or inf (below)
-    censored = law_rows((4.25, 6.5, np.nan), shifts=(0.0, 0.25, 0.0), censored=(False, False, True), resolved=9.0)
-    text = "\n".join(study.departure_law_lines(censored))
-    assert "β = 100: > 9" in text and "**undecided**" in text
-    late = law_rows((4.25, 6.5, np.nan), shifts=(0.0, 0.25, 0.0), censored=(False, False, True))
-    assert "**neither log β nor a power of β: log τ convex" in "\n".join(study.departure_law_lines(late))
-    # still metastable at 30 on the fine level while the coarse one departed: nothing known of that departure
-    unknown = law_rows((4.25, 6.5, np.nan), shifts=(0.0, 0.25, np.inf), censored=(False, False, True))
-    text = "\n".join(study.departure_law_lines(unknown))
-    assert "β = 100: unknown (one level departed, the other not)" in text and "**undecided**" in text
-    two = "\n".join(study.departure_law_lines(law_rows((4.25, 6.5, np.nan))))
-    assert "Fewer than three β with a known departure: no law." in two and "nan" not in two.split(":", 1)[1]
-
-
 def test_a_page_renders_again_from_its_npz_and_merges_the_beta_of_two_runs(tmp_path):
     """Two short runs (β = 10 at N = 8, 16; β = 31.6 at N = 8): rendering the first's npz gives its page line for
     line but the stamp; rendering both gives one page with both β, the N not run at 31.6 'not run' and not judged
@@ -204,24 +169,3 @@ def test_a_page_renders_again_from_its_npz_and_merges_the_beta_of_two_runs(tmp_p
     study.main(["--betas", "100", "--tokens", "8", *short[:-1], "3", "--out", str(tmp_path / "c.npz")])
     with pytest.raises(SystemExit, match="was run with"):
         study.main(["--render", str(first), str(tmp_path / "c.npz")])
-
-
-def test_each_level_alone_reads_its_own_law_where_the_shift_lets_a_power_in():
-    """The page's four β as measured: fine departures 4.25, 6.5, 13.5, 29.25, coarse 4.25, 6.25, 13.75, 35.25. The
-    coarse shift of 6 at β = 316 stretches its range down to 23, where log τ's curvature reaches −0.0017: the law
-    over the ranges reads a power of β. Each level alone, known to its snapshot, has log τ convex (curvature
-    [0.0527, 0.0767] fine, [0.0921, 0.116] coarse, by brute force over the corners): neither, which the page must
-    show beside it; were the shift applied to the fine level alone (the violation), it would read a power again."""
-    fine, coarse = (4.25, 6.5, 13.5, 29.25), (4.25, 6.25, 13.75, 35.25)
-    rows = [
-        {"beta": b, "departure": f, "censored": False, "resolved": 40.0, "interval": 0.25, "shift": abs(f - c),
-         "departure_coarse": c, "censored_coarse": False, "resolved_coarse": 40.0}
-        for b, f, c in zip((10.0, 31.6, 100.0, 316.0), fine, coarse)
-    ]  # fmt: skip
-    text = "\n".join(study.departure_law_lines(rows))
-    assert "β = 316: (23, 35.25]" in text and "**a power of β**. Each level alone" in text
-    assert "fine level **neither log β nor a power of β: log τ convex" in text
-    assert "coarse level **neither log β nor a power of β: log τ convex" in text
-    assert study._law(rows, "", with_shift=False)[1]["log"] == pytest.approx([0.0527, 0.0767], abs=1e-4)
-    assert study._law(rows, "_coarse", with_shift=False)[1]["log"] == pytest.approx([0.0921, 0.1161], abs=1e-4)
-    assert study._law(rows, "", with_shift=True)[2] == "a power of β"  # the shift applied to the fine level alone

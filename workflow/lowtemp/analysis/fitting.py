@@ -223,7 +223,9 @@ def fit_growth_rate(
     return GrowthFit(C1=C1, log_a=log_a, windows=windows, C1_per_beta=per_beta)
 
 
-def geometric_departure(t: np.ndarray, dist_A: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray]:
+def geometric_departure(
+    t: np.ndarray, dist_A: np.ndarray, gap: float, fraction: float = 0.5
+) -> tuple[np.ndarray, np.ndarray]:
     """Departure from the metastable phase, defined by the geometry alone.
 
     ``dist_A`` (…, time) is the distance of the tokens to measures on E1(A) ∩ S
@@ -232,7 +234,9 @@ def geometric_departure(t: np.ndarray, dist_A: np.ndarray, gap: float) -> tuple[
     metastable phase the first time ``dist_A`` drops below gap/2 and *depart* the
     first time after that it rises above gap/2 again: halfway between the two
     eigenspaces, a threshold that depends neither on N nor on the run's own
-    minimum. Returns ``(departure, censored)``: ``departure`` is NaN where the
+    minimum. ``fraction`` moves the threshold to that fraction of ``gap`` (arrival below it, departure above it):
+    a curve that lingers near gap/2 makes its departure ill-conditioned, and the departure study reads the law in
+    β at other fractions beside it. Returns ``(departure, censored)``: ``departure`` is NaN where the
     tokens never arrived (no metastable phase observed) or never departed;
     ``censored`` is True where they arrived but were still there at the last
     snapshot (the departure lies beyond the horizon: right-censored, not absent).
@@ -242,14 +246,14 @@ def geometric_departure(t: np.ndarray, dist_A: np.ndarray, gap: float) -> tuple[
     flat = d.reshape(-1, d.shape[-1])
     departure = np.full(flat.shape[0], np.nan)
     censored = np.zeros(flat.shape[0], bool)
-    half = 0.5 * float(gap)
-    if not half > 0:
+    threshold = float(fraction) * float(gap)
+    if not threshold > 0:
         return departure.reshape(d.shape[:-1]), censored.reshape(d.shape[:-1])
     for k, curve in enumerate(flat):
-        below = np.flatnonzero(curve < half)
+        below = np.flatnonzero(curve < threshold)
         if below.size == 0:
             continue  # never reached E1(A): no metastable phase to leave
-        above = np.flatnonzero(curve[below[0] :] > half)
+        above = np.flatnonzero(curve[below[0] :] > threshold)
         if above.size:
             departure[k] = t[below[0] + above[0]]
         else:
