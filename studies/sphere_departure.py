@@ -374,12 +374,13 @@ def render(args, command: str) -> int:
     if not np.allclose(intervals, intervals[0], rtol=1e-9, atol=0.0):  # one linspace's rounding apart is one
         raise SystemExit(f"sphere_departure: the npz files' snapshot intervals differ ({sorted(set(intervals))})")
     args.tokens = sorted({int(k.split("_")[1].removeprefix("N")) for k in curves if k.startswith("particles_")})
-    rows = [beta_row(b, curves, end_phase_geometry(M, exp), args.tokens) for b in betas]
+    geometry = end_phase_geometry(M, exp)
+    rows = [beta_row(b, curves, geometry, args.tokens) for b in betas]
     curves["arguments"] = np.array(json.dumps(settings))  # so the npz written renders again
     closing = " Do not edit: regenerate."
     stamp = harness.stamp(command, "sphere-departure").removesuffix(closing).rstrip(".")
     stamp += f", from {_runs(curves, betas)}."
-    write_outputs(args, exp, end_phase_geometry(M, exp), curves, rows, stamp + closing)
+    write_outputs(args, exp, geometry, curves, rows, stamp + closing)
     return 0
 
 

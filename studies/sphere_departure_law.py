@@ -33,17 +33,43 @@ def reference_departure(times, fine, gap: float, fraction: float = 0.5) -> tuple
 
 def level_departures(times, fine, coarse, gap: float, fraction: float = 0.5) -> dict:
     """Both levels' departures at ``fraction`` of ``gap`` (each on the snapshots it reached: the coarse level may
-    have stopped before the fine one) and the coarse level's shift from the fine one's
-    (``fitting.departure_shift``: inf where one departed and the other did not)."""
+    have stopped before the fine one), whether each ``stopped`` before it arrived (its run cut short by
+    --max-triangles before it came within the threshold: whether and when it departs is unknown, which is not
+    "no metastable phase"), and the coarse level's shift from the fine one's (``fitting.departure_shift``: inf
+    where one departed and the other did not)."""
     reference = reference_departure(times, fine, gap, fraction)
     twin = reference_departure(times, coarse, gap, fraction)
     return {
         "departure": float(reference[0][0]),
         "censored": bool(reference[1][0]),
+        "stopped": _stopped_before_arriving(fine, reference),
         "departure_coarse": float(twin[0][0]),
         "censored_coarse": bool(twin[1][0]),
+        "stopped_coarse": _stopped_before_arriving(coarse, twin),
         "shift": float(fitting.departure_shift(*reference, *twin)[0]),
     }
+
+
+def _stopped_before_arriving(curve, found) -> bool:
+    """Whether a level's ``curve`` (NaN after its last snapshot) stopped before the last snapshot without having
+    arrived (``found``: its ``geometric_departure``) while still approaching E1(A): its distance smallest at its
+    last snapshot. One that turned away before it stopped had passed its closest approach without arriving: no
+    metastable phase at that threshold, as on a level that ran to the end."""
+    departure, censored = float(found[0][0]), bool(found[1][0])
+    reached = curve[np.isfinite(curve)]
+    if not np.isnan(departure) or censored or np.isfinite(curve[-1]):
+        return False
+    return reached.size == 0 or bool(np.argmin(reached) == reached.size - 1)
+
+
+def departure_unknown(row, suffix: str, with_shift: bool) -> bool:
+    """Whether nothing is known of a β's departure: its level (``suffix``) stopped before it arrived
+    (``level_departures``), or, with the coarse level's shift, the fine level did or the levels differ in kind (one
+    departed, the other not: an infinite shift; where the coarse level stopped before it arrived and the fine one
+    departed, they do). Such a departure lies anywhere in (−∞, ∞), which no law test can leave out."""
+    if with_shift:
+        return not np.isfinite(row["shift"]) or row.get("stopped", False)
+    return row.get("stopped" + suffix, False)
 
 
 def level_law(rows, suffix: str, with_shift: bool) -> tuple[list[float], dict, departures.DepartureLaw, str]:
@@ -53,9 +79,11 @@ def level_law(rows, suffix: str, with_shift: bool) -> tuple[list[float], dict, d
     departure = np.array([[r["departure" + suffix]] for r in rows])
     censored = np.array([[r["censored" + suffix]] for r in rows])
     slack = np.array([r["shift"] for r in rows]) if with_shift else np.zeros(len(rows))
-    # a β still metastable at its last resolved snapshot departs after it, unless its coarse twin departed (an
-    # infinite shift): then its departure is not known at all
-    horizon = np.array([[r["resolved" + suffix] - s] for r, s in zip(rows, slack)])
+    # a β still metastable at its last resolved snapshot departs after it; one whose departure is unknown
+    # (``departure_unknown``) lies in (−∞, ∞): censored at −∞
+    unknown = np.array([[departure_unknown(r, suffix, with_shift)] for r in rows])
+    censored = censored | unknown
+    horizon = np.array([[-np.inf if u else r["resolved" + suffix] - s] for r, s, u in zip(rows, slack, unknown[:, 0])])
     args = (beta, departure, censored, horizon, rows[0]["interval"], slack)
     slope = [float(v[0]) for v in departures.departure_slope_bounds(*args)]
     bounds = {k: [float(v[0]) for v in b] for k, b in departures.departure_law_bounds(*args).items()}
@@ -68,7 +96,10 @@ def level_law(rows, suffix: str, with_shift: bool) -> tuple[list[float], dict, d
 
 def departure_range(row) -> str:
     """Where the mean field's departure lies: (t_k − Δt − s, t_k + s], beyond the last resolved snapshot where it is
-    still metastable there, unknown where one level departed and the other did not."""
+    still metastable there, unknown where one level departed and the other did not or a level stopped before it
+    arrived."""
+    if row.get("stopped", False):
+        return "unknown (the fine level stopped before it arrived)"
     if not np.isfinite(row["shift"]):
         return "unknown (one level departed, the other not)"
     if row["censored"]:
@@ -83,7 +114,7 @@ def departure_law_lines(rows) -> list[str]:
     functionals over these ranges (``departures.departure_slope_bounds``, ``departure_law_bounds``) and the law is
     ``departures.departure_law``'s. One curve per β, no replicas: the bounds are the functionals' ranges, not
     confidence intervals, and hold as far as the coarse level's shift bounds the reference's error."""
-    known = [r for r in rows if r["censored"] or np.isfinite(r["departure"])]
+    known = [r for r in rows if r["censored"] or np.isfinite(r["departure"]) or departure_unknown(r, "", True)]
     ranges = ", ".join(f"β = {r['beta']:g}: {departure_range(r)}" for r in known)
     if len(known) < 3:
         return [
@@ -135,13 +166,16 @@ def law_cell(law: departures.DepartureLaw, bounds: dict) -> str:
         how = departures.neither_law_words(bounds["linear"][0], bounds["log"][0]).split(",")[0]
         return f"neither ({how}), k_log ∈ {interval(*bounds['log'])}"
     if law is departures.DepartureLaw.NOT_EVALUABLE:
-        return "fewer than three β"
+        return "not evaluable (fewer than three β)"
     return f"{law.words}, k_log ∈ {interval(*bounds['log'])}"
 
 
 def _departure_cell(row, suffix: str) -> str:
     """One level's departure at one threshold: its snapshot, '> T' still metastable at its last resolved snapshot
-    T, '—' where the curve never came within the threshold of E1(A) (no metastable phase at that threshold)."""
+    T, 'stopped at T' where its run stopped at T before it came within the threshold of E1(A), '—' where the curve
+    never did (no metastable phase at that threshold)."""
+    if row.get("stopped" + suffix, False):
+        return f"stopped at {row['resolved' + suffix]:g}"
     if row["censored" + suffix]:
         return f"> {row['resolved' + suffix]:g}"
     departure = row["departure" + suffix]
@@ -157,12 +191,16 @@ def threshold_lines(sweep: list[dict], gap: float) -> list[str]:
         "## How the law depends on the rule's threshold",
         "",
         "Where a curve lingers near the threshold, its crossing time is ill-conditioned (a partial departure: "
-        "docs/sphere_mean_field.md). The same rule and law test at every fraction q of the distance between E1(A) "
-        f"and V's leading eigenspace ({gap:.3f}) from {sweep[0]['fraction']:g} to {sweep[-1]['fraction']:g}: "
-        "arrival below q times it, departure above it. Per β the departure on the fine / coarse level ('—': the "
-        "curve never came that close to E1(A), no metastable phase at that q; '> T': still metastable at its last "
-        "resolved snapshot T); the law over the ranges as above (the coarse level's shift included) and from each "
-        "level alone (p: the exponent of β; k_log: the quadratic coefficient of log τ in log β, 0 for a power).",
+        "docs/sphere_mean_field.md). The same rule and law test with the threshold at the fractions q = "
+        f"{', '.join(format(s_['fraction'], 'g') for s_ in sweep)} of the distance between E1(A) and V's leading "
+        f"eigenspace ({gap:.3f}): arrival below q times it, departure above it. Per β the departure on the fine / "
+        "coarse level ('—': the curve never came that close to E1(A), no metastable phase at that q, and that β "
+        "drops out of the law; '> T': still metastable at its last resolved snapshot T; 'stopped at T': its run "
+        "stopped at T while still approaching E1(A), before it came that close); the law over the ranges as above "
+        "(the coarse level's shift "
+        "included) and from each level alone (p: the exponent of β; k_log: the quadratic coefficient of log τ in "
+        "log β, 0 for a power; undecided with k_log ∈ [-inf, inf]: a β whose departure is unknown at that q, its "
+        "levels differing in kind, one departed and the other not, or a level stopped before it arrived).",
         "",
         "| q | threshold | " + " | ".join(f"β = {b:g}" for b in betas) + " | law over the ranges | fine level alone "
         "| coarse level alone |",
@@ -176,14 +214,26 @@ def threshold_lines(sweep: list[dict], gap: float) -> list[str]:
     return lines + ["", threshold_summary(sweep)]
 
 
+#: the laws a q can read; any other outcome (undecided, not evaluable) reads none there
+READ = (departures.DepartureLaw.POWER, departures.DepartureLaw.LOG, departures.DepartureLaw.NEITHER)
+
+
 def threshold_summary(sweep: list[dict]) -> str:
-    """Which law over the ranges each q reads, whether that is one law at every q, and the β with no metastable
-    phase at some q (they drop out of the law there)."""
-    by_law: dict[str, list[str]] = {}
+    """Which law over the ranges each q reads, over which β (a β without a metastable phase at q drops out), and
+    whether the q that read a law all read one (``threshold_verdict``); the q that read none; the β with no
+    metastable phase at some q."""
+    by_law: dict[tuple[str, str], list[str]] = {}
+    unread: dict[str, list[str]] = {}
     for s in sweep:
-        by_law.setdefault(s["laws"]["ranges"][0].words, []).append(f"{s['fraction']:g}")
-    read = "; ".join(f"{words} at q = {', '.join(qs)}" for words, qs in by_law.items())
-    verdict = "the same law at every threshold" if len(by_law) == 1 else "a law that depends on the threshold"
+        law, q = s["laws"]["ranges"][0], f"{s['fraction']:g}"
+        if law in READ:
+            over = ", ".join(f"{r['beta']:g}" for r in s["rows"] if not _never_arrived(r))
+            by_law.setdefault((law.words, over), []).append(q)
+        else:
+            unread.setdefault(law.words, []).append(q)
+    read = "; ".join(f"{words} at q = {', '.join(qs)} (over β = {over})" for (words, over), qs in by_law.items())
+    none = "; ".join(f"{words} at q = {', '.join(qs)}" for words, qs in unread.items())
+    verdict = threshold_verdict(sweep)
     dropped = []
     for k, b in enumerate(r["beta"] for r in sweep[0]["rows"]):
         qs = [f"{s['fraction']:g}" for s in sweep if _never_arrived(s["rows"][k])]
@@ -192,9 +242,27 @@ def threshold_summary(sweep: list[dict]) -> str:
     absent = ""
     if dropped:
         absent = f" No metastable phase on the fine level (so no departure in the law): {'; '.join(dropped)}."
-    return f"Over the ranges: {read}: **{verdict}**.{absent}"
+    parts = [f"Over the ranges: {read or 'no law at any q'}"] + ([f"no law read: {none}"] if none else [])
+    return f"{'; '.join(parts)}. **{verdict[0].upper() + verdict[1:]}**.{absent}"
+
+
+def threshold_verdict(sweep: list[dict]) -> str:
+    """Whether the law over the ranges is a property of the mean field or of where the threshold sits: 'no law read
+    at any threshold'; 'the same law wherever one is read' (one law at every q that read one, and for a power of β
+    one exponent inside every q's interval); 'a power of β wherever one is read, with no exponent common to every
+    threshold' (the exponent's intervals do not meet); otherwise 'a law that depends on the threshold'."""
+    laws = [s["laws"]["ranges"] for s in sweep if s["laws"]["ranges"][0] in READ]
+    if not laws:
+        return "no law read at any threshold"
+    if len({law for law, _ in laws}) > 1:
+        return "a law that depends on the threshold"
+    if laws[0][0] is departures.DepartureLaw.POWER:
+        low, high = max(b["power"][0] for _, b in laws), min(b["power"][1] for _, b in laws)
+        if low > high:
+            return "a power of β wherever one is read, with no exponent common to every threshold"
+    return "the same law wherever one is read"
 
 
 def _never_arrived(row) -> bool:
-    """Whether the fine level's curve never came within the threshold of E1(A)."""
-    return not row["censored"] and np.isnan(row["departure"])
+    """Whether the fine level's curve never came within the threshold of E1(A) up to its last snapshot."""
+    return not row["censored"] and np.isnan(row["departure"]) and not row.get("stopped", False)

@@ -131,6 +131,26 @@ def test_geometric_departure_on_closed_form_curves(t_arrive, t_leave, k, gap, sh
         assert np.all(np.isnan(dep)) and cen.all()
 
 
+def test_a_curve_at_the_threshold_neither_arrives_nor_departs():
+    """Arrival is strictly below the threshold and departure strictly above it: a curve that falls exactly to
+    q·gap never arrived; one that arrives and rises exactly to it is still metastable (a rule with ≤ or ≥ reads an
+    arrival or a departure there). A fraction outside (0, 1) puts the threshold outside the way between the
+    eigenspaces and is refused."""
+    t = np.linspace(0.0, 4.0, 17)
+    gap, q = 0.5, 0.25
+    touches = np.where(t < 1.0, 1.0, q * gap)
+    dep, cen = fitting.geometric_departure(t, touches, gap, q)
+    assert np.isnan(dep) and not cen
+    rises_to = np.where(t < 1.0, 1.0, np.where(t < 2.0, 0.0, q * gap))
+    dep, cen = fitting.geometric_departure(t, rises_to, gap, q)
+    assert np.isnan(dep) and cen
+    dep, _ = fitting.geometric_departure(t, rises_to + 1e-12 * (t >= 2.0), gap, q)
+    assert dep == 2.0
+    for fraction in (0.0, 1.0, 2.5, -0.5, float("nan")):
+        with pytest.raises(ValueError, match="fraction .* must lie in"):
+            fitting.geometric_departure(t, touches, gap, fraction)
+
+
 def test_departure_shift_compares_departures_of_curves_made_to_depart():
     """Curves built to arrive and leave at known times, through geometric_departure: the shift is the difference of
     the leaving times (two intervals apart must read as two), 0 where both stay or neither arrives, inf where one

@@ -241,6 +241,8 @@ def geometric_departure(
     ``censored`` is True where they arrived but were still there at the last
     snapshot (the departure lies beyond the horizon: right-censored, not absent).
     """
+    if not 0.0 < fraction < 1.0:  # outside (0, 1) the threshold no longer lies between the two eigenspaces
+        raise ValueError(f"geometric_departure: fraction {fraction!r} of the gap must lie in (0, 1)")
     t = np.asarray(t, float)
     d = np.asarray(dist_A, float)
     flat = d.reshape(-1, d.shape[-1])
