@@ -35,8 +35,8 @@ def level_departures(times, fine, coarse, gap: float, fraction: float = 0.5) -> 
     """Both levels' departures at ``fraction`` of ``gap`` (each on the snapshots it reached: the coarse level may
     have stopped before the fine one), whether each ``stopped`` before it arrived (its run cut short by
     --max-triangles before it came within the threshold: whether and when it departs is unknown, which is not
-    "no metastable phase"), and the coarse level's shift from the fine one's (``fitting.departure_shift``: inf
-    where one departed and the other did not)."""
+    "no metastable phase", even where it had turned away), and the coarse level's shift from the fine one's
+    (``fitting.departure_shift``: inf where the two differ in kind)."""
     reference = reference_departure(times, fine, gap, fraction)
     twin = reference_departure(times, coarse, gap, fraction)
     return {
@@ -52,23 +52,19 @@ def level_departures(times, fine, coarse, gap: float, fraction: float = 0.5) -> 
 
 def _stopped_before_arriving(curve, found) -> bool:
     """Whether a level's ``curve`` (NaN after its last snapshot) stopped before the last snapshot without having
-    arrived (``found``: its ``geometric_departure``) while still approaching E1(A): its distance smallest at its
-    last snapshot. One that turned away before it stopped had passed its closest approach without arriving: no
-    metastable phase at that threshold, as on a level that ran to the end."""
+    arrived (``found``: its ``geometric_departure``): whether it would have arrived later, the rule cannot say."""
     departure, censored = float(found[0][0]), bool(found[1][0])
-    reached = curve[np.isfinite(curve)]
-    if not np.isnan(departure) or censored or np.isfinite(curve[-1]):
-        return False
-    return reached.size == 0 or bool(np.argmin(reached) == reached.size - 1)
+    return bool(np.isnan(departure) and not censored and not np.isfinite(curve[-1]))
 
 
 def departure_unknown(row, suffix: str, with_shift: bool) -> bool:
     """Whether nothing is known of a β's departure: its level (``suffix``) stopped before it arrived
-    (``level_departures``), or, with the coarse level's shift, the fine level did or the levels differ in kind (one
-    departed, the other not: an infinite shift; where the coarse level stopped before it arrived and the fine one
-    departed, they do). Such a departure lies anywhere in (−∞, ∞), which no law test can leave out."""
+    (``level_departures``), or, with the coarse level's shift, either level did (the coarse one no longer bounds
+    the fine one's error) or the levels differ in kind (an infinite shift: one departed and the other not, one
+    still metastable and the other never arrived). Such a departure lies anywhere in (−∞, ∞), which no law test
+    can leave out."""
     if with_shift:
-        return not np.isfinite(row["shift"]) or row.get("stopped", False)
+        return not np.isfinite(row["shift"]) or row.get("stopped", False) or row.get("stopped_coarse", False)
     return row.get("stopped" + suffix, False)
 
 
@@ -98,13 +94,22 @@ def departure_range(row) -> str:
     """Where the mean field's departure lies: (t_k − Δt − s, t_k + s], beyond the last resolved snapshot where it is
     still metastable there, unknown where one level departed and the other did not or a level stopped before it
     arrived."""
-    if row.get("stopped", False):
-        return "unknown (the fine level stopped before it arrived)"
+    for level, suffix in LEVELS:
+        if row.get("stopped" + suffix, False):
+            return f"unknown (the {level} level stopped before it arrived)"
     if not np.isfinite(row["shift"]):
-        return "unknown (one level departed, the other not)"
+        fine, coarse = (_kind(row, suffix) for _, suffix in LEVELS)
+        return f"unknown (the fine level {fine}, the coarse one {coarse})"
     if row["censored"]:
         return f"> {row['resolved'] - row['shift']:g}"
     return f"({row['departure'] - row['interval'] - row['shift']:g}, {row['departure'] + row['shift']:g}]"
+
+
+def _kind(row, suffix: str) -> str:
+    """What one level's curve did at the threshold: departed, still metastable, or never arrived."""
+    if row["censored" + suffix]:
+        return "still metastable"
+    return "never arrived" if np.isnan(row["departure" + suffix]) else "departed"
 
 
 def departure_law_lines(rows) -> list[str]:
@@ -114,9 +119,10 @@ def departure_law_lines(rows) -> list[str]:
     functionals over these ranges (``departures.departure_slope_bounds``, ``departure_law_bounds``) and the law is
     ``departures.departure_law``'s. One curve per β, no replicas: the bounds are the functionals' ranges, not
     confidence intervals, and hold as far as the coarse level's shift bounds the reference's error."""
-    known = [r for r in rows if r["censored"] or np.isfinite(r["departure"]) or departure_unknown(r, "", True)]
-    ranges = ", ".join(f"β = {r['beta']:g}: {departure_range(r)}" for r in known)
-    if len(known) < 3:
+    unknown = [departure_unknown(r, "", True) for r in rows]
+    listed = [r for r, u in zip(rows, unknown) if u or r["censored"] or np.isfinite(r["departure"])]
+    ranges = ", ".join(f"β = {r['beta']:g}: {departure_range(r)}" for r in listed)
+    if len(listed) - sum(unknown) < 3:
         return [
             "## Which law in β the departure follows",
             "",
@@ -142,7 +148,8 @@ def departure_law_lines(rows) -> list[str]:
 
 def threshold_sweep(rows, curves: dict, gap: float, fractions=THRESHOLD_FRACTIONS) -> list[dict]:
     """Per fraction q of ``gap`` in ``fractions``: ``{"fraction": q, "rows": each β's row with its departures at q
-    (``level_departures``), "laws": {"ranges" | "fine" | "coarse": (law, bounds)}}``, the law over the ranges (the
+    (``level_departures``), "laws": {"ranges" | "fine" | "coarse": (law, bounds, the slope's as "slope")}}``, the
+    law over the ranges (the
     coarse level's shift included) and from each level alone, as ``departure_law_lines`` reads them at q = 1/2."""
     sweep = []
     for q in fractions:
@@ -153,21 +160,35 @@ def threshold_sweep(rows, curves: dict, gap: float, fractions=THRESHOLD_FRACTION
                                                  curves[f"mesh_coarse_{tag}"], gap, q)})  # fmt: skip
         laws = {"ranges": level_law(at_q, "", with_shift=True)}
         laws.update({level: level_law(at_q, suffix, with_shift=False) for level, suffix in LEVELS})
-        sweep.append({"fraction": q, "rows": at_q, "laws": {k: (v[2], v[1]) for k, v in laws.items()}})
+        sweep.append(
+            {"fraction": q, "rows": at_q, "laws": {k: (v[2], {**v[1], "slope": v[0]}) for k, v in laws.items()}}
+        )
     return sweep
 
 
 def law_cell(law: departures.DepartureLaw, bounds: dict) -> str:
-    """A law in a table cell: the exponent's interval for a power of β, the curvature of log τ's otherwise."""
+    """A law in a table cell: the exponent's interval for a power of β, the slope's for log β, the curvature of
+    log τ's otherwise."""
     interval = "[{:.3g}, {:.3g}]".format
     if law is departures.DepartureLaw.POWER:
         return f"a power, p ∈ {interval(*bounds['power'])}"
+    if law is departures.DepartureLaw.LOG:
+        return f"log β, slope ∈ {interval(*bounds['slope'])}"
     if law is departures.DepartureLaw.NEITHER:
-        how = departures.neither_law_words(bounds["linear"][0], bounds["log"][0]).split(",")[0]
-        return f"neither ({how}), k_log ∈ {interval(*bounds['log'])}"
+        return f"neither ({_neither_kind(bounds)}), k_log ∈ {interval(*bounds['log'])}"
     if law is departures.DepartureLaw.NOT_EVALUABLE:
         return "not evaluable (fewer than three β)"
     return f"{law.words}, k_log ∈ {interval(*bounds['log'])}"
+
+
+def _neither_kind(bounds: dict) -> str:
+    """How departures that follow neither law grow (``departures.neither_law_words``, its first clause)."""
+    return departures.neither_law_words(bounds["linear"][0], bounds["log"][0]).split(",")[0]
+
+
+def _law_name(law: departures.DepartureLaw, bounds: dict) -> str:
+    """A law as the summary names it: neither with how the departures grow."""
+    return f"{law.words} ({_neither_kind(bounds)})" if law is departures.DepartureLaw.NEITHER else law.words
 
 
 def _departure_cell(row, suffix: str) -> str:
@@ -194,13 +215,14 @@ def threshold_lines(sweep: list[dict], gap: float) -> list[str]:
         "docs/sphere_mean_field.md). The same rule and law test with the threshold at the fractions q = "
         f"{', '.join(format(s_['fraction'], 'g') for s_ in sweep)} of the distance between E1(A) and V's leading "
         f"eigenspace ({gap:.3f}): arrival below q times it, departure above it. Per β the departure on the fine / "
-        "coarse level ('—': the curve never came that close to E1(A), no metastable phase at that q, and that β "
-        "drops out of the law; '> T': still metastable at its last resolved snapshot T; 'stopped at T': its run "
-        "stopped at T while still approaching E1(A), before it came that close); the law over the ranges as above "
-        "(the coarse level's shift "
-        "included) and from each level alone (p: the exponent of β; k_log: the quadratic coefficient of log τ in "
-        "log β, 0 for a power; undecided with k_log ∈ [-inf, inf]: a β whose departure is unknown at that q, its "
-        "levels differing in kind, one departed and the other not, or a level stopped before it arrived).",
+        "coarse level ('—': the curve never came that close to E1(A), no metastable phase at that q: a β with '—' "
+        "on both levels drops out of the law, on one level only its departure is unknown; '> T': still metastable "
+        "at its last resolved snapshot T; 'stopped at T': its run stopped at T before it came that close, and "
+        "whether it would have the rule cannot say); the law over the ranges as above (the coarse level's shift "
+        "included) and from each level alone (p: the exponent of β; slope: that of τ against log β; k_log: the "
+        "quadratic coefficient of log τ in log β, 0 for a power; undecided with k_log ∈ [-inf, inf]: a β whose "
+        "departure is unknown at that q, its levels differing in kind (one departed and the other not, or one "
+        "still metastable and the other never arrived) or a level stopped before it arrived).",
         "",
         "| q | threshold | " + " | ".join(f"β = {b:g}" for b in betas) + " | law over the ranges | fine level alone "
         "| coarse level alone |",
@@ -225,10 +247,10 @@ def threshold_summary(sweep: list[dict]) -> str:
     by_law: dict[tuple[str, str], list[str]] = {}
     unread: dict[str, list[str]] = {}
     for s in sweep:
-        law, q = s["laws"]["ranges"][0], f"{s['fraction']:g}"
+        (law, bounds), q = s["laws"]["ranges"], f"{s['fraction']:g}"
         if law in READ:
-            over = ", ".join(f"{r['beta']:g}" for r in s["rows"] if not _never_arrived(r))
-            by_law.setdefault((law.words, over), []).append(q)
+            over = ", ".join(f"{r['beta']:g}" for r in s["rows"] if not _drops_out(r))
+            by_law.setdefault((_law_name(law, bounds), over), []).append(q)
         else:
             unread.setdefault(law.words, []).append(q)
     read = "; ".join(f"{words} at q = {', '.join(qs)} (over β = {over})" for (words, over), qs in by_law.items())
@@ -236,33 +258,37 @@ def threshold_summary(sweep: list[dict]) -> str:
     verdict = threshold_verdict(sweep)
     dropped = []
     for k, b in enumerate(r["beta"] for r in sweep[0]["rows"]):
-        qs = [f"{s['fraction']:g}" for s in sweep if _never_arrived(s["rows"][k])]
+        qs = [f"{s['fraction']:g}" for s in sweep if _drops_out(s["rows"][k])]
         if qs:
             dropped.append(f"β = {b:g} at q = {', '.join(qs)}")
     absent = ""
     if dropped:
-        absent = f" No metastable phase on the fine level (so no departure in the law): {'; '.join(dropped)}."
+        absent = f" No metastable phase on either level (so no departure in the law): {'; '.join(dropped)}."
     parts = [f"Over the ranges: {read or 'no law at any q'}"] + ([f"no law read: {none}"] if none else [])
     return f"{'; '.join(parts)}. **{verdict[0].upper() + verdict[1:]}**.{absent}"
 
 
 def threshold_verdict(sweep: list[dict]) -> str:
     """Whether the law over the ranges is a property of the mean field or of where the threshold sits: 'no law read
-    at any threshold'; 'the same law wherever one is read' (one law at every q that read one, and for a power of β
-    one exponent inside every q's interval); 'a power of β wherever one is read, with no exponent common to every
-    threshold' (the exponent's intervals do not meet); otherwise 'a law that depends on the threshold'."""
+    at any threshold'; 'the same law wherever one is read' (one law at every q that read one, neither log β nor a
+    power growing the same way (``_law_name``), and for a power of β one exponent inside every q's interval, for
+    log β one slope); '… with no exponent (slope) common to every threshold' where those intervals do not meet;
+    otherwise 'a law that depends on the threshold'."""
     laws = [s["laws"]["ranges"] for s in sweep if s["laws"]["ranges"][0] in READ]
     if not laws:
         return "no law read at any threshold"
-    if len({law for law, _ in laws}) > 1:
+    if len({_law_name(*law) for law in laws}) > 1:
         return "a law that depends on the threshold"
-    if laws[0][0] is departures.DepartureLaw.POWER:
-        low, high = max(b["power"][0] for _, b in laws), min(b["power"][1] for _, b in laws)
-        if low > high:
-            return "a power of β wherever one is read, with no exponent common to every threshold"
+    law = laws[0][0]
+    common = {departures.DepartureLaw.POWER: ("power", "exponent"), departures.DepartureLaw.LOG: ("slope", "slope")}
+    if law in common:
+        key, what = common[law]
+        if max(b[key][0] for _, b in laws) > min(b[key][1] for _, b in laws):
+            return f"{law.words} wherever one is read, with no {what} common to every threshold"
     return "the same law wherever one is read"
 
 
-def _never_arrived(row) -> bool:
-    """Whether the fine level's curve never came within the threshold of E1(A) up to its last snapshot."""
-    return not row["censored"] and np.isnan(row["departure"]) and not row.get("stopped", False)
+def _drops_out(row) -> bool:
+    """Whether a β drops out of the law over the ranges: neither level came within the threshold of E1(A) (a
+    departure known to be unknown, ``departure_unknown``, stays in and makes the law undecided)."""
+    return not departure_unknown(row, "", True) and _kind(row, "") == "never arrived"

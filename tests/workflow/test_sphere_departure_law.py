@@ -37,10 +37,12 @@ def test_the_departure_law_is_read_from_the_mean_fields_departure_ranges():
     assert "β = 100: > 9" in text and "**undecided**" in text
     late = law_rows((4.25, 6.5, np.nan), shifts=(0.0, 0.25, 0.0), censored=(False, False, True))
     assert "**neither log β nor a power of β: log τ convex" in "\n".join(law.departure_law_lines(late))
-    # still metastable at 30 on the fine level while the coarse one departed: nothing known of that departure
+    # still metastable at 30 on the fine level while the coarse one never arrived: nothing known of that
+    # departure, so two β are known, too few for a law
     unknown = law_rows((4.25, 6.5, np.nan), shifts=(0.0, 0.25, np.inf), censored=(False, False, True))
     text = "\n".join(law.departure_law_lines(unknown))
-    assert "β = 100: unknown (one level departed, the other not)" in text and "**undecided**" in text
+    assert "β = 100: unknown (the fine level still metastable, the coarse one never arrived)" in text
+    assert "Fewer than three β with a known departure: no law." in text
     two = "\n".join(law.departure_law_lines(law_rows((4.25, 6.5, np.nan))))
     assert "Fewer than three β with a known departure: no law." in two and "nan" not in two.split(":", 1)[1]
 
@@ -158,7 +160,7 @@ def test_a_beta_without_a_metastable_phase_drops_out_and_one_cut_short_is_unknow
     over the ranges undecided, not a power read without it. A fine level stopped at t = 1.5 while still falling
     towards E1(A) is no evidence that it never arrives: 'stopped at 1.5', unknown, never in 'no metastable phase'."""
     sweep, text = sweep_text(floor_at=(10.0, 0.3 * GAP, None))
-    assert "No metastable phase on the fine level (so no departure in the law): β = 10 at q = 0.25, 0.3." in text
+    assert "No metastable phase on either level (so no departure in the law): β = 10 at q = 0.25, 0.3." in text
     assert "| 0.3 | 0.150 | — / — |" in text
     assert "a power of β at q = 0.25, 0.3 (over β = 31.6, 100, 316); a power of β at q = 0.35" in text
     assert "**A law that depends" not in text  # one law where read: the exponents meet
@@ -169,15 +171,23 @@ def test_a_beta_without_a_metastable_phase_drops_out_and_one_cut_short_is_unknow
     assert low["laws"]["ranges"][0] is law.departures.DepartureLaw.UNDECIDED
     assert low["laws"]["fine"][0] is law.departures.DepartureLaw.POWER  # the fine level alone drops β = 10
     assert "undecided at q = 0.25, 0.3" in text
-    assert "No metastable phase on the fine level (so no departure in the law): β = 10 at q = 0.25, 0.3." in text
+    assert "No metastable phase" not in text  # '—' on one level only: unknown, not dropped
 
-    # a run stopped after it turned away from E1(A) never arrived: '—', not 'stopped'; one stopped while still
-    # falling, its coarse twin never arriving (no infinite shift), leaves its departure unknown all the same
-    _, text = sweep_text(floor_at=(10.0, 0.3 * GAP, None), stop=(10.0, "fine", 30.0))
-    assert "| 0.25 | 0.125 | — / — |" in text and "β = 10 at q = 0.25, 0.3." in text
-    sweep, text = sweep_text(floor_at=(10.0, 0.3 * GAP, "coarse"), stop=(10.0, "fine", 1.5))
-    assert "| 0.25 | 0.125 | stopped at 1.5 / — |" in text and sweep[0]["rows"][0]["shift"] == 0.0
+    # a run cut short before it arrived, even after it turned away from E1(A), cannot say it never would have:
+    # 'stopped at T', its departure unknown, also where its twin never arrived (no infinite shift); on the coarse
+    # level, which then bounds the fine one's error no longer, too
+    sweep, text = sweep_text(floor_at=(10.0, 0.3 * GAP, None), stop=(10.0, "fine", 30.0))
+    assert "| 0.25 | 0.125 | stopped at 30 / — |" in text and "No metastable phase" not in text
+    assert (
+        sweep[0]["rows"][0]["shift"] == 0.0 and sweep[0]["laws"]["ranges"][0] is law.departures.DepartureLaw.UNDECIDED
+    )
+    sweep, text = sweep_text(floor_at=(10.0, 0.3 * GAP, None), stop=(10.0, "coarse", 30.0))
+    assert "| 0.25 | 0.125 | — / stopped at 30 |" in text and "No metastable phase" not in text
     assert sweep[0]["laws"]["ranges"][0] is law.departures.DepartureLaw.UNDECIDED
+    assert sweep[0]["laws"]["fine"][0] is law.departures.DepartureLaw.POWER  # the fine level alone drops it
+    assert "β = 10: unknown (the coarse level stopped before it arrived)" in "\n".join(
+        law.departure_law_lines(sweep[0]["rows"])
+    )
 
     sweep, text = sweep_text(stop=(10.0, "fine", 1.5))
     assert "| 0.5 | 0.250 | stopped at 1.5 / " in text and "No metastable phase" not in text
@@ -281,5 +291,14 @@ def test_one_law_at_every_threshold_needs_one_exponent_for_a_power():
         law.threshold_verdict(apart) == "a power of β wherever one is read, with no exponent common to every threshold"
     )
     assert law.threshold_verdict(sweep((undecided, {}))) == "no law read at any threshold"
-    mixed = sweep((power, {"power": [0.4, 0.5]}), (law.departures.DepartureLaw.NEITHER, {}))
+    neither, log = law.departures.DepartureLaw.NEITHER, law.departures.DepartureLaw.LOG
+    convex, between = {"linear": [0.1, 0.2], "log": [0.01, 0.02]}, {"linear": [0.1, 0.2], "log": [-0.02, -0.01]}
+    mixed = sweep((power, {"power": [0.4, 0.5]}), (neither, convex))
     assert law.threshold_verdict(mixed) == "a law that depends on the threshold"
+    assert (
+        law.threshold_verdict(sweep((neither, convex), (neither, dict(convex)))) == "the same law wherever one is read"
+    )
+    assert law.threshold_verdict(sweep((neither, convex), (neither, between))) == "a law that depends on the threshold"
+    slopes = sweep((log, {"slope": [2.78, 3.3]}), (log, {"slope": [3.78, 4.3]}))
+    assert law.threshold_verdict(slopes) == "log β wherever one is read, with no slope common to every threshold"
+    assert law.law_cell(log, {"slope": [2.78, 3.3]}) == "log β, slope ∈ [2.78, 3.3]"
