@@ -192,7 +192,8 @@ test-container: $(STAMP)
 	bash tests/container/run.sh
 
 ## bench: kernel, integrator, mean-field solver and W2 benchmarks (tables on stdout, results/bench/bench.nc,
-## integrators.nc (its table also in docs/integrators_bench.md), docs/mean_field_bench.md and w2.nc); the W2 solvers side by
+## integrators.nc (its table also in docs/integrators_bench.md), docs/mean_field_bench.md, docs/sphere_mean_field_bench.md,
+## docs/sphere_accuracy_bench.md (the S² mesh against particles at equal W2 accuracy) and w2.nc); the W2 solvers side by
 ## side at N = 2048 ... 65536 with per-solve peak memory, OR-tools' assignment (the `truth` extra of pyproject.toml,
 ## installed here) as the independent truth up to 16384 (about an hour on 2 cores, most of it POT and OR-tools)
 TRUTH := ortools==9.15.6755
@@ -202,6 +203,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_integrators.py --out results/bench/integrators.nc --markdown docs/integrators_bench.md
 	$(BIN)/python benchmarks/bench_meanfield.py --markdown docs/mean_field_bench.md
 	$(BIN)/python benchmarks/bench_sphere_meanfield.py --markdown docs/sphere_mean_field_bench.md
+	$(BIN)/python benchmarks/bench_sphere_accuracy.py --markdown docs/sphere_accuracy_bench.md
 	$(BIN)/python benchmarks/bench_w2.py --sizes 2048 4096 16384 65536 --memory --truth-max 16384 --job-share results --out results/bench/w2.nc
 
 ## w2-snapshots: the default run's exact-W2 snapshots (concentration, beta = 100, replica 0, every 4th of 80: t = 0, 1,
