@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 STAMP  := $(VENV)/.installed
 
-.PHONY: captions readme-figure demo sphere sphere-zero-temperature sphere-departure sphere-convergence reproduce extensions circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
+.PHONY: captions readme-figure demo circle-departure-law sphere sphere-zero-temperature sphere-departure sphere-convergence reproduce extensions circle mean-field-departure paper-scale paper-scale-beta1000 paper-scale-cost paper-scale-report gpu-paper-scale gpu-paper-scale-report w2-snapshots test lint test-faults test-torch test-slurm test-container bench venv report clean
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,13 @@ mean-field-departure: $(STAMP)
 	$(BIN)/python studies/mean_field_departure.py config/mean_field_circle.yaml --tokens 64 256 1024 4096 \
 		--replicas 2 --w2-every 8 --betas $(BETAS) --markdown docs/mean_field_departure.md \
 		--figure docs/img/particle_regime_circle.png
+
+## circle-departure-law: which law in beta the circle's mean field departs by, at the rule's threshold and at
+## q = 0.25 ... 0.75 of the way between the eigenspaces, from the mean field alone at two cell widths (beta = 10 ...
+## 1000 in quarter decades); its curves in docs/data/circle_departure_law.npz, its page docs/circle_departure_law.md
+circle-departure-law: $(STAMP)
+	$(BIN)/python studies/circle_departure_law.py config/mean_field_circle.yaml \
+		--out docs/data/circle_departure_law.npz --markdown docs/circle_departure_law.md
 
 ## paper-scale-cost: the paper-scale run's cost per job from the resource model, before running it
 paper-scale-cost: $(STAMP)

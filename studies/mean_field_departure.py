@@ -153,7 +153,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 4096])
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--betas", type=float, nargs="+", help="a subset of the experiment's β (default: all)")
-    ap.add_argument("--width", type=float, default=0.1, help="the reference's initial cell width (radians)")
+    ap.add_argument("--width", type=float, default=0.05, help="the reference's initial cell width (radians)")
+    ap.add_argument(
+        "--depth", type=float, default=0.001, help="its cells graded towards E1(A)⊥ down to this width (radians)"
+    )
     ap.add_argument("--w2-every", type=int, default=4, help="particle error at every k-th snapshot")
     ap.add_argument("--horizon", type=float, help="stop here (rounded to a snapshot; default: the experiment's)")
     ap.add_argument("--figure", help="write the (log N, log β) picture of where particles stand for the mean field")
@@ -209,6 +212,7 @@ def main(argv=None) -> int:
                 beta,
                 times,
                 width=args.width,
+                depth=args.depth,
                 rtol=1e-8,
                 atol=1e-13,
                 truncate=True,
@@ -326,6 +330,8 @@ def main(argv=None) -> int:
             f"{' '.join(map(str, tokens))} --replicas {args.replicas} --w2-every {args.w2_every}"
             f"{' --betas ' + ' '.join(f'{b:g}' for b in betas) if args.betas else ''}"
             f"{f' --horizon {args.horizon:g}' if args.horizon is not None else ''}"
+            f"{f' --width {args.width:g}' if args.width != 0.05 else ''}"
+            f"{f' --depth {args.depth:g}' if args.depth != 0.001 else ''}"
         )
         text = (
             f"# Mean-field departure on the circle (generated)\n\n"
@@ -337,8 +343,9 @@ def main(argv=None) -> int:
             f'are resolved in float64, docs/mean_field.md, "Limits"). '
             f"The particle error is W2 between the particle cloud and "
             f"the reference's push-forward of the same initial tokens, largest over replicas and over every "
-            f"{args.w2_every}-th snapshot up to the reference's last resolved time. Method: "
-            f"docs/mean_field.md.\n\n{table}\n\n"
+            f"{args.w2_every}-th snapshot up to the reference's last resolved time. The reference: cells "
+            f"of width {args.width:g} graded to {args.depth:g} towards E1(A)⊥ (those of the default run's "
+            f"`mean_field_circle`), DOP853 at rtol 1e-8. Method: docs/mean_field.md.\n\n{table}\n\n"
             f"Where the particles stand for the mean field: every replica departs within one snapshot interval "
             f"({interval:g}) of it, compared on the snapshots the reference resolves (`fitting.departure_shift`: "
             f"'off by Δt = inf' where one departed and the other did not; '-': not judged, where the reference "

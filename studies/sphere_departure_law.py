@@ -146,18 +146,18 @@ def departure_law_lines(rows) -> list[str]:
     ]
 
 
-def threshold_sweep(rows, curves: dict, gap: float, fractions=THRESHOLD_FRACTIONS) -> list[dict]:
+def threshold_sweep(rows, curves: dict, gap: float, fractions=THRESHOLD_FRACTIONS, curve: str = "mesh") -> list[dict]:
     """Per fraction q of ``gap`` in ``fractions``: ``{"fraction": q, "rows": each β's row with its departures at q
     (``level_departures``), "laws": {"ranges" | "fine" | "coarse": (law, bounds, the slope's as "slope")}}``, the
-    law over the ranges (the
-    coarse level's shift included) and from each level alone, as ``departure_law_lines`` reads them at q = 1/2."""
+    law over the ranges (the coarse level's shift included) and from each level alone, as ``departure_law_lines``
+    reads them at q = 1/2. The levels' curves are ``curves[f"{curve}_fine_beta{β:g}"]`` and ``…_coarse_…``."""
     sweep = []
     for q in fractions:
         at_q = []
         for r in rows:
             tag = f"beta{r['beta']:g}"
-            at_q.append({**r, **level_departures(curves[f"times_{tag}"], curves[f"mesh_fine_{tag}"],
-                                                 curves[f"mesh_coarse_{tag}"], gap, q)})  # fmt: skip
+            at_q.append({**r, **level_departures(curves[f"times_{tag}"], curves[f"{curve}_fine_{tag}"],
+                                                 curves[f"{curve}_coarse_{tag}"], gap, q)})  # fmt: skip
         laws = {"ranges": level_law(at_q, "", with_shift=True)}
         laws.update({level: level_law(at_q, suffix, with_shift=False) for level, suffix in LEVELS})
         sweep.append(
@@ -191,7 +191,7 @@ def _law_name(law: departures.DepartureLaw, bounds: dict) -> str:
     return f"{law.words} ({_neither_kind(bounds)})" if law is departures.DepartureLaw.NEITHER else law.words
 
 
-def _departure_cell(row, suffix: str) -> str:
+def departure_cell(row, suffix: str) -> str:
     """One level's departure at one threshold: its snapshot, '> T' still metastable at its last resolved snapshot
     T, 'stopped at T' where its run stopped at T before it came within the threshold of E1(A), '—' where the curve
     never did (no metastable phase at that threshold)."""
@@ -230,7 +230,7 @@ def threshold_lines(sweep: list[dict], gap: float) -> list[str]:
     ]
     for s in sweep:
         cells = [f"{s['fraction']:g}", f"{s['fraction'] * gap:.3f}"]
-        cells += [f"{_departure_cell(r, '')} / {_departure_cell(r, '_coarse')}" for r in s["rows"]]
+        cells += [f"{departure_cell(r, '')} / {departure_cell(r, '_coarse')}" for r in s["rows"]]
         cells += [law_cell(*s["laws"][k]) for k in ("ranges", "fine", "coarse")]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + ["", threshold_summary(sweep)]
