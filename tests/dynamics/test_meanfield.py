@@ -618,6 +618,33 @@ def test_particles_at_small_beta_converge_to_the_reference_like_one_over_root_n(
     assert not (1.6 <= bad[512] / bad[2048] <= 2.8 and bad[2048] < 0.045), bad
 
 
+def test_graded_cells_follow_the_circle_through_the_departure_that_uniform_cells_of_a_tenth_miss():
+    """config/mean_field_circle.yaml's matrices at β = 31.6, through the mean field's departure (t ≈ 7): cells of 0.1
+    graded to 1e-3 towards E1(A)⊥ give the distance to E1(A) of 2048 particles on an equally spaced lattice (a
+    sample of the uniform law whose error is O(1/N)) to 5e-3 up to t = 6.5 (measured 2.3e-3; 8192 and 16 384
+    particles agree with it to 5e-4); uniform cells of 0.1, the input that must fail, are 0.046 off at t = 6.5
+    (their departure a snapshot early; uniform cells of 0.05 and 0.025 agree with the graded ones to 5e-4): a cell
+    that wide straddles the finite-β separatrix the density drains through."""
+    from lowtemp.config.experiment import build_matrices
+    from lowtemp.dynamics import kernels
+
+    cfg = yaml.safe_load((TEST_CONFIG.parent / "mean_field_circle.yaml").read_text())
+    M = build_matrices("mean_field_circle", cfg["experiments"]["mean_field_circle"], cfg["root_seed"])
+    red = reduction.reduce(M.B, M.V)
+    times = np.arange(0.0, 6.51, 0.5)
+    n = 2048
+    angle = (np.arange(n) + 0.5) * 2 * np.pi / n
+    X0 = np.stack([np.cos(angle), np.sin(angle)], axis=-1)[None]
+    grid = lt_integrate.TimeGrid(6.5, 13, 0.05)
+    X = lt_integrate.simulate(lambda Y: kernels.dense_field(Y, M.B, M.V, 31.6), X0, grid)
+    particles = projection.distance_to_eigenspace(X, M.E1)[0]
+    kw = {"rtol": 1e-6, "atol": 1e-10}
+    graded = mf.solve(red, 31.6, times, width=0.1, depth=1e-3, **kw).distance_to_eigenspace(M.E1)
+    uniform = mf.solve(red, 31.6, times, width=0.1, **kw).distance_to_eigenspace(M.E1)
+    assert np.abs(graded - particles).max() < 5e-3, graded - particles
+    assert uniform[-1] - particles[-1] > 0.03, uniform - particles
+
+
 @pytest.mark.parametrize("geometry", ["circle", "sphere"])
 def test_distance_to_eigenspace_equals_the_tokens_of_a_fine_push_forward(geometry):
     """The cells' quadrature of sqrt(∫ (2 − 2|Px|) dρ_t) against `projection.distance_to_eigenspace` of 200 000
