@@ -14,12 +14,13 @@ page reads, as docs/sphere_departure.md reads the d = 3 mean field's (``sphere_d
   of where the rule puts its threshold.
 
 No particles: the β may be any (the default adds quarter decades to the experiment's). The curves go to an npz
-(``--out``); ``--render`` rebuilds the page from it without a solve.
+(``--out``); ``--render`` rebuilds the page from it, or from several runs' npz files (their β merged), without a
+solve.
 
     python studies/circle_departure_law.py config/mean_field_circle.yaml --out docs/data/circle_departure_law.npz \
         --markdown docs/circle_departure_law.md
 
-`make circle-departure-law` regenerates docs/circle_departure_law.md.
+`make circle-departure-law` regenerates docs/circle_departure_law.md (in two runs, rendered together).
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from lowtemp.dynamics import integrate, meanfield, reduction
 from lowtemp.stages.simulate import MEAN_FIELD_ATOL, MEAN_FIELD_RTOL
 from lowtemp.store import harness
 
-#: quarter decades from 10 to 1000
-DEFAULT_BETAS = (10.0, 17.8, 31.6, 56.2, 100.0, 178.0, 316.0, 562.0, 1000.0)
+#: quarter decades from 10 to 100, half decades on to 1000
+DEFAULT_BETAS = (10.0, 17.8, 31.6, 56.2, 100.0, 316.0, 1000.0)
 LEVELS = ("fine", "coarse")
 
 
@@ -65,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--depth", type=float, default=0.001, help="cells graded towards E1⊥ down to this distance")
     ap.add_argument("--out", help="write the curves here (npz)")
     ap.add_argument("--markdown", help="write the page here")
-    ap.add_argument("--render", help="rebuild the page from this npz (no solve)")
+    ap.add_argument("--render", nargs="+", help="rebuild the page from these npz files (no solve)")
     return ap
 
 
@@ -110,9 +111,30 @@ def solve_curves(red, beta: float, times, width: float, depth: float, E1) -> dic
     return out
 
 
+def last_resolved(curves: dict, beta: float, level: str) -> float:
+    """The last snapshot at which a level's curve at β is resolved."""
+    tag = f"beta{beta:g}"
+    return float(curves[f"times_{tag}"][np.isfinite(curves[f"cells_{level}_{tag}"])][-1])
+
+
+def common_end(curves: dict) -> dict:
+    """The curves with both levels of every β cut at the earlier of their last resolved snapshots (NaN after it):
+    the two widths lose float64 resolution at different times, and a level read further than its twin could depart
+    where the twin cannot be read, which the law test would take for two levels that differ in kind."""
+    out = dict(curves)
+    for beta in betas_of(curves):
+        tag = f"beta{beta:g}"
+        levels = [f"cells_{level}_{tag}" for level in LEVELS]
+        end = min(int(np.flatnonzero(np.isfinite(curves[k]))[-1]) for k in levels)
+        for k in levels:
+            out[k] = np.where(np.arange(curves[k].size) <= end, curves[k], np.nan)
+    return out
+
+
 def beta_row(beta: float, curves: dict, gap: float) -> dict:
-    """The law test's row at β from the npz's arrays alone: both levels' departures at the rule's threshold
-    (``level_departures``), the snapshot interval and each level's last resolved snapshot."""
+    """The law test's row at β from the npz's arrays alone (cut at the levels' common end, ``common_end``): both
+    levels' departures at the rule's threshold (``level_departures``), the snapshot interval and each level's last
+    resolved snapshot."""
     tag = f"beta{beta:g}"
     times = curves[f"times_{tag}"]
     fine, coarse = curves[f"cells_fine_{tag}"], curves[f"cells_coarse_{tag}"]
@@ -129,11 +151,12 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     command = harness.command(__file__, argv if argv is not None else sys.argv[1:])
     if args.render:
-        with np.load(args.render) as data:
-            curves = {k: data[k] for k in data.files}
-        return write_page(args, curves, command)
-    if not (args.width > 0 and args.depth > 0 and all(b > 0 for b in args.betas)):
-        raise SystemExit("circle_departure_law: --width, --depth and every --betas must be positive")
+        return write_page(args, recorded(args.render), command)
+    if not (0 < args.width < 0.25 and args.depth > 0 and all(0 < b < np.inf for b in args.betas)):
+        raise SystemExit(
+            "circle_departure_law: --width must lie in (0, 0.25) (the coarse level takes twice it, below 0.5), "
+            "--depth and every --betas must be positive and finite"
+        )
     wall, commit = time.perf_counter(), harness.commit()
     name, exp, root_seed = circle_experiment(args)
     M = build_matrices(name, exp, root_seed)
@@ -154,6 +177,23 @@ def main(argv=None) -> int:
     return write_page(args, curves, None)
 
 
+def recorded(paths: list[str]) -> dict:
+    """The curves of one or more runs' npz files, their β merged (SystemExit where two runs differ in their
+    settings or share a β); ``stamps``: each run's stamp."""
+    curves, stamps = {}, []
+    for path in paths:
+        with np.load(path) as data:
+            run = {k: data[k] for k in data.files}
+        if curves and (str(run["arguments"]) != str(curves["arguments"]) or float(run["gap"]) != float(curves["gap"])):
+            raise SystemExit(f"circle_departure_law: {path} was run with other settings than {paths[0]}")
+        shared = set(betas_of(run)) & set(betas_of(curves))
+        if shared:
+            raise SystemExit(f"circle_departure_law: {path} repeats β = {sorted(shared)}")
+        stamps.append(str(run.pop("stamp")))
+        curves.update(run)
+    return {**curves, "stamps": stamps}
+
+
 def betas_of(curves: dict) -> list[float]:
     """The β of an npz's curves, increasing."""
     return sorted(float(k.removeprefix("times_beta")) for k in curves if k.startswith("times_beta"))
@@ -163,10 +203,15 @@ def write_page(args, curves: dict, render_command: str | None) -> int:
     """The page from the curves (``render_command``: the --render command that rebuilds it, else the run's stamp
     alone)."""
     settings, gap = json.loads(str(curves["arguments"])), float(curves["gap"])
+    ends = {b: [float(last_resolved(curves, b, level)) for level in LEVELS] for b in betas_of(curves)}
+    curves = common_end(curves)
     rows = [beta_row(b, curves, gap) for b in betas_of(curves)]
-    stamp = str(curves["stamp"])
+    stamp = str(curves.get("stamp", ""))
     if render_command is not None:
-        stamp = f"{harness.stamp(render_command, 'circle-departure-law')} From the run: {stamp}"
+        runs = curves["stamps"]
+        stamp = f"{harness.stamp(render_command, 'circle-departure-law')} From the run{'s' * (len(runs) > 1)}: " + (
+            "; ".join(runs)
+        )
     lines = [
         "# Which law in β the circle's mean field departs by (generated)",
         "",
@@ -176,8 +221,10 @@ def write_page(args, curves: dict, render_command: str | None) -> int:
         "docs/mean_field.md). Per β the mean field from ρ0 uniform at two cell widths, "
         f"{settings['width']:g} (the fine level, the reference) and {2 * settings['width']:g} (the coarse level), "
         f"graded to {settings['depth']:g}, with the pipeline's tolerances, each to the last snapshot float64 "
-        "resolves its contracting cells. Departure: the first time after the metastable phase that the distance "
-        f"to E1(A) exceeds half the distance between E1(A) and V's leading eigenspace ({gap / 2:.3f}); '> T': "
+        "resolves its contracting cells (both levels read up to the earlier of the two ends; 'stopped at T' below: "
+        "a curve that ended there before it came within the threshold). Departure: the first time after the "
+        "metastable phase that the distance to E1(A) exceeds half the distance between E1(A) and V's leading "
+        f"eigenspace ({gap / 2:.3f}); '> T': "
         "still metastable at T, its last resolved snapshot. The same law test reads docs/sphere_departure.md's "
         "d = 3 mean field.",
         "",
@@ -189,8 +236,8 @@ def write_page(args, curves: dict, render_command: str | None) -> int:
         tag = f"beta{r['beta']:g}"
         (s_f, c_f), (s_c, c_c) = (curves[f"cost_{level}_{tag}"] for level in LEVELS)
         lines.append(
-            f"| {r['beta']:g} | {departure_cell(r, '')} / {departure_cell(r, '_coarse')} | {r['resolved']:g} / "
-            f"{r['resolved_coarse']:g} | {s_f:.0f} / {s_c:.0f} | {c_f:.0f} / {c_c:.0f} |"
+            f"| {r['beta']:g} | {departure_cell(r, '')} / {departure_cell(r, '_coarse')} | "
+            f"{ends[r['beta']][0]:g} / {ends[r['beta']][1]:g} | {s_f:.0f} / {s_c:.0f} | {c_f:.0f} / {c_c:.0f} |"
         )
     lines += [""] + departure_law_lines(rows) + [""]
     lines += threshold_lines(threshold_sweep(rows, curves, gap, curve="cells"), gap)

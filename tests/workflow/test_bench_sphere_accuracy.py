@@ -74,8 +74,9 @@ def test_largest_w2_is_the_largest_optimal_assignment():
         (["--levels", "2", "--reference-level", "2"], "--levels"),
         (["--levels", "0", "--reference-level", "2"], "--levels"),
         (["--tokens", "64"], "--tokens"),
-        (["--tokens", "32", "64", "--mesh-tracers", "128"], "--mesh-tracers"),
         (["--horizon", "-1"], "--horizon"),
+        (["--betas", "inf"], "finite"),
+        (["--horizon", "inf"], "finite"),
         (["--blocks", "0"], "--blocks"),
     ],
 )
@@ -84,13 +85,64 @@ def test_bad_arguments_are_refused_before_any_solve(argv, words):
         bench.checked(bench.parser().parse_args(argv))
 
 
+def test_a_level_too_coarse_for_a_beta_is_refused_before_the_reference(monkeypatch):
+    """Level 2 cannot resolve β = 1000 (``sphere_levels.level_resolves``): refused before any solve."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(bench, "mesh_solve", lambda *a, **k: pytest.fail("solved before refusing"))
+    with pytest.raises(SystemExit, match="level 2 is too coarse for beta = 1000"):
+        bench.main(["--betas", "1000", "--levels", "2", "3", "--reference-level", "4"])
+
+
+def test_each_block_is_measured_against_its_own_tokens(monkeypatch):
+    """Particles that do not move, against a reference that moves token i by i·10⁻⁴ along a fixed direction: each
+    block's same-token error is the root mean square of its own tokens' shifts (a block measured against another
+    block's tokens, or the first N, reads something else), averaged over the blocks, at most as many as fit."""
+    rng = np.random.default_rng(0)
+    X0 = rng.normal(size=(64, 3))
+    X0 /= np.linalg.norm(X0, axis=1, keepdims=True)
+    shift = 1e-4 * np.arange(64)[:, None] * np.array([1.0, 0.0, 0.0])
+    ref = np.stack([X0, X0 + shift])  # (time, token, 3)
+    monkeypatch.setattr(bench, "particle_solve", lambda M, beta, grid, X: (np.stack([X, X]), 1.0))
+    n, count, seconds, error, rms = bench.particle_errors(None, 10.0, None, X0, ref, 16, 3)
+    assert (n, count, seconds) == (16, 3, 1.0)
+    expected = [math.sqrt(np.mean(np.sum(shift[b * 16 : (b + 1) * 16] ** 2, axis=1))) for b in range(3)]
+    assert rms == pytest.approx(np.mean(expected), rel=1e-12)
+    assert error <= rms + 1e-15
+    assert bench.particle_errors(None, 10.0, None, X0, ref, 32, 4)[1] == 2
+
+
+def test_equal_error_reads_both_rates_and_neither_where_the_errors_do_not_fall():
+    """Errors 0.5·N^(−1/2) and seconds 0.3 + 2e-8·N²: both readings give N* = (0.5/target)² and its cost 2e-8·N*²;
+    errors that grow with N give neither."""
+    tokens = np.array([128.0, 512.0, 2048.0])
+    equal = bench.at_equal_error(tokens, 0.3 + 2e-8 * tokens**2, 0.5 * tokens**-0.5, 1e-3)
+    for key in ("fitted", "half"):
+        s, n_star, cost = equal[key]
+        assert s == pytest.approx(-0.5) and n_star == pytest.approx(2.5e5, rel=1e-9)
+        assert cost == pytest.approx(2e-8 * 2.5e5**2, rel=1e-6)
+    rising = bench.at_equal_error(tokens, tokens**2 * 1e-8, np.array([0.1, 0.2, 0.3]), 1e-3)
+    assert all(math.isnan(v) for reading in rising.values() for v in reading[1:])
+
+
+def test_the_bracket_widens_the_finest_level_by_the_references_error():
+    """Levels errring 4e-3 and 1e-3 (a fourfold fall): the reference's error is about 2.5e-4, the finest level's own
+    in [7.5e-4, 1.25e-3], and N* (fitted, s = −1/2) scales by (e/1e-3)^(−2) at each end."""
+    equal = {"fitted": (-0.5, 1e6, 100.0), "half": (-0.5, 1e6, 100.0)}
+    rows = [(10.0, 2, 0, 0, 1.0, 4e-3, 4e-3, equal), (10.0, 3, 0, 0, 1.0, 1e-3, 1e-3, equal)]
+    text = bench.reference_bracket(rows + [(10.0, 4, 0, 0, 1.0, float("nan"), float("nan"), {})], 10.0)
+    assert "falls 4-fold from level 2 to 3" in text and "[0.00075, 0.00125]" in text
+    assert f"[{1e6 * 1.25**-2:.3g}, {1e6 * 0.75**-2:.3g}]" in text
+    assert bench.reference_bracket(rows[1:], 10.0) == ""
+
+
 def test_the_page_reads_each_level_against_particles_at_equal_error(tmp_path):
     """A tiny run (levels 1 and 2 against 3, N = 32, 64, 128): every mesh row's N* and particle seconds are what a
     refit of the page's own particle rows gives (numpy.polyfit on log–log; the N^(-1/2) line through the largest N),
-    the finer level's error is below the coarser's (convergence), and the particles' error falls with N."""
+    the finer level's error is below the coarser's (convergence), the same-token error is at least the W2 one, and
+    the particles' error falls with N."""
     out = tmp_path / "acc.md"
     argv = ["--betas", "10", "--horizon", "0.25", "--levels", "1", "2", "--reference-level", "3"]
-    argv += ["--tokens", "32", "64", "128", "--mesh-tracers", "32", "--markdown", str(out)]
+    argv += ["--tokens", "32", "64", "128", "--markdown", str(out)]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_sphere_accuracy.py"), *argv],
         capture_output=True,
@@ -100,26 +152,28 @@ def test_the_page_reads_each_level_against_particles_at_equal_error(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if line.startswith("| 10 ")]
-    mesh = [r for r in rows if len(r) == 13 and "reference" not in r[1]]
-    particles = np.array([[float(c) for c in r] for r in rows if len(r) == 6])
-    assert len(mesh) == 2 and particles.shape == (3, 6), out.read_text()
-    tokens, blocks, seconds, errors = particles[:, 1], particles[:, 2], particles[:, 3], particles[:, 5]
+    mesh = [r for r in rows if len(r) == 14 and "reference" not in r[1]]
+    particles = np.array([[float(c) for c in r] for r in rows if len(r) == 7])
+    assert len(mesh) == 2 and particles.shape == (3, 7), out.read_text()
+    tokens, blocks, seconds, errors, rms = (particles[:, k] for k in (1, 2, 3, 5, 6))
     assert list(blocks) == [4, 2, 1]  # disjoint blocks of the 128 tokens, at most 4
-    assert np.all(np.diff(errors) < 0), errors
+    assert np.all(np.diff(errors) < 0) and np.all(rms >= errors * (1 - 1e-3)), (errors, rms)
     slope, intercept = np.polyfit(np.log(tokens), np.log(errors), 1)
     per_pair = (seconds[-1] - seconds[-2]) / (tokens[-1] ** 2 - tokens[-2] ** 2)
     level_errors = []
     for r in mesh:
-        error, s, n_fit, n_half = float(r[6]), float(r[7]), float(r[8]), float(r[10])
+        error, same, s, n_fit, n_half = (float(r[k]) for k in (6, 7, 8, 9, 11))
         level_errors.append(error)
+        assert same >= error * (1 - 1e-3)
         assert s == pytest.approx(slope, abs=2e-3)  # the page prints 3 digits
         # the page's 3 digits, extrapolated over decades of N, move N* by a few per cent (a wrong rule by orders)
         assert n_fit == pytest.approx(math.exp((math.log(error) - intercept) / slope), rel=0.1)
         assert n_half == pytest.approx(tokens[-1] * (errors[-1] / error) ** 2, rel=0.02)
         if per_pair > 0:
-            assert float(r[9]) == pytest.approx(per_pair * n_fit**2, rel=0.25)
-            assert float(r[11]) == pytest.approx(per_pair * n_half**2, rel=0.1)
+            assert float(r[10]) == pytest.approx(per_pair * n_fit**2, rel=0.25)
+            assert float(r[12]) == pytest.approx(per_pair * n_half**2, rel=0.1)
     assert level_errors[1] < level_errors[0]
+    assert "falls" in out.read_text()  # the bracket by the reference's error
 
 
 def test_the_ratio_reads_every_finite_reading():
