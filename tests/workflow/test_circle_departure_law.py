@@ -125,7 +125,7 @@ def test_several_runs_render_as_one_page_and_clashing_runs_are_refused(tmp_path)
     page = tmp_path / "page.md"
     study.main(["--render", str(low), str(high), "--markdown", str(page)])
     text = page.read_text()
-    assert "From the runs: run low; run high" in text
+    assert "From the runs: run low (its npz holds β = 10, 20); run high (its npz holds β = 40)" in text
     rows = [line.split("|")[1:3] for line in text.splitlines() if line.count("|") == 6][2:]
     # 0.1 + 0.2 (t − 5 − shift) first above 0.25 at t = 6 + shift
     assert [(b.strip(), d.strip()) for b, d in rows] == [("10", "6 / 6"), ("20", "7 / 7"), ("40", "8 / 8")]
