@@ -21,7 +21,10 @@ each run named in its stamp. Method and its checks: docs/sphere_mean_field.md.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import dataclasses
 import json
+import multiprocessing
 import os
 import shlex
 import sys
@@ -49,12 +52,15 @@ from lowtemp.store import harness, netcdf
 
 def mesh_run(M, beta, times, name, params, level, max_triangles, log):
     """(distance to E1(A) per snapshot, distance to V's leading eigenspace (largest real part) per snapshot,
-    solution) of the mesh solver at ``level`` with the pipeline's reference
-    settings (``sphere_meanfield.reference_settings``: remeshed to the level's edge, the softmax at the level's
-    variation, ``sphere_levels.reference_variation``), as `make sphere` solves it."""
+    the solve's counts: triangles at its last snapshot, field evaluations, seconds, and why it stopped before the
+    horizon ('' where it did not)) of the mesh solver at ``level`` with the pipeline's reference settings
+    (``sphere_meanfield.reference_settings``: remeshed to the level's edge, the softmax at the level's variation,
+    ``sphere_levels.reference_variation``), as `make sphere` solves it, except that a solve the flow takes beyond
+    what it resolves ends with the snapshots it reached (``keep_on_failure``), so a long run keeps its work."""
     mesh = sphere_meanfield.initial_mesh(name, params, level)
     variation = sphere_levels.reference_variation(level, M.B, beta)
     settings = sphere_meanfield.reference_settings(level, max_triangles, variation)
+    settings = dataclasses.replace(settings, keep_on_failure=True)
     start = time.perf_counter()
 
     def progress(t, info):
@@ -64,7 +70,22 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log):
         )
 
     sol = sphere_meanfield.solve(M.B, M.V, beta, times, mesh, settings=settings, progress=progress)
-    return sol.distance_to_eigenspace(M.E1), sol.distance_to_eigenspace(M.E1_V_real), sol
+    if sol.info["stopped"]:
+        log(f"  beta {beta:g} level {level} stopped: {sol.info['stopped']}")
+    counts = {"triangles": sol.diagnostics["triangles"][-1], "nfev": sol.info["nfev"],
+              "seconds": sol.info["seconds"], "stopped": sol.info["stopped"]}  # fmt: skip
+    return sol.distance_to_eigenspace(M.E1), sol.distance_to_eigenspace(M.E1_V_real), counts
+
+
+def both_levels(M, beta, times, name, params, levels, max_triangles, jobs: int) -> list[tuple]:
+    """``mesh_run`` at the coarse and the fine level of ``levels``, one after the other, or side by side in two
+    processes where ``jobs`` ≥ 2 (the same numbers: each solve is deterministic and alone in its process)."""
+    calls = [(M, beta, times, name, params, level, max_triangles, log) for level in levels]
+    if jobs < 2:
+        return [mesh_run(*call) for call in calls]
+    # spawned, not forked: a process that has run OpenMP code (the particles' BLAS) cannot be forked safely
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(mesh_run, *zip(*calls)))
 
 
 def particle_run(M, beta, X0, grid, log):
@@ -171,6 +192,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="NPZ",
         help="run nothing: write the page, figure and --out from the curves of these npz files (their β together)",
     )
+    ap.add_argument("--jobs", type=int, default=1, help="2: solve the two levels side by side, in two processes")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--figure", help="write the (log N, log β) picture of where particles stand for the mean field")
@@ -204,16 +226,12 @@ def main(argv=None) -> int:
         grid = horizon_grid(exp, horizon)
         tag = f"beta{beta:g}"
         times = curves[f"times_{tag}"] = grid.times
-        curves[f"mesh_coarse_{tag}"], curves[f"to_V_coarse_{tag}"], _ = mesh_run(
-            M, beta, times, name, params, lo, args.max_triangles, log
-        )
-        curves[f"mesh_fine_{tag}"], curves[f"to_V_fine_{tag}"], sol = mesh_run(
-            M, beta, times, name, params, hi, args.max_triangles, log
-        )
+        coarse, fine = both_levels(M, beta, times, name, params, (lo, hi), args.max_triangles, args.jobs)
+        curves[f"mesh_coarse_{tag}"], curves[f"to_V_coarse_{tag}"] = coarse[:2]
+        curves[f"mesh_fine_{tag}"], curves[f"to_V_fine_{tag}"] = fine[:2]
         curves[f"levels_{tag}"] = np.array([lo, hi])
-        curves[f"solve_{tag}"] = np.array(
-            [sol.diagnostics["triangles"][-1], sol.info["nfev"], sol.info["seconds"]], dtype=float
-        )
+        curves[f"solve_{tag}"] = np.array([fine[2][k] for k in ("triangles", "nfev", "seconds")], dtype=float)
+        curves[f"stopped_{tag}"] = np.array([coarse[2]["stopped"], fine[2]["stopped"]])
         reference = reference_departure(times, curves[f"mesh_fine_{tag}"], geometry[0])
         for n in args.tokens:
             dist = particle_run(M, beta, X0[:, :n], grid, log)
@@ -292,6 +310,9 @@ def beta_row(beta: float, curves: dict, geometry: tuple[float, float], tokens: l
         "triangles": triangles,
         "nfev": nfev,
         "seconds": seconds,
+        # why each level (coarse, fine) stopped before the horizon ('' where it did not; an npz that predates the
+        # record says nothing)
+        "stopped_why": [str(v) for v in curves.get(f"stopped_{tag}", ["", ""])],
     }
     replicas = max(v.shape[0] for k, v in curves.items() if k.startswith("particles_"))
     for n in tokens:
@@ -385,7 +406,7 @@ def render(args, command: str) -> int:
 
 
 #: the options of a run, which ``--render`` does not take
-RUN_OPTIONS = ("config", "experiment", "betas", "levels", "horizons", "tokens", "replicas", "max_triangles")
+RUN_OPTIONS = ("config", "experiment", "betas", "levels", "horizons", "tokens", "replicas", "max_triangles", "jobs")
 
 
 def _runs(curves: dict, betas: list[float]) -> str:
@@ -459,6 +480,7 @@ def write_markdown(args, exp, geometry, curves, rows, stamp, figure: bool = Fals
             cells += [r[f"N{n}"], "—" if np.isnan(r[f"N{n}_gap"]) else f"{r[f'N{n}_gap']:.3f}"]
         cells += [_count(r["triangles"]), _count(r["nfev"]), _count(r["seconds"])]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += stopped_lines(rows)
     stands, shift = regime(args, rows)
     betas = [r["beta"] for r in rows]
     lines += [
@@ -515,6 +537,21 @@ def write_markdown(args, exp, geometry, curves, rows, stamp, figure: bool = Fals
             lines.append(f"| {times[k]:g} | " + " | ".join(" / ".join(f"{v:.4f}" for v in val) for val in vals) + " |")
     with open(args.markdown, "w") as fh:
         fh.write("\n".join(lines) + "\n")
+
+
+def stopped_lines(rows) -> list[str]:
+    """The page's list of the mesh runs that ended before their horizon, each with the solver's reason (none where
+    every run reached it)."""
+    stops = [
+        f"- β = {r['beta']:g}, {which} level: {why}"
+        for r in rows
+        for which, why in zip(("coarse", "fine"), r["stopped_why"])
+        if why
+    ]
+    if not stops:
+        return []
+    return ["", "Mesh runs that ended before their horizon, with the solver's reason (their distances end there):",
+            "", *stops]  # fmt: skip
 
 
 def _count(value) -> str:

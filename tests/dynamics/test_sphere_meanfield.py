@@ -238,6 +238,7 @@ def test_a_mesh_that_outgrows_max_triangles_stops_with_what_it_has():
     assert np.all(np.isfinite(d[:reached])) and np.all(np.isnan(d[reached:]))
     assert sol.tracers.shape == (times.size, 16, 3)
     assert np.all(np.isfinite(sol.tracers[:reached])) and np.all(np.isnan(sol.tracers[reached:]))
+    assert sol.info["stopped"].startswith("more than max_triangles = 330 triangles at t = ")
     assert np.abs(sol.tracers[0] - tracers).max() < 1e-15  # the flow map is the identity at t = 0
     unlimited = sphere_meanfield.solve(B, V, 10.0, times, mesh, settings=sphere_meanfield.SphereSettings(edge=0.3))
     assert len(unlimited.meshes) == times.size
@@ -335,6 +336,54 @@ def test_a_stretch_the_flow_makes_too_coarse_is_halved_until_it_is_not(monkeypat
     monkeypatch.setattr(sphere_meanfield, "SHORTEST_STRETCH", 1.0)
     with pytest.raises(sphere_levels.MeshTooCoarse, match=r"between t = 0 and 3\)"):
         sphere_meanfield.solve(B, V, 31.6, [0.0, 3.0], UNIFORM, None, settings)
+
+
+def test_a_solve_kept_on_failure_ends_with_the_snapshots_it_reached(monkeypatch):
+    """The stretch of the test above that cannot be halved, asked at t = 0, 1.5 and 3 with a remeshing every 3:
+    with ``keep_on_failure`` the solve ends with the snapshot at t = 0 (tracers and distances NaN after, the
+    refusal in ``info["stopped"]``); without it the same solve raises. Asked from t = 1 on, there is no snapshot
+    before the refused stretch to end with, and it raises either way."""
+    settings = dataclasses.replace(sphere_meanfield.reference_settings(2, None), remesh_every=3.0)
+    monkeypatch.setattr(sphere_meanfield, "SHORTEST_STRETCH", 1.0)
+    times, tracers = [0.0, 1.5, 3.0], fibonacci_lattice(8)
+    kept = sphere_meanfield.solve(
+        B, V, 31.6, times, UNIFORM, tracers, dataclasses.replace(settings, keep_on_failure=True)
+    )
+    assert len(kept.meshes) == 1 and kept.info["resolved_until"] == 0.0
+    assert "between t = 0 and 3)" in kept.info["stopped"] and "after t = 0" in kept.info["stopped"]
+    assert np.all(np.isfinite(kept.tracers[:1])) and np.all(np.isnan(kept.tracers[1:]))
+    assert np.all(np.isnan(kept.distance_to_eigenspace(leading_axis())[1:]))
+    with pytest.raises(sphere_levels.MeshTooCoarse, match=r"between t = 0 and 3\)"):
+        sphere_meanfield.solve(B, V, 31.6, times, UNIFORM, tracers, settings)
+    with pytest.raises(sphere_levels.MeshTooCoarse, match=r"between t = 0 and 3\)"):
+        sphere_meanfield.solve(
+            B, V, 31.6, [1.0, 3.0], UNIFORM, None, dataclasses.replace(settings, keep_on_failure=True)
+        )
+
+
+def test_an_integrator_that_underflows_is_named_and_kept_on_failure(monkeypatch):
+    """DOP853 on y' = y² from y(0) = 1 (blow-up at t = 1) fails on its step size: the stretch raises
+    ``StepUnderflow`` naming where. A solve whose second stretch does so ends, with ``keep_on_failure``, with the
+    snapshots before it and the integrator's message; without it the error reaches the caller."""
+    with pytest.raises(meanfield.StepUnderflow, match="integrator failed at t = 1: Required step size"):
+        meanfield._advance_edges(lambda _t, y: y**2, 0.0, 2.0, np.array([1.0]), 1e-8, 1e-10, None)
+    real, calls = sphere_meanfield._advance_edges, []
+
+    def failing_second(rhs, t0, t1, *rest):
+        calls.append(t0)
+        if len(calls) == 2:
+            return real(lambda _t, y: y**2, 0.0, 2.0, np.ones(1), 1e-8, 1e-10, None)
+        return real(rhs, t0, t1, *rest)
+
+    monkeypatch.setattr(sphere_meanfield, "_advance_edges", failing_second)
+    settings = sphere_meanfield.SphereSettings(edge=None, rtol=1e-4, atol=1e-6, remesh_every=0.5)
+    with pytest.raises(meanfield.StepUnderflow):
+        sphere_meanfield.solve(B, V, 10.0, [0.0, 0.5, 1.0], UNIFORM, None, settings)
+    calls.clear()
+    kept = sphere_meanfield.solve(
+        B, V, 10.0, [0.0, 0.5, 1.0], UNIFORM, None, dataclasses.replace(settings, keep_on_failure=True)
+    )
+    assert kept.info["resolved_until"] == 0.5 and "integrator failed" in kept.info["stopped"]
 
 
 def folded_triangles(mesh) -> int:

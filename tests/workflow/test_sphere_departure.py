@@ -169,3 +169,28 @@ def test_a_page_renders_again_from_its_npz_and_merges_the_beta_of_two_runs(tmp_p
     study.main(["--betas", "100", "--tokens", "8", *short[:-1], "3", "--out", str(tmp_path / "c.npz")])
     with pytest.raises(SystemExit, match="was run with"):
         study.main(["--render", str(first), str(tmp_path / "c.npz")])
+
+
+def test_two_jobs_give_the_same_numbers_and_a_level_that_stopped_is_named(tmp_path):
+    """β = 10 to t = 1.25 with the two levels solved side by side (``--jobs 2``) writes the same curves, bit for
+    bit, as one after the other; neither stopped, so the page lists none. The same npz with the fine level marked
+    as stopped by the solver renders that reason on the page (and the page without the mark does not)."""
+    short = ["--betas", "10", "--horizons", "1.25", "--levels", "2", "3", "--tokens", "8", "--replicas", "2"]
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    study.main([*short, "--out", str(one)])
+    study.main([*short, "--jobs", "2", "--out", str(two), "--markdown", str(tmp_path / "two.md")])
+    with np.load(one) as a, np.load(two) as b:
+        for key in a.files:
+            if key.startswith(("mesh_", "to_V_", "particles_")):
+                np.testing.assert_array_equal(a[key], b[key])
+        np.testing.assert_array_equal(b["stopped_beta10"], ["", ""])
+        marked = {k: b[k] for k in b.files}
+    assert "ended before their horizon" not in (tmp_path / "two.md").read_text()
+    marked["stopped_beta10"] = np.array(["", "more than max_triangles = 9 triangles at t = 1"])
+    np.savez(tmp_path / "marked.npz", **marked)
+    study.main(["--render", str(tmp_path / "marked.npz"), "--markdown", str(tmp_path / "marked.md")])
+    text = (tmp_path / "marked.md").read_text()
+    assert "- β = 10, fine level: more than max_triangles = 9 triangles at t = 1" in text
+    assert "coarse level:" not in text
+    with pytest.raises(SystemExit, match="takes no jobs"):
+        study.main(["--render", str(one), "--jobs", "2"])

@@ -240,6 +240,10 @@ class _EdgeODE:
         return edge_velocity(self.red, e, self.masses, self.beta, y, fast=self.fast)
 
 
+class StepUnderflow(RuntimeError):
+    """The Runge–Kutta pair's step fell below what float64 resolves at its time (SciPy's "failed" status)."""
+
+
 def _advance_edges(
     rhs, t0: float, t1: float, y0: np.ndarray, rtol: float, atol: float, step: float | None, dense=(), method=DOP853
 ) -> tuple[np.ndarray, int, float, list[np.ndarray]]:
@@ -260,7 +264,7 @@ def _advance_edges(
         proposal = solver.h_abs
         message = solver.step()
         if solver.status == "failed":
-            raise RuntimeError(message)
+            raise StepUnderflow(f"the integrator failed at t = {solver.t:g}: {message}")
         taken += 1
         spanned = [t for t in dense[len(at) :] if t <= solver.t]
         if spanned:

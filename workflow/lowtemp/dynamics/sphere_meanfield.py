@@ -27,7 +27,7 @@ import numpy as np
 from scipy.integrate import DOP853, RK45
 
 from ..model import projection
-from .meanfield import _advance_edges, remesh_stops
+from .meanfield import StepUnderflow, _advance_edges, remesh_stops
 from .sphere_aggregate import aggregated_field, exact_softmax
 from .sphere_folds import repair_folds
 from .sphere_levels import (
@@ -68,7 +68,9 @@ class SphereSettings:
     stops for remeshing every ``remesh_every`` to the target edge ``edge`` (radians; None: no remeshing); the solve
     stops at the first stop after a snapshot where its mesh holds more than ``max_triangles`` (None: no limit), the
     later snapshots left out (``info["resolved_until"]``), so a run whose mesh outgrows the machine ends with what
-    it has;
+    it has; ``keep_on_failure``: a solve the flow takes beyond what it can resolve (a triangle too large for the
+    softmax at β on the shortest stretch, ``SHORTEST_STRETCH``, or the integrator's step underflowing) ends with the
+    snapshots it reached and says why in ``info["stopped"]``, instead of raising (a long study keeps its work);
     ``aggregate``: crowded queries expanded about their group's centre (``sphere_aggregate``); ``sources``: triangles
     aggregated as sources (``sphere_sources``); ``integrator``: the Runge–Kutta pair that moves the state
     (``INTEGRATORS``)."""
@@ -80,6 +82,7 @@ class SphereSettings:
     atol: float = 1e-9
     remesh_every: float = 0.25
     max_triangles: int | None = None
+    keep_on_failure: bool = False
     aggregate: bool = False
     sources: bool = False
     integrator: str = "DOP853"
@@ -364,6 +367,7 @@ class _March:
     step: float | None = None
     nfev: list = field(default_factory=lambda: [0])  # the right-hand side counts its calls in nfev[0]
     steps: int = 0
+    stopped: str = ""  # why the solve ended before the last time ("" where it reached it)
     halvings: int = 0  # stretches between stops halved because the flow stretched a triangle too far for β
     remeshings: int = 0
     repaired_w2: float = 0.0  # the W2 bound of every fold repair so far (``sphere_folds``)
@@ -449,6 +453,7 @@ def _solution(march: _March, beta: float, times: np.ndarray, tracers0: np.ndarra
             "remeshings": march.remeshings,
             "remesh_halvings": march.halvings,
             "resolved_until": resolved_until,
+            "stopped": march.stopped,
         },
         diagnostics={key: np.array([d[key] for d in march.diagnostics]) for key in march.diagnostics[0]},
     )
@@ -493,12 +498,31 @@ def solve(
             try:
                 _advance(march, float(stop), B, V, float(beta), settings, times, progress)
             except MeshTooCoarse as err:
-                stops.insert(k, _halfway(err, march.t, float(stop), settings, remesh is not None))
+                try:
+                    stops.insert(k, _halfway(err, march.t, float(stop), settings, remesh is not None))
+                except MeshTooCoarse as final:
+                    if _kept(march, settings, final):
+                        break
+                    raise
                 march.halvings += 1
                 continue
+            except StepUnderflow as err:
+                if _kept(march, settings, err):
+                    break
+                raise
         k += 1
         _at_stop(march, stop, times, remesh, progress)
         # the triangles change only at stops; a solve stops once it has a snapshot to end with
         if settings.max_triangles and march.mesh.triangles.shape[0] > settings.max_triangles and march.meshes:
+            march.stopped = f"more than max_triangles = {settings.max_triangles} triangles at t = {march.t:g}"
             break
     return _solution(march, float(beta), times, tracers0)
+
+
+def _kept(march: _March, settings: SphereSettings, err: Exception) -> bool:
+    """Whether a solve that cannot go on ends here with what it reached (``settings.keep_on_failure`` and a
+    snapshot to end with), the reason recorded in the march."""
+    if not (settings.keep_on_failure and march.meshes):
+        return False
+    march.stopped = f"{err} (after t = {march.t:g})"
+    return True
