@@ -144,8 +144,10 @@ sphere-zero-temperature: $(STAMP)
 ## takes, would add hours), its npz rewritten after each beta; then beta = 316 to t = 40 in a run of its own at
 ## N = 256, 1024 only (N = 16 384 to t = 40 would add about half an hour, and at beta = 100 it already departs
 ## before the mean field); beta = 178 to t = 26 likewise (a fifth beta for the law at every threshold: its onset,
-## a quarter to two fifths of the way from E1(A) to V's eigenspace, lies before t = 18); the page and picture
-## rendered from the three npz files (`--render`)
+## a quarter to two fifths of the way from E1(A) to V's eigenspace, lies before t = 18); beta = 1000 to t = 60 on
+## levels 3, 4 (levels 2, 3 are too coarse for its kernel), the two levels side by side (`--jobs 2`), each ending
+## where it outgrows max_triangles or the flow outruns what it resolves (the page names where and why); the page and
+## picture rendered from the four npz files (`--render`)
 sphere-departure: $(STAMP)
 	$(BIN)/python studies/sphere_departure.py --betas 10 31.6 100 --horizons 14 20 30 --levels 2 3 \
 		--tokens 256 1024 4096 16384 --replicas 2 --max-triangles 40000 --out docs/data/sphere_departure.npz
@@ -153,8 +155,11 @@ sphere-departure: $(STAMP)
 		--replicas 2 --max-triangles 40000 --out docs/data/sphere_departure_beta316.npz
 	$(BIN)/python studies/sphere_departure.py --betas 178 --horizons 26 --levels 2 3 --tokens 256 1024 \
 		--replicas 2 --max-triangles 40000 --out docs/data/sphere_departure_beta178.npz
+	$(BIN)/python studies/sphere_departure.py --betas 1000 --horizons 60 --levels 3 4 --tokens 256 1024 \
+		--replicas 2 --max-triangles 40000 --jobs 2 --out docs/data/sphere_departure_beta1000.npz
 	$(BIN)/python studies/sphere_departure.py --render docs/data/sphere_departure.npz \
 		docs/data/sphere_departure_beta316.npz docs/data/sphere_departure_beta178.npz \
+		docs/data/sphere_departure_beta1000.npz \
 		--markdown docs/sphere_departure.md --figure docs/img/particle_regime_sphere.png
 
 ## sphere-convergence: docs/sphere_convergence.md, the d = 3 reference of config/sphere.yaml at beta = 10 to t = 6 with

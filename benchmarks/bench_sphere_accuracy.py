@@ -155,10 +155,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"bench_sphere_accuracy: experiment {args.experiment} must be d = 3 from the uniform measure")
     M = experiment.build_matrices(args.experiment, exp, cfg["root_seed"])
     check_levels(args, M.B)
-    full = experiment.time_grid(exp)
-    interval = full.horizon / full.snapshots
-    snapshots = max(1, int(round(args.horizon / interval)))
-    grid = integrate.TimeGrid(snapshots * interval, snapshots, full.dt)
+    grid = experiment.time_grid(exp, args.horizon)
     rng = generator(cfg["root_seed"], args.experiment, "initial_tokens")
     X0 = measures.sample_initial_tokens("uniform", rng, 1, args.tokens[-1], 3)[0]
     wall = time.perf_counter()

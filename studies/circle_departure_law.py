@@ -40,8 +40,7 @@ from sphere_departure_law import (
 )
 
 from lowtemp.analysis import fitting
-from lowtemp.config import schema, validation
-from lowtemp.config.experiment import build_matrices
+from lowtemp.config import experiment, schema, validation
 from lowtemp.dynamics import integrate, meanfield, reduction
 from lowtemp.stages.simulate import MEAN_FIELD_ATOL, MEAN_FIELD_RTOL
 from lowtemp.store import harness
@@ -83,15 +82,10 @@ def circle_experiment(args) -> tuple[str, dict, int]:
 
 
 def time_grid(exp: dict, horizon: float | None) -> integrate.TimeGrid:
-    """The experiment's snapshots (interval and dt), up to ``horizon`` where given."""
-    grid = integrate.TimeGrid(exp["time"]["horizon"], exp["time"]["snapshots"], exp["time"]["dt"])
-    if horizon is None:
-        return grid
-    if not horizon > 0:
+    """The experiment's snapshots (interval and dt), up to ``horizon`` where given (``experiment.time_grid``)."""
+    if horizon is not None and not horizon > 0:
         raise SystemExit(f"circle_departure_law: --horizon must be positive, got {horizon:g}")
-    interval = grid.horizon / grid.snapshots
-    snapshots = max(1, int(round(horizon / interval)))
-    return integrate.TimeGrid(snapshots * interval, snapshots, grid.dt)
+    return experiment.time_grid(exp, horizon)
 
 
 def solve_curves(red, beta: float, times, width: float, depth: float, E1) -> dict:
@@ -159,7 +153,7 @@ def main(argv=None) -> int:
         )
     wall, commit = time.perf_counter(), harness.commit()
     name, exp, root_seed = circle_experiment(args)
-    M = build_matrices(name, exp, root_seed)
+    M = experiment.build_matrices(name, exp, root_seed)
     red = reduction.reduce(M.B, M.V)
     grid = time_grid(exp, args.horizon)
     settings = {"experiment": name, "config": args.config, "width": args.width, "depth": args.depth}

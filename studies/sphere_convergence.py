@@ -29,7 +29,7 @@ import sys
 import time
 
 import numpy as np
-from sphere_departure import describe_departure, horizon_grid, log, sphere_experiment
+from sphere_departure import describe_departure, log, sphere_experiment
 
 from lowtemp.analysis import fitting
 from lowtemp.config import experiment
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     # the pipeline's first replica (the same stream and draw as its initial_tokens.nc), its first tokens
     X0 = measures.sample_initial_tokens(name, rng, exp["replicas"], exp["tokens"], 3, **params)[0, : args.tokens]
     gap = float(projection.distance_to_eigenspace(M.E1_V_real[:, :1].T[None], M.E1)[0])
-    grid = horizon_grid(exp, args.horizon)
+    grid = experiment.time_grid(exp, args.horizon)
     times, interval = grid.times, grid.horizon / grid.snapshots
     check_remeshes(args.remeshes)
     sphere_meanfield.check_inputs(M.B, M.V, args.beta, times, sphere_meanfield.reference_settings(base["level"], None))

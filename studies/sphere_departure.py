@@ -96,14 +96,6 @@ def particle_run(M, beta, X0, grid, log):
     return projection.distance_to_eigenspace(X, M.E1)  # (replica, time)
 
 
-def horizon_grid(exp: dict, horizon: float) -> integrate.TimeGrid:
-    """The experiment's snapshot interval and dt, up to ``horizon`` (rounded to a whole number of snapshots)."""
-    grid = experiment.time_grid(exp)
-    interval = grid.horizon / grid.snapshots
-    snapshots = max(1, int(round(horizon / interval)))
-    return integrate.TimeGrid(snapshots * interval, snapshots, grid.dt)
-
-
 def describe_departure(times, dist, gap) -> str:
     """Departure per curve of dist (…, time) by the pipeline's rule, on the snapshots the curve reached (a mesh run
     stopped by --max-triangles has NaN after): '> T' where it was still metastable at its last snapshot T."""
@@ -223,7 +215,7 @@ def main(argv=None) -> int:
     geometry = end_phase_geometry(M, exp)
     curves, rows = {"arguments": np.array(json.dumps(shared_settings(args, cfg)))}, []
     for beta, horizon, (lo, hi) in zip(args.betas, horizons, levels):
-        grid = horizon_grid(exp, horizon)
+        grid = experiment.time_grid(exp, horizon)
         tag = f"beta{beta:g}"
         times = curves[f"times_{tag}"] = grid.times
         coarse, fine = both_levels(M, beta, times, name, params, (lo, hi), args.max_triangles, args.jobs)

@@ -532,3 +532,22 @@ def test_the_default_runs_sphere_experiment_is_make_spheres_early_window():
     for block in (default, sphere):
         del block["betas"], block["mean_field"]["level"], block["time"]["horizon"], block["time"]["snapshots"]
     assert default == sphere
+
+
+@pytest.mark.parametrize(
+    "horizon, snapshots, expected",
+    [(None, 56, 14.0), (60.0, 240, 60.0), (14.1, 56, 14.0), (14.2, 57, 14.25), (0.01, 1, 0.25)],
+)
+def test_a_study_horizon_keeps_the_snapshot_interval(horizon, snapshots, expected):
+    """The experiment's grid (14 in 56 snapshots) up to a study's horizon: the interval 0.25 and dt kept, the
+    horizon rounded to the nearest whole snapshot (14.1 to 14, 14.2 to 14.25), at least one snapshot; a horizon
+    that is not finite and positive is refused."""
+    from lowtemp.config import experiment
+
+    exp = {"time": {"horizon": 14.0, "snapshots": 56, "dt": 0.05}}
+    grid = experiment.time_grid(exp, horizon)
+    assert (grid.snapshots, grid.horizon, grid.dt) == (snapshots, pytest.approx(expected, rel=1e-15), 0.05)
+    np.testing.assert_allclose(np.diff(grid.times), 0.25, rtol=1e-12)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="a horizon must be finite and positive"):
+            experiment.time_grid(exp, bad)

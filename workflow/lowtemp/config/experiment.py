@@ -51,10 +51,20 @@ def animation_size(panels: int) -> tuple[int, int]:
     return columns * ANIMATION_PANEL_PX, rows * ANIMATION_PANEL_PX + ANIMATION_TITLE_PX
 
 
-def time_grid(experiment: dict) -> integrate.TimeGrid:
-    """The simulations' grid: snapshot times and the uniform step (``time.horizon``, ``snapshots``, ``dt``)."""
+def time_grid(experiment: dict, horizon: float | None = None) -> integrate.TimeGrid:
+    """The simulations' grid: snapshot times and the uniform step (``time.horizon``, ``snapshots``, ``dt``); with
+    ``horizon`` (a study's own), the same snapshot interval and dt up to it, rounded to a whole number of snapshots
+    (at least one), so curves run to different horizons share their snapshot times. ValueError unless ``horizon``
+    is finite and positive."""
     t = experiment["time"]
-    return integrate.TimeGrid(horizon=float(t["horizon"]), snapshots=int(t["snapshots"]), dt=float(t["dt"]))
+    grid = integrate.TimeGrid(horizon=float(t["horizon"]), snapshots=int(t["snapshots"]), dt=float(t["dt"]))
+    if horizon is None:
+        return grid
+    if not (np.isfinite(horizon) and horizon > 0):
+        raise ValueError(f"a horizon must be finite and positive, got {horizon}")
+    interval = grid.horizon / grid.snapshots
+    snapshots = max(1, int(round(horizon / interval)))
+    return integrate.TimeGrid(snapshots * interval, snapshots, grid.dt)
 
 
 def integration_tolerance(experiment: dict, n_tokens: int | None = None) -> float | None:
