@@ -146,8 +146,10 @@ sphere-zero-temperature: $(STAMP)
 ## before the mean field); beta = 178 to t = 26 likewise (a fifth beta for the law at every threshold: its onset,
 ## a quarter to two fifths of the way from E1(A) to V's eigenspace, lies before t = 18); beta = 1000 to t = 60 on
 ## levels 3, 4 (levels 2, 3 are too coarse for its kernel), the two levels side by side (`--jobs 2`), each ending
-## where it outgrows max_triangles or the flow outruns what it resolves (the page names where and why); the page and
-## picture rendered from the four npz files (`--render`)
+## where it outgrows max_triangles or the flow outruns what it resolves (the page names where and why), each level's
+## state checkpointed at every stop in docs/data/checkpoints/ (committed: the run takes longer than a session, and
+## started again goes on from there to the same numbers); the page and picture rendered from the four npz files
+## (`--render`)
 sphere-departure: $(STAMP)
 	$(BIN)/python studies/sphere_departure.py --betas 10 31.6 100 --horizons 14 20 30 --levels 2 3 \
 		--tokens 256 1024 4096 16384 --replicas 2 --max-triangles 40000 --out docs/data/sphere_departure.npz
@@ -156,7 +158,8 @@ sphere-departure: $(STAMP)
 	$(BIN)/python studies/sphere_departure.py --betas 178 --horizons 26 --levels 2 3 --tokens 256 1024 \
 		--replicas 2 --max-triangles 40000 --out docs/data/sphere_departure_beta178.npz
 	$(BIN)/python studies/sphere_departure.py --betas 1000 --horizons 60 --levels 3 4 --tokens 256 1024 \
-		--replicas 2 --max-triangles 40000 --jobs 2 --out docs/data/sphere_departure_beta1000.npz
+		--replicas 2 --max-triangles 40000 --jobs 2 --checkpoints docs/data/checkpoints/sphere_departure_beta1000 \
+		--out docs/data/sphere_departure_beta1000.npz
 	$(BIN)/python studies/sphere_departure.py --render docs/data/sphere_departure.npz \
 		docs/data/sphere_departure_beta316.npz docs/data/sphere_departure_beta178.npz \
 		docs/data/sphere_departure_beta1000.npz \

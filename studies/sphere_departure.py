@@ -44,48 +44,122 @@ from lowtemp.analysis import fitting
 from lowtemp.config import experiment, schema, validation
 from lowtemp.dynamics import integrate, kernels, sphere_levels, sphere_meanfield
 from lowtemp.dynamics.sphere_levels import REFERENCE_REMESH_EVERY, REFERENCE_RTOL
+from lowtemp.dynamics.sphere_march import Resumable
+from lowtemp.dynamics.sphere_mesh import SphereMesh
 from lowtemp.model import measures, projection
 from lowtemp.model.seeding import generator
 from lowtemp.plotting import regimes
 from lowtemp.store import harness, netcdf
 
 
-def mesh_run(M, beta, times, name, params, level, max_triangles, log):
+def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoints=None):
     """(distance to E1(A) per snapshot, distance to V's leading eigenspace (largest real part) per snapshot,
     the solve's counts: triangles at its last snapshot, field evaluations, seconds, and why it stopped before the
     horizon ('' where it did not)) of the mesh solver at ``level`` with the pipeline's reference settings
     (``sphere_meanfield.reference_settings``: remeshed to the level's edge, the softmax at the level's variation,
     ``sphere_levels.reference_variation``), as `make sphere` solves it, except that a solve the flow takes beyond
-    what it resolves ends with the snapshots it reached (``keep_on_failure``), so a long run keeps its work."""
+    what it resolves ends with the snapshots it reached (``keep_on_failure``), so a long run keeps its work. With a
+    folder ``checkpoints`` the solve's state and the distances so far are written there at every stop
+    (``checkpoint_file``), and a run started again goes on from them: the same numbers as a run never stopped."""
     mesh = sphere_meanfield.initial_mesh(name, params, level)
     variation = sphere_levels.reference_variation(level, M.B, beta)
     settings = sphere_meanfield.reference_settings(level, max_triangles, variation)
     settings = dataclasses.replace(settings, keep_on_failure=True)
-    start = time.perf_counter()
+    path = checkpoint_file(checkpoints, beta, level) if checkpoints else None
+    identity = {"beta": beta, "level": level, "times": times, "B": M.B, "V": M.V, "settings": repr(settings)}
+    state, record = read_checkpoint(path, identity) if path and os.path.exists(path) else (None, new_record())
+    if state is not None:
+        log(f"  beta {beta:g} level {level}: " + (f"resumed at t = {state.t:g}" if not record["done"] else "done"))
+    start, before = time.perf_counter(), record["seconds"]
 
     def progress(t, info):
         log(
             f"  beta {beta:g} level {level}: t = {t:g}, {info['triangles']} triangles, {info['nfev']} evaluations, "
-            f"max |log c_T| {info['max_abs_log_c']:.2f}, {time.perf_counter() - start:.0f} s"
+            f"max |log c_T| {info['max_abs_log_c']:.2f}, {before + time.perf_counter() - start:.0f} s"
         )
 
-    sol = sphere_meanfield.solve(M.B, M.V, beta, times, mesh, settings=settings, progress=progress)
-    if sol.info["stopped"]:
-        log(f"  beta {beta:g} level {level} stopped: {sol.info['stopped']}")
-    counts = {"triangles": sol.diagnostics["triangles"][-1], "nfev": sol.info["nfev"],
-              "seconds": sol.info["seconds"], "stopped": sol.info["stopped"]}  # fmt: skip
-    return sol.distance_to_eigenspace(M.E1), sol.distance_to_eigenspace(M.E1_V_real), counts
+    def keep(state):
+        recorded = sphere_meanfield.SphereMeanFieldSolution(beta, np.array([t for t, _, _ in state.new]),
+                                                            [m for _, m, _ in state.new], None)  # fmt: skip
+        record["to_A"] += recorded.distance_to_eigenspace(M.E1).tolist()
+        record["to_V"] += recorded.distance_to_eigenspace(M.E1_V_real).tolist()
+        record["triangles"] += [int(m.triangles.shape[0]) for m in recorded.meshes]
+        record.update(nfev=state.counts["nfev"], seconds=before + time.perf_counter() - start)
+        record.update(done=state.final, stopped=state.stopped)
+        if path:
+            write_checkpoint(path, identity, state, record)
+
+    if not record["done"]:
+        sphere_meanfield.solve(
+            M.B, M.V, beta, times, mesh, settings=settings, progress=progress, checkpoint=keep, resume=state
+        )
+    if record["stopped"]:
+        log(f"  beta {beta:g} level {level} stopped: {record['stopped']}")
+    pad = [np.nan] * (times.size - len(record["to_A"]))
+    counts = {"triangles": record["triangles"][-1], "nfev": record["nfev"], "seconds": record["seconds"],
+              "stopped": record["stopped"]}  # fmt: skip
+    return np.array(record["to_A"] + pad), np.array(record["to_V"] + pad), counts
 
 
-def both_levels(M, beta, times, name, params, levels, max_triangles, jobs: int) -> list[tuple]:
+def new_record() -> dict:
+    """What a mesh run has recorded before it starts: no snapshot, no evaluation, no time."""
+    return {"to_A": [], "to_V": [], "triangles": [], "nfev": 0, "seconds": 0.0, "done": False, "stopped": ""}
+
+
+def checkpoint_file(folder: str, beta: float, level: int) -> str:
+    """The checkpoint of the mesh run at (β, level) in ``folder`` (created where missing)."""
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"beta{beta:g}_level{level}.npz")
+
+
+def write_checkpoint(path: str, identity: dict, state, record: dict) -> None:
+    """The run's identity (β, level, times, B, V, settings), the solver's ``Resumable`` state and the record so far,
+    written beside ``path`` and moved onto it, so a run killed mid-write leaves the previous checkpoint whole."""
+    mesh = state.mesh
+    arrays = {f"id_{k}": np.asarray(v) for k, v in identity.items()}
+    arrays.update(t=state.t, step=np.nan if state.step is None else state.step, points=mesh.points,
+                  log_density=mesh.log_density, triangles=mesh.triangles, log_mass=mesh.log_mass,
+                  tracers=state.tracers, recorded=state.recorded, counts=json.dumps(state.counts),
+                  record=json.dumps(record))  # fmt: skip
+    partial = path + ".partial.npz"
+    np.savez(partial, **arrays)
+    os.replace(partial, path)
+
+
+def read_checkpoint(path: str, identity: dict) -> tuple:
+    """(the ``Resumable`` state, the record so far) of a checkpoint written for the same run (``identity``);
+    SystemExit naming the file and what differs where it was written for another."""
+    with np.load(path) as z:
+        for key, value in identity.items():
+            if not np.array_equal(z[f"id_{key}"], np.asarray(value)):
+                raise SystemExit(f"sphere_departure: {path} was written for another run ({key} differs): remove it "
+                                 "or give another --checkpoints folder")  # fmt: skip
+        mesh = SphereMesh(z["points"], z["log_density"], z["triangles"], z["log_mass"])
+        step = None if np.isnan(z["step"]) else float(z["step"])
+        state = Resumable(float(z["t"]), step, mesh, z["tracers"], int(z["recorded"]), json.loads(str(z["counts"])))
+        return state, json.loads(str(z["record"]))
+
+
+def both_levels(M, beta, times, name, params, levels, max_triangles, jobs: int, checkpoints=None) -> list[tuple]:
     """``mesh_run`` at the coarse and the fine level of ``levels``, one after the other, or side by side in two
     processes where ``jobs`` ≥ 2 (the same numbers: each solve is deterministic and alone in its process)."""
-    calls = [(M, beta, times, name, params, level, max_triangles, log) for level in levels]
+    calls = [(M, beta, times, name, params, level, max_triangles, log, checkpoints) for level in levels]
     if jobs < 2:
         return [mesh_run(*call) for call in calls]
     # spawned, not forked: a process that has run OpenMP code (the particles' BLAS) cannot be forked safely
     with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(mesh_run, *zip(*calls)))
+
+
+def check_levels(M, betas, levels, name: str, params: dict) -> None:
+    """MeshTooCoarse, before any solve, where a level's initial mesh is too coarse for its β (the solver's own
+    check, ``sphere_meanfield.check_resolution``, at the run's settings)."""
+    for beta, pair in zip(betas, levels):
+        for level in pair:
+            variation = sphere_levels.reference_variation(level, M.B, beta)
+            settings = sphere_meanfield.reference_settings(level, None, variation)
+            mesh = sphere_meanfield.initial_mesh(name, params, level)
+            sphere_meanfield.check_resolution(mesh, M.B, beta, settings.variation, settings.depth, settings.edge)
 
 
 def particle_run(M, beta, X0, grid, log):
@@ -98,13 +172,17 @@ def particle_run(M, beta, X0, grid, log):
 
 def describe_departure(times, dist, gap) -> str:
     """Departure per curve of dist (…, time) by the pipeline's rule, on the snapshots the curve reached (a mesh run
-    stopped by --max-triangles has NaN after): '> T' where it was still metastable at its last snapshot T."""
+    that stopped, at --max-triangles or where the flow outran it, has NaN after): '> T' where it was still
+    metastable at its last snapshot T; 'stopped at T before it arrived' where it stopped before it came close to
+    E1(A) (whether it has a metastable phase is unknown, not 'no metastable phase')."""
     out = []
     for curve in np.atleast_2d(dist):
         reached = int(np.sum(np.isfinite(curve)))
         departure, censored = fitting.geometric_departure(times[:reached], curve[:reached], gap)
         if bool(censored):
             out.append(f"> {times[reached - 1]:g}")
+        elif np.isnan(departure) and reached < times.size:
+            out.append(f"stopped at {times[reached - 1]:g} before it arrived")
         elif np.isnan(departure):
             out.append("no metastable phase")
         else:
@@ -119,7 +197,8 @@ def describe_end_phase(times, dist_A, dist_V, gap, tolerance) -> str:
     tenth over the run's last tenth), moving away from it (``fitting.moving_away``: it rose by as much), or is off
     it and changed by less than a tenth over the run's last tenth (the change printed: whether it has settled there
     a longer horizon would say). 'not departed' where it is still metastable at its last snapshot; a departure
-    within the run's last tenth is too late to read; prefixed 'no metastable phase' where it never arrived at E1(A)."""
+    within the run's last tenth is too late to read; prefixed 'no metastable phase' where it never arrived at E1(A)
+    (a run that stopped before it arrived says so instead)."""
     reached = int(np.sum(np.isfinite(dist_A)))
     if reached == 0:
         return "not reached"
@@ -127,6 +206,8 @@ def describe_end_phase(times, dist_A, dist_V, gap, tolerance) -> str:
     departure, censored = fitting.geometric_departure(t, dA, gap)
     if bool(censored):
         return "not departed"
+    if np.isnan(departure) and reached < times.size:
+        return f"stopped at {t[-1]:g} before it arrived at E1(A)"
     final = float(dV[-1])
     prefix = "no metastable phase; " if np.isnan(departure) else ""
     last_tenth = t[0] + 0.9 * (t[-1] - t[0])
@@ -185,6 +266,10 @@ def parser() -> argparse.ArgumentParser:
         help="run nothing: write the page, figure and --out from the curves of these npz files (their β together)",
     )
     ap.add_argument("--jobs", type=int, default=1, help="2: solve the two levels side by side, in two processes")
+    ap.add_argument(
+        "--checkpoints",
+        help="a folder: every mesh run's state written there at every stop, and a run started again goes on from it",
+    )
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--figure", help="write the (log N, log β) picture of where particles stand for the mean field")
@@ -210,15 +295,21 @@ def main(argv=None) -> int:
         raise SystemExit("sphere_departure: --horizons takes one value, or one per beta")
     horizons = horizons * len(args.betas) if len(horizons) == 1 else horizons
     levels = levels_per_beta(args.levels, len(args.betas))
+    try:  # every β's grid and levels checked before the first solve
+        grids = [experiment.time_grid(exp, horizon) for horizon in horizons]
+        check_levels(M, args.betas, levels, name, params)
+    except ValueError as err:
+        raise SystemExit(f"sphere_departure: {err}") from None
     rng = generator(cfg["root_seed"], args.experiment, "initial_tokens")
     X0 = measures.sample_initial_tokens(name, rng, args.replicas, max(args.tokens), 3, **params)
     geometry = end_phase_geometry(M, exp)
     curves, rows = {"arguments": np.array(json.dumps(shared_settings(args, cfg)))}, []
-    for beta, horizon, (lo, hi) in zip(args.betas, horizons, levels):
-        grid = experiment.time_grid(exp, horizon)
+    for beta, grid, (lo, hi) in zip(args.betas, grids, levels):
         tag = f"beta{beta:g}"
         times = curves[f"times_{tag}"] = grid.times
-        coarse, fine = both_levels(M, beta, times, name, params, (lo, hi), args.max_triangles, args.jobs)
+        coarse, fine = both_levels(
+            M, beta, times, name, params, (lo, hi), args.max_triangles, args.jobs, args.checkpoints
+        )
         curves[f"mesh_coarse_{tag}"], curves[f"to_V_coarse_{tag}"] = coarse[:2]
         curves[f"mesh_fine_{tag}"], curves[f"to_V_fine_{tag}"] = fine[:2]
         curves[f"levels_{tag}"] = np.array([lo, hi])
@@ -269,7 +360,7 @@ def end_phase_geometry(M, exp: dict) -> tuple[float, float]:
 
 def reference_until(times, curves, tag: str) -> float:
     """The last snapshot the reference (fine level) reached: its solve stops at the first snapshot with more than
-    ``--max-triangles`` triangles, its distances NaN after."""
+    ``--max-triangles`` triangles or where the flow outran what it resolves, its distances NaN after."""
     return float(times[np.isfinite(curves[f"mesh_fine_{tag}"])][-1])
 
 
@@ -398,7 +489,9 @@ def render(args, command: str) -> int:
 
 
 #: the options of a run, which ``--render`` does not take
-RUN_OPTIONS = ("config", "experiment", "betas", "levels", "horizons", "tokens", "replicas", "max_triangles", "jobs")
+RUN_OPTIONS = (
+    "config", "experiment", "betas", "levels", "horizons", "tokens", "replicas", "max_triangles", "jobs", "checkpoints",
+)  # fmt: skip
 
 
 def _runs(curves: dict, betas: list[float]) -> str:
@@ -451,8 +544,9 @@ def write_markdown(args, exp, geometry, curves, rows, stamp, figure: bool = Fals
         f"with the pipeline's reference settings (`make sphere`): remeshed every {REFERENCE_REMESH_EVERY:g} to the "
         f"level's edge, DOP853 at rtol {REFERENCE_RTOL:g}, the softmax at the level's variation (finer on a level "
         "coarser than the kernel); the finer level is the reference and the largest difference between the two its "
-        f"error estimate; a mesh run stops at the first snapshot with more than {args.max_triangles} triangles (its "
-        "error and its distance to the particles are taken up to there). Particles: the dense kernel, "
+        f"error estimate; a mesh run stops at the first snapshot with more than {args.max_triangles} triangles, or "
+        "where the flow outruns what it resolves (listed below the table with the solver's reason; its error and its "
+        "distance to the particles are taken up to there). Particles: the dense kernel, "
         f"RK4 at dt = {exp['time']['dt']:g}, from the experiment's own initial tokens ({args.replicas} replicas). "
         f"Departure: the first time after the metastable phase that the distance to E1(A) exceeds half the "
         f"distance between E1(A) and V's leading eigenspace ({gap / 2:.3f}); '> T': still metastable at T.",
@@ -501,7 +595,8 @@ def write_markdown(args, exp, geometry, curves, rows, stamp, figure: bool = Fals
         f"Per (β, N): 'yes' where every replica departs within one snapshot interval ({rows[0]['interval']:g}) of "
         "the reference, compared on the snapshots the reference resolves ('no (off by Δt = inf)' where one "
         "departed and the other did not, a departure after the horizon counting as none; '-': not judged, where "
-        "the reference stopped early (max_triangles) still metastable and the particles were too, or before it had "
+        "the reference stopped early (max_triangles, or the flow outran it) still metastable and the particles were "
+        "too, or before it had "
         "arrived at the metastable phase, or not run at that N; the picture draws the β judged at every N).",
         "",
         regime_table(betas, args.tokens, stands, shift, [r["still"] for r in rows]),

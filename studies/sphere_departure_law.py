@@ -33,10 +33,10 @@ def reference_departure(times, fine, gap: float, fraction: float = 0.5) -> tuple
 
 def level_departures(times, fine, coarse, gap: float, fraction: float = 0.5) -> dict:
     """Both levels' departures at ``fraction`` of ``gap`` (each on the snapshots it reached: the coarse level may
-    have stopped before the fine one), whether each ``stopped`` before it arrived (its run cut short by
-    --max-triangles before it came within the threshold: whether and when it departs is unknown, which is not
-    "no metastable phase", even where it had turned away), and the coarse level's shift from the fine one's
-    (``fitting.departure_shift``: inf where the two differ in kind)."""
+    have stopped before the fine one), whether each ``stopped`` before it arrived (its run cut short, by
+    --max-triangles or where the flow outran it, before it came within the threshold: whether and when it departs
+    is unknown, which is not "no metastable phase", even where it had turned away), and the coarse level's shift
+    from the fine one's (``fitting.departure_shift``: inf where the two differ in kind)."""
     reference = reference_departure(times, fine, gap, fraction)
     twin = reference_departure(times, coarse, gap, fraction)
     return {

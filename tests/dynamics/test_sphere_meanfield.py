@@ -238,7 +238,10 @@ def test_a_mesh_that_outgrows_max_triangles_stops_with_what_it_has():
     assert np.all(np.isfinite(d[:reached])) and np.all(np.isnan(d[reached:]))
     assert sol.tracers.shape == (times.size, 16, 3)
     assert np.all(np.isfinite(sol.tracers[:reached])) and np.all(np.isnan(sol.tracers[reached:]))
-    assert sol.info["stopped"].startswith("more than max_triangles = 330 triangles at t = ")
+    assert sol.info["stopped"] == f"more than max_triangles = 330 triangles at t = {sol.info['resolved_until']:g}"
+    # a mesh above the limit at the last time has not stopped the solve: it reached every snapshot
+    last = sphere_meanfield.solve(B, V, 10.0, times[:reached], mesh, None, settings=settings)
+    assert len(last.meshes) == reached and last.info["stopped"] == ""
     assert np.abs(sol.tracers[0] - tracers).max() < 1e-15  # the flow map is the identity at t = 0
     unlimited = sphere_meanfield.solve(B, V, 10.0, times, mesh, settings=sphere_meanfield.SphereSettings(edge=0.3))
     assert len(unlimited.meshes) == times.size
@@ -384,6 +387,59 @@ def test_an_integrator_that_underflows_is_named_and_kept_on_failure(monkeypatch)
         B, V, 10.0, [0.0, 0.5, 1.0], UNIFORM, None, dataclasses.replace(settings, keep_on_failure=True)
     )
     assert kept.info["resolved_until"] == 0.5 and "integrator failed" in kept.info["stopped"]
+    assert kept.info["stopped"].endswith("(after t = 0.5)")
+
+
+def test_a_field_that_turns_nan_is_a_fault_even_kept_on_failure(monkeypatch):
+    """SciPy rejects a step whose field is NaN until its step underflows, which would read as a resolution limit:
+    ``_advance_edges`` names it ``NonFiniteField`` instead, and a solve kept on failure still raises it."""
+    with pytest.raises(meanfield.NonFiniteField, match="not finite at t = "):
+        meanfield._advance_edges(lambda t, y: np.full_like(y, np.nan) if t > 0.3 else -y, 0.0, 1.0, np.ones(3),
+                                 1e-8, 1e-10, None)  # fmt: skip
+    real = sphere_meanfield._field
+
+    def turns_nan(*args):
+        rhs = real(*args)
+        return lambda t, y: rhs(t, y) * (np.nan if t > 0.6 else 1.0)
+
+    monkeypatch.setattr(sphere_meanfield, "_field", turns_nan)
+    settings = sphere_meanfield.SphereSettings(edge=None, rtol=1e-4, atol=1e-6, remesh_every=0.5, keep_on_failure=True)
+    with pytest.raises(meanfield.NonFiniteField):
+        sphere_meanfield.solve(B, V, 10.0, [0.0, 0.5, 1.0], UNIFORM, None, settings)
+
+
+def test_a_solve_resumed_from_a_checkpoint_goes_on_bit_for_bit():
+    """β = 10 from level 2 with the reference settings, snapshots every 0.25 to t = 2 and 16 tracers: the states
+    handed out at every stop hand over each snapshot once; resumed from the state at t = 1 the solve gives the
+    snapshots after it (meshes, tracers, distances, diagnostics and counts) exactly as the unstopped solve. A state
+    resumed against other times, or other tracers, is refused before any work."""
+    settings = sphere_meanfield.reference_settings(2, None)
+    times, tracers = np.linspace(0.0, 2.0, 9), fibonacci_lattice(16)
+    states = []
+    whole = sphere_meanfield.solve(B, V, 10.0, times, UNIFORM, tracers, settings, checkpoint=states.append)
+    assert [s.t for s in states] == list(times)  # every stop, the last (which resumes nothing) handing over the end
+    assert [s.final for s in states] == [False] * 8 + [True]
+    assert [t for s in states for t, _m, _x in s.new] == list(times)
+    at_one = states[4]
+    assert at_one.t == 1.0 and at_one.recorded == 5
+    rest = sphere_meanfield.solve(B, V, 10.0, times, UNIFORM, tracers, settings, resume=at_one)
+    np.testing.assert_array_equal(rest.times, times[5:])
+    for a, b in zip(rest.meshes, whole.meshes[5:], strict=True):
+        for name in ("points", "log_density", "triangles", "log_mass"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    np.testing.assert_array_equal(rest.tracers, whole.tracers[5:])
+    np.testing.assert_array_equal(
+        rest.distance_to_eigenspace(leading_axis()), whole.distance_to_eigenspace(leading_axis())[5:]
+    )
+    assert rest.info["nfev"] == whole.info["nfev"] and rest.info["steps"] == whole.info["steps"]
+    with pytest.raises(ValueError, match="recorded 5 snapshots, times has 9"):
+        sphere_meanfield.solve(B, V, 10.0, np.linspace(0.0, 2.0, 17), UNIFORM, tracers, settings, resume=at_one)
+    with pytest.raises(ValueError, match="does not resume times 0 … 1"):
+        sphere_meanfield.solve(B, V, 10.0, times[:5], UNIFORM, tracers, settings, resume=at_one)
+    with pytest.raises(ValueError, match="carries tracers"):
+        sphere_meanfield.solve(B, V, 10.0, times, UNIFORM, tracers[:8], settings, resume=at_one)
+    with pytest.raises(ValueError, match="the state at t = 2 is where its solve ended"):
+        sphere_meanfield.solve(B, V, 10.0, times, UNIFORM, tracers, settings, resume=states[-1])
 
 
 def folded_triangles(mesh) -> int:

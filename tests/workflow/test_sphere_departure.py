@@ -194,3 +194,102 @@ def test_two_jobs_give_the_same_numbers_and_a_level_that_stopped_is_named(tmp_pa
     assert "coarse level:" not in text
     with pytest.raises(SystemExit, match="takes no jobs"):
         study.main(["--render", str(one), "--jobs", "2"])
+
+
+def concentration():
+    """(matrices, initial measure's name and parameters) of `concentration`, as the study reads them."""
+    from lowtemp.config import experiment
+
+    cfg, exp = study.sphere_experiment("config/config.yaml", "concentration", "test")
+    params = dict(exp["initial_measure"])
+    return experiment.build_matrices("concentration", exp, cfg["root_seed"]), params.pop("name"), params
+
+
+def test_a_mesh_run_killed_after_a_checkpoint_goes_on_from_it_to_the_same_numbers(tmp_path, monkeypatch):
+    """β = 10 on level 2 to t = 1.5: a run killed right after its third checkpoint, started again with the same
+    folder, goes on from it and ends with the distances, triangles and evaluations of a run never stopped, bit for
+    bit; started a third time it finds the run done and solves nothing; the same folder given another run's
+    settings is refused, naming what differs."""
+    M, name, params = concentration()
+    times = np.linspace(0.0, 1.5, 7)
+    whole = study.mesh_run(M, 10.0, times, name, params, 2, 40000, lambda _m: None)
+    real, writes = study.write_checkpoint, []
+
+    def killed_after_three(*args):
+        real(*args)
+        writes.append(args[2].t)
+        if len(writes) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(study, "write_checkpoint", killed_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        study.mesh_run(M, 10.0, times, name, params, 2, 40000, lambda _m: None, str(tmp_path))
+    assert writes == [0.0, 0.25, 0.5]
+    monkeypatch.setattr(study, "write_checkpoint", real)
+    lines = []
+    resumed = study.mesh_run(M, 10.0, times, name, params, 2, 40000, lines.append, str(tmp_path))
+    assert "resumed at t = 0.5" in lines[0] and all("t = 0.25," not in line for line in lines)
+    np.testing.assert_array_equal(resumed[0], whole[0])
+    np.testing.assert_array_equal(resumed[1], whole[1])
+    assert {k: resumed[2][k] for k in ("triangles", "nfev", "stopped")} == {
+        k: whole[2][k] for k in ("triangles", "nfev", "stopped")
+    }
+    monkeypatch.setattr(study.sphere_meanfield, "solve", lambda *a, **k: pytest.fail("a done run solved again"))
+    again = study.mesh_run(M, 10.0, times, name, params, 2, 40000, lines.append, str(tmp_path))
+    np.testing.assert_array_equal(again[0], whole[0])
+    with pytest.raises(SystemExit, match=r"beta10_level2.npz was written for another run \(settings differs\)"):
+        study.mesh_run(M, 10.0, times, name, params, 2, 30000, lines.append, str(tmp_path))
+    with pytest.raises(SystemExit, match=r"\(times differs\)"):
+        study.mesh_run(M, 10.0, times[:-1], name, params, 2, 40000, lines.append, str(tmp_path))
+
+
+def test_a_level_stopped_by_its_limit_is_named_and_read_as_stopped(tmp_path):
+    """β = 10 to t = 1.25 with --max-triangles 1400: the fine level (3, 1280 triangles at t = 0) outgrows it before
+    the horizon and the coarse one (2) does not; the npz records the solver's reason for the fine level alone, the
+    page lists it, and its departure reads 'stopped at T before it arrived' (it had not come close to E1(A)), not
+    'no metastable phase'. An npz that predates the record renders with no such list."""
+    page, out = tmp_path / "page.md", tmp_path / "curves.npz"
+    argv = ["--betas", "10", "--horizons", "1.25", "--levels", "2", "3", "--tokens", "8", "--replicas", "2"]
+    study.main([*argv, "--max-triangles", "1400", "--markdown", str(page), "--out", str(out)])
+    with np.load(out) as z:
+        coarse, fine = (str(v) for v in z["stopped_beta10"])
+        until = float(z["times_beta10"][np.isfinite(z["mesh_fine_beta10"])][-1])
+        old = {k: z[k] for k in z.files if not k.startswith("stopped_")}
+    assert coarse == "" and until < 1.25
+    assert fine == f"more than max_triangles = 1400 triangles at t = {until:g}"
+    text = page.read_text()
+    assert f"- β = 10, fine level: {fine}" in text and "coarse level:" not in text
+    assert f"| 10 | 1.25 | 3 / 2 | stopped at {until:g} before it arrived / no metastable phase |" in text
+    np.savez(tmp_path / "old.npz", **old)
+    study.main(["--render", str(tmp_path / "old.npz"), "--markdown", str(tmp_path / "old.md")])
+    assert "ended before their horizon" not in (tmp_path / "old.md").read_text()
+
+
+def test_a_level_too_coarse_or_a_bad_horizon_is_refused_before_any_solve(monkeypatch):
+    """Level 2 at β = 1000 (its kernel 0.025 rad wide) and a negative horizon for a later β are refused before the
+    first solve, whatever β comes first and however many jobs."""
+    monkeypatch.setattr(study.sphere_meanfield, "solve", lambda *a, **k: pytest.fail("solved before the refusal"))
+    with pytest.raises(SystemExit, match="at beta = 1000 the kernel is 0.0246 rad wide"):
+        study.main(["--betas", "10", "1000", "--levels", "2", "3", "--tokens", "8", "--jobs", "2"])
+    with pytest.raises(SystemExit, match="a horizon must be finite and positive, got -1"):
+        study.main(["--betas", "10", "100", "--horizons", "14", "-1", "--levels", "2", "3", "--tokens", "8"])
+
+
+def test_a_mesh_run_the_flow_outruns_keeps_what_it_reached(monkeypatch):
+    """The third stretch of a β = 10 level-2 run made to underflow (the integrator's failure): the run ends with the
+    snapshots before it (t = 0, 0.25, 0.5), NaN after, and the solver's reason, rather than losing the run."""
+    from lowtemp.dynamics import meanfield
+
+    M, name, params = concentration()
+    real, calls = study.sphere_meanfield._advance, []
+
+    def third_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise meanfield.StepUnderflow("the integrator failed at t = 0.6: Required step size is less than spacing")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(study.sphere_meanfield, "_advance", third_fails)
+    to_A, to_V, counts = study.mesh_run(M, 10.0, np.linspace(0.0, 1.5, 7), name, params, 2, 40000, lambda _m: None)
+    assert np.all(np.isfinite(to_A[:3])) and np.all(np.isnan(to_A[3:])) and np.all(np.isnan(to_V[3:]))
+    assert counts["stopped"].startswith("the integrator failed at t = 0.6") and counts["stopped"].endswith("0.5)")

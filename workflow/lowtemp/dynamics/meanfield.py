@@ -241,7 +241,13 @@ class _EdgeODE:
 
 
 class StepUnderflow(RuntimeError):
-    """The Runge–Kutta pair's step fell below what float64 resolves at its time (SciPy's "failed" status)."""
+    """The Runge–Kutta pair's step fell below what float64 resolves at its time (SciPy's "failed" status), the field
+    finite wherever it was evaluated: the flow outran the discretisation, a resolution limit."""
+
+
+class NonFiniteField(RuntimeError):
+    """The right-hand side returned a value that is not finite: a fault to report, never a resolution limit (SciPy
+    would reject such steps until its step underflowed and call that a failure like any other)."""
 
 
 def _advance_edges(
@@ -258,7 +264,14 @@ def _advance_edges(
     ``dense`` is read from the interpolant of the step that spans it (DOP853's of order 7, three more
     evaluations of ``rhs`` per step that spans one; RK45's of order 4, none), so a snapshot need not end a step.
     """
-    solver = method(rhs, t0, y0, t1, rtol=rtol, atol=atol, first_step=None if step is None else min(step, t1 - t0))
+
+    def finite(t, y):
+        f = rhs(t, y)
+        if not np.all(np.isfinite(f)):
+            raise NonFiniteField(f"the right-hand side is not finite at t = {t:g}")
+        return f
+
+    solver = method(finite, t0, y0, t1, rtol=rtol, atol=atol, first_step=None if step is None else min(step, t1 - t0))
     taken, proposal, at = 0, solver.h_abs, []
     while solver.status == "running":
         proposal = solver.h_abs

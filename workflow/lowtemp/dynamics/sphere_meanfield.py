@@ -44,6 +44,7 @@ from .sphere_levels import (
     reference_edge,
     subdivision_needed,
 )
+from .sphere_march import March, Resumable, resumed
 from .sphere_mesh import (
     SUB_BARY,
     SUB_COUNT,
@@ -355,27 +356,6 @@ def repair_and_adapt(mesh: SphereMesh, edge: float) -> tuple[SphereMesh, dict]:
     return mesh, {**counts, **{f"fold_{key}": value for key, value in repairs.items()}}
 
 
-@dataclass
-class _March:
-    """Where a solve stands: the mesh and the tracers (token, 3) at time ``t``, DOP853's step carried across stops,
-    the counts, and what the snapshots so far recorded (a mesh, the tracers and the diagnostics each)."""
-
-    mesh: SphereMesh
-    tracers: np.ndarray
-    start: float  # perf_counter() when the solve began
-    t: float = 0.0
-    step: float | None = None
-    nfev: list = field(default_factory=lambda: [0])  # the right-hand side counts its calls in nfev[0]
-    steps: int = 0
-    stopped: str = ""  # why the solve ended before the last time ("" where it reached it)
-    halvings: int = 0  # stretches between stops halved because the flow stretched a triangle too far for β
-    remeshings: int = 0
-    repaired_w2: float = 0.0  # the W2 bound of every fold repair so far (``sphere_folds``)
-    meshes: list = field(default_factory=list)
-    paths: list = field(default_factory=list)
-    diagnostics: list = field(default_factory=list)
-
-
 def _checked_tracers(tracers0: np.ndarray | None) -> np.ndarray:
     """The tracers (…, token, 3) as a float array ((0, 3) when None); ValueError unless finite and non-zero."""
     tracers0 = np.zeros((0, 3)) if tracers0 is None else np.asarray(tracers0, dtype=float)
@@ -386,7 +366,7 @@ def _checked_tracers(tracers0: np.ndarray | None) -> np.ndarray:
     return tracers0
 
 
-def _advance(march: _March, stop: float, B, V, beta: float, settings: SphereSettings, times, progress) -> None:
+def _advance(march: March, stop: float, B, V, beta: float, settings: SphereSettings, times, progress) -> None:
     """Move the mesh and the tracers from ``march.t`` to ``stop`` on the mesh's fixed triangles, recording a
     snapshot at every time of ``times`` strictly between them from the steps' dense output, the mesh moved there
     and not remeshed (MeshTooCoarse, the march unchanged and nothing recorded, where the flow stretches a triangle
@@ -414,16 +394,17 @@ def _halfway(err: MeshTooCoarse, t: float, stop: float, settings: SphereSettings
     return 0.5 * (t + stop)
 
 
-def _record(march: _March, mesh: SphereMesh, tracers: np.ndarray, t: float, progress) -> None:
+def _record(march: March, mesh: SphereMesh, tracers: np.ndarray, t: float, progress) -> None:
     """Record the snapshot (``mesh``, ``tracers``) at t and report it to ``progress``."""
     march.meshes.append(mesh.copy())
     march.paths.append(tracers.copy())
+    march.at.append(t)
     march.diagnostics.append({**_mesh_diagnostics(mesh), "repaired_w2": march.repaired_w2})
     if progress is not None:
         progress(t, {**march.diagnostics[-1], "nfev": march.nfev[0], "steps": march.steps})
 
 
-def _at_stop(march: _March, stop: float, times: np.ndarray, remesh, progress) -> None:
+def _at_stop(march: March, stop: float, times: np.ndarray, remesh, progress) -> None:
     """At a stop: remesh (when a remeshing is given), then record a snapshot for every time equal to the stop."""
     if remesh is not None:
         march.mesh, counts = remesh(march.mesh, march.t)
@@ -433,9 +414,10 @@ def _at_stop(march: _March, stop: float, times: np.ndarray, remesh, progress) ->
         _record(march, march.mesh, march.tracers, float(stop), progress)
 
 
-def _solution(march: _March, beta: float, times: np.ndarray, tracers0: np.ndarray) -> SphereMeanFieldSolution:
+def _solution(march: March, beta: float, times: np.ndarray, tracers0: np.ndarray) -> SphereMeanFieldSolution:
     """The solution from the snapshots recorded: the tracers NaN at the snapshots not reached, in the layout of
     ``tracers0`` (…, token, 3) with a time axis before the token's; None when no tracers were given."""
+    times = times[march.first :]  # a resumed solve returns the snapshots after its state
     resolved_until = float(times[len(march.meshes) - 1])
     paths = march.paths + [np.full_like(march.tracers, np.nan)] * (times.size - len(march.paths))
     trajectory = np.stack(paths, axis=0).reshape((times.size, *tracers0.shape[:-1], 3))
@@ -469,6 +451,8 @@ def solve(
     settings: SphereSettings = SphereSettings(),
     remesh: Callable[[SphereMesh, float], tuple[SphereMesh, dict]] | None = None,
     progress: Callable[[float, dict], None] | None = None,
+    checkpoint: Callable[[Resumable], None] | None = None,
+    resume: Resumable | None = None,
 ) -> SphereMeanFieldSolution:
     """Move ``mesh0`` (ρ0) and the tracers (…, token, 3) with the mean-field velocity to every time in ``times``.
 
@@ -480,7 +464,10 @@ def solve(
     triangle too far for the softmax at β is integrated again from its start with a remeshing halfway
     (``info["remesh_halvings"]`` counts them), while the stretch is longer than
     ``remesh_every·SHORTEST_STRETCH``;
-    ``progress(t, info)`` at every snapshot."""
+    ``progress(t, info)`` at every snapshot; ``checkpoint(state)`` at every stop the solve goes on from, and once
+    where it ends (``state.final``: it hands over the last snapshots and resumes nothing), with a ``Resumable``;
+    ``resume=state`` (the same B, V, β, times, settings and remeshing; ``mesh0`` and ``tracers0`` give only the
+    layout then) goes on from it, and its solution holds the snapshots after it."""
     B, V, times = check_inputs(B, V, float(beta), times, settings)
     mesh0.check()
     check_covers_sphere(mesh0)
@@ -489,37 +476,56 @@ def solve(
     if remesh is None and settings.edge is not None:
         remesh = lambda m, _t: repair_and_adapt(m, settings.edge)  # noqa: E731
     flat = tracers0.reshape(-1, 3)
-    march = _March(mesh0.copy(), flat / np.linalg.norm(flat, axis=1, keepdims=True), start=_time.perf_counter())
-    stops = list(remesh_stops(times, settings.remesh_every))
+    if resume is None:
+        march = March(mesh0.copy(), flat / np.linalg.norm(flat, axis=1, keepdims=True), start=_time.perf_counter())
+    else:
+        march = resumed(resume, times, flat)
+    stops = [s for s in remesh_stops(times, settings.remesh_every) if resume is None or s > march.t]
     k = 0
     while k < len(stops):
         stop = stops[k]
-        if stop > march.t:
-            try:
-                _advance(march, float(stop), B, V, float(beta), settings, times, progress)
-            except MeshTooCoarse as err:
-                try:
-                    stops.insert(k, _halfway(err, march.t, float(stop), settings, remesh is not None))
-                except MeshTooCoarse as final:
-                    if _kept(march, settings, final):
-                        break
-                    raise
-                march.halvings += 1
-                continue
-            except StepUnderflow as err:
-                if _kept(march, settings, err):
-                    break
-                raise
+        if stop > march.t and not _advanced(march, stops, k, (B, V, float(beta)), settings, times, progress, remesh):
+            if march.stopped:
+                break
+            continue  # a stop inserted halfway: integrate again from the stretch's start
         k += 1
         _at_stop(march, stop, times, remesh, progress)
-        # the triangles change only at stops; a solve stops once it has a snapshot to end with
-        if settings.max_triangles and march.mesh.triangles.shape[0] > settings.max_triangles and march.meshes:
+        # the triangles change only at stops; a solve stops once it has a snapshot to end with, and one that has
+        # reached its last time has not stopped
+        too_many = settings.max_triangles and march.mesh.triangles.shape[0] > settings.max_triangles
+        if too_many and march.meshes and k < len(stops):
             march.stopped = f"more than max_triangles = {settings.max_triangles} triangles at t = {march.t:g}"
             break
+        if checkpoint is not None and k < len(stops):
+            checkpoint(march.resumable())
+    if checkpoint is not None:
+        checkpoint(march.resumable(final=True))
     return _solution(march, float(beta), times, tracers0)
 
 
-def _kept(march: _March, settings: SphereSettings, err: Exception) -> bool:
+def _advanced(march: March, stops: list, k: int, problem: tuple, settings: SphereSettings, times, progress,
+              remesh) -> bool:  # fmt: skip
+    """Whether the march reached ``stops[k]``; if not, either a stop was inserted halfway (``_halfway``) or the solve
+    ends where it is (``_kept``: ``march.stopped`` says why); otherwise the error reaches the caller."""
+    try:
+        _advance(march, float(stops[k]), *problem, settings, times, progress)
+        return True
+    except MeshTooCoarse as err:
+        try:
+            stops.insert(k, _halfway(err, march.t, float(stops[k]), settings, remesh is not None))
+        except MeshTooCoarse as final:
+            if not _kept(march, settings, final):
+                raise
+            return False
+        march.halvings += 1
+        return False
+    except StepUnderflow as err:
+        if not _kept(march, settings, err):
+            raise
+        return False
+
+
+def _kept(march: March, settings: SphereSettings, err: Exception) -> bool:
     """Whether a solve that cannot go on ends here with what it reached (``settings.keep_on_failure`` and a
     snapshot to end with), the reason recorded in the march."""
     if not (settings.keep_on_failure and march.meshes):

@@ -229,12 +229,12 @@ def cpu_name() -> str:
 
 
 #: a script's options that name where its outputs go, left out of the command a stamp names
-OUTPUT_OPTIONS = ("--markdown", "--out", "--figure")
+OUTPUT_OPTIONS = ("--markdown", "--out", "--figure", "--checkpoints")
 
 
 def report_command(script: str, argv: list[str]) -> str:
     """``python <script> <args>`` for a generated page's stamp, without the output paths (``--markdown``, ``--out``,
-    ``--figure``: they change no number, and a page names no machine's path)."""
+    ``--figure``, ``--checkpoints``: they change no number, and a page names no machine's path)."""
     kept, skip = [], False
     for arg in argv:
         if skip:
