@@ -66,8 +66,12 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoint
     settings = sphere_meanfield.reference_settings(level, max_triangles, variation)
     settings = dataclasses.replace(settings, keep_on_failure=True)
     path = checkpoint_file(checkpoints, beta, level) if checkpoints else None
-    identity = {"beta": beta, "level": level, "times": times, "B": M.B, "V": M.V, "settings": repr(settings)}
+    # the limit on triangles decides only where a solve stops, not its numbers: a checkpoint goes on under another
+    identity = {"beta": beta, "level": level, "times": times, "B": M.B, "V": M.V,
+                "settings": repr(dataclasses.replace(settings, max_triangles=None))}  # fmt: skip
     state, record = read_checkpoint(path, identity) if path and os.path.exists(path) else (None, new_record())
+    if state is not None and reopened(state, record, max_triangles):
+        log(f"  beta {beta:g} level {level}: {state.mesh.triangles.shape[0]} triangles, within {max_triangles} now")
     if state is not None:
         log(f"  beta {beta:g} level {level}: " + (f"resumed at t = {state.t:g}" if not record["done"] else "done"))
     start, before = time.perf_counter(), record["seconds"]
@@ -104,6 +108,18 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoint
 def new_record() -> dict:
     """What a mesh run has recorded before it starts: no snapshot, no evaluation, no time."""
     return {"to_A": [], "to_V": [], "triangles": [], "nfev": 0, "seconds": 0.0, "done": False, "stopped": ""}
+
+
+def reopened(state, record: dict, max_triangles: int | None) -> bool:
+    """Whether a run that ended at the limit on triangles goes on under a larger one (``max_triangles`` None or at
+    least its mesh's triangles): its final state then resumes, as the stop it ended at. A run that ended for another
+    reason (its last time, the flow outrunning it) stays done."""
+    if not (record["done"] and record["stopped"].startswith("more than max_triangles")):
+        return False
+    if max_triangles is not None and state.mesh.triangles.shape[0] > max_triangles:
+        return False
+    state.final, record["done"], record["stopped"] = False, False, ""
+    return True
 
 
 def checkpoint_file(folder: str, beta: float, level: int) -> str:

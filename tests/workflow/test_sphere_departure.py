@@ -4,6 +4,7 @@ a short real run that writes it."""
 from __future__ import annotations
 
 import json
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -208,8 +209,8 @@ def concentration():
 def test_a_mesh_run_killed_after_a_checkpoint_goes_on_from_it_to_the_same_numbers(tmp_path, monkeypatch):
     """β = 10 on level 2 to t = 1.5: a run killed right after its third checkpoint, started again with the same
     folder, goes on from it and ends with the distances, triangles and evaluations of a run never stopped, bit for
-    bit; started a third time it finds the run done and solves nothing; the same folder given another run's
-    settings is refused, naming what differs."""
+    bit; started a third time it finds the run done and solves nothing; a checkpoint given another level or grid is
+    refused, naming what differs; one that ended at its limit on triangles goes on under a larger limit."""
     M, name, params = concentration()
     times = np.linspace(0.0, 1.5, 7)
     whole = study.mesh_run(M, 10.0, times, name, params, 2, 40000, lambda _m: None)
@@ -237,10 +238,22 @@ def test_a_mesh_run_killed_after_a_checkpoint_goes_on_from_it_to_the_same_number
     monkeypatch.setattr(study.sphere_meanfield, "solve", lambda *a, **k: pytest.fail("a done run solved again"))
     again = study.mesh_run(M, 10.0, times, name, params, 2, 40000, lines.append, str(tmp_path))
     np.testing.assert_array_equal(again[0], whole[0])
-    with pytest.raises(SystemExit, match=r"beta10_level2.npz was written for another run \(settings differs\)"):
-        study.mesh_run(M, 10.0, times, name, params, 2, 30000, lines.append, str(tmp_path))
+    with pytest.raises(SystemExit, match=r"beta10_level3.npz was written for another run \(level differs\)"):
+        os.replace(tmp_path / "beta10_level2.npz", tmp_path / "beta10_level3.npz")
+        study.mesh_run(M, 10.0, times, name, params, 3, 40000, lines.append, str(tmp_path))
+    os.replace(tmp_path / "beta10_level3.npz", tmp_path / "beta10_level2.npz")
     with pytest.raises(SystemExit, match=r"\(times differs\)"):
         study.mesh_run(M, 10.0, times[:-1], name, params, 2, 40000, lines.append, str(tmp_path))
+    # a run that ended at its limit on triangles goes on under a larger one, to the numbers of a run never limited
+    monkeypatch.undo()
+    limited = tmp_path / "limited"
+    short = study.mesh_run(M, 10.0, times, name, params, 2, 330, lines.append, str(limited))
+    assert short[2]["stopped"].startswith("more than max_triangles = 330") and np.isnan(short[0][-1])
+    lines.clear()
+    longer = study.mesh_run(M, 10.0, times, name, params, 2, 40000, lines.append, str(limited))
+    assert "within 40000 now" in lines[0] and "resumed at t = " in lines[1]
+    np.testing.assert_array_equal(longer[0], whole[0])
+    assert longer[2]["nfev"] == whole[2]["nfev"] and longer[2]["stopped"] == ""
 
 
 def test_a_level_stopped_by_its_limit_is_named_and_read_as_stopped(tmp_path):
