@@ -44,12 +44,10 @@ from lowtemp.analysis import fitting
 from lowtemp.config import experiment, schema, validation
 from lowtemp.dynamics import integrate, kernels, sphere_levels, sphere_meanfield
 from lowtemp.dynamics.sphere_levels import REFERENCE_REMESH_EVERY, REFERENCE_RTOL
-from lowtemp.dynamics.sphere_march import Resumable
-from lowtemp.dynamics.sphere_mesh import SphereMesh
 from lowtemp.model import measures, projection
 from lowtemp.model.seeding import generator
 from lowtemp.plotting import regimes
-from lowtemp.store import harness, netcdf
+from lowtemp.store import checkpoint, harness, netcdf
 
 
 def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoints=None):
@@ -60,16 +58,17 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoint
     ``sphere_levels.reference_variation``), as `make sphere` solves it, except that a solve the flow takes beyond
     what it resolves ends with the snapshots it reached (``keep_on_failure``), so a long run keeps its work. With a
     folder ``checkpoints`` the solve's state and the distances so far are written there at every stop
-    (``checkpoint_file``), and a run started again goes on from them: the same numbers as a run never stopped."""
+    (``store.checkpoint.MeshCheckpoint``), and a run started again goes on from them: the same numbers as a run
+    never stopped."""
     mesh = sphere_meanfield.initial_mesh(name, params, level)
     variation = sphere_levels.reference_variation(level, M.B, beta)
     settings = sphere_meanfield.reference_settings(level, max_triangles, variation)
     settings = dataclasses.replace(settings, keep_on_failure=True)
-    path = checkpoint_file(checkpoints, beta, level) if checkpoints else None
-    # the limit on triangles decides only where a solve stops, not its numbers: a checkpoint goes on under another
-    identity = {"beta": beta, "level": level, "times": times, "B": M.B, "V": M.V,
-                "settings": repr(dataclasses.replace(settings, max_triangles=None))}  # fmt: skip
-    state, record = read_checkpoint(path, identity) if path and os.path.exists(path) else (None, new_record())
+    path = os.path.join(checkpoints, f"beta{beta:g}_level{level}.nc") if checkpoints else None
+    ckpt = checkpoint.mesh_checkpoint(path, M.B, M.V, beta, times, mesh, np.zeros((0, 3)), settings)
+    state, curves, info = ckpt.load() if ckpt else (None, {}, {})
+    record = {"to_A": [], "to_V": [], "triangles": [], "nfev": 0, "seconds": 0.0, "done": False, "stopped": ""}
+    record.update({k: v.tolist() for k, v in curves.items()}, **info)
     if state is not None and reopened(state, record, max_triangles):
         log(f"  beta {beta:g} level {level}: {state.mesh.triangles.shape[0]} triangles, within {max_triangles} now")
     if state is not None:
@@ -90,8 +89,9 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoint
         record["triangles"] += [int(m.triangles.shape[0]) for m in recorded.meshes]
         record.update(nfev=state.counts["nfev"], seconds=before + time.perf_counter() - start)
         record.update(done=state.final, stopped=state.stopped)
-        if path:
-            write_checkpoint(path, identity, state, record)
+        if ckpt is not None:
+            ckpt.save(state, {k: record[k] for k in ("to_A", "to_V", "triangles")},
+                      {k: record[k] for k in ("nfev", "seconds", "done", "stopped")})  # fmt: skip
 
     if not record["done"]:
         sphere_meanfield.solve(
@@ -105,11 +105,6 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoint
     return np.array(record["to_A"] + pad), np.array(record["to_V"] + pad), counts
 
 
-def new_record() -> dict:
-    """What a mesh run has recorded before it starts: no snapshot, no evaluation, no time."""
-    return {"to_A": [], "to_V": [], "triangles": [], "nfev": 0, "seconds": 0.0, "done": False, "stopped": ""}
-
-
 def reopened(state, record: dict, max_triangles: int | None) -> bool:
     """Whether a run that ended at the limit on triangles goes on under a larger one (``max_triangles`` None or at
     least its mesh's triangles): its final state then resumes, as the stop it ended at. A run that ended for another
@@ -118,42 +113,8 @@ def reopened(state, record: dict, max_triangles: int | None) -> bool:
         return False
     if max_triangles is not None and state.mesh.triangles.shape[0] > max_triangles:
         return False
-    state.final, record["done"], record["stopped"] = False, False, ""
+    record["done"], record["stopped"] = False, ""
     return True
-
-
-def checkpoint_file(folder: str, beta: float, level: int) -> str:
-    """The checkpoint of the mesh run at (β, level) in ``folder`` (created where missing)."""
-    os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"beta{beta:g}_level{level}.npz")
-
-
-def write_checkpoint(path: str, identity: dict, state, record: dict) -> None:
-    """The run's identity (β, level, times, B, V, settings), the solver's ``Resumable`` state and the record so far,
-    written beside ``path`` and moved onto it, so a run killed mid-write leaves the previous checkpoint whole."""
-    mesh = state.mesh
-    arrays = {f"id_{k}": np.asarray(v) for k, v in identity.items()}
-    arrays.update(t=state.t, step=np.nan if state.step is None else state.step, points=mesh.points,
-                  log_density=mesh.log_density, triangles=mesh.triangles, log_mass=mesh.log_mass,
-                  tracers=state.tracers, recorded=state.recorded, counts=json.dumps(state.counts),
-                  record=json.dumps(record))  # fmt: skip
-    partial = path + ".partial.npz"
-    np.savez(partial, **arrays)
-    os.replace(partial, path)
-
-
-def read_checkpoint(path: str, identity: dict) -> tuple:
-    """(the ``Resumable`` state, the record so far) of a checkpoint written for the same run (``identity``);
-    SystemExit naming the file and what differs where it was written for another."""
-    with np.load(path) as z:
-        for key, value in identity.items():
-            if not np.array_equal(z[f"id_{key}"], np.asarray(value)):
-                raise SystemExit(f"sphere_departure: {path} was written for another run ({key} differs): remove it "
-                                 "or give another --checkpoints folder")  # fmt: skip
-        mesh = SphereMesh(z["points"], z["log_density"], z["triangles"], z["log_mass"])
-        step = None if np.isnan(z["step"]) else float(z["step"])
-        state = Resumable(float(z["t"]), step, mesh, z["tracers"], int(z["recorded"]), json.loads(str(z["counts"])))
-        return state, json.loads(str(z["record"]))
 
 
 def both_levels(M, beta, times, name, params, levels, max_triangles, jobs: int, checkpoints=None) -> list[tuple]:

@@ -395,3 +395,49 @@ def test_solve_checkpoint_of_other_inputs_or_shape_starts_afresh(tmp_path):
     assert not done4.any()
     path.write_bytes(b"not a netcdf file")  # unreadable: start afresh, no crash
     assert not checkpoint.SolveCheckpoint(path, "abc", ("w2",), (2, 5)).load()[1].any()
+
+
+def test_a_mesh_checkpoint_gives_back_the_state_it_was_given_and_only_to_its_own_problem(tmp_path, caplog):
+    """A ``Resumable`` of an icosphere mesh with tracers and curves, saved and loaded: every array and count back
+    exactly (the step None too). The fingerprint follows B, β, the times and the settings, but not max_triangles;
+    a checkpoint of another problem, or a truncated file, is passed over with a warning."""
+    import dataclasses
+
+    from lowtemp.dynamics import sphere_meanfield
+    from lowtemp.dynamics.sphere_march import Resumable
+
+    mesh = sphere_meanfield.initial_mesh("uniform", {}, 1)
+    B, V, times = np.diag([1.5, 0.6, 0.5]), np.eye(3), np.linspace(0.0, 1.0, 5)
+    tracers = random_unit(np.random.default_rng(0), 4, 3)
+    settings = sphere_meanfield.reference_settings(1, 40000)
+    path = tmp_path / "mesh.nc"
+
+    def made(**changes):
+        args = {"B": B, "beta": 10.0, "times": times, "settings": settings} | changes
+        return checkpoint.mesh_checkpoint(path, args["B"], V, args["beta"], args["times"], mesh, tracers,
+                                          args["settings"])  # fmt: skip
+
+    for step in (0.125, None):
+        state = Resumable(0.5, step, mesh, tracers, 3, {"nfev": 40, "steps": 2, "halvings": 0, "remeshings": 3,
+                                                        "repaired_w2": 0.0})  # fmt: skip
+        made().save(state, {"to_A": [1.0, 0.9, 0.8]}, {"done": False, "stopped": ""})
+        back, curves, info = made().load()
+        for name in ("points", "log_density", "triangles", "log_mass"):
+            np.testing.assert_array_equal(getattr(back.mesh, name), getattr(mesh, name))
+        np.testing.assert_array_equal(back.tracers, tracers)
+        assert (back.t, back.step, back.recorded, back.counts) == (0.5, step, 3, state.counts)
+        np.testing.assert_array_equal(curves["to_A"], [1.0, 0.9, 0.8])
+        assert info == {"done": False, "stopped": ""}
+    assert made(settings=dataclasses.replace(settings, max_triangles=10)).load()[0] is not None
+    for other in (
+        {"B": 2 * B},
+        {"beta": 10.5},
+        {"times": times[:-1]},
+        {"settings": dataclasses.replace(settings, depth=30.0)},
+    ):
+        caplog.clear()
+        assert made(**other).load() == (None, {}, {})
+        assert "belongs to other inputs" in caplog.text
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a disk that filled mid-copy
+    assert made().load() == (None, {}, {}) and "unreadable" in caplog.text
+    assert checkpoint.mesh_checkpoint(None, B, V, 10.0, times, mesh, tracers, settings) is None

@@ -4,7 +4,6 @@ a short real run that writes it."""
 from __future__ import annotations
 
 import json
-import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -206,27 +205,30 @@ def concentration():
     return experiment.build_matrices("concentration", exp, cfg["root_seed"]), params.pop("name"), params
 
 
-def test_a_mesh_run_killed_after_a_checkpoint_goes_on_from_it_to_the_same_numbers(tmp_path, monkeypatch):
+def test_a_mesh_run_killed_after_a_checkpoint_goes_on_from_it_to_the_same_numbers(tmp_path, monkeypatch, caplog):
     """β = 10 on level 2 to t = 1.5: a run killed right after its third checkpoint, started again with the same
     folder, goes on from it and ends with the distances, triangles and evaluations of a run never stopped, bit for
-    bit; started a third time it finds the run done and solves nothing; a checkpoint given another level or grid is
-    refused, naming what differs; one that ended at its limit on triangles goes on under a larger limit."""
+    bit; started a third time it finds the run done and solves nothing; a run of other times finds the checkpoint
+    not its own, says so and starts afresh (``store.checkpoint``'s rule); one that ended at its limit on triangles
+    goes on under a larger limit."""
+    from lowtemp.store import checkpoint
+
     M, name, params = concentration()
     times = np.linspace(0.0, 1.5, 7)
     whole = study.mesh_run(M, 10.0, times, name, params, 2, 40000, lambda _m: None)
-    real, writes = study.write_checkpoint, []
+    real, writes = checkpoint.MeshCheckpoint.save, []
 
-    def killed_after_three(*args):
-        real(*args)
-        writes.append(args[2].t)
+    def killed_after_three(self, state, *rest):
+        real(self, state, *rest)
+        writes.append(state.t)
         if len(writes) == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(study, "write_checkpoint", killed_after_three)
+    monkeypatch.setattr(checkpoint.MeshCheckpoint, "save", killed_after_three)
     with pytest.raises(KeyboardInterrupt):
         study.mesh_run(M, 10.0, times, name, params, 2, 40000, lambda _m: None, str(tmp_path))
     assert writes == [0.0, 0.25, 0.5]
-    monkeypatch.setattr(study, "write_checkpoint", real)
+    monkeypatch.setattr(checkpoint.MeshCheckpoint, "save", real)
     lines = []
     resumed = study.mesh_run(M, 10.0, times, name, params, 2, 40000, lines.append, str(tmp_path))
     assert "resumed at t = 0.5" in lines[0] and all("t = 0.25," not in line for line in lines)
@@ -235,17 +237,15 @@ def test_a_mesh_run_killed_after_a_checkpoint_goes_on_from_it_to_the_same_number
     assert {k: resumed[2][k] for k in ("triangles", "nfev", "stopped")} == {
         k: whole[2][k] for k in ("triangles", "nfev", "stopped")
     }
-    monkeypatch.setattr(study.sphere_meanfield, "solve", lambda *a, **k: pytest.fail("a done run solved again"))
-    again = study.mesh_run(M, 10.0, times, name, params, 2, 40000, lines.append, str(tmp_path))
+    with monkeypatch.context() as m:
+        m.setattr(study.sphere_meanfield, "solve", lambda *a, **k: pytest.fail("a done run solved again"))
+        again = study.mesh_run(M, 10.0, times, name, params, 2, 40000, lines.append, str(tmp_path))
     np.testing.assert_array_equal(again[0], whole[0])
-    with pytest.raises(SystemExit, match=r"beta10_level3.npz was written for another run \(level differs\)"):
-        os.replace(tmp_path / "beta10_level2.npz", tmp_path / "beta10_level3.npz")
-        study.mesh_run(M, 10.0, times, name, params, 3, 40000, lines.append, str(tmp_path))
-    os.replace(tmp_path / "beta10_level3.npz", tmp_path / "beta10_level2.npz")
-    with pytest.raises(SystemExit, match=r"\(times differs\)"):
-        study.mesh_run(M, 10.0, times[:-1], name, params, 2, 40000, lines.append, str(tmp_path))
+    lines.clear()
+    other = study.mesh_run(M, 10.0, times[:-1], name, params, 2, 40000, lines.append, str(tmp_path))
+    assert "belongs to other inputs" in caplog.text and not any("resumed" in line for line in lines)
+    np.testing.assert_array_equal(other[0], whole[0][:-1])
     # a run that ended at its limit on triangles goes on under a larger one, to the numbers of a run never limited
-    monkeypatch.undo()
     limited = tmp_path / "limited"
     short = study.mesh_run(M, 10.0, times, name, params, 2, 330, lines.append, str(limited))
     assert short[2]["stopped"].startswith("more than max_triangles = 330") and np.isnan(short[0][-1])

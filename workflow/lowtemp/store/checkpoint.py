@@ -21,6 +21,11 @@ ignored with a warning and overwritten; an unreadable one (killed mid-write
 cannot happen with the rename, but a full disk can) likewise. After the stage's
 output is written the checkpoint is deleted.
 
+``MeshCheckpoint`` does the same for one solve of the S² mean field
+(``sphere_meanfield.solve``): the solver's ``Resumable`` state at its latest stop (the mesh after that stop's
+remeshing, the tracers, the time, the step its Runge–Kutta pair carries, the counts) and what the caller recorded
+per snapshot up to it, written at every stop; the solve resumed from it is the unstopped one bit for bit.
+
 ``SolveCheckpoint`` does the same for a loop of expensive independent solves
 (the exact W2 of every replica and snapshot of one β): named float arrays filled
 slot by slot and a mask of the slots done, written after every solve, so a
@@ -29,7 +34,9 @@ killed job loses at most the solve it was in.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -38,6 +45,8 @@ import numpy as np
 import xarray as xr
 
 from ..dynamics import integrate
+from ..dynamics.sphere_march import Resumable
+from ..dynamics.sphere_mesh import SphereMesh
 from . import datasets, netcdf, version
 
 log = logging.getLogger("lowtemp")
@@ -178,6 +187,66 @@ class SimulationCheckpoint(_Checkpoint):
             return  # the stage writes the output next; a checkpoint of the complete run would be redundant
         if self.clock() - self._last >= self.every_seconds:
             self.save(k, out, record)
+
+
+class MeshCheckpoint(_Checkpoint):
+    """The checkpoint of one S² mean-field solve (see the module docstring): the solver's ``Resumable`` state, the
+    caller's named per-snapshot ``curves`` up to it and its ``info`` (numbers and strings).
+
+    ``state, curves, info = ckpt.load()`` (None, {}, {} to start afresh); pass ``checkpoint=`` a callable that calls
+    ``ckpt.save(state, curves, info)`` and ``resume=state`` to ``sphere_meanfield.solve``.
+    """
+
+    def load(self) -> tuple[Resumable | None, dict[str, np.ndarray], dict]:
+        ds = self._read()
+        if ds is None:
+            return None, {}, {}
+        try:
+            triangles = ds["triangles"].values.astype(np.int64)
+            mesh = SphereMesh(ds["points"].values, ds["log_density"].values, triangles, ds["log_mass"].values)
+            step = float(ds["step"].values)
+            state = Resumable(float(ds["t"].values), None if np.isnan(step) else step, mesh, ds["tracers"].values,
+                              int(ds["recorded"].values), json.loads(ds.attrs["counts"]))  # fmt: skip
+            curves = {k.removeprefix("curve_"): ds[k].values for k in ds.data_vars if k.startswith("curve_")}
+            info = json.loads(ds.attrs["info"])
+        except (KeyError, ValueError, TypeError) as exc:
+            log.warning("checkpoint %s holds no solver state (%s); starting from the beginning", self.path, exc)
+            return None, {}, {}
+        log.info("resuming from checkpoint %s at t = %g", self.path, state.t)
+        return state, curves, info
+
+    def save(self, state: Resumable, curves: dict[str, np.ndarray], info: dict) -> None:
+        """Write the state, the curves (one value per snapshot recorded) and the info atomically."""
+        mesh = state.mesh
+        ds = xr.Dataset(
+            {
+                "points": (("vertex", "xyz"), mesh.points),
+                "log_density": (("vertex",), mesh.log_density),
+                "triangles": (("triangle", "corner"), mesh.triangles),
+                "log_mass": (("triangle",), mesh.log_mass),
+                "tracers": (("tracer", "xyz"), state.tracers),
+                "t": ((), state.t),
+                "step": ((), np.nan if state.step is None else state.step),
+                "recorded": ((), state.recorded),
+            }
+            | {f"curve_{k}": (("snapshot",), np.asarray(v, dtype=float)) for k, v in curves.items()}
+        )
+        ds.attrs.update(counts=json.dumps(state.counts), info=json.dumps(info))
+        self._write(ds, t=state.t)
+
+
+def mesh_checkpoint(path: str | Path | None, B, V, beta: float, times, mesh0: SphereMesh, tracers0, settings):
+    """The checkpoint of one S² mean-field solve at ``path`` (None: no checkpoint). Its fingerprint covers B, V, β,
+    the times, the initial mesh and tracers and the settings but ``max_triangles`` (which decides only where a solve
+    stops, not its numbers: a run stopped there goes on under a larger limit), so a checkpoint of another problem is
+    never resumed."""
+    if path is None:
+        return None
+    unlimited = repr(dataclasses.replace(settings, max_triangles=None))
+    arrays = (mesh0.points, mesh0.log_density, mesh0.triangles, mesh0.log_mass, np.asarray(tracers0, dtype=float))
+    fp = fingerprint(np.asarray(B), np.asarray(V), np.asarray(times, dtype=float), *arrays, beta=float(beta),
+                     settings=unlimited)  # fmt: skip
+    return MeshCheckpoint(path, fp)
 
 
 class SolveCheckpoint(_Checkpoint):
