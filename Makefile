@@ -147,8 +147,9 @@ sphere-zero-temperature: $(STAMP)
 ## a quarter to two fifths of the way from E1(A) to V's eigenspace, lies before t = 18); beta = 1000 to t = 60 on
 ## levels 3, 4 (levels 2, 3 are too coarse for its kernel), the two levels side by side (`--jobs 2`), each ending
 ## where it outgrows max_triangles or the flow outruns what it resolves (the page names where and why), each level's
-## state checkpointed at every stop in docs/data/checkpoints/ (committed: the run takes longer than a session, and
-## started again goes on from there to the same numbers); the page and picture rendered from the four npz files
+## state checkpointed at every stop in docs/data/checkpoints/ (committed while the run is unfinished: it takes
+## longer than a working day on 2 cores, and started again goes on from there to the same numbers; removed once the
+## npz holds the beta); the page and picture rendered from the four npz files
 ## (`--render`)
 sphere-departure: $(STAMP)
 	$(BIN)/python studies/sphere_departure.py --betas 10 31.6 100 --horizons 14 20 30 --levels 2 3 \

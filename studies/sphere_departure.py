@@ -64,7 +64,7 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoint
     variation = sphere_levels.reference_variation(level, M.B, beta)
     settings = sphere_meanfield.reference_settings(level, max_triangles, variation)
     settings = dataclasses.replace(settings, keep_on_failure=True)
-    path = os.path.join(checkpoints, f"beta{beta:g}_level{level}.nc") if checkpoints else None
+    path = level_checkpoint(checkpoints, beta, level) if checkpoints else None
     ckpt = checkpoint.mesh_checkpoint(path, M.B, M.V, beta, times, mesh, np.zeros((0, 3)), settings)
     state, curves, info = ckpt.load() if ckpt else (None, {}, {})
     record = {"to_A": [], "to_V": [], "triangles": [], "nfev": 0, "seconds": 0.0, "done": False, "stopped": ""}
@@ -103,6 +103,11 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoint
     counts = {"triangles": record["triangles"][-1], "nfev": record["nfev"], "seconds": record["seconds"],
               "stopped": record["stopped"]}  # fmt: skip
     return np.array(record["to_A"] + pad), np.array(record["to_V"] + pad), counts
+
+
+def level_checkpoint(folder: str, beta: float, level: int) -> str:
+    """The checkpoint file of the mesh run at (β, level) in ``folder``."""
+    return os.path.join(folder, f"beta{beta:g}_level{level}.nc")
 
 
 def reopened(state, record: dict, max_triangles: int | None) -> bool:
@@ -306,6 +311,9 @@ def main(argv=None) -> int:
             "" if done else f" So far the first {len(rows)} of {len(args.betas)} β."
         )
         write_outputs(args, exp, geometry, curves, rows, stamp)
+        if args.checkpoints:  # the β is in the npz now: its checkpoints go, as a pipeline job's do once it is written
+            for level in (lo, hi):
+                checkpoint.discard(checkpoint.MeshCheckpoint(level_checkpoint(args.checkpoints, beta, level), ""))
     return 0
 
 

@@ -411,8 +411,9 @@ def test_a_field_that_turns_nan_is_a_fault_even_kept_on_failure(monkeypatch):
 def test_a_solve_resumed_from_a_checkpoint_goes_on_bit_for_bit():
     """β = 10 from level 2 with the reference settings, snapshots every 0.25 to t = 2 and 16 tracers: the states
     handed out at every stop hand over each snapshot once; resumed from the state at t = 1 the solve gives the
-    snapshots after it (meshes, tracers, distances, diagnostics and counts) exactly as the unstopped solve. A state
-    resumed against other times, or other tracers, is refused before any work."""
+    snapshots after it (meshes, tracers, distances, diagnostics and counts) exactly as the unstopped solve, and a
+    state handed out before the first snapshot asked for resumes as well. A state resumed against other times, or
+    other tracers, is refused before any work."""
     settings = sphere_meanfield.reference_settings(2, None)
     times, tracers = np.linspace(0.0, 2.0, 9), fibonacci_lattice(16)
     states = []
@@ -431,7 +432,16 @@ def test_a_solve_resumed_from_a_checkpoint_goes_on_bit_for_bit():
     np.testing.assert_array_equal(
         rest.distance_to_eigenspace(leading_axis()), whole.distance_to_eigenspace(leading_axis())[5:]
     )
-    assert rest.info["nfev"] == whole.info["nfev"] and rest.info["steps"] == whole.info["steps"]
+    for key in ("nfev", "steps", "remeshings", "remesh_halvings", "resolved_until", "stopped"):
+        assert rest.info[key] == whole.info[key], key
+    for key, values in whole.diagnostics.items():
+        np.testing.assert_array_equal(rest.diagnostics[key], values[5:], err_msg=key)
+    # a state handed out before the first snapshot asked for resumes too
+    early, later = [], [0.5, 1.0]
+    first = sphere_meanfield.solve(B, V, 10.0, later, UNIFORM, tracers, settings, checkpoint=early.append)
+    assert early[0].t == 0.0 and early[0].recorded == 0
+    again = sphere_meanfield.solve(B, V, 10.0, later, UNIFORM, tracers, settings, resume=early[0])
+    np.testing.assert_array_equal(again.tracers, first.tracers)
     with pytest.raises(ValueError, match="recorded 5 snapshots, times has 9"):
         sphere_meanfield.solve(B, V, 10.0, np.linspace(0.0, 2.0, 17), UNIFORM, tracers, settings, resume=at_one)
     with pytest.raises(ValueError, match="does not resume times 0 … 1"):
@@ -440,6 +450,38 @@ def test_a_solve_resumed_from_a_checkpoint_goes_on_bit_for_bit():
         sphere_meanfield.solve(B, V, 10.0, times, UNIFORM, tracers[:8], settings, resume=at_one)
     with pytest.raises(ValueError, match="the state at t = 2 is where its solve ended"):
         sphere_meanfield.solve(B, V, 10.0, times, UNIFORM, tracers, settings, resume=states[-1])
+
+
+def test_a_solve_resumed_at_a_halfway_stop_goes_on_bit_for_bit_and_keeps_a_failure_before_its_first_snapshot(
+    monkeypatch,
+):
+    """The halved stretches of β = 31.6 remeshed every 3 (above): every state handed out at a stop inserted halfway
+    resumes to the unstopped solve's mesh at t = 3 exactly, with its halvings and fold repairs counted alike. A
+    resumed solve whose first stretch the integrator cannot take ends, kept on failure, with no snapshot of its own
+    and the reason, where the snapshots before its state are the caller's."""
+    settings = dataclasses.replace(sphere_meanfield.reference_settings(2, None), remesh_every=3.0)
+    states = []
+    whole = sphere_meanfield.solve(B, V, 31.6, [0.0, 3.0], UNIFORM, None, settings, checkpoint=states.append)
+    halfway = [s for s in states if 0.0 < s.t < 3.0 and not s.final]
+    assert whole.info["remesh_halvings"] >= 1 and halfway
+    for state in halfway:
+        rest = sphere_meanfield.solve(B, V, 31.6, [0.0, 3.0], UNIFORM, None, settings, resume=state)
+        for name in ("points", "log_density", "triangles", "log_mass"):
+            np.testing.assert_array_equal(getattr(rest.meshes[-1], name), getattr(whole.meshes[-1], name))
+        for key in ("nfev", "steps", "remeshings", "remesh_halvings"):
+            assert rest.info[key] == whole.info[key], key
+        np.testing.assert_array_equal(rest.diagnostics["repaired_w2"], whole.diagnostics["repaired_w2"][1:])
+
+    def fails(*_args, **_kwargs):
+        raise meanfield.StepUnderflow("the integrator failed at t = 1.6: Required step size is less than spacing")
+
+    monkeypatch.setattr(sphere_meanfield, "_advance_edges", fails)
+    kept = dataclasses.replace(settings, keep_on_failure=True)
+    ended = sphere_meanfield.solve(B, V, 31.6, [0.0, 3.0], UNIFORM, None, kept, resume=halfway[0])
+    assert ended.meshes == [] and ended.info["resolved_until"] == 0.0 and ended.diagnostics == {}
+    assert ended.info["stopped"].startswith("the integrator failed at t = 1.6")
+    with pytest.raises(meanfield.StepUnderflow):
+        sphere_meanfield.solve(B, V, 31.6, [0.0, 3.0], UNIFORM, None, settings, resume=halfway[0])
 
 
 def folded_triangles(mesh) -> int:

@@ -172,13 +172,17 @@ def test_a_page_renders_again_from_its_npz_and_merges_the_beta_of_two_runs(tmp_p
 
 
 def test_two_jobs_give_the_same_numbers_and_a_level_that_stopped_is_named(tmp_path):
-    """β = 10 to t = 1.25 with the two levels solved side by side (``--jobs 2``) writes the same curves, bit for
-    bit, as one after the other; neither stopped, so the page lists none. The same npz with the fine level marked
-    as stopped by the solver renders that reason on the page (and the page without the mark does not)."""
+    """β = 10 to t = 1.25 with the two levels solved side by side (``--jobs 2``, checkpointed) writes the same
+    curves, bit for bit, as one after the other, and leaves no checkpoint once the npz holds them; neither stopped,
+    so the page lists none. The same npz with the fine level marked as stopped by the solver renders that reason on
+    the page (and the page without the mark does not)."""
     short = ["--betas", "10", "--horizons", "1.25", "--levels", "2", "3", "--tokens", "8", "--replicas", "2"]
     one, two = tmp_path / "one.npz", tmp_path / "two.npz"
     study.main([*short, "--out", str(one)])
-    study.main([*short, "--jobs", "2", "--out", str(two), "--markdown", str(tmp_path / "two.md")])
+    folder = tmp_path / "checkpoints"
+    study.main([*short, "--jobs", "2", "--out", str(two), "--markdown", str(tmp_path / "two.md"),
+                "--checkpoints", str(folder)])  # fmt: skip
+    assert not folder.exists()  # the β is in the npz: its levels' checkpoints (and their folder) are gone
     with np.load(one) as a, np.load(two) as b:
         for key in a.files:
             if key.startswith(("mesh_", "to_V_", "particles_")):

@@ -3,8 +3,9 @@
 ``sphere_meanfield.solve`` keeps its progress in a ``March``: the mesh and the tracers now, the step its Runge–Kutta
 pair carries from one stop to the next, the counts, and the snapshots recorded. At a stop it can hand out a
 ``Resumable`` (``checkpoint``): the integrator restarts at every stop from the step carried, so a solve resumed from
-one goes on exactly as it would have gone on unstopped; a study that runs for hours writes them to disk and loses
-nothing to a crash or a session's end (docs/sphere_mean_field.md, "Limits").
+one goes on exactly as it would have gone on unstopped; a study that runs for hours writes them to disk
+(``store.checkpoint.MeshCheckpoint``) and loses nothing when it is killed, whether by a crash or to be continued
+later (docs/sphere_mean_field.md, "Limits").
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ class March:
     first: int = 0  # the snapshots of ``times`` recorded before this call (those before a resumed state)
     handed: int = 0  # the snapshots of ``meshes`` already handed to the checkpoint callback
 
+    @property
+    def reached(self) -> int:
+        """The snapshots of ``times`` recorded so far, before a resumed state and since."""
+        return self.first + len(self.meshes)
+
     #: the counts a ``Resumable`` carries
     COUNTS = ("steps", "halvings", "remeshings", "repaired_w2")
 
@@ -87,7 +93,7 @@ def resumed(state: Resumable, times: np.ndarray, tracers: np.ndarray) -> March:
     is where a solve ended."""
     if state.final:
         raise ValueError(f"S² mean field: the state at t = {state.t:g} is where its solve ended; it resumes nothing")
-    if not times[0] <= state.t < times[-1] or not 0 < state.recorded < times.size:
+    if not 0 <= state.t < times[-1] or not 0 <= state.recorded < times.size:
         raise ValueError(
             f"S² mean field: a state at t = {state.t:g} does not resume times {times[0]:g} … {times[-1]:g}"
         )
@@ -96,5 +102,17 @@ def resumed(state: Resumable, times: np.ndarray, tracers: np.ndarray) -> March:
                          f"{int(np.sum(times <= state.t))} up to t = {state.t:g}")  # fmt: skip
     if state.tracers.shape != tracers.shape:
         raise ValueError(f"S² mean field: the state carries tracers {state.tracers.shape}, given {tracers.shape}")
-    state.mesh.check()
+    _check_arrays(state.mesh)
     return March.resumed(state)
+
+
+def _check_arrays(mesh: SphereMesh) -> None:
+    """ValueError unless the mesh's arrays fit together and are finite: what a state must hold to be resumed. Not
+    ``SphereMesh.check``: a solve goes on from meshes with inverted triangles (folds it has not repaired), and so
+    must the solve resumed from one."""
+    n, m = mesh.points.shape[0], mesh.triangles.shape[0]
+    shapes = (mesh.points.shape, mesh.log_density.shape, mesh.triangles.shape, mesh.log_mass.shape)
+    if shapes != ((n, 3), (n,), (m, 3), (m,)) or (m and not 0 <= mesh.triangles.min() <= mesh.triangles.max() < n):
+        raise ValueError(f"S² mean field: a state's mesh arrays do not fit together ({shapes})")
+    if not all(np.all(np.isfinite(a)) for a in (mesh.points, mesh.log_density, mesh.log_mass)):
+        raise ValueError("S² mean field: a state's mesh holds non-finite values")

@@ -417,8 +417,8 @@ def _at_stop(march: March, stop: float, times: np.ndarray, remesh, progress) -> 
 def _solution(march: March, beta: float, times: np.ndarray, tracers0: np.ndarray) -> SphereMeanFieldSolution:
     """The solution from the snapshots recorded: the tracers NaN at the snapshots not reached, in the layout of
     ``tracers0`` (…, token, 3) with a time axis before the token's; None when no tracers were given."""
+    resolved_until = float(times[march.reached - 1])
     times = times[march.first :]  # a resumed solve returns the snapshots after its state
-    resolved_until = float(times[len(march.meshes) - 1])
     paths = march.paths + [np.full_like(march.tracers, np.nan)] * (times.size - len(march.paths))
     trajectory = np.stack(paths, axis=0).reshape((times.size, *tracers0.shape[:-1], 3))
     # (time, …, token, 3) → (…, time, token, 3), the package's layout
@@ -437,7 +437,8 @@ def _solution(march: March, beta: float, times: np.ndarray, tracers0: np.ndarray
             "resolved_until": resolved_until,
             "stopped": march.stopped,
         },
-        diagnostics={key: np.array([d[key] for d in march.diagnostics]) for key in march.diagnostics[0]},
+        # none where a resumed solve ended before its first snapshot
+        diagnostics={key: np.array([d[key] for d in march.diagnostics]) for key in next(iter(march.diagnostics), {})},
     )
 
 
@@ -493,7 +494,7 @@ def solve(
         # the triangles change only at stops; a solve stops once it has a snapshot to end with, and one that has
         # reached its last time has not stopped
         too_many = settings.max_triangles and march.mesh.triangles.shape[0] > settings.max_triangles
-        if too_many and march.meshes and k < len(stops):
+        if too_many and march.reached and k < len(stops):
             march.stopped = f"more than max_triangles = {settings.max_triangles} triangles at t = {march.t:g}"
             break
         if checkpoint is not None and k < len(stops):
@@ -528,7 +529,7 @@ def _advanced(march: March, stops: list, k: int, problem: tuple, settings: Spher
 def _kept(march: March, settings: SphereSettings, err: Exception) -> bool:
     """Whether a solve that cannot go on ends here with what it reached (``settings.keep_on_failure`` and a
     snapshot to end with), the reason recorded in the march."""
-    if not (settings.keep_on_failure and march.meshes):
+    if not (settings.keep_on_failure and march.reached):
         return False
     march.stopped = f"{err} (after t = {march.t:g})"
     return True
