@@ -60,10 +60,7 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoint
     folder ``checkpoints`` the solve's state and the distances so far are written there at every stop
     (``store.checkpoint.MeshCheckpoint``), and a run started again goes on from them: the same numbers as a run
     never stopped."""
-    mesh = sphere_meanfield.initial_mesh(name, params, level)
-    variation = sphere_levels.reference_variation(level, M.B, beta)
-    settings = sphere_meanfield.reference_settings(level, max_triangles, variation)
-    settings = dataclasses.replace(settings, keep_on_failure=True)
+    mesh, settings = level_setup(M, beta, name, params, level, max_triangles)
     path = level_checkpoint(checkpoints, beta, level) if checkpoints else None
     ckpt = checkpoint.mesh_checkpoint(path, M.B, M.V, beta, times, mesh, np.zeros((0, 3)), settings)
     state, curves, info = ckpt.load() if ckpt else (None, {}, {})
@@ -105,6 +102,14 @@ def mesh_run(M, beta, times, name, params, level, max_triangles, log, checkpoint
     return np.array(record["to_A"] + pad), np.array(record["to_V"] + pad), counts
 
 
+def level_setup(M, beta: float, name: str, params: dict, level: int, max_triangles: int | None):
+    """(initial mesh, settings) of the mesh run at (β, level): the pipeline's reference settings at the level's
+    softmax variation (``sphere_levels.reference_variation``), kept on failure."""
+    variation = sphere_levels.reference_variation(level, M.B, beta)
+    settings = sphere_meanfield.reference_settings(level, max_triangles, variation)
+    return sphere_meanfield.initial_mesh(name, params, level), dataclasses.replace(settings, keep_on_failure=True)
+
+
 def level_checkpoint(folder: str, beta: float, level: int) -> str:
     """The checkpoint file of the mesh run at (β, level) in ``folder``."""
     return os.path.join(folder, f"beta{beta:g}_level{level}.nc")
@@ -138,9 +143,7 @@ def check_levels(M, betas, levels, name: str, params: dict) -> None:
     check, ``sphere_meanfield.check_resolution``, at the run's settings)."""
     for beta, pair in zip(betas, levels):
         for level in pair:
-            variation = sphere_levels.reference_variation(level, M.B, beta)
-            settings = sphere_meanfield.reference_settings(level, None, variation)
-            mesh = sphere_meanfield.initial_mesh(name, params, level)
+            mesh, settings = level_setup(M, beta, name, params, level, None)
             sphere_meanfield.check_resolution(mesh, M.B, beta, settings.variation, settings.depth, settings.edge)
 
 
